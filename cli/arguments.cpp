@@ -1,0 +1,81 @@
+// Command-line option parsing.
+#include "cli/arguments.h"
+
+#include <cctype>
+#include <sstream>
+
+namespace orthojit::cli {
+
+Arguments::Arguments(const std::vector<std::string>& args, const std::set<std::string>& valued, const std::set<std::string>& flags) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    if (arg.rfind("--", 0) != 0) throw runtime::UsageError("unexpected argument '" + arg + "'; options start with --");
+    std::string name = arg.substr(2), value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    if (flags.count(name)) {
+      if (inline_value) throw runtime::UsageError("option --" + name + " takes no value");
+      values_[name] = "";
+    } else if (valued.count(name)) {
+      if (!inline_value) {
+        if (i + 1 >= args.size()) throw runtime::UsageError("option --" + name + " needs a value");
+        value = args[++i];
+      }
+      values_[name] = value;
+    } else {
+      std::string known;
+      for (const auto& option : valued) known += " --" + option;
+      for (const auto& option : flags) known += " --" + option;
+      throw runtime::UsageError("unknown option --" + name + "; this command accepts:" + known);
+    }
+  }
+}
+
+bool Arguments::has(const std::string& name) const { return values_.count(name) > 0; }
+
+std::optional<std::string> Arguments::get(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Arguments::require(const std::string& name) const {
+  auto value = get(name);
+  if (!value) throw runtime::UsageError("missing required option --" + name);
+  return *value;
+}
+
+ParsedShape parse_shape(const std::string& text) {
+  std::vector<int64_t> parts;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, 'x')) {
+    bool digits = !part.empty() && part.size() <= 9;
+    for (char c : part) digits &= std::isdigit(static_cast<unsigned char>(c)) != 0;
+    if (!digits || std::stoll(part) < 1)
+      throw runtime::UsageError("invalid shape '" + text + "'; expected MxN or MxNxB with positive integers, e.g. 1024x4096 or 128x512x8");
+    parts.push_back(std::stoll(part));
+  }
+  if (parts.size() != 2 && parts.size() != 3)
+    throw runtime::UsageError("invalid shape '" + text + "'; expected MxN or MxNxB with positive integers, e.g. 1024x4096 or 128x512x8");
+  return {parts[0], parts[1], parts.size() == 3 ? parts[2] : 1};
+}
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& option) {
+  std::vector<int> values;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, ',')) {
+    bool digits = !part.empty() && part.size() <= 6;
+    for (char c : part) digits &= std::isdigit(static_cast<unsigned char>(c)) != 0;
+    if (!digits) throw runtime::UsageError("invalid --" + option + " '" + text + "'; expected comma-separated step indices, e.g. 2 or 2,4");
+    values.push_back(std::stoi(part));
+  }
+  return values;
+}
+
+}  // namespace orthojit::cli

@@ -1,0 +1,35 @@
+// Minimal command-line parsing: `--name value`, `--name=value` and boolean `--flag`, checked
+// against the options a command declares, with errors that name the bad option.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/orthogonalize.h"
+
+namespace orthojit::cli {
+
+class Arguments {
+ public:
+  // `valued`: options that take a value; `flags`: boolean options. Throws runtime::UsageError.
+  Arguments(const std::vector<std::string>& args, const std::set<std::string>& valued, const std::set<std::string>& flags);
+  bool has(const std::string& name) const;
+  std::optional<std::string> get(const std::string& name) const;
+  std::string require(const std::string& name) const;  // throws UsageError when missing
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+struct ParsedShape {
+  int64_t rows = 0, cols = 0, batch = 1;
+};
+// "MxN" or "MxNxB" (batch last, as in `orthojit bench --shape`). Throws UsageError.
+ParsedShape parse_shape(const std::string& text);
+// "2" or "2,3" or "" (no restarts). Throws UsageError.
+std::vector<int> parse_int_list(const std::string& text, const std::string& option);
+
+}  // namespace orthojit::cli

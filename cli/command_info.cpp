@@ -1,0 +1,53 @@
+// `orthojit info`: version, backends, host CPU, cache directory, shipped programs.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "cli/arguments.h"
+#include "cli/commands.h"
+#include "dsl/coefficient_sets.h"
+#include "kernels/program_library.h"
+#include "runtime/orthogonalize.h"
+#include "support/host_cpu.h"
+
+namespace orthojit::cli {
+
+const char* const kInfoHelp = R"(usage: orthojit info
+
+Prints the version, the backends of this build, the host CPU's features, the cache directory
+and the shipped programs with their precision and step count.
+)";
+
+namespace {
+std::string cache_directory() {
+  if (const char* dir = std::getenv("ORTHOJIT_CACHE_DIR"); dir && *dir) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/orthojit";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/orthojit";
+  return "(none: set ORTHOJIT_CACHE_DIR)";
+}
+}  // namespace
+
+int info_command(const std::vector<std::string>& args) {
+  Arguments arguments(args, {}, {});
+  const HostCpu& cpu = host_cpu();
+  std::printf("orthojit %s\n", ORTHOJIT_VERSION);
+  std::string backends;
+  for (const auto& name : runtime::available_backends()) backends += (backends.empty() ? "" : ", ") + name;
+  std::printf("backends:   %s   (cpu: arrives with the LLVM backend; cuda: with the NVRTC backend)\n", backends.c_str());
+  std::printf("host cpu:   %s, %d logical cores\n", cpu.model.empty() ? "(unknown model)" : cpu.model.c_str(), cpu.logical_cores);
+  std::printf("isa:        avx2=%s fma=%s f16c=%s avx512f=%s avx512bf16=%s -> %s\n", cpu.avx2 ? "yes" : "no", cpu.fma ? "yes" : "no",
+              cpu.f16c ? "yes" : "no", cpu.avx512f ? "yes" : "no", cpu.avx512bf16 ? "yes" : "no", cpu.best_isa().c_str());
+  std::printf("cache dir:  %s\n", cache_directory().c_str());
+  std::printf("\nshipped programs:\n");
+  std::printf("  %-22s %-8s %-6s %-s\n", "name", "storage", "steps", "coefficients");
+  for (const auto& shipped : kernels::shipped_programs()) {
+    const dsl::Program program = kernels::load_program_by_name_or_path(std::string(shipped.name));
+    std::string coefficients = program.coefficient_set.empty() ? "custom" : program.coefficient_set;
+    if (program.coefficient_safety != 1.0) coefficients += " scaled " + std::to_string(program.coefficient_safety).substr(0, 4);
+    std::printf("  %-22s %-8s %-6zu %s\n", program.name.c_str(), std::string(to_string(program.policy.storage)).c_str(), program.steps.size(),
+                coefficients.c_str());
+  }
+  return 0;
+}
+
+}  // namespace orthojit::cli

@@ -1,0 +1,20 @@
+// The subcommands of the `orthojit` program. Each returns the process exit code and throws
+// runtime::UsageError / CompileError for bad input (exit 2); anything else is internal (exit 1).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace orthojit::cli {
+
+int run_command(const std::vector<std::string>& args);
+int compile_command(const std::vector<std::string>& args);
+int info_command(const std::vector<std::string>& args);
+int demo_command(const std::vector<std::string>& args);
+
+extern const char* const kRunHelp;
+extern const char* const kCompileHelp;
+extern const char* const kInfoHelp;
+extern const char* const kDemoHelp;
+
+}  // namespace orthojit::cli

@@ -1,0 +1,84 @@
+// orthojit: the command-line program (build/bin/orthojit). Exit codes: 0 ok, 2 bad input or
+// usage, 1 internal error.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "runtime/npy_file.h"
+#include "runtime/orthogonalize.h"
+#include "support/source_location.h"
+
+namespace {
+
+const char* const kMainHelp = R"(orthojit — JIT compiler, autotuner and runtime for matrix orthogonalization (Newton–Schulz,
+Polar Express, Gram Newton–Schulz) and the Muon optimizer.
+
+usage: orthojit <command> [options]
+
+commands:
+  run       orthogonalize a matrix (or a batch) read from a .npy file
+  compile   lower a program for a shape and print its IR (after any pass)
+  info      version, backends, CPU features, shipped programs
+  demo      every shipped program on a random matrix: singular values, standard vs gram
+
+Run `orthojit <command> --help` for a command's options. Programs are written in the orthojit
+DSL (docs/dsl.md); the shipped ones are listed by `orthojit info`.
+)";
+
+bool wants_help(const std::vector<std::string>& args) {
+  for (const auto& arg : args)
+    if (arg == "--help" || arg == "-h") return true;
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace orthojit;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kMainHelp, stdout);
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::printf("orthojit %s\n", ORTHOJIT_VERSION);
+    return 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  struct Entry {
+    const char* name;
+    int (*run)(const std::vector<std::string>&);
+    const char* help;
+  };
+  const Entry entries[] = {{"run", cli::run_command, cli::kRunHelp},
+                           {"compile", cli::compile_command, cli::kCompileHelp},
+                           {"info", cli::info_command, cli::kInfoHelp},
+                           {"demo", cli::demo_command, cli::kDemoHelp}};
+  for (const auto& entry : entries) {
+    if (command != entry.name) continue;
+    if (wants_help(args)) {
+      std::fputs(entry.help, stdout);
+      return 0;
+    }
+    try {
+      return entry.run(args);
+    } catch (const CompileError& error) {
+      std::fprintf(stderr, "orthojit %s: %s\n", entry.name, error.what());
+      return 2;
+    } catch (const runtime::UsageError& error) {
+      std::fprintf(stderr, "orthojit %s: error: %s\n(see `orthojit %s --help`)\n", entry.name, error.what(), entry.name);
+      return 2;
+    } catch (const runtime::NpyError& error) {
+      std::fprintf(stderr, "orthojit %s: error: %s\n", entry.name, error.what());
+      return 2;
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "orthojit %s: internal error: %s\n", entry.name, error.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "orthojit: unknown command '%s'; expected run, compile, info or demo (see `orthojit --help`)\n", command.c_str());
+  return 2;
+}
