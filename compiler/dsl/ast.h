@@ -58,9 +58,13 @@ struct Program {
   std::vector<Triple> steps;          // one per iteration, safety-scaled
   std::string coefficient_set;        // the named set, if one was used ("" otherwise)
   double coefficient_safety = 1.0;    // the `scaled s` factor that was applied
-  std::vector<int> gram_restarts{2};  // default restart schedule of the gram strategy
+  std::vector<int> gram_restarts;     // restart schedule of the gram strategy (default_gram_restarts)
   std::vector<Statement> step_body;
   SourceLocation step_location;
 };
+
+// The restart schedule when a program states none: one restart before step 2 (DeepSpeed's and
+// Dao-AILab's default), when the program has more than two steps.
+inline std::vector<int> default_gram_restarts(size_t step_count) { return step_count > 2 ? std::vector<int>{2} : std::vector<int>{}; }
 
 }  // namespace orthojit::dsl

@@ -166,6 +166,7 @@ class Parser {
       const Triple& raw = schedule->triples.size() == 1 ? schedule->triples[0] : schedule->triples[static_cast<size_t>(step)];
       program.steps.push_back(scale_for_safety(raw, schedule->safety));
     }
+    if (!seen.count("gram_restarts")) program.gram_restarts = default_gram_restarts(step_count);
     program.coefficient_set = schedule->set_name;
     program.coefficient_safety = schedule->safety;
     for (int restart : program.gram_restarts)

@@ -88,7 +88,7 @@ ProgramBuilder& ProgramBuilder::coefficients_named(const std::string& set_name, 
 }
 
 ProgramBuilder& ProgramBuilder::gram_restarts(std::vector<int> restarts) {
-  program_.gram_restarts = std::move(restarts);
+  explicit_restarts_ = std::move(restarts);
   return *this;
 }
 
@@ -98,13 +98,15 @@ ProgramBuilder& ProgramBuilder::let(const std::string& target, const build::E& v
 }
 
 Program ProgramBuilder::build() const {
+  Program program = program_;
+  program.gram_restarts = explicit_restarts_ ? *explicit_restarts_ : default_gram_restarts(program.steps.size());
   if (program_.steps.empty()) throw CompileError(program_.location, "program '" + program_.name + "' has no coefficient schedule");
   if (program_.step_body.empty()) throw CompileError(program_.location, "program '" + program_.name + "' has no step statements");
-  for (int restart : program_.gram_restarts)
-    if (restart < 1 || restart >= static_cast<int>(program_.steps.size()))
+  for (int restart : program.gram_restarts)
+    if (restart < 1 || restart >= static_cast<int>(program.steps.size()))
       throw CompileError(program_.location, "gram restart at step " + std::to_string(restart) + " is outside 1.." +
                                                 std::to_string(program_.steps.size() - 1));
-  return program_;
+  return program;
 }
 
 }  // namespace orthojit::dsl

@@ -6,13 +6,15 @@
 //                   .normalize({.safety = 1.0, .eps = 1e-7})
 //                   .coefficients_named("jordan", 5)
 //                   .let("A", X() & X().T())
-//                   .let("B", b() * A + c() * (A & A))       // with E A = name("A")
+//                   .let("B", b() * A + (c() * (A & A)))     // with E A = name("A")
 //                   .let("X", a() * X() + (B & X()))
 //                   .build();
 //
-// `&` is the matrix product (C++ has no `@`); `*` is scalar multiplication as in the DSL.
+// `&` is the matrix product (C++ has no `@`); `*` is scalar multiplication as in the DSL. `&` binds
+// more loosely than `+` in C++ (unlike `@` in the DSL): parenthesize every product.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,7 @@ class ProgramBuilder {
 
  private:
   Program program_;
+  std::optional<std::vector<int>> explicit_restarts_;
 };
 
 }  // namespace orthojit::dsl

@@ -90,7 +90,7 @@ std::optional<StrategyKind> parse_strategy(const std::string& text);
 
 struct Strategy {
   StrategyKind kind = StrategyKind::Standard;
-  std::vector<int> gram_restarts{2};  // steps before which gram restarts (X ← Q·X, R ← X·Xᵀ, Q ← I)
+  std::vector<int> gram_restarts;  // steps before which gram restarts (X ← Q·X, R ← X·Xᵀ, Q ← I); from the program
   bool triangular_products = true;    // symmetric products compute one triangle and mirror it
 };
 

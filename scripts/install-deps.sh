@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what orthojit needs to build and test on Debian 12 (bookworm). Idempotent and quiet:
+# when everything is present it prints nothing and exits 0. Run by `make demo` and `make test`.
+set -euo pipefail
+
+packages=(
+  g++ make cmake ninja-build pkg-config    # toolchain
+  nlohmann-json3-dev                       # JSON (tuning records, --json output)
+  libgtest-dev libgmock-dev                # tests
+  libbenchmark-dev                         # bench/
+  python3-numpy                            # tests/npy_interop_test.sh: .npy files written by NumPy itself
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$package")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "orthojit: installing missing Debian packages: ${missing[*]}"
+if [[ $(id -u) -eq 0 ]]; then
+  sudo=()
+elif command -v sudo >/dev/null; then
+  sudo=(sudo)
+else
+  echo "orthojit: need root (or sudo) to install: ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "orthojit: installed ${missing[*]}"
