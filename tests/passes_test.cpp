@@ -129,7 +129,7 @@ TEST(RecognizeOddPolynomial, NamesTheStatementWithXtX) {
     EXPECT_FALSE(step.recognized);
     EXPECT_EQ(step.blocker.line, 4);
     EXPECT_EQ(step.blocker.column, 5);
-    EXPECT_NE(step.blocker_reason.find("Xᵀ·X"), std::string::npos) << step.blocker_reason;
+    EXPECT_NE(step.blocker_reason.find("this statement forms Xᵀ·X"), std::string::npos) << step.blocker_reason;
   }
 }
 

@@ -2,6 +2,7 @@
 #include "dsl/parser.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -18,11 +19,17 @@ std::string join_names(const std::vector<std::string_view>& names) {
   return out;
 }
 
+// The shortest spelling that reads back as the same double (0.9, not 0.90000000000000002).
 std::string format_number(double value) {
-  std::ostringstream out;
-  out.precision(17);
-  out << value;
-  return out.str();
+  std::string text;
+  for (int precision = 6; precision <= 17; ++precision) {
+    std::ostringstream out;
+    out.precision(precision);
+    out << value;
+    text = out.str();
+    if (std::strtod(text.c_str(), nullptr) == value) break;
+  }
+  return text;
 }
 
 class Parser {

@@ -59,7 +59,8 @@ class ProgramBuilder {
   ProgramBuilder& coefficients_named(const std::string& set, int steps = 0, double safety = 1.0);
   ProgramBuilder& gram_restarts(std::vector<int> restarts);
   ProgramBuilder& let(const std::string& target, const build::E& value);
-  // Validates like the parser does (and lowers to check types); throws CompileError at "<builder>".
+  // Checks the schedule and restarts like the parser does; throws CompileError at "<builder>".
+  // Types and shapes are checked when the program is lowered (ir::lower_program).
   Program build() const;
 
  private:

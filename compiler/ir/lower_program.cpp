@@ -23,7 +23,7 @@ std::string describe(const Function& function, const Value& value) {
   switch (value.kind) {
     case Value::Kind::Scalar: return "a scalar";
     case Value::Kind::Identity: return "the identity I";
-    case Value::Kind::Matrix: return "a " + function.node(value.node).shape.to_string() + " matrix";
+    case Value::Kind::Matrix: return "a matrix (" + function.node(value.node).shape.to_string() + ")";
   }
   return "?";
 }
@@ -123,8 +123,8 @@ class StepLowering {
 
   Value scalar_multiply(const Expr& expr, Value lhs, Value rhs) {
     if (lhs.kind != Value::Kind::Scalar && rhs.kind != Value::Kind::Scalar)
-      throw CompileError(expr.location, "'*' multiplies by a scalar, but both operands are matrices (" + describe(function_, lhs) + ", " +
-                                            describe(function_, rhs) + "); use '@' for the matrix product");
+      throw CompileError(expr.location, "'*' multiplies by a scalar, but both operands are matrices (" + shape_of(lhs) + " and " +
+                                            shape_of(rhs) + "); use '@' for the matrix product");
     if (lhs.kind != Value::Kind::Scalar) std::swap(lhs, rhs);
     if (rhs.kind == Value::Kind::Scalar || rhs.kind == Value::Kind::Identity) return {rhs.kind, lhs.scalar * rhs.scalar, -1};
     return matrix(lincomb({{lhs.scalar, rhs.node}}, 0.0, function_.node(rhs.node).shape));
@@ -181,6 +181,9 @@ class StepLowering {
   }
 
   static Value matrix(NodeId node) { return {Value::Kind::Matrix, 0, node}; }
+  std::string shape_of(const Value& value) const {
+    return value.kind == Value::Kind::Identity ? "I" : function_.node(value.node).shape.to_string();
+  }
 
   Function& function_;
   int step_;

@@ -80,8 +80,8 @@ void apply_strategy(ir::Function& function) {
     const ir::StepInfo& info = function.steps[static_cast<size_t>(k)];
     if (!info.recognized)
       throw CompileError(info.blocker, "the gram strategy needs every step in the form X <- p(X·Xᵀ)·X, but step " + std::to_string(k) +
-                                           " is not: this statement " + (info.blocker_reason.empty() ? "breaks the form" : info.blocker_reason) +
-                                           " (run it with --strategy standard)");
+                                           " is not: " + (info.blocker_reason.empty() ? "this statement breaks the form" : info.blocker_reason) +
+                                           " (or run it with --strategy standard)");
   }
   std::vector<int> restarts = function.strategy.gram_restarts;
   std::sort(restarts.begin(), restarts.end());

@@ -46,8 +46,8 @@ Form product(const Form& a, const Form& b) {
   if (a.kind == K::PolyX && b.kind == K::XtPoly) return {K::Poly, multiply(a.p, b.p, 1), ""};
   if (a.kind == K::XtPoly && b.kind == K::Poly) return {K::XtPoly, multiply(a.p, b.p), ""};
   if (a.kind == K::XtPoly && b.kind == K::PolyX)
-    return unknown("it forms Xᵀ·X (n x n); the gram strategy works on R = X·Xᵀ, so write the step with X @ X.T (X·q(XᵀX) = q(XXᵀ)·X)");
-  return unknown("a product outside the forms p(A), p(A)·X and Xᵀ·p(A) with A = X·Xᵀ");
+    return unknown("this statement forms Xᵀ·X (n x n), and the gram strategy works on R = X·Xᵀ; write the step with X @ X.T (X·q(XᵀX) = q(XXᵀ)·X)");
+  return unknown("this statement has a product outside the forms p(A), p(A)·X and Xᵀ·p(A) with A = X·Xᵀ");
 }
 
 Form linear(std::vector<std::pair<double, const Form*>> terms, double gamma) {
@@ -55,11 +55,11 @@ Form linear(std::vector<std::pair<double, const Form*>> terms, double gamma) {
   result.kind = terms.empty() ? Form::Kind::Poly : terms[0].second->kind;
   result.p = {0.0};
   for (auto& [coefficient, form] : terms) {
-    if (form->kind != result.kind) return unknown("a sum of values of different forms");
+    if (form->kind != result.kind) return unknown("this statement adds values of different forms");
     result.p = add(result.p, form->p, 1.0, coefficient);
   }
   if (gamma != 0.0) {
-    if (result.kind != Form::Kind::Poly) return unknown("I added to a value that is not a polynomial in X·Xᵀ");
+    if (result.kind != Form::Kind::Poly) return unknown("this statement adds I to a value that is not a polynomial in X·Xᵀ");
     result.p = add(result.p, {gamma}, 1.0, 1.0);
   }
   return result;
@@ -90,7 +90,7 @@ void recognize_odd_polynomial(ir::Function& function) {
         operand_unknown |= forms[static_cast<size_t>(id)].kind == Form::Kind::Unknown;
       }
       if (operand_outside) {
-        form = unknown("it uses a value from outside the step");
+        form = unknown("this statement uses a value from outside the step");
       } else if (operand_unknown) {
         form = unknown("");  // inherits the blocker already reported
       } else if (node.kind == ir::OpKind::Transpose) {
@@ -108,7 +108,7 @@ void recognize_odd_polynomial(ir::Function& function) {
         for (size_t k = 0; k < node.operands.size(); ++k) terms.emplace_back(node.coefficients[k], &operand_form(k));
         form = linear(terms, node.gamma);
       } else {
-        form = unknown(std::string("a ") + ir::to_string(node.kind) + " inside the step");
+        form = unknown(std::string("this statement has a ") + ir::to_string(node.kind) + " inside the step");
       }
       if (form.kind == Form::Kind::Unknown && !form.reason.empty() && !first_blocker) {
         first_blocker = &node;

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Command-line tests: exit codes (0 ok, 2 bad input or usage), messages that name what was wrong,
+# and the outputs of compile / info / demo / run. Usage: cli_test.sh path/to/orthojit
+set -u
+orthojit=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+# expect CODE PATTERN -- command...: runs the command, checks its exit code and that its
+# stdout+stderr contains PATTERN (a fixed string).
+expect() {
+  local code=$1 pattern=$2
+  shift 3
+  local output status
+  output=$("$@" 2>&1)
+  status=$?
+  if [[ $status -ne $code ]]; then
+    echo "FAIL: '$*' exited $status, expected $code"; echo "$output" | head -20; failures=$((failures + 1)); return
+  fi
+  if [[ -n "$pattern" ]] && ! grep -qF -- "$pattern" <<<"$output"; then
+    echo "FAIL: '$*' output lacks '$pattern'"; echo "$output" | head -20; failures=$((failures + 1)); return
+  fi
+  echo "ok: $*"
+}
+
+expect 0 "usage: orthojit <command>" -- "$orthojit" --help
+expect 2 "usage: orthojit <command>" -- "$orthojit"
+expect 2 "unknown command 'frobnicate'" -- "$orthojit" frobnicate
+for command in run compile info demo; do expect 0 "usage: orthojit $command" -- "$orthojit" $command --help; done
+expect 0 "orthojit 0." -- "$orthojit" --version
+
+# compile
+expect 0 "gemm 2.0315·%3 @ %3 - 4.775·%3" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit ir
+expect 0 "oriented(tall input runs transposed)" -- "$orthojit" compile --program jordan_ns5 --shape 32x8
+expect 0 "; ---- IR after orient ----" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --dump-after orient
+expect 0 "; ---- IR after plan_buffers ----" -- "$orthojit" compile --program jordan_ns5 --shape 8x32x4 --dump-after all
+expect 0 "restarts=[2,3]" -- "$orthojit" compile --program polar_express5 --shape 8x32 --strategy gram --restarts 2,3
+expect 0 "fuse_epilogues" -- "$orthojit" compile --list-passes
+expect 2 "unknown pass 'nope'" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --dump-after nope
+expect 2 "invalid shape '8x'" -- "$orthojit" compile --program jordan_ns5 --shape 8x
+expect 2 "needs the CPU backend" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit llvm
+expect 2 "unknown option --shapes" -- "$orthojit" compile --program jordan_ns5 --shapes 8x32
+expect 2 "missing required option --shape" -- "$orthojit" compile --program jordan_ns5
+expect 2 "neither a shipped program nor a readable file; shipped programs: classical," -- "$orthojit" compile --program nosuch --shape 4x4
+expect 2 "gram restart at step 7 is outside 1..4" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --strategy gram --restarts 7
+
+cat > "$work/bad.oj" <<'OJ'
+orthogonalizer bad {
+  coefficients jordan repeat 5;
+  step {
+    X = X @ X;
+  }
+}
+OJ
+expect 2 "$work/bad.oj:4:11: error: shapes do not match for '@'" -- "$orthojit" compile --program "$work/bad.oj" --shape 4x8
+cat > "$work/xtx.oj" <<'OJ'
+orthogonalizer xtx {
+  coefficients (1.5, -0.5, 0) repeat 3;
+  step {
+    X = 1.5 * X - 0.5 * X @ (X.T @ X);
+  }
+}
+OJ
+expect 0 "func @xtx" -- "$orthojit" compile --program "$work/xtx.oj" --shape 4x8
+expect 2 "$work/xtx.oj:4:5: error: the gram strategy needs every step in the form" -- "$orthojit" compile --program "$work/xtx.oj" --shape 4x8 --strategy gram
+
+# info and demo
+expect 0 "jordan_ns5" -- "$orthojit" info
+expect 0 "polar_express5" -- "$orthojit" demo --shape 16x64
+
+# run: errors before any output is written
+/usr/bin/python3 - "$work" <<'PY'
+import sys, numpy as np
+w = sys.argv[1]
+rng = np.random.default_rng(0)
+np.save(f"{w}/g.npy", rng.standard_normal((8, 24)).astype(np.float32))
+np.save(f"{w}/vector.npy", rng.standard_normal(8).astype(np.float32))
+np.save(f"{w}/ints.npy", np.arange(12, dtype=np.int32).reshape(3, 4))
+PY
+expect 0 "" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy"
+[[ -s "$work/y.npy" ]] && echo "ok: output written" || { echo "FAIL: no output file"; failures=$((failures + 1)); }
+expect 0 "gram: requested" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --strategy gram --verbose
+expect 0 "no tuning record; heuristic" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --verbose
+expect 2 "cannot open for reading" -- "$orthojit" run --program jordan_ns5 --input "$work/missing.npy" --output "$work/z.npy"
+expect 2 "has 1 dimensions" -- "$orthojit" run --program jordan_ns5 --input "$work/vector.npy" --output "$work/z.npy"
+expect 2 "element type '<i4' is not supported" -- "$orthojit" run --program jordan_ns5 --input "$work/ints.npy" --output "$work/z.npy"
+expect 2 "backend 'cuda' is not available in this build; available: ref" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --backend cuda
+expect 2 "unknown precision 'f8'" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --precision f8
+expect 2 "unknown strategy 'fast'" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --strategy fast
+[[ ! -e "$work/z.npy" ]] && echo "ok: failed runs wrote nothing" || { echo "FAIL: a failed run left $work/z.npy"; failures=$((failures + 1)); }
+
+echo "$failures failure(s)"
+[[ $failures -eq 0 ]]

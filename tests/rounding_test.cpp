@@ -1,0 +1,76 @@
+// Rounding emulation against independent conversions: the hardware f64→f32 cast, the standard
+// f32→bf16 bit recipe (add 0x7fff plus the lowest kept bit, truncate), GCC's _Float16 conversion,
+// and hand-checked ties, subnormals and overflow.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "reference/random_matrix.h"
+#include "support/rounding.h"
+
+namespace orthojit {
+namespace {
+
+float bf16_by_bits(float x) {
+  uint32_t bits = std::bit_cast<uint32_t>(x);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return std::bit_cast<float>(bits & 0xffff0000u);
+}
+
+std::vector<double> probes() {
+  std::vector<double> values = reference::gaussian_values(20000, 7);
+  const auto scales = reference::gaussian_values(20000, 8);
+  for (size_t i = 0; i < values.size(); ++i) values[i] *= std::ldexp(1.0, static_cast<int>(scales[i] * 12));
+  return values;
+}
+
+TEST(Rounding, Float32MatchesTheHardwareCast) {
+  for (double v : probes()) ASSERT_EQ(round_to(ScalarType::F32, v), static_cast<double>(static_cast<float>(v))) << v;
+  EXPECT_EQ(round_to(ScalarType::F32, 1e-45), static_cast<double>(static_cast<float>(1e-45)));  // subnormal
+  EXPECT_TRUE(std::isinf(round_to(ScalarType::F32, 4e38)));
+}
+
+TEST(Rounding, Bfloat16MatchesTheBitRecipeOnFloat32Values) {
+  for (double v : probes()) {
+    const float f = static_cast<float>(v);  // the recipe converts from f32; one rounding from f32 is exact here
+    ASSERT_EQ(round_to(ScalarType::BF16, f), static_cast<double>(bf16_by_bits(f))) << f;
+  }
+}
+
+TEST(Rounding, Bfloat16TiesGoToEven) {
+  EXPECT_EQ(round_to(ScalarType::BF16, 1.0 + 0x1p-8), 1.0);                  // halfway, even below
+  EXPECT_EQ(round_to(ScalarType::BF16, 1.0 + 3 * 0x1p-8), 1.0 + 0x1p-6);     // halfway, even above
+  EXPECT_EQ(round_to(ScalarType::BF16, 1.0 + 0x1p-8 + 0x1p-30), 1.0 + 0x1p-7);  // just above halfway
+  EXPECT_EQ(round_to(ScalarType::BF16, -(1.0 + 0x1p-8)), -1.0);
+}
+
+#if defined(__FLT16_MAX__)
+TEST(Rounding, Float16MatchesTheCompilersConversion) {
+  for (double v : probes()) ASSERT_EQ(round_to(ScalarType::F16, v), static_cast<double>(static_cast<_Float16>(v))) << v;
+}
+#endif
+
+TEST(Rounding, Float16RangeAndSubnormals) {
+  EXPECT_EQ(round_to(ScalarType::F16, 65504.0), 65504.0);
+  EXPECT_EQ(round_to(ScalarType::F16, 65519.0), 65504.0);  // below max + ulp/2
+  EXPECT_TRUE(std::isinf(round_to(ScalarType::F16, 65520.0)));  // the tie rounds to "even" = infinity
+  EXPECT_EQ(round_to(ScalarType::F16, 0x1p-24), 0x1p-24);  // smallest subnormal
+  EXPECT_EQ(round_to(ScalarType::F16, 0x1p-25), 0.0);      // tie between 0 and 2^-24 -> even (0)
+  EXPECT_EQ(round_to(ScalarType::F16, 3 * 0x1p-26), 0x1p-24);
+  EXPECT_EQ(round_to(ScalarType::F16, 1.0 + 0x1p-11), 1.0);
+}
+
+TEST(Rounding, SpecialValuesPassThrough) {
+  for (auto type : {ScalarType::BF16, ScalarType::F16, ScalarType::F32, ScalarType::F64}) {
+    EXPECT_TRUE(std::isnan(round_to(type, std::numeric_limits<double>::quiet_NaN())));
+    EXPECT_EQ(round_to(type, std::numeric_limits<double>::infinity()), std::numeric_limits<double>::infinity());
+    EXPECT_EQ(round_to(type, 0.0), 0.0);
+    EXPECT_EQ(round_to(type, 1.0), 1.0);
+  }
+}
+
+}  // namespace
+}  // namespace orthojit
