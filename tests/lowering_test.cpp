@@ -38,6 +38,8 @@ const SemanticCase kSemantic[] = {
     {"transpose_scalar", "    X = a.T * X;\n", 4, 10, "'.T' needs a matrix, found a scalar"},
 };
 
+void PrintTo(const SemanticCase& test, std::ostream* out) { *out << test.name; }
+
 class SemanticError : public ::testing::TestWithParam<SemanticCase> {};
 
 TEST_P(SemanticError, NamesTheStatement) {

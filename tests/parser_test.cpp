@@ -108,6 +108,9 @@ const Malformed kMalformed[] = {
     {"safety_below_one", "orthogonalizer x {\n  coefficients jordan repeat 2 scaled 0.9;\n}", 2, 39, "safety factor must be a finite number >= 1, found 0.9"},
 };
 
+// Names the case in ctest's output instead of a byte dump.
+void PrintTo(const Malformed& test, std::ostream* out) { *out << test.name; }
+
 class MalformedProgram : public ::testing::TestWithParam<Malformed> {};
 
 TEST_P(MalformedProgram, ReportsExactLocation) {
