@@ -65,6 +65,13 @@ ParsedShape parse_shape(const std::string& text) {
   return {parts[0], parts[1], parts.size() == 3 ? parts[2] : 1};
 }
 
+int parse_count(const std::string& text, const std::string& option) {
+  bool digits = !text.empty() && text.size() <= 6;
+  for (char c : text) digits &= std::isdigit(static_cast<unsigned char>(c)) != 0;
+  if (!digits) throw runtime::UsageError("invalid --" + option + " '" + text + "'; expected a non-negative integer");
+  return std::stoi(text);
+}
+
 std::vector<int> parse_int_list(const std::string& text, const std::string& option) {
   std::vector<int> values;
   std::stringstream stream(text);

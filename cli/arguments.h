@@ -29,6 +29,8 @@ struct ParsedShape {
 };
 // "MxN" or "MxNxB" (batch last, as in `orthojit bench --shape`). Throws UsageError.
 ParsedShape parse_shape(const std::string& text);
+// A non-negative integer option value. Throws UsageError.
+int parse_count(const std::string& text, const std::string& option);
 // "2" or "2,3" or "" (no restarts). Throws UsageError.
 std::vector<int> parse_int_list(const std::string& text, const std::string& option);
 

@@ -33,7 +33,7 @@ int info_command(const std::vector<std::string>& args) {
   std::printf("orthojit %s\n", ORTHOJIT_VERSION);
   std::string backends;
   for (const auto& name : runtime::available_backends()) backends += (backends.empty() ? "" : ", ") + name;
-  std::printf("backends:   %s   (cpu: arrives with the LLVM backend; cuda: with the NVRTC backend)\n", backends.c_str());
+  std::printf("backends:   %s   (cuda: arrives with the NVRTC backend)\n", backends.c_str());
   std::printf("host cpu:   %s, %d logical cores\n", cpu.model.empty() ? "(unknown model)" : cpu.model.c_str(), cpu.logical_cores);
   std::printf("isa:        avx2=%s fma=%s f16c=%s avx512f=%s avx512bf16=%s -> %s\n", cpu.avx2 ? "yes" : "no", cpu.fma ? "yes" : "no",
               cpu.f16c ? "yes" : "no", cpu.avx512f ? "yes" : "no", cpu.avx512bf16 ? "yes" : "no", cpu.best_isa().c_str());

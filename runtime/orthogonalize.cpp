@@ -1,14 +1,61 @@
-// Strategy resolution and backend dispatch.
+// Strategy resolution, backend dispatch, and the in-memory cache of compiled CPU executables.
 #include "runtime/orthogonalize.h"
 
+#include <map>
+#include <mutex>
+
 #include "autotune/strategy_heuristic.h"
-#include "passes/passes.h"
+#include "cpu/cpu_executable.h"
+#include "ir/printer.h"
 #include "passes/pipeline.h"
 #include "reference/interpreter.h"
 
 namespace orthojit::runtime {
+namespace {
 
-std::vector<std::string> available_backends() { return {"ref"}; }
+class ReferenceOrthogonalizer : public CompiledOrthogonalizer {
+ public:
+  void run(const float* input, float* output) const override {
+    const size_t count = static_cast<size_t>(function_.input_shape.elements() * function_.batch);
+    std::vector<double> values(input, input + count);
+    const auto result = reference::interpret(function_, values);
+    for (size_t i = 0; i < count; ++i) output[i] = static_cast<float>(result[i]);
+  }
+};
+
+class CpuOrthogonalizer : public CompiledOrthogonalizer {
+ public:
+  explicit CpuOrthogonalizer(std::shared_ptr<const cpu::CpuExecutable> executable) : executable_(std::move(executable)) {}
+  void run(const float* input, float* output) const override { executable_->run(input, output); }
+
+ private:
+  std::shared_ptr<const cpu::CpuExecutable> executable_;
+};
+
+// Executables keyed by the scheduled IR's text and the CPU options: the IR text holds the shape,
+// strategy, types and coefficients; the microkernels below carry their own key (DESIGN.md §3).
+std::shared_ptr<const cpu::CpuExecutable> cached_executable(const ir::Function& function, const cpu::CpuOptions& options, double& jit_seconds) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const cpu::CpuExecutable>> cache;
+  const std::string key = ir::print_function(function) + "\n" + options.describe();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) {
+    jit_seconds = 0;
+    return it->second;
+  }
+  try {
+    auto executable = std::make_shared<const cpu::CpuExecutable>(function, options);
+    jit_seconds = executable->jit_seconds();
+    cache.emplace(key, executable);
+    return executable;
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> available_backends() { return {"ref", "cpu"}; }
 
 std::optional<ir::StrategyKind> parse_strategy_option(const std::string& text) {
   if (text == "auto") return std::nullopt;
@@ -16,35 +63,73 @@ std::optional<ir::StrategyKind> parse_strategy_option(const std::string& text) {
   throw UsageError("unknown strategy '" + text + "'; expected auto, standard or gram");
 }
 
-OrthogonalizeResult orthogonalize(const dsl::Program& program, const std::vector<double>& input, int64_t batch, int64_t rows,
-                                  int64_t cols, const OrthogonalizeOptions& options) {
-  if (options.backend != "ref") {
+std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Program& program, int64_t batch, int64_t rows, int64_t cols,
+                                                               const OrthogonalizeOptions& options) {
+  if (options.backend != "ref" && options.backend != "cpu") {
     std::string names;
     for (const auto& name : available_backends()) names += (names.empty() ? "" : ", ") + name;
     throw UsageError("backend '" + options.backend + "' is not available in this build; available: " + names);
   }
+  cpu::CpuOptions cpu_options;
+  if (!options.cpu_isa.empty()) {
+    auto isa = cpu::parse_cpu_isa(options.cpu_isa);
+    if (!isa) throw UsageError("unknown ISA '" + options.cpu_isa + "'; expected generic, avx2, avx512f or avx512bf16");
+    if (!cpu::host_supports(*isa)) throw UsageError("this CPU cannot run the " + options.cpu_isa + " code path");
+    cpu_options.isa = *isa;
+  }
+  if (options.threads < 0) throw UsageError("--threads must be 0 (all cores) or positive");
+  cpu_options.threads = options.threads;
+
   passes::CompileOptions compile;
   compile.rows = rows;
   compile.cols = cols;
   compile.batch = batch;
   compile.precision = options.precision;
   compile.gram_restarts = options.gram_restarts;
-  OrthogonalizeResult result;
+  std::string reason;
   if (auto explicit_strategy = parse_strategy_option(options.strategy)) {
-    result.strategy = *explicit_strategy;
-    result.strategy_reason = std::string(ir::to_string(result.strategy)) + ": requested";
+    compile.strategy = *explicit_strategy;
+    reason = std::string(ir::to_string(compile.strategy)) + ": requested";
   } else {
     // Recognition on the standard form decides whether gram is possible at all.
     passes::CompileOptions probe = compile;
     probe.strategy = ir::StrategyKind::Standard;
     const ir::Function standard = passes::compile_program(program, probe);
     auto choice = autotune::choose_strategy_heuristically(standard, rows, cols);
-    result.strategy = choice.strategy;
-    result.strategy_reason = choice.reason + " (no tuning record; heuristic)";
+    compile.strategy = choice.strategy;
+    reason = choice.reason + " (no tuning record; heuristic)";
   }
-  compile.strategy = result.strategy;
-  const ir::Function function = passes::compile_program(program, compile);
-  result.values = reference::interpret(function, input);
+  ir::Function function = passes::compile_program(program, compile);
+  std::shared_ptr<CompiledOrthogonalizer> compiled;
+  double jit_seconds = 0;
+  if (options.backend == "cpu") {
+    compiled = std::make_shared<CpuOrthogonalizer>(cached_executable(function, cpu_options, jit_seconds));
+    compiled->target_ = "cpu " + cpu_options.describe();
+  } else {
+    compiled = std::make_shared<ReferenceOrthogonalizer>();
+    compiled->target_ = "ref";
+  }
+  compiled->function_ = std::move(function);
+  compiled->strategy_reason_ = reason;
+  compiled->backend_ = options.backend;
+  compiled->jit_seconds_ = jit_seconds;
+  return compiled;
+}
+
+OrthogonalizeResult orthogonalize(const dsl::Program& program, const std::vector<double>& input, int64_t batch, int64_t rows,
+                                  int64_t cols, const OrthogonalizeOptions& options) {
+  auto compiled = compile_orthogonalizer(program, batch, rows, cols, options);
+  OrthogonalizeResult result;
+  result.strategy = compiled->strategy();
+  result.strategy_reason = compiled->strategy_reason();
+  result.jit_seconds = compiled->jit_seconds();
+  if (options.backend == "ref") {
+    result.values = reference::interpret(compiled->function(), input);  // full f64 input
+    return result;
+  }
+  std::vector<float> in(input.begin(), input.end()), out(input.size());
+  compiled->run(in.data(), out.data());
+  result.values.assign(out.begin(), out.end());
   return result;
 }
 

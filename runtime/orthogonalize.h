@@ -1,10 +1,10 @@
-// The one call that turns a program and a batch of matrices into their orthogonalized versions:
-// compile (passes), pick the strategy (explicit, or the autotune layer's choice under "auto"),
-// run on a backend. The reference backend exists today; the CPU (LLVM) and CUDA backends plug in
-// here as they arrive.
+// The calls that turn a program and a batch of matrices into their orthogonalized versions:
+// compile (passes; the strategy explicit or the autotune layer's choice under "auto"), then run
+// on a backend: `ref` (the float64 reference interpreter) or `cpu` (LLVM JIT kernels).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -25,19 +25,48 @@ struct OrthogonalizeOptions {
   std::string strategy = "auto";  // auto | standard | gram
   std::optional<std::vector<int>> gram_restarts;
   std::optional<ScalarType> precision;
-  std::string backend = "ref";
+  std::string backend = "ref";  // ref | cpu
+  // cpu backend
+  std::string cpu_isa;  // "" = the best this machine runs; generic | avx2 | avx512f | avx512bf16
+  int threads = 0;      // 0 = one per logical core
 };
+
+// A program compiled for one shape and backend, reusable across calls (and timed by `bench`).
+class CompiledOrthogonalizer {
+ public:
+  virtual ~CompiledOrthogonalizer() = default;
+  // batch x rows x cols, row-major, f32 in and out.
+  virtual void run(const float* input, float* output) const = 0;
+  const ir::Function& function() const { return function_; }
+  ir::StrategyKind strategy() const { return function_.strategy.kind; }
+  const std::string& strategy_reason() const { return strategy_reason_; }
+  const std::string& backend() const { return backend_; }
+  double jit_seconds() const { return jit_seconds_; }
+  std::string describe_target() const { return target_; }  // "ref" or "cpu avx512bf16 threads=2 ..."
+
+ protected:
+  ir::Function function_;
+  std::string strategy_reason_, backend_, target_;
+  double jit_seconds_ = 0;
+  friend std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Program&, int64_t, int64_t, int64_t,
+                                                                        const OrthogonalizeOptions&);
+};
+
+std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Program& program, int64_t batch, int64_t rows, int64_t cols,
+                                                               const OrthogonalizeOptions& options);
 
 struct OrthogonalizeResult {
   std::vector<double> values;  // batch x rows x cols, row-major
   ir::StrategyKind strategy = ir::StrategyKind::Standard;
   std::string strategy_reason;
+  double jit_seconds = 0;
 };
 
-// Names of the backends this build can run, in preference order.
+// Names of the backends this build can run.
 std::vector<std::string> available_backends();
 
-// `input` holds `batch` row-major rows x cols matrices.
+// `input` holds `batch` row-major rows x cols matrices. The ref backend computes in f64 from the
+// values as given; the cpu backend reads them as f32.
 OrthogonalizeResult orthogonalize(const dsl::Program& program, const std::vector<double>& input, int64_t batch, int64_t rows,
                                   int64_t cols, const OrthogonalizeOptions& options);
 

@@ -8,6 +8,8 @@ packages=(
   nlohmann-json3-dev                       # JSON (tuning records, --json output)
   libgtest-dev libgmock-dev                # tests
   libbenchmark-dev                         # bench/
+  llvm-19-dev                              # the CPU backend: LLVM IR + ORC JIT (one pinned major)
+  libopenblas-dev libdnnl-dev              # CPU baselines in bench/ (OpenBLAS f32, oneDNN bf16)
   python3-numpy                            # tests/npy_interop_test.sh: .npy files written by NumPy itself
 )
 

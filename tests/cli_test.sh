@@ -85,7 +85,7 @@ expect 0 "no tuning record; heuristic" -- "$orthojit" run --program jordan_ns5 -
 expect 2 "cannot open for reading" -- "$orthojit" run --program jordan_ns5 --input "$work/missing.npy" --output "$work/z.npy"
 expect 2 "has 1 dimensions" -- "$orthojit" run --program jordan_ns5 --input "$work/vector.npy" --output "$work/z.npy"
 expect 2 "element type '<i4' is not supported" -- "$orthojit" run --program jordan_ns5 --input "$work/ints.npy" --output "$work/z.npy"
-expect 2 "backend 'cuda' is not available in this build; available: ref" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --backend cuda
+expect 2 "backend 'cuda' is not available in this build; available: ref, cpu" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --backend cuda
 expect 2 "unknown precision 'f8'" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --precision f8
 expect 2 "unknown strategy 'fast'" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --strategy fast
 [[ ! -e "$work/z.npy" ]] && echo "ok: failed runs wrote nothing" || { echo "FAIL: a failed run left $work/z.npy"; failures=$((failures + 1)); }

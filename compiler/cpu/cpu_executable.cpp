@@ -1,0 +1,209 @@
+// CPU backend execution of scheduled IR.
+#include "cpu/cpu_executable.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <new>
+#include <stdexcept>
+
+#include "cpu/element_types.h"
+#include "cpu/microkernel_cache.h"
+
+namespace orthojit::cpu {
+namespace {
+
+struct AlignedBytes {
+  explicit AlignedBytes(size_t bytes) : data(std::aligned_alloc(64, (std::max<size_t>(bytes, 64) + 63) / 64 * 64)) {
+    if (!data) throw std::bad_alloc();
+  }
+  ~AlignedBytes() { std::free(data); }
+  AlignedBytes(AlignedBytes&& other) noexcept : data(other.data) { other.data = nullptr; }
+  AlignedBytes(const AlignedBytes&) = delete;
+  void* data;
+};
+
+template <typename F>
+void dispatch(ScalarType type, F&& f) {
+  switch (type) {
+    case ScalarType::F32: f(float{}); return;
+    case ScalarType::BF16: f(Bf16{}); return;
+    case ScalarType::F16: f(F16{}); return;
+    case ScalarType::F64: break;
+  }
+  throw std::logic_error("cpu backend: f64 storage reached execution");
+}
+
+// One row of a view, converted to f32, added with weight `coefficient` into `row`.
+template <typename T>
+void accumulate_row(const MatrixView& view, int64_t i, float coefficient, float* row) {
+  const T* base = static_cast<const T*>(view.data) + i * view.row_stride;
+  for (int64_t j = 0; j < view.cols; ++j) row[j] += coefficient * to_float(base[j * view.col_stride]);
+}
+
+template <typename T>
+void store_row(const MatrixView& view, int64_t i, const float* row) {
+  T* base = static_cast<T*>(view.data) + i * view.row_stride;
+  for (int64_t j = 0; j < view.cols; ++j) base[j * view.col_stride] = from_float<T>(row[j]);
+}
+
+template <typename T>
+double sum_of_squares(const MatrixView& view, bool in_f64) {
+  const T* base = static_cast<const T*>(view.data);
+  if (in_f64) {
+    double sum = 0;
+    for (int64_t i = 0; i < view.rows; ++i)
+      for (int64_t j = 0; j < view.cols; ++j) {
+        const double v = to_float(base[i * view.row_stride + j * view.col_stride]);
+        sum += v * v;
+      }
+    return sum;
+  }
+  // f32 reduction with 16 independent partial sums (vectorizable, fixed order: deterministic).
+  float lanes[16] = {};
+  int64_t index = 0;
+  for (int64_t i = 0; i < view.rows; ++i)
+    for (int64_t j = 0; j < view.cols; ++j, ++index) {
+      const float v = to_float(base[i * view.row_stride + j * view.col_stride]);
+      lanes[index % 16] += v * v;
+    }
+  float sum = 0;
+  for (float lane : lanes) sum += lane;
+  return sum;
+}
+
+}  // namespace
+
+std::string CpuOptions::describe() const {
+  return std::string(to_string(isa)) + " threads=" + std::to_string(threads) + " mc=" + std::to_string(blocking.mc) +
+         " kc=" + std::to_string(blocking.kc) + " nc=" + std::to_string(blocking.nc);
+}
+
+CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& options) : function_(scheduled), options_(options) {
+  if (function_.buffers.empty() && function_.nodes.size() > 2)
+    throw std::invalid_argument("cpu backend: the IR has no buffer plan (run every pass first)");
+  for (const auto& node : function_.nodes)
+    if (node.type == ScalarType::F64 || node.accumulate == ScalarType::F64)
+      throw std::invalid_argument("the cpu backend runs bf16, f16 and f32 policies; f64 is the reference backend's (--backend ref)");
+  if (!host_supports(options_.isa))
+    throw std::invalid_argument("this CPU cannot run the " + std::string(to_string(options_.isa)) + " code path");
+  driver_ = std::make_unique<GemmDriver>(options_.isa, options_.blocking, [this](int64_t kc) -> MicrokernelFunction {
+    for (const auto& [length, function] : kernels_)
+      if (length == kc) return function;
+    throw std::logic_error("cpu backend: no microkernel compiled for kc=" + std::to_string(kc));
+  });
+  for (const auto& node : function_.nodes) {
+    if (node.kind != ir::OpKind::Gemm) continue;
+    for (int64_t kc : k_block_lengths(function_.node(node.operands[0]).shape.cols.size, driver_->blocking()))
+      if (std::find(kc_values_.begin(), kc_values_.end(), kc) == kc_values_.end()) kc_values_.push_back(kc);
+  }
+  for (int64_t kc : kc_values_) {
+    const CompiledMicrokernel compiled = get_microkernel({options_.isa, kc});
+    jit_seconds_ += compiled.jit_seconds;
+    kernels_.emplace_back(kc, compiled.function);
+  }
+  if (options_.threads == 0) pool_ = &shared_thread_pool();
+  else if (options_.threads > 1) {
+    own_pool_ = std::make_unique<ThreadPool>(options_.threads);
+    pool_ = own_pool_.get();
+  }
+}
+
+CpuExecutable::~CpuExecutable() = default;
+
+std::vector<MicrokernelSpec> CpuExecutable::microkernels() const {
+  std::vector<MicrokernelSpec> specs;
+  for (int64_t kc : kc_values_) specs.push_back({options_.isa, kc});
+  return specs;
+}
+
+void CpuExecutable::run(const float* input, float* output) const {
+  const int64_t per_matrix = function_.input_shape.elements();
+  const int64_t batch = function_.batch;
+  if (pool_ && batch >= 2 * pool_->size()) {
+    // Many matrices: one per worker at a time, each product on a single thread.
+    pool_->parallel_for(batch, [&](int64_t item, int) { run_one(input + item * per_matrix, output + item * per_matrix, nullptr); });
+    return;
+  }
+  for (int64_t item = 0; item < batch; ++item) run_one(input + item * per_matrix, output + item * per_matrix, pool_);
+}
+
+void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool) const {
+  std::vector<AlignedBytes> buffers;
+  for (const auto& buffer : function_.buffers) buffers.emplace_back(static_cast<size_t>(buffer.elements * size_in_bytes(buffer.type)));
+  std::vector<MatrixView> views(function_.nodes.size());
+  std::vector<float> row;
+  for (size_t index = 0; index < function_.nodes.size(); ++index) {
+    const ir::Node& node = function_.nodes[index];
+    const int64_t rows = node.shape.rows.size, cols = node.shape.cols.size;
+    auto operand = [&](size_t k) -> const MatrixView& { return views[static_cast<size_t>(node.operands[k])]; };
+    MatrixView& out = views[index];
+    if (node.buffer >= 0) out = {buffers[static_cast<size_t>(node.buffer)].data, node.type, rows, cols, cols, 1};
+    switch (node.kind) {
+      case ir::OpKind::Input: out = {const_cast<float*>(input), ScalarType::F32, rows, cols, cols, 1}; break;
+      case ir::OpKind::Transpose: out = operand(0).transposed(); break;
+      case ir::OpKind::Normalize: {
+        const MatrixView& source = operand(0);
+        double squares = 0;
+        dispatch(source.type, [&](auto tag) { squares = sum_of_squares<decltype(tag)>(source, node.norm_type == ScalarType::F64); });
+        float denominator;
+        if (node.norm_type == ScalarType::F64) {
+          const double norm = std::sqrt(squares) * node.normalization.safety;
+          denominator = static_cast<float>(node.normalization.mode == dsl::Normalization::Mode::Add ? norm + node.normalization.eps
+                                                                                                  : std::max(norm, node.normalization.eps));
+        } else {
+          const float norm = std::sqrt(static_cast<float>(squares)) * static_cast<float>(node.normalization.safety);
+          const float eps = static_cast<float>(node.normalization.eps);
+          denominator = node.normalization.mode == dsl::Normalization::Mode::Add ? norm + eps : std::max(norm, eps);
+        }
+        row.assign(static_cast<size_t>(cols), 0.0f);
+        for (int64_t i = 0; i < rows; ++i) {
+          std::fill(row.begin(), row.end(), 0.0f);
+          dispatch(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row.data()); });
+          for (float& v : row) v /= denominator;  // scaled in f32, before the cast to storage
+          dispatch(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row.data()); });
+        }
+        break;
+      }
+      case ir::OpKind::Gemm: {
+        GemmProblem problem;
+        problem.a = operand(0);
+        problem.b = operand(1);
+        if (node.operands.size() == 3) problem.c = operand(2);
+        problem.d = out;
+        problem.alpha = static_cast<float>(node.alpha);
+        problem.beta = static_cast<float>(node.beta);
+        problem.gamma = static_cast<float>(node.gamma);
+        problem.triangular = node.symmetric && function_.strategy.triangular_products;
+        driver_->run(problem, pool);
+        break;
+      }
+      case ir::OpKind::LinComb: {
+        row.assign(static_cast<size_t>(cols), 0.0f);
+        for (int64_t i = 0; i < rows; ++i) {
+          std::fill(row.begin(), row.end(), 0.0f);
+          if (i < cols) row[static_cast<size_t>(i)] = static_cast<float>(node.gamma);
+          for (size_t k = 0; k < node.operands.size(); ++k) {
+            const MatrixView& term = operand(k);
+            dispatch(term.type, [&](auto tag) { accumulate_row<decltype(tag)>(term, i, static_cast<float>(node.coefficients[k]), row.data()); });
+          }
+          dispatch(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row.data()); });
+        }
+        break;
+      }
+      case ir::OpKind::Output: {
+        const MatrixView& source = operand(0);
+        MatrixView target{output, ScalarType::F32, rows, cols, cols, 1};
+        row.assign(static_cast<size_t>(cols), 0.0f);
+        for (int64_t i = 0; i < rows; ++i) {
+          std::fill(row.begin(), row.end(), 0.0f);
+          dispatch(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row.data()); });
+          store_row<float>(target, i, row.data());
+        }
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace orthojit::cpu

@@ -1,0 +1,52 @@
+// The CPU backend: executes scheduled IR (after plan_buffers) with JIT-compiled microkernels for
+// every product and host loops for the O(mn) ops (normalize, lincomb, conversions). bf16, f16 and
+// f32 storage; products accumulate in f32. Batches run one matrix per worker when there are
+// enough matrices, otherwise every product is split across the workers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_isa.h"
+#include "cpu/gemm_driver.h"
+#include "cpu/microkernel_codegen.h"
+#include "ir/function.h"
+
+namespace orthojit::cpu {
+
+struct CpuOptions {
+  CpuIsa isa = best_host_isa();
+  int threads = 0;  // 0: one per logical core (the shared pool)
+  GemmBlocking blocking;
+  std::string describe() const;  // part of the executable cache key
+};
+
+class CpuExecutable {
+ public:
+  // Throws std::invalid_argument for IR the backend cannot run (f64 storage, unplanned IR).
+  CpuExecutable(const ir::Function& scheduled, const CpuOptions& options);
+  ~CpuExecutable();
+
+  // `input`: batch x rows x cols f32, row-major (the user's shape). `output`: the same layout.
+  void run(const float* input, float* output) const;
+
+  double jit_seconds() const { return jit_seconds_; }  // microkernels compiled for this executable
+  std::vector<MicrokernelSpec> microkernels() const;   // distinct kernels it uses
+  const ir::Function& function() const { return function_; }
+
+ private:
+  void run_one(const float* input, float* output, ThreadPool* pool) const;
+
+  ir::Function function_;
+  CpuOptions options_;
+  std::unique_ptr<GemmDriver> driver_;
+  std::unique_ptr<ThreadPool> own_pool_;
+  ThreadPool* pool_ = nullptr;
+  double jit_seconds_ = 0;
+  std::vector<int64_t> kc_values_;
+  std::vector<std::pair<int64_t, MicrokernelFunction>> kernels_;
+};
+
+}  // namespace orthojit::cpu

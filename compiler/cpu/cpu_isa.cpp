@@ -1,0 +1,54 @@
+// CPU ISA paths.
+#include "cpu/cpu_isa.h"
+
+#include "support/host_cpu.h"
+
+namespace orthojit::cpu {
+
+std::string_view to_string(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::Generic: return "generic";
+    case CpuIsa::Avx2Fma: return "avx2";
+    case CpuIsa::Avx512f: return "avx512f";
+    case CpuIsa::Avx512Bf16: return "avx512bf16";
+  }
+  return "?";
+}
+
+std::optional<CpuIsa> parse_cpu_isa(std::string_view text) {
+  for (CpuIsa isa : {CpuIsa::Generic, CpuIsa::Avx2Fma, CpuIsa::Avx512f, CpuIsa::Avx512Bf16})
+    if (text == to_string(isa)) return isa;
+  return std::nullopt;
+}
+
+bool host_supports(CpuIsa isa) {
+  const HostCpu& cpu = host_cpu();
+  switch (isa) {
+    case CpuIsa::Generic: return true;
+    case CpuIsa::Avx2Fma: return cpu.avx2 && cpu.fma;
+    case CpuIsa::Avx512f: return cpu.avx512f && cpu.avx2 && cpu.fma;
+    case CpuIsa::Avx512Bf16: return cpu.avx512f && cpu.avx512bf16;
+  }
+  return false;
+}
+
+std::vector<CpuIsa> supported_isas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::Generic, CpuIsa::Avx2Fma, CpuIsa::Avx512f, CpuIsa::Avx512Bf16})
+    if (host_supports(isa)) isas.push_back(isa);
+  return isas;
+}
+
+CpuIsa best_host_isa() { return supported_isas().back(); }
+
+IsaTraits traits_of(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::Generic: return {4, 4, 8, false, "x86-64", ""};
+    case CpuIsa::Avx2Fma: return {8, 6, 16, true, "x86-64-v3", ""};
+    case CpuIsa::Avx512f: return {16, 12, 32, true, "x86-64-v4", ""};
+    case CpuIsa::Avx512Bf16: return {16, 12, 32, true, "", ""};
+  }
+  return {4, 4, 8, false, "x86-64", ""};
+}
+
+}  // namespace orthojit::cpu

@@ -1,0 +1,40 @@
+// Storage element types as the CPU backend holds them (f32, bf16 and f16 bit patterns) and their
+// conversions to and from f32 with round-to-nearest-even, as GPU and CPU hardware convert.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+
+namespace orthojit::cpu {
+
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+
+inline float to_float(float value) { return value; }
+inline float to_float(Bf16 value) { return std::bit_cast<float>(static_cast<uint32_t>(value.bits) << 16); }
+inline float to_float(F16 value) { return static_cast<float>(std::bit_cast<_Float16>(value.bits)); }
+
+template <typename T>
+T from_float(float value);
+template <>
+inline float from_float<float>(float value) {
+  return value;
+}
+template <>
+inline Bf16 from_float<Bf16>(float value) {
+  uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((bits >> 16) | 0x40)};  // NaN stays NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // ties to even
+  return {static_cast<uint16_t>(bits >> 16)};
+}
+template <>
+inline F16 from_float<F16>(float value) {
+  return {std::bit_cast<uint16_t>(static_cast<_Float16>(value))};  // GCC: correctly rounded (RNE)
+}
+
+}  // namespace orthojit::cpu

@@ -1,0 +1,229 @@
+// Blocked GEMM: for each K block: pack A (all rows, MR-row panels) and, per N block, pack B
+// (NR-column panels); then tasks of (MC rows x a share of the N block) run the microkernel over
+// their microtiles. The last K block applies the epilogue to each microtile while it is in L1.
+// Every element of D is accumulated in K order by exactly one task: deterministic for any threads.
+#include "cpu/gemm_driver.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <vector>
+
+#include "cpu/element_types.h"
+
+namespace orthojit::cpu {
+namespace {
+
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+struct AlignedFloats {
+  explicit AlignedFloats(int64_t count) : data(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(round_up(std::max<int64_t>(count, 16) * 4, 64))))) {
+    if (!data) throw std::bad_alloc();
+  }
+  ~AlignedFloats() { std::free(data); }
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  float* data;
+};
+
+template <typename F>
+void dispatch_type(ScalarType type, F&& f) {
+  switch (type) {
+    case ScalarType::F32: f(float{}); return;
+    case ScalarType::BF16: f(Bf16{}); return;
+    case ScalarType::F16: f(F16{}); return;
+    case ScalarType::F64: break;
+  }
+  throw std::logic_error("cpu backend: f64 storage is not supported (use the reference backend)");
+}
+
+// Packs rows [row0, row0 + rows) x columns [k0, k0 + kc) of `a` into MR-row panels, (MR, kc)
+// k-major per panel, zero-padding the last panel.
+template <typename T>
+void pack_a_panels(const MatrixView& a, int64_t row0, int64_t rows, int64_t k0, int64_t kc, int mr, int64_t first_panel, int64_t panels,
+                   float* out) {
+  const T* base = static_cast<const T*>(a.data);
+  for (int64_t p = first_panel; p < first_panel + panels; ++p) {
+    float* panel = out + p * kc * mr;
+    for (int i = 0; i < mr; ++i) {
+      const int64_t row = p * mr + i;
+      if (row >= rows) {
+        for (int64_t k = 0; k < kc; ++k) panel[k * mr + i] = 0.0f;
+        continue;
+      }
+      const T* source = base + (row0 + row) * a.row_stride + k0 * a.col_stride;
+      for (int64_t k = 0; k < kc; ++k) panel[k * mr + i] = to_float(source[k * a.col_stride]);
+    }
+  }
+}
+
+// Packs rows [k0, k0 + kc) x columns [col0, col0 + cols) of `b` into NR-column panels, (kc, NR)
+// k-major per panel, zero-padding the last panel. Loops run along b's contiguous dimension.
+template <typename T>
+void pack_b_panels(const MatrixView& b, int64_t k0, int64_t kc, int64_t col0, int64_t cols, int nr, int64_t first_panel, int64_t panels,
+                   float* out) {
+  const T* base = static_cast<const T*>(b.data);
+  for (int64_t p = first_panel; p < first_panel + panels; ++p) {
+    float* panel = out + p * kc * nr;
+    const int64_t valid = std::min<int64_t>(nr, cols - p * nr);
+    if (b.col_stride == 1) {
+      for (int64_t k = 0; k < kc; ++k) {
+        const T* source = base + (k0 + k) * b.row_stride + col0 + p * nr;
+        float* target = panel + k * nr;
+        for (int64_t j = 0; j < valid; ++j) target[j] = to_float(source[j]);
+        for (int64_t j = valid; j < nr; ++j) target[j] = 0.0f;
+      }
+    } else {
+      for (int64_t j = 0; j < nr; ++j) {
+        if (j >= valid) {
+          for (int64_t k = 0; k < kc; ++k) panel[k * nr + j] = 0.0f;
+          continue;
+        }
+        const T* source = base + k0 * b.row_stride + (col0 + p * nr + j) * b.col_stride;
+        for (int64_t k = 0; k < kc; ++k) panel[k * nr + j] = to_float(source[k * b.row_stride]);
+      }
+    }
+  }
+}
+
+// D = α·acc + β·C + γ·I on one microtile, rounding to D's type once from f32.
+template <typename TD, typename TC>
+void epilogue_tile(const GemmProblem& problem, const float* acc, int64_t ldacc, int64_t row0, int64_t col0, int64_t rows, int64_t cols) {
+  TD* d = static_cast<TD*>(problem.d.data);
+  const TC* c = problem.c ? static_cast<const TC*>(problem.c->data) : nullptr;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t row = row0 + i;
+    TD* d_row = d + row * problem.d.row_stride + col0 * problem.d.col_stride;
+    const float* acc_row = acc + i * ldacc;
+    if (c) {
+      const TC* c_row = c + row * problem.c->row_stride + col0 * problem.c->col_stride;
+      for (int64_t j = 0; j < cols; ++j)
+        d_row[j * problem.d.col_stride] = from_float<TD>(problem.alpha * acc_row[j] + problem.beta * to_float(c_row[j * problem.c->col_stride]));
+    } else {
+      for (int64_t j = 0; j < cols; ++j) d_row[j * problem.d.col_stride] = from_float<TD>(problem.alpha * acc_row[j]);
+    }
+    const int64_t diagonal = row - col0;
+    if (problem.gamma != 0.0f && diagonal >= 0 && diagonal < cols) {
+      float value = problem.alpha * acc_row[diagonal];
+      if (c) value += problem.beta * to_float(c[row * problem.c->row_stride + row * problem.c->col_stride]);
+      d_row[diagonal * problem.d.col_stride] = from_float<TD>(value + problem.gamma);
+    }
+  }
+}
+
+template <typename TD>
+void mirror_lower_from_upper(const MatrixView& d, int64_t row_begin, int64_t row_end) {
+  TD* base = static_cast<TD*>(d.data);
+  for (int64_t i = row_begin; i < row_end; ++i)
+    for (int64_t j = 0; j < i; ++j) base[i * d.row_stride + j * d.col_stride] = base[j * d.row_stride + i * d.col_stride];
+}
+
+}  // namespace
+
+std::vector<int64_t> k_block_lengths(int64_t k, const GemmBlocking& blocking) {
+  std::vector<int64_t> lengths;
+  if (k >= blocking.kc) lengths.push_back(blocking.kc);
+  if (k % blocking.kc != 0) lengths.push_back(k % blocking.kc);
+  return lengths;
+}
+
+GemmDriver::GemmDriver(CpuIsa isa, GemmBlocking blocking, std::function<MicrokernelFunction(int64_t)> kernel_for_kc)
+    : traits_(traits_of(isa)), blocking_(blocking), kernel_for_kc_(std::move(kernel_for_kc)) {
+  blocking_.mc = round_up(std::max<int64_t>(blocking_.mc, traits_.mr), traits_.mr);
+  blocking_.nc = round_up(std::max<int64_t>(blocking_.nc, traits_.nr), traits_.nr);
+  blocking_.kc = std::max<int64_t>(blocking_.kc, 1);
+}
+
+void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
+  const int64_t m = problem.a.rows, k_total = problem.a.cols, n = problem.b.cols;
+  if (problem.b.rows != k_total || problem.d.rows != m || problem.d.cols != n || (problem.c && (problem.c->rows != m || problem.c->cols != n)))
+    throw std::logic_error("gemm: operand shapes disagree");
+  if (problem.triangular && m != n) throw std::logic_error("gemm: a triangular product must be square");
+  const int mr = traits_.mr, nr = traits_.nr;
+  const int64_t a_panels = (m + mr - 1) / mr;
+  const int64_t kc_max = std::min(blocking_.kc, k_total);
+  const int64_t nc = std::min(blocking_.nc, round_up(n, nr));
+  const int64_t mc = blocking_.mc;
+  AlignedFloats packed_a(a_panels * mr * kc_max);
+  AlignedFloats packed_b((nc / nr) * nr * kc_max);
+  AlignedFloats accumulator(m * n);
+  const int workers = pool ? pool->size() : 1;
+  auto parallel = [&](int64_t count, const std::function<void(int64_t, int)>& body) {
+    if (pool) pool->parallel_for(count, body);
+    else for (int64_t task = 0; task < count; ++task) body(task, 0);
+  };
+
+  for (int64_t k0 = 0; k0 < k_total; k0 += blocking_.kc) {
+    const int64_t kc = std::min(blocking_.kc, k_total - k0);
+    const bool first = k0 == 0, last = k0 + kc >= k_total;
+    const MicrokernelFunction kernel = kernel_for_kc_(kc);
+    // Pack all of A's rows for this K block, in chunks of panels.
+    const int64_t a_chunk = std::max<int64_t>(1, a_panels / (4 * workers));
+    parallel((a_panels + a_chunk - 1) / a_chunk, [&](int64_t task, int) {
+      const int64_t first_panel = task * a_chunk, count = std::min(a_chunk, a_panels - first_panel);
+      dispatch_type(problem.a.type, [&](auto tag) {
+        pack_a_panels<decltype(tag)>(problem.a, 0, m, k0, kc, mr, first_panel, count, packed_a.data);
+      });
+    });
+    for (int64_t col0 = 0; col0 < n; col0 += nc) {
+      const int64_t cols = std::min(nc, n - col0);
+      const int64_t b_panels = (cols + nr - 1) / nr;
+      const int64_t b_chunk = std::max<int64_t>(1, b_panels / (4 * workers));
+      parallel((b_panels + b_chunk - 1) / b_chunk, [&](int64_t task, int) {
+        const int64_t first_panel = task * b_chunk, count = std::min(b_chunk, b_panels - first_panel);
+        dispatch_type(problem.b.type, [&](auto tag) {
+          pack_b_panels<decltype(tag)>(problem.b, k0, kc, col0, cols, nr, first_panel, count, packed_b.data);
+        });
+      });
+      // Tasks: MC-row blocks x groups of B panels, enough of them to keep every worker busy.
+      const int64_t row_blocks = (m + mc - 1) / mc;
+      const int64_t column_groups = std::max<int64_t>(1, std::min(b_panels, (2 * workers + row_blocks - 1) / row_blocks));
+      const int64_t panels_per_group = (b_panels + column_groups - 1) / column_groups;
+      parallel(row_blocks * column_groups, [&](int64_t task, int) {
+        const int64_t row_block = task / column_groups, group = task % column_groups;
+        alignas(64) float edge_tile[16 * 64];
+        for (int64_t bp = group * panels_per_group; bp < std::min(b_panels, (group + 1) * panels_per_group); ++bp) {
+          const int64_t tile_col = col0 + bp * nr, tile_cols = std::min<int64_t>(nr, n - tile_col);
+          for (int64_t ap = row_block * mc / mr; ap < std::min(a_panels, (row_block + 1) * mc / mr); ++ap) {
+            const int64_t tile_row = ap * mr, tile_rows = std::min<int64_t>(mr, m - tile_row);
+            if (!microtile_needed(tile_row, tile_col, nr, problem.triangular)) continue;
+            const float* a_panel = packed_a.data + ap * kc * mr;
+            const float* b_panel = packed_b.data + bp * kc * nr;
+            float* acc = accumulator.data + tile_row * n + tile_col;
+            int64_t ldacc = n;
+            if (tile_rows == mr && tile_cols == nr) {
+              kernel(a_panel, b_panel, acc, n, first ? 0 : 1);
+            } else {  // an edge tile: run on a full-size scratch tile, keep the valid part
+              for (int64_t i = 0; i < tile_rows; ++i)
+                for (int64_t j = 0; j < tile_cols; ++j) edge_tile[i * nr + j] = first ? 0.0f : acc[i * n + j];
+              kernel(a_panel, b_panel, edge_tile, nr, first ? 0 : 1);
+              for (int64_t i = 0; i < tile_rows; ++i)
+                for (int64_t j = 0; j < tile_cols; ++j) acc[i * n + j] = edge_tile[i * nr + j];
+            }
+            if (last) {
+              dispatch_type(problem.d.type, [&](auto d_tag) {
+                using TD = decltype(d_tag);
+                if (!problem.c) return epilogue_tile<TD, float>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
+                dispatch_type(problem.c->type, [&](auto c_tag) {
+                  epilogue_tile<TD, decltype(c_tag)>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
+                });
+              });
+            }
+          }
+        }
+      });
+    }
+  }
+  if (problem.triangular) {
+    const int64_t chunk = std::max<int64_t>(16, m / (4 * workers));
+    parallel((m + chunk - 1) / chunk, [&](int64_t task, int) {
+      dispatch_type(problem.d.type, [&](auto tag) {
+        mirror_lower_from_upper<decltype(tag)>(problem.d, task * chunk, std::min(m, (task + 1) * chunk));
+      });
+    });
+  }
+}
+
+}  // namespace orthojit::cpu

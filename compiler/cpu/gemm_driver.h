@@ -1,0 +1,60 @@
+// The blocked GEMM around the JIT-compiled microkernel (the BLIS loop nest), with the epilogue
+// D = α·A·B + β·C + γ·I fused at microtile granularity and triangular computation of symmetric
+// results. Blocking sizes are data (the autotuner sets them). Layout math lives here, in host
+// code, and is tested on its own.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "cpu/cpu_isa.h"
+#include "cpu/thread_pool.h"
+#include "support/scalar_type.h"
+
+namespace orthojit::cpu {
+
+// A strided matrix window over typed storage: element (i, j) at data[i·row_stride + j·col_stride].
+struct MatrixView {
+  void* data = nullptr;
+  ScalarType type = ScalarType::F32;
+  int64_t rows = 0, cols = 0, row_stride = 0, col_stride = 1;
+  MatrixView transposed() const { return {data, type, cols, rows, col_stride, row_stride}; }
+};
+
+struct GemmBlocking {
+  int64_t mc = 192, kc = 384, nc = 3072;  // multiples of MR / any / multiples of NR (rounded up)
+};
+
+// void kernel(const float* a_panel, const float* b_panel, float* c, int64 ldc, int32 accumulate)
+using MicrokernelFunction = void (*)(const float*, const float*, float*, int64_t, int32_t);
+
+struct GemmProblem {
+  MatrixView a, b;              // (M, K), (K, N)
+  std::optional<MatrixView> c;  // (M, N), never the same storage as d
+  MatrixView d;                 // (M, N)
+  float alpha = 1, beta = 0, gamma = 0;
+  bool triangular = false;  // d is symmetric: compute the upper triangle's microtiles, mirror
+};
+
+// The K-block lengths a product of inner dimension k uses: kc, and the remainder if any.
+std::vector<int64_t> k_block_lengths(int64_t k, const GemmBlocking& blocking);
+
+// Which microtiles a triangular product computes: those with a column reaching the diagonal
+// (row0 <= col0 + NR - 1). Exposed for the host tests of the tile map.
+inline bool microtile_needed(int64_t row0, int64_t col0, int nr, bool triangular) { return !triangular || row0 <= col0 + nr - 1; }
+
+class GemmDriver {
+ public:
+  GemmDriver(CpuIsa isa, GemmBlocking blocking, std::function<MicrokernelFunction(int64_t kc)> kernel_for_kc);
+  // Runs on `pool` (or on the calling thread alone when pool is null).
+  void run(const GemmProblem& problem, ThreadPool* pool) const;
+  const GemmBlocking& blocking() const { return blocking_; }
+
+ private:
+  IsaTraits traits_;
+  GemmBlocking blocking_;
+  std::function<MicrokernelFunction(int64_t)> kernel_for_kc_;
+};
+
+}  // namespace orthojit::cpu

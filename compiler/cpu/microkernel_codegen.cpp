@@ -1,0 +1,121 @@
+// Microkernel IR emission with IRBuilder. The accumulators are SSA values carried by phi nodes
+// around the k-loop, so they stay in registers; see the header for the contract.
+#include "cpu/microkernel_codegen.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <stdexcept>
+#include <vector>
+
+namespace orthojit::cpu {
+
+std::string MicrokernelSpec::name() const {
+  const IsaTraits t = traits_of(isa);
+  return "orthojit_ukernel_" + std::string(to_string(isa)) + "_" + std::to_string(t.mr) + "x" + std::to_string(t.nr) + "_k" +
+         std::to_string(kc);
+}
+
+std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm::LLVMContext& context) {
+  if (spec.kc < 1) throw std::logic_error("emit_microkernel: kc must be positive");
+  const IsaTraits traits = traits_of(spec.isa);
+  const int width = traits.vector_width, mr = traits.mr, vectors = traits.nr / traits.vector_width;
+  auto module = std::make_unique<llvm::Module>(spec.name(), context);
+  llvm::IRBuilder<> builder(context);
+  llvm::Type* f32 = builder.getFloatTy();
+  llvm::Type* i64 = builder.getInt64Ty();
+  llvm::Type* ptr = builder.getPtrTy();
+  auto* vector_type = llvm::FixedVectorType::get(f32, static_cast<unsigned>(width));
+  auto* function_type = llvm::FunctionType::get(builder.getVoidTy(), {ptr, ptr, ptr, i64, builder.getInt32Ty()}, false);
+  auto* function = llvm::Function::Create(function_type, llvm::Function::ExternalLinkage, spec.name(), module.get());
+  function->addFnAttr(llvm::Attribute::NoUnwind);
+  function->addFnAttr("no-trapping-math", "true");
+  auto arg = function->arg_begin();
+  llvm::Value* a_panel = &*arg++;
+  llvm::Value* b_panel = &*arg++;
+  llvm::Value* c = &*arg++;
+  llvm::Value* ldc = &*arg++;
+  llvm::Value* accumulate = &*arg++;
+  for (unsigned i = 0; i < 3; ++i) function->addParamAttr(i, llvm::Attribute::NoAlias);
+  a_panel->setName("a_panel");
+  b_panel->setName("b_panel");
+  c->setName("c");
+  ldc->setName("ldc");
+  accumulate->setName("accumulate");
+
+  auto* entry = llvm::BasicBlock::Create(context, "entry", function);
+  auto* load_c = llvm::BasicBlock::Create(context, "load_c", function);
+  auto* loop = llvm::BasicBlock::Create(context, "k_loop", function);
+  auto* exit = llvm::BasicBlock::Create(context, "store_c", function);
+
+  // Tile element (i, v·W) of c: c + i·ldc + v·W floats.
+  auto tile_address = [&](int i, int v) {
+    llvm::Value* row = builder.CreateMul(ldc, builder.getInt64(static_cast<uint64_t>(i)));
+    llvm::Value* offset = builder.CreateAdd(row, builder.getInt64(static_cast<uint64_t>(v * width)));
+    return builder.CreateInBoundsGEP(f32, c, offset);
+  };
+
+  builder.SetInsertPoint(entry);
+  builder.CreateCondBr(builder.CreateICmpNE(accumulate, builder.getInt32(0)), load_c, loop);
+  builder.SetInsertPoint(load_c);
+  std::vector<llvm::Value*> loaded;
+  for (int i = 0; i < mr; ++i)
+    for (int v = 0; v < vectors; ++v) loaded.push_back(builder.CreateAlignedLoad(vector_type, tile_address(i, v), llvm::Align(4), "c_in"));
+  builder.CreateBr(loop);
+
+  // k-loop: accumulators are phis, fed by zero (entry) or by c (load_c) or by the loop itself.
+  builder.SetInsertPoint(loop);
+  llvm::PHINode* k = builder.CreatePHI(i64, 3, "k");
+  k->addIncoming(builder.getInt64(0), entry);
+  k->addIncoming(builder.getInt64(0), load_c);
+  std::vector<llvm::PHINode*> accumulators;
+  llvm::Constant* zero = llvm::ConstantAggregateZero::get(vector_type);
+  for (int index = 0; index < mr * vectors; ++index) {
+    llvm::PHINode* phi = builder.CreatePHI(vector_type, 3, "acc");
+    phi->addIncoming(zero, entry);
+    phi->addIncoming(loaded[static_cast<size_t>(index)], load_c);
+    accumulators.push_back(phi);
+  }
+  const llvm::Intrinsic::ID multiply_add = traits.fused_fma ? llvm::Intrinsic::fma : llvm::Intrinsic::fmuladd;
+  llvm::Function* fma = llvm::Intrinsic::getDeclaration(module.get(), multiply_add, {vector_type});
+  // (kc, NR) packed B: this step's NR values at b_panel + k·NR.
+  llvm::Value* b_row = builder.CreateInBoundsGEP(f32, b_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(traits.nr))));
+  std::vector<llvm::Value*> b_vectors;
+  for (int v = 0; v < vectors; ++v) {
+    llvm::Value* address = builder.CreateInBoundsGEP(f32, b_row, builder.getInt64(static_cast<uint64_t>(v * width)));
+    b_vectors.push_back(builder.CreateAlignedLoad(vector_type, address, llvm::Align(static_cast<uint64_t>(width * 4)), "b"));
+  }
+  // (MR, kc) packed A: this step's MR values at a_panel + k·MR.
+  llvm::Value* a_column = builder.CreateInBoundsGEP(f32, a_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(mr))));
+  std::vector<llvm::Value*> updated(accumulators.size());
+  for (int i = 0; i < mr; ++i) {
+    llvm::Value* a_value = builder.CreateAlignedLoad(f32, builder.CreateInBoundsGEP(f32, a_column, builder.getInt64(static_cast<uint64_t>(i))),
+                                                     llvm::Align(4), "a");
+    llvm::Value* broadcast = builder.CreateVectorSplat(static_cast<unsigned>(width), a_value, "a_splat");
+    for (int v = 0; v < vectors; ++v) {
+      const size_t index = static_cast<size_t>(i * vectors + v);
+      updated[index] = builder.CreateCall(fma, {broadcast, b_vectors[static_cast<size_t>(v)], accumulators[index]});
+    }
+  }
+  llvm::Value* next_k = builder.CreateAdd(k, builder.getInt64(1), "k_next");
+  llvm::BasicBlock* loop_end = builder.GetInsertBlock();
+  k->addIncoming(next_k, loop_end);
+  for (size_t index = 0; index < accumulators.size(); ++index) accumulators[index]->addIncoming(updated[index], loop_end);
+  builder.CreateCondBr(builder.CreateICmpULT(next_k, builder.getInt64(static_cast<uint64_t>(spec.kc))), loop, exit);
+
+  builder.SetInsertPoint(exit);
+  for (int i = 0; i < mr; ++i)
+    for (int v = 0; v < vectors; ++v)
+      builder.CreateAlignedStore(updated[static_cast<size_t>(i * vectors + v)], tile_address(i, v), llvm::Align(4));
+  builder.CreateRetVoid();
+
+  std::string errors;
+  llvm::raw_string_ostream stream(errors);
+  if (llvm::verifyModule(*module, &stream)) throw std::logic_error("emit_microkernel produced invalid IR: " + errors);
+  return module;
+}
+
+}  // namespace orthojit::cpu

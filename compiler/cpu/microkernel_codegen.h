@@ -1,0 +1,35 @@
+// Emits the register-blocked GEMM microkernel as LLVM IR:
+//
+//   void NAME(const float* a_panel,   // packed A: kc steps of MR values   (MR, kc) k-major
+//             const float* b_panel,   // packed B: kc steps of NR values   (kc, NR) k-major
+//             float* c, int64 ldc,    // the MR x NR tile of the f32 accumulator, row-major
+//             int32 accumulate)       // 0: c = A·B   1: c += A·B
+//
+// kc is baked in (shape specialization: a product's K blocks have at most two lengths), so the
+// k-loop has a constant trip count that LLVM unrolls. Each k step loads NR/W vectors of B,
+// broadcasts MR values of A and issues MR·NR/W fused multiply-adds into accumulators that live in
+// registers for the whole loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cpu/cpu_isa.h"
+
+namespace llvm {
+class LLVMContext;
+class Module;
+}  // namespace llvm
+
+namespace orthojit::cpu {
+
+struct MicrokernelSpec {
+  CpuIsa isa = CpuIsa::Generic;
+  int64_t kc = 0;
+  std::string name() const;  // e.g. "orthojit_ukernel_avx512f_12x32_k256"
+};
+
+std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm::LLVMContext& context);
+
+}  // namespace orthojit::cpu

@@ -1,0 +1,146 @@
+// The CPU backend against the reference interpreter: every shipped program x {f32, bf16} x
+// {standard, gram} x odd shapes and batches, outputs poisoned with NaN first; determinism; every
+// ISA path this CPU runs.
+//
+// Tolerances. f32 policy: the backend accumulates in f32 where the interpreter sums exactly; a
+// product of inner size K errs by at most K·2^-24 relative (typically √K·2^-24), and the iteration
+// (a contraction towards the band near 1 after its first steps) amplifies that by at most ~10:
+// 517·6e-8·10 ≈ 3e-4 → we require 5e-4. bf16/f16 policy: both sides round every stored value to
+// 16 bits; an f32 accumulation difference flips a rounding now and then, each flip a relative 2^-8
+// (bf16) on one element, which the later steps spread: the distance stays a few bf16 units
+// (2^-8 ≈ 3.9e-3) → we require 3e-2, and that the backend is no farther from the exact f64
+// iteration than 1.5x the interpreter's own 16-bit result is (so it really rounds like the policy).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "cpu/cpu_isa.h"
+#include "kernels/program_library.h"
+#include "reference/random_matrix.h"
+#include "runtime/orthogonalize.h"
+#include "support/rounding.h"
+#include "test_support.h"
+
+namespace orthojit {
+namespace {
+
+using testing::relative_error;
+
+std::vector<double> run_cpu(const dsl::Program& program, const std::vector<double>& input, int64_t batch, int64_t rows, int64_t cols,
+                            runtime::OrthogonalizeOptions options) {
+  options.backend = "cpu";
+  auto compiled = runtime::compile_orthogonalizer(program, batch, rows, cols, options);
+  std::vector<float> in(input.begin(), input.end());
+  std::vector<float> out(input.size(), std::numeric_limits<float>::quiet_NaN());  // poisoned
+  compiled->run(in.data(), out.data());
+  return {out.begin(), out.end()};
+}
+
+std::vector<double> run_reference(const dsl::Program& program, const std::vector<double>& input, int64_t batch, int64_t rows, int64_t cols,
+                                  runtime::OrthogonalizeOptions options) {
+  options.backend = "ref";
+  std::vector<double> as_f32;
+  for (double v : input) as_f32.push_back(static_cast<float>(v));  // both sides see the same f32 input
+  return runtime::orthogonalize(program, as_f32, batch, rows, cols, options).values;
+}
+
+struct Shape {
+  int64_t batch, rows, cols;
+};
+
+TEST(CpuBackend, MatchesTheReferenceInterpreter) {
+  const Shape shapes[] = {{1, 1, 1}, {1, 7, 300}, {1, 129, 517}, {1, 300, 64}, {3, 20, 50}, {5, 33, 16}};
+  for (const auto& shipped : kernels::shipped_programs()) {
+    const dsl::Program program = kernels::load_program_by_name_or_path(std::string(shipped.name));
+    for (ScalarType precision : {ScalarType::F32, ScalarType::BF16}) {
+      for (const char* strategy : {"standard", "gram"}) {
+        for (const Shape& shape : shapes) {
+          SCOPED_TRACE(std::string(shipped.name) + " " + std::string(to_string(precision)) + " " + strategy + " " +
+                       std::to_string(shape.batch) + "x" + std::to_string(shape.rows) + "x" + std::to_string(shape.cols));
+          runtime::OrthogonalizeOptions options;
+          options.strategy = strategy;
+          options.precision = precision;
+          const auto input = reference::gaussian_values(shape.batch * shape.rows * shape.cols, static_cast<uint64_t>(shape.rows * 7 + shape.cols));
+          const auto cpu = run_cpu(program, input, shape.batch, shape.rows, shape.cols, options);
+          for (double v : cpu) ASSERT_TRUE(std::isfinite(v)) << "unwritten or non-finite output";
+          const auto reference = run_reference(program, input, shape.batch, shape.rows, shape.cols, options);
+          if (precision == ScalarType::F32) {
+            EXPECT_LT(relative_error(cpu, reference), 5e-4);
+            continue;
+          }
+          EXPECT_LT(relative_error(cpu, reference), 3e-2);
+          for (double v : cpu) ASSERT_EQ(v, round_to(ScalarType::BF16, v)) << "output is not a bf16 value";
+          options.precision = ScalarType::F64;
+          const auto exact = run_reference(program, input, shape.batch, shape.rows, shape.cols, options);
+          if (shape.rows * shape.cols > 1) {
+            EXPECT_LT(relative_error(cpu, exact), 1.5 * relative_error(reference, exact) + 1e-3);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackend, SixteenBitFloatPolicyOfTheGramProgram) {
+  const auto program = kernels::load_program_by_name_or_path("gram_polar_express5");  // f16 storage
+  const int64_t m = 64, n = 256;
+  const auto input = reference::gaussian_values(m * n, 17);
+  runtime::OrthogonalizeOptions options;
+  options.strategy = "gram";
+  const auto cpu = run_cpu(program, input, 1, m, n, options);
+  EXPECT_LT(relative_error(cpu, run_reference(program, input, 1, m, n, options)), 1e-2);  // f16: 2^-11 units
+  for (double v : cpu) ASSERT_EQ(v, round_to(ScalarType::F16, v));
+}
+
+TEST(CpuBackend, IdenticalResultsAcrossRunsAndThreadCounts) {
+  const auto program = kernels::load_program_by_name_or_path("polar_express5");
+  const int64_t m = 96, n = 400;
+  const auto input = reference::gaussian_values(m * n, 23);
+  std::vector<std::vector<double>> results;
+  for (int threads : {0, 0, 1, 3}) {
+    runtime::OrthogonalizeOptions options;
+    options.strategy = "gram";
+    options.threads = threads;
+    results.push_back(run_cpu(program, input, 1, m, n, options));
+  }
+  for (const auto& result : results) EXPECT_EQ(result, results.front());
+}
+
+TEST(CpuBackend, EveryIsaPathAgrees) {
+  const auto program = kernels::load_program_by_name_or_path("jordan_ns5_f32");
+  const int64_t m = 40, n = 130;
+  const auto input = reference::gaussian_values(m * n, 31);
+  std::vector<double> fused;
+  for (cpu::CpuIsa isa : cpu::supported_isas()) {
+    SCOPED_TRACE(std::string(to_string(isa)));
+    runtime::OrthogonalizeOptions options;
+    options.strategy = "standard";
+    options.cpu_isa = std::string(to_string(isa));
+    const auto result = run_cpu(program, input, 1, m, n, options);
+    if (isa == cpu::CpuIsa::Generic) {
+      // fmuladd may or may not fuse on the generic path: f32 tolerance, not bit equality.
+      EXPECT_LT(relative_error(result, run_reference(program, input, 1, m, n, options)), 5e-4);
+      continue;
+    }
+    // Same blocking (kc), same fused multiply-adds in the same k order: bit for bit.
+    if (fused.empty()) {
+      fused = result;
+    } else {
+      EXPECT_EQ(result, fused);
+    }
+  }
+}
+
+TEST(CpuBackend, RefusesTheFloat64Policy) {
+  runtime::OrthogonalizeOptions options;
+  options.backend = "cpu";
+  options.precision = ScalarType::F64;
+  EXPECT_THROW(runtime::compile_orthogonalizer(kernels::load_program_by_name_or_path("jordan_ns5"), 1, 4, 8, options), runtime::UsageError);
+  options.precision.reset();
+  options.cpu_isa = "avx1024";
+  EXPECT_THROW(runtime::compile_orthogonalizer(kernels::load_program_by_name_or_path("jordan_ns5"), 1, 4, 8, options), runtime::UsageError);
+}
+
+}  // namespace
+}  // namespace orthojit

@@ -1,0 +1,150 @@
+// The blocked GEMM with its JIT-compiled microkernel against a plain double-precision product:
+// odd sizes (edge tiles in every direction), several K blocks, transposed operands, the fused
+// epilogue α·A·B + β·C + γ·I, 16-bit storage, triangular products, every ISA path this CPU runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cpu/element_types.h"
+#include "cpu/gemm_driver.h"
+#include "cpu/microkernel_cache.h"
+#include "reference/random_matrix.h"
+
+namespace orthojit::cpu {
+namespace {
+
+struct Storage {
+  ScalarType type;
+  std::vector<float> f32;
+  std::vector<uint16_t> half;
+  int64_t rows, cols;
+  Storage(ScalarType t, const std::vector<double>& values, int64_t r, int64_t c) : type(t), rows(r), cols(c) {
+    for (double v : values) {
+      if (t == ScalarType::F32) f32.push_back(static_cast<float>(v));
+      else if (t == ScalarType::BF16) half.push_back(from_float<Bf16>(static_cast<float>(v)).bits);
+      else half.push_back(from_float<F16>(static_cast<float>(v)).bits);
+    }
+  }
+  MatrixView view() { return {type == ScalarType::F32 ? static_cast<void*>(f32.data()) : static_cast<void*>(half.data()), type, rows, cols, cols, 1}; }
+  double at(int64_t i, int64_t j) const {
+    const size_t k = static_cast<size_t>(i * cols + j);
+    if (type == ScalarType::F32) return f32[k];
+    return type == ScalarType::BF16 ? to_float(Bf16{half[k]}) : to_float(F16{half[k]});
+  }
+};
+
+GemmDriver make_driver(CpuIsa isa, GemmBlocking blocking) {
+  return GemmDriver(isa, blocking, [isa](int64_t kc) { return get_microkernel({isa, kc}).function; });
+}
+
+struct Case {
+  int64_t m, n, k;
+  bool transpose_b, with_c;
+  float alpha, beta, gamma;
+  ScalarType type;
+};
+
+TEST(GemmDriver, MatchesADoubleProductOnOddShapes) {
+  const Case cases[] = {
+      {1, 1, 1, false, false, 1, 0, 0, ScalarType::F32},         {13, 7, 300, false, true, 2.0f, -0.5f, 0, ScalarType::F32},
+      {29, 29, 64, true, true, 1.5f, 0.25f, 3.0f, ScalarType::F32}, {40, 75, 1000, true, false, -1.0f, 0, 0, ScalarType::BF16},
+      {64, 64, 17, false, true, 1, 1, -2.0f, ScalarType::F16},    {100, 33, 129, false, true, 0.5f, 3.0f, 0, ScalarType::BF16},
+  };
+  GemmBlocking small{24, 128, 64};  // small blocks: several K blocks, row blocks and column blocks
+  for (CpuIsa isa : supported_isas()) {
+    for (const Case& test : cases) {
+      SCOPED_TRACE(std::string(to_string(isa)) + " " + std::to_string(test.m) + "x" + std::to_string(test.n) + "x" + std::to_string(test.k));
+      Storage a(test.type, reference::gaussian_values(test.m * test.k, 1), test.m, test.k);
+      Storage b(test.type, reference::gaussian_values(test.k * test.n, 2), test.transpose_b ? test.n : test.k, test.transpose_b ? test.k : test.n);
+      Storage c(test.type, reference::gaussian_values(test.m * test.n, 3), test.m, test.n);
+      Storage d(test.type, std::vector<double>(static_cast<size_t>(test.m * test.n), std::nan("")), test.m, test.n);  // poisoned
+      GemmProblem problem;
+      problem.a = a.view();
+      problem.b = test.transpose_b ? b.view().transposed() : b.view();
+      if (test.with_c) problem.c = c.view();
+      problem.d = d.view();
+      problem.alpha = test.alpha;
+      problem.beta = test.beta;
+      problem.gamma = (test.m == test.n) ? test.gamma : 0.0f;
+      make_driver(isa, small).run(problem, &shared_thread_pool());
+      // The exact product of the stored operands, in f64.
+      for (int64_t i = 0; i < test.m; ++i)
+        for (int64_t j = 0; j < test.n; ++j) {
+          double sum = 0, magnitude = 0;
+          for (int64_t k = 0; k < test.k; ++k) {
+            const double product = a.at(i, k) * (test.transpose_b ? b.at(j, k) : b.at(k, j));
+            sum += product;
+            magnitude += std::fabs(product);
+          }
+          double expected = test.alpha * sum + (test.with_c ? test.beta * c.at(i, j) : 0.0) + (i == j ? problem.gamma : 0.0);
+          // f32 accumulation: |error| <= K·u32·Σ|a·b| (+ the epilogue's and the store's rounding).
+          const double store_unit = test.type == ScalarType::F32 ? 0x1p-24 : (test.type == ScalarType::BF16 ? 0x1p-8 : 0x1p-11);
+          const double bound = std::fabs(test.alpha) * (static_cast<double>(test.k) + 2) * 0x1p-24 * magnitude +
+                               store_unit * std::fabs(expected) * 1.01 + 1e-30 + 4 * 0x1p-24 * (std::fabs(test.beta * (test.with_c ? c.at(i, j) : 0)) + 1);
+          const double error = std::fabs(d.at(i, j) - expected);
+          ASSERT_FALSE(std::isnan(d.at(i, j))) << i << "," << j << " never written";
+          ASSERT_LE(error, bound) << "at " << i << "," << j;
+        }
+    }
+  }
+}
+
+TEST(GemmDriver, TriangularProductIsExactlySymmetricAndEqualsTheDenseUpperTriangle) {
+  for (CpuIsa isa : supported_isas()) {
+    for (int64_t m : {1, 5, 47, 130}) {
+      const int64_t k = 77;
+      Storage x(ScalarType::F32, reference::gaussian_values(m * k, 9), m, k);
+      Storage dense(ScalarType::F32, std::vector<double>(static_cast<size_t>(m * m), std::nan("")), m, m);
+      Storage triangular = dense;
+      GemmProblem problem;
+      problem.a = x.view();
+      problem.b = x.view().transposed();
+      problem.gamma = 0.5f;
+      problem.d = dense.view();
+      make_driver(isa, {24, 32, 48}).run(problem, &shared_thread_pool());
+      problem.d = triangular.view();
+      problem.triangular = true;
+      make_driver(isa, {24, 32, 48}).run(problem, &shared_thread_pool());
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < m; ++j) {
+          ASSERT_EQ(triangular.at(i, j), triangular.at(j, i)) << "not symmetric at " << i << "," << j;
+          if (i <= j) {
+            ASSERT_EQ(triangular.at(i, j), dense.at(i, j)) << "upper triangle differs at " << i << "," << j;
+          }
+        }
+    }
+  }
+}
+
+TEST(GemmDriver, TileMapSkipsOnlyTilesBelowTheDiagonal) {
+  // Host test of the triangular tile map: a microtile is skipped iff all its rows are below all its columns.
+  const int mr = 12, nr = 32;
+  for (int64_t row0 = 0; row0 < 200; row0 += mr)
+    for (int64_t col0 = 0; col0 < 200; col0 += nr) {
+      bool has_upper_element = false;
+      for (int64_t i = row0; i < row0 + mr; ++i)
+        for (int64_t j = col0; j < col0 + nr; ++j) has_upper_element |= i <= j;
+      EXPECT_EQ(microtile_needed(row0, col0, nr, true), has_upper_element) << row0 << "," << col0;
+      EXPECT_TRUE(microtile_needed(row0, col0, nr, false));
+    }
+}
+
+TEST(GemmDriver, ResultDoesNotDependOnThreadCountOrBlockingOfMAndN) {
+  const int64_t m = 70, n = 90, k = 500;
+  Storage a(ScalarType::F32, reference::gaussian_values(m * k, 4), m, k);
+  Storage b(ScalarType::F32, reference::gaussian_values(k * n, 5), k, n);
+  std::vector<std::vector<float>> results;
+  ThreadPool three(3);
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &shared_thread_pool(), &three}) {
+    for (GemmBlocking blocking : {GemmBlocking{24, 128, 64}, GemmBlocking{96, 128, 1024}}) {  // same kc: same sums
+      Storage d(ScalarType::F32, std::vector<double>(static_cast<size_t>(m * n), 0.0), m, n);
+      GemmProblem problem{a.view(), b.view(), std::nullopt, d.view(), 1, 0, 0, false};
+      make_driver(best_host_isa(), blocking).run(problem, pool);
+      results.push_back(d.f32);
+    }
+  }
+  for (const auto& result : results) EXPECT_EQ(result, results.front());
+}
+
+}  // namespace
+}  // namespace orthojit::cpu
