@@ -39,7 +39,10 @@ expect 0 "restarts=[2,3]" -- "$orthojit" compile --program polar_express5 --shap
 expect 0 "fuse_epilogues" -- "$orthojit" compile --list-passes
 expect 2 "unknown pass 'nope'" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --dump-after nope
 expect 2 "invalid shape '8x'" -- "$orthojit" compile --program jordan_ns5 --shape 8x
-expect 2 "needs the CPU backend" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit llvm
+expect 2 "add --backend cpu" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit llvm
+expect 0 "JIT-compiled in" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit llvm --backend cpu
+expect 0 "define void @orthojit_ukernel_generic_4x8_k8" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit llvm --backend cpu --isa generic
+expect 2 "needs the CUDA backend" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit ptx
 expect 2 "unknown option --shapes" -- "$orthojit" compile --program jordan_ns5 --shapes 8x32
 expect 2 "missing required option --shape" -- "$orthojit" compile --program jordan_ns5
 expect 2 "neither a shipped program nor a readable file; shipped programs: classical," -- "$orthojit" compile --program nosuch --shape 4x4

@@ -7,7 +7,7 @@
 
 #include "cpu/element_types.h"
 #include "cpu/gemm_driver.h"
-#include "cpu/microkernel_cache.h"
+#include "cpu/kernel_cache.h"
 #include "reference/random_matrix.h"
 
 namespace orthojit::cpu {

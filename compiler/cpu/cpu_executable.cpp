@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "cpu/element_types.h"
-#include "cpu/microkernel_cache.h"
+#include "cpu/kernel_cache.h"
 
 namespace orthojit::cpu {
 namespace {
@@ -102,6 +102,25 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
     jit_seconds_ += compiled.jit_seconds;
     kernels_.emplace_back(kc, compiled.function);
   }
+  // Each product's epilogue, specialized to its α, β, γ and types.
+  node_epilogues_.assign(function_.nodes.size(), nullptr);
+  for (size_t index = 0; index < function_.nodes.size(); ++index) {
+    const ir::Node& node = function_.nodes[index];
+    if (node.kind != ir::OpKind::Gemm) continue;
+    EpilogueSpec spec;
+    spec.isa = options_.isa;
+    spec.alpha = static_cast<float>(node.alpha);
+    spec.beta = static_cast<float>(node.beta);
+    spec.gamma = static_cast<float>(node.gamma);
+    spec.has_c = node.operands.size() == 3;
+    if (spec.has_c) spec.c_type = function_.node(node.operands[2]).type;
+    spec.d_type = node.type;
+    if (spec.d_type == ScalarType::F32 && spec.alpha == 1.0f && !spec.has_c && spec.gamma == 0.0f) continue;  // accumulates in place
+    const CompiledEpilogue compiled = get_epilogue(spec);
+    jit_seconds_ += compiled.jit_seconds;
+    node_epilogues_[index] = compiled.function;
+    epilogue_specs_.push_back(spec);
+  }
   if (options_.threads == 0) pool_ = &shared_thread_pool();
   else if (options_.threads > 1) {
     own_pool_ = std::make_unique<ThreadPool>(options_.threads);
@@ -110,6 +129,8 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
 }
 
 CpuExecutable::~CpuExecutable() = default;
+
+std::vector<EpilogueSpec> CpuExecutable::epilogues() const { return epilogue_specs_; }
 
 std::vector<MicrokernelSpec> CpuExecutable::microkernels() const {
   std::vector<MicrokernelSpec> specs;
@@ -175,6 +196,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool)
         problem.beta = static_cast<float>(node.beta);
         problem.gamma = static_cast<float>(node.gamma);
         problem.triangular = node.symmetric && function_.strategy.triangular_products;
+        problem.epilogue = node_epilogues_[index];
         driver_->run(problem, pool);
         break;
       }

@@ -18,14 +18,27 @@ namespace {
 
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
-struct AlignedFloats {
-  explicit AlignedFloats(int64_t count) : data(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(round_up(std::max<int64_t>(count, 16) * 4, 64))))) {
-    if (!data) throw std::bad_alloc();
+// Grow-only, 64-byte aligned scratch owned by one thread: packing buffers and the f32
+// accumulator are reused from product to product instead of allocated (and page-faulted) each time.
+class ThreadScratch {
+ public:
+  float* get(int64_t count) {
+    if (count > capacity_) {
+      std::free(data_);
+      capacity_ = round_up(std::max<int64_t>(count, 1024), 1024);
+      data_ = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(capacity_) * 4));
+      if (!data_) {
+        capacity_ = 0;
+        throw std::bad_alloc();
+      }
+    }
+    return data_;
   }
-  ~AlignedFloats() { std::free(data); }
-  AlignedFloats(const AlignedFloats&) = delete;
-  AlignedFloats& operator=(const AlignedFloats&) = delete;
-  float* data;
+  ~ThreadScratch() { std::free(data_); }
+
+ private:
+  float* data_ = nullptr;
+  int64_t capacity_ = 0;
 };
 
 template <typename F>
@@ -88,7 +101,8 @@ void pack_b_panels(const MatrixView& b, int64_t k0, int64_t kc, int64_t col0, in
   }
 }
 
-// D = α·acc + β·C + γ·I on one microtile, rounding to D's type once from f32.
+// D = α·acc + β·C + γ·I on one microtile, rounding to D's type once from f32: the host loop, the
+// same arithmetic as the generated epilogue (for odd strides and for the driver's own tests).
 template <typename TD, typename TC>
 void epilogue_tile(const GemmProblem& problem, const float* acc, int64_t ldacc, int64_t row0, int64_t col0, int64_t rows, int64_t cols) {
   TD* d = static_cast<TD*>(problem.d.data);
@@ -97,18 +111,12 @@ void epilogue_tile(const GemmProblem& problem, const float* acc, int64_t ldacc, 
     const int64_t row = row0 + i;
     TD* d_row = d + row * problem.d.row_stride + col0 * problem.d.col_stride;
     const float* acc_row = acc + i * ldacc;
-    if (c) {
-      const TC* c_row = c + row * problem.c->row_stride + col0 * problem.c->col_stride;
-      for (int64_t j = 0; j < cols; ++j)
-        d_row[j * problem.d.col_stride] = from_float<TD>(problem.alpha * acc_row[j] + problem.beta * to_float(c_row[j * problem.c->col_stride]));
-    } else {
-      for (int64_t j = 0; j < cols; ++j) d_row[j * problem.d.col_stride] = from_float<TD>(problem.alpha * acc_row[j]);
-    }
-    const int64_t diagonal = row - col0;
-    if (problem.gamma != 0.0f && diagonal >= 0 && diagonal < cols) {
-      float value = problem.alpha * acc_row[diagonal];
-      if (c) value += problem.beta * to_float(c[row * problem.c->row_stride + row * problem.c->col_stride]);
-      d_row[diagonal * problem.d.col_stride] = from_float<TD>(value + problem.gamma);
+    const TC* c_row = c ? c + row * problem.c->row_stride + col0 * problem.c->col_stride : nullptr;
+    for (int64_t j = 0; j < cols; ++j) {
+      float value = problem.alpha == 1.0f ? acc_row[j] : problem.alpha * acc_row[j];
+      if (c) value = value + problem.beta * to_float(c_row[j * problem.c->col_stride]);
+      if (problem.gamma != 0.0f) value = value + (col0 + j == row ? problem.gamma : 0.0f);
+      d_row[j * problem.d.col_stride] = from_float<TD>(value);
     }
   }
 }
@@ -146,9 +154,13 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   const int64_t kc_max = std::min(blocking_.kc, k_total);
   const int64_t nc = std::min(blocking_.nc, round_up(n, nr));
   const int64_t mc = blocking_.mc;
-  AlignedFloats packed_a(a_panels * mr * kc_max);
-  AlignedFloats packed_b((nc / nr) * nr * kc_max);
-  AlignedFloats accumulator(m * n);
+  thread_local ThreadScratch a_scratch, b_scratch, accumulator_scratch;
+  float* const packed_a = a_scratch.get(a_panels * mr * kc_max);
+  float* const packed_b = b_scratch.get((nc / nr) * nr * kc_max);
+  const bool in_place = accumulates_in_place(problem.d);
+  float* const accumulator = in_place ? static_cast<float*>(problem.d.data) : accumulator_scratch.get(m * n);
+  const bool epilogue = needs_epilogue(problem);
+  const bool generated_epilogue = problem.epilogue && problem.d.col_stride == 1 && (!problem.c || problem.c->col_stride == 1);
   const int workers = pool ? pool->size() : 1;
   auto parallel = [&](int64_t count, const std::function<void(int64_t, int)>& body) {
     if (pool) pool->parallel_for(count, body);
@@ -164,7 +176,7 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
     parallel((a_panels + a_chunk - 1) / a_chunk, [&](int64_t task, int) {
       const int64_t first_panel = task * a_chunk, count = std::min(a_chunk, a_panels - first_panel);
       dispatch_type(problem.a.type, [&](auto tag) {
-        pack_a_panels<decltype(tag)>(problem.a, 0, m, k0, kc, mr, first_panel, count, packed_a.data);
+        pack_a_panels<decltype(tag)>(problem.a, 0, m, k0, kc, mr, first_panel, count, packed_a);
       });
     });
     for (int64_t col0 = 0; col0 < n; col0 += nc) {
@@ -174,12 +186,12 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
       parallel((b_panels + b_chunk - 1) / b_chunk, [&](int64_t task, int) {
         const int64_t first_panel = task * b_chunk, count = std::min(b_chunk, b_panels - first_panel);
         dispatch_type(problem.b.type, [&](auto tag) {
-          pack_b_panels<decltype(tag)>(problem.b, k0, kc, col0, cols, nr, first_panel, count, packed_b.data);
+          pack_b_panels<decltype(tag)>(problem.b, k0, kc, col0, cols, nr, first_panel, count, packed_b);
         });
       });
       // Tasks: MC-row blocks x groups of B panels, enough of them to keep every worker busy.
       const int64_t row_blocks = (m + mc - 1) / mc;
-      const int64_t column_groups = std::max<int64_t>(1, std::min(b_panels, (2 * workers + row_blocks - 1) / row_blocks));
+      const int64_t column_groups = std::max<int64_t>(1, std::min(b_panels, (8 * workers + row_blocks - 1) / row_blocks));
       const int64_t panels_per_group = (b_panels + column_groups - 1) / column_groups;
       parallel(row_blocks * column_groups, [&](int64_t task, int) {
         const int64_t row_block = task / column_groups, group = task % column_groups;
@@ -189,9 +201,9 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
           for (int64_t ap = row_block * mc / mr; ap < std::min(a_panels, (row_block + 1) * mc / mr); ++ap) {
             const int64_t tile_row = ap * mr, tile_rows = std::min<int64_t>(mr, m - tile_row);
             if (!microtile_needed(tile_row, tile_col, nr, problem.triangular)) continue;
-            const float* a_panel = packed_a.data + ap * kc * mr;
-            const float* b_panel = packed_b.data + bp * kc * nr;
-            float* acc = accumulator.data + tile_row * n + tile_col;
+            const float* a_panel = packed_a + ap * kc * mr;
+            const float* b_panel = packed_b + bp * kc * nr;
+            float* acc = accumulator + tile_row * n + tile_col;
             int64_t ldacc = n;
             if (tile_rows == mr && tile_cols == nr) {
               kernel(a_panel, b_panel, acc, n, first ? 0 : 1);
@@ -202,7 +214,16 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
               for (int64_t i = 0; i < tile_rows; ++i)
                 for (int64_t j = 0; j < tile_cols; ++j) acc[i * n + j] = edge_tile[i * nr + j];
             }
-            if (last) {
+            if (last && epilogue && generated_epilogue) {
+              const void* c_tile = nullptr;
+              int64_t c_stride = 0;
+              if (problem.c) {
+                c_tile = static_cast<const char*>(problem.c->data) + (tile_row * problem.c->row_stride + tile_col) * size_in_bytes(problem.c->type);
+                c_stride = problem.c->row_stride;
+              }
+              void* d_tile = static_cast<char*>(problem.d.data) + (tile_row * problem.d.row_stride + tile_col) * size_in_bytes(problem.d.type);
+              problem.epilogue(acc, ldacc, c_tile, c_stride, d_tile, problem.d.row_stride, tile_rows, tile_cols, tile_row - tile_col);
+            } else if (last && epilogue) {
               dispatch_type(problem.d.type, [&](auto d_tag) {
                 using TD = decltype(d_tag);
                 if (!problem.c) return epilogue_tile<TD, float>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);

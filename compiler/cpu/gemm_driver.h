@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "cpu/cpu_isa.h"
+#include "cpu/epilogue_codegen.h"
 #include "cpu/thread_pool.h"
 #include "support/scalar_type.h"
 
@@ -23,7 +24,7 @@ struct MatrixView {
 };
 
 struct GemmBlocking {
-  int64_t mc = 192, kc = 384, nc = 3072;  // multiples of MR / any / multiples of NR (rounded up)
+  int64_t mc = 192, kc = 256, nc = 3072;  // kc·NR·4 bytes of B (32 KiB on AVX-512) stay in L1  // multiples of MR / any / multiples of NR (rounded up)
 };
 
 // void kernel(const float* a_panel, const float* b_panel, float* c, int64 ldc, int32 accumulate)
@@ -35,7 +36,16 @@ struct GemmProblem {
   MatrixView d;                 // (M, N)
   float alpha = 1, beta = 0, gamma = 0;
   bool triangular = false;  // d is symmetric: compute the upper triangle's microtiles, mirror
+  // The JIT-compiled epilogue for (α, β, γ, types); null: the host loop (tests, odd strides).
+  EpilogueFunction epilogue = nullptr;
 };
+
+// True when d can hold the f32 accumulator itself (the product then needs no separate buffer).
+inline bool accumulates_in_place(const MatrixView& d) { return d.type == ScalarType::F32 && d.col_stride == 1 && d.row_stride == d.cols; }
+// True when the last K block must rewrite the accumulator (scaling, C, identity or a conversion).
+inline bool needs_epilogue(const GemmProblem& p) {
+  return !accumulates_in_place(p.d) || p.alpha != 1.0f || p.c.has_value() || p.gamma != 0.0f;
+}
 
 // The K-block lengths a product of inner dimension k uses: kc, and the remainder if any.
 std::vector<int64_t> k_block_lengths(int64_t k, const GemmBlocking& blocking);

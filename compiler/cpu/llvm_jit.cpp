@@ -2,6 +2,7 @@
 #include "cpu/llvm_jit.h"
 
 #include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
@@ -76,6 +77,11 @@ LlvmJit::LlvmJit(CpuIsa isa) : isa_(isa) {
   auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(builder)).create();
   if (!jit) throw std::runtime_error("cannot create the LLVM JIT: " + error_text(jit.takeError()));
   jit_ = std::move(*jit);
+  // Runtime helpers LLVM may call (e.g. __truncsfhf2 for f16 on the generic path) come from the
+  // process (libgcc).
+  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(jit_->getDataLayout().getGlobalPrefix());
+  if (!process) throw std::runtime_error("LLVM JIT cannot search the process's symbols: " + error_text(process.takeError()));
+  jit_->getMainJITDylib().addGenerator(std::move(*process));
 }
 
 LlvmJit::~LlvmJit() = default;

@@ -8,6 +8,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -47,7 +48,6 @@ std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm
   accumulate->setName("accumulate");
 
   auto* entry = llvm::BasicBlock::Create(context, "entry", function);
-  auto* load_c = llvm::BasicBlock::Create(context, "load_c", function);
   auto* loop = llvm::BasicBlock::Create(context, "k_loop", function);
   auto* exit = llvm::BasicBlock::Create(context, "store_c", function);
 
@@ -58,25 +58,26 @@ std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm
     return builder.CreateInBoundsGEP(f32, c, offset);
   };
 
+  // Entry: prefetch the C tile (its rows are far apart in memory) so that the loads after the
+  // k-loop hit the cache; the loop starts from zero and C is added at the end. The sum of a K
+  // block is thus added to the partial sum of the earlier blocks: deterministic, independent of
+  // threads and of the ISA path.
   builder.SetInsertPoint(entry);
-  builder.CreateCondBr(builder.CreateICmpNE(accumulate, builder.getInt32(0)), load_c, loop);
-  builder.SetInsertPoint(load_c);
-  std::vector<llvm::Value*> loaded;
+  llvm::Function* prefetch = llvm::Intrinsic::getDeclaration(module.get(), llvm::Intrinsic::prefetch, {ptr});
   for (int i = 0; i < mr; ++i)
-    for (int v = 0; v < vectors; ++v) loaded.push_back(builder.CreateAlignedLoad(vector_type, tile_address(i, v), llvm::Align(4), "c_in"));
+    for (int v = 0; v < vectors; v += std::max(1, 16 / width))  // one prefetch per 64-byte line
+      builder.CreateCall(prefetch, {tile_address(i, v), builder.getInt32(1), builder.getInt32(3), builder.getInt32(1)});
   builder.CreateBr(loop);
 
-  // k-loop: accumulators are phis, fed by zero (entry) or by c (load_c) or by the loop itself.
+  // k-loop: accumulators are phis, fed by zero (entry) or by the loop itself.
   builder.SetInsertPoint(loop);
-  llvm::PHINode* k = builder.CreatePHI(i64, 3, "k");
+  llvm::PHINode* k = builder.CreatePHI(i64, 2, "k");
   k->addIncoming(builder.getInt64(0), entry);
-  k->addIncoming(builder.getInt64(0), load_c);
   std::vector<llvm::PHINode*> accumulators;
   llvm::Constant* zero = llvm::ConstantAggregateZero::get(vector_type);
   for (int index = 0; index < mr * vectors; ++index) {
-    llvm::PHINode* phi = builder.CreatePHI(vector_type, 3, "acc");
+    llvm::PHINode* phi = builder.CreatePHI(vector_type, 2, "acc");
     phi->addIncoming(zero, entry);
-    phi->addIncoming(loaded[static_cast<size_t>(index)], load_c);
     accumulators.push_back(phi);
   }
   const llvm::Intrinsic::ID multiply_add = traits.fused_fma ? llvm::Intrinsic::fma : llvm::Intrinsic::fmuladd;
@@ -106,10 +107,31 @@ std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm
   for (size_t index = 0; index < accumulators.size(); ++index) accumulators[index]->addIncoming(updated[index], loop_end);
   builder.CreateCondBr(builder.CreateICmpULT(next_k, builder.getInt64(static_cast<uint64_t>(spec.kc))), loop, exit);
 
+  // Exit: c = sum (first K block) or c += sum (later blocks).
   builder.SetInsertPoint(exit);
+  auto* add_c = llvm::BasicBlock::Create(context, "add_c", function);
+  auto* store = llvm::BasicBlock::Create(context, "store", function);
+  builder.CreateCondBr(builder.CreateICmpNE(accumulate, builder.getInt32(0)), add_c, store);
+  builder.SetInsertPoint(add_c);
+  std::vector<llvm::Value*> summed(updated.size());
+  for (int i = 0; i < mr; ++i)
+    for (int v = 0; v < vectors; ++v) {
+      const size_t index = static_cast<size_t>(i * vectors + v);
+      llvm::Value* previous = builder.CreateAlignedLoad(vector_type, tile_address(i, v), llvm::Align(4), "c_in");
+      summed[index] = builder.CreateFAdd(previous, updated[index]);
+    }
+  builder.CreateBr(store);
+  builder.SetInsertPoint(store);
+  std::vector<llvm::Value*> results(updated.size());
+  for (size_t index = 0; index < updated.size(); ++index) {
+    llvm::PHINode* phi = builder.CreatePHI(vector_type, 2, "c_out");
+    phi->addIncoming(updated[index], exit);
+    phi->addIncoming(summed[index], add_c);
+    results[index] = phi;
+  }
   for (int i = 0; i < mr; ++i)
     for (int v = 0; v < vectors; ++v)
-      builder.CreateAlignedStore(updated[static_cast<size_t>(i * vectors + v)], tile_address(i, v), llvm::Align(4));
+      builder.CreateAlignedStore(results[static_cast<size_t>(i * vectors + v)], tile_address(i, v), llvm::Align(4));
   builder.CreateRetVoid();
 
   std::string errors;

@@ -3,7 +3,7 @@
 //   void NAME(const float* a_panel,   // packed A: kc steps of MR values   (MR, kc) k-major
 //             const float* b_panel,   // packed B: kc steps of NR values   (kc, NR) k-major
 //             float* c, int64 ldc,    // the MR x NR tile of the f32 accumulator, row-major
-//             int32 accumulate)       // 0: c = A·B   1: c += A·B
+//             int32 accumulate)       // 0: c = A·B   1: c = c + (A·B of this block)
 //
 // kc is baked in (shape specialization: a product's K blocks have at most two lengths), so the
 // k-loop has a constant trip count that LLVM unrolls. Each k step loads NR/W vectors of B,

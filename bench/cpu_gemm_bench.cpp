@@ -1,0 +1,102 @@
+// The CPU GEMM alone, side by side with OpenBLAS sgemm in the same run: a 2048³ f32 product
+// (and bf16 operands with f32 accumulation for orthojit). Dense FLOPs = 2·M·N·K.
+//   build/bin/orthojit_gemm_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+// Run OpenBLAS on its best kernel: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` (bench/RESULTS.md).
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cpu/element_types.h"
+#include "cpu/gemm_driver.h"
+#include "cpu/kernel_cache.h"
+#include "reference/random_matrix.h"
+#include "support/cpu_peak.h"
+
+extern "C" char* openblas_get_corename(void);
+extern "C" void openblas_set_num_threads(int threads);
+
+namespace {
+
+using namespace orthojit;
+
+void set_flops(benchmark::State& state, double m, double n, double k) {
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread) {
+  const int64_t size = state.range(0);
+  const auto values = reference::gaussian_values(size * size, 1);
+  std::vector<float> a32(values.begin(), values.end()), b32(a32), d32(static_cast<size_t>(size * size));
+  std::vector<cpu::Bf16> a16, b16;
+  for (float v : a32) a16.push_back(cpu::from_float<cpu::Bf16>(v));
+  b16 = a16;
+  const bool f32 = type == ScalarType::F32;
+  cpu::GemmProblem problem;
+  problem.a = {f32 ? static_cast<void*>(a32.data()) : static_cast<void*>(a16.data()), type, size, size, size, 1};
+  problem.b = {f32 ? static_cast<void*>(b32.data()) : static_cast<void*>(b16.data()), type, size, size, size, 1};
+  problem.d = {d32.data(), ScalarType::F32, size, size, size, 1};
+  const cpu::CpuIsa isa = cpu::best_host_isa();
+  cpu::GemmBlocking blocking;
+  if (const char* text = std::getenv("ORTHOJIT_BLOCKING")) std::sscanf(text, "%ld,%ld,%ld", &blocking.mc, &blocking.kc, &blocking.nc);
+  state.SetLabel("mc=" + std::to_string(blocking.mc) + " kc=" + std::to_string(blocking.kc) + " nc=" + std::to_string(blocking.nc));
+  cpu::GemmDriver driver(isa, blocking, [isa](int64_t kc) { return cpu::get_microkernel({isa, kc}).function; });
+  cpu::ThreadPool* pool = one_thread ? nullptr : &cpu::shared_thread_pool();
+  driver.run(problem, pool);  // JIT outside the timing
+  for (auto _ : state) driver.run(problem, pool);
+  set_flops(state, static_cast<double>(size), static_cast<double>(size), static_cast<double>(size));
+}
+
+void BM_OpenBlasSgemm(benchmark::State& state, bool one_thread) {
+  const int size = static_cast<int>(state.range(0));
+  openblas_set_num_threads(one_thread ? 1 : orthojit::cpu::shared_thread_pool().size());
+  const auto values = reference::gaussian_values(int64_t{size} * size, 1);
+  std::vector<float> a(values.begin(), values.end()), b(a), c(a.size());
+  state.SetLabel(openblas_get_corename());
+  for (auto _ : state)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, size, size, size, 1.0f, a.data(), size, b.data(), size, 0.0f, c.data(), size);
+  set_flops(state, size, size, size);
+}
+
+BENCHMARK_CAPTURE(BM_OrthojitGemm, f32, ScalarType::F32, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_operands, ScalarType::BF16, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_OpenBlasSgemm, all_threads, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_OrthojitGemm, f32_1thread, ScalarType::F32, true)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_OpenBlasSgemm, 1thread, true)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
+
+namespace {
+// The microkernel alone, one thread, panels resident in L1/L2: the ceiling of the GEMM.
+void BM_MicrokernelAlone(benchmark::State& state) {
+  const orthojit::cpu::CpuIsa isa = orthojit::cpu::best_host_isa();
+  const auto traits = orthojit::cpu::traits_of(isa);
+  const int64_t kc = state.range(0);
+  auto kernel = orthojit::cpu::get_microkernel({isa, kc}).function;
+  std::vector<float> a(static_cast<size_t>(kc * traits.mr), 0.5f);
+  alignas(64) static float b[512 * 64];  // packed B is 64-byte aligned in the driver too
+  std::fill(b, b + kc * traits.nr, 0.25f);
+  alignas(64) float c[16 * 64] = {};
+  for (auto _ : state) {
+    for (int repeat = 0; repeat < 100; ++repeat) kernel(a.data(), b, c, traits.nr, 1);
+    benchmark::DoNotOptimize(c);
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(100.0 * 2.0 * static_cast<double>(kc * traits.mr * traits.nr) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_MicrokernelAlone)->Arg(256)->Arg(384)->Arg(512);
+
+void BM_MeasuredClock(benchmark::State& state) {
+  double ghz = 0;
+  for (auto _ : state) ghz = orthojit::measure_clock_ghz();
+  state.counters["GHz"] = ghz;
+  state.counters["core_peak_f32_GFLOP/s"] = ghz * 64;
+}
+BENCHMARK(BM_MeasuredClock)->Iterations(1);
+}  // namespace

@@ -1,0 +1,64 @@
+// Clock measurement and peak FLOP rate.
+#include "support/cpu_peak.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+
+namespace orthojit {
+namespace {
+volatile uint64_t benchmark_sink;
+}
+
+double measure_clock_ghz() {
+  double best = 0;
+  for (int trial = 0; trial < 5; ++trial) {
+    uint64_t value = 1;
+    const uint64_t iterations = 2'000'000;
+    const auto start = std::chrono::steady_clock::now();
+    for (uint64_t i = 0; i < iterations; ++i) {
+#if defined(__x86_64__)
+      // 16 dependent adds: the chain is 16 cycles per iteration; the loop counter runs in parallel.
+      // add reg, reg (doubling): recent cores fold chains of add-immediate in the renamer, but
+      // not this; it is one cycle of latency everywhere.
+      asm volatile(
+          "add %0, %0\n\tadd %0, %0\n\tadd %0, %0\n\tadd %0, %0\n\t"
+          "add %0, %0\n\tadd %0, %0\n\tadd %0, %0\n\tadd %0, %0\n\t"
+          "add %0, %0\n\tadd %0, %0\n\tadd %0, %0\n\tadd %0, %0\n\t"
+          "add %0, %0\n\tadd %0, %0\n\tadd %0, %0\n\tadd %0, %0\n\t"
+          : "+r"(value));
+#else
+      value += 16;
+#endif
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    benchmark_sink = value;
+    best = std::max(best, 16.0 * static_cast<double>(iterations) / seconds * 1e-9);
+  }
+  return best;
+}
+
+std::string PeakEstimate::describe() const {
+  char text[256];
+  std::snprintf(text, sizeof text, "%d core(s) x %.2f GHz (measured) x %.0f f32 FLOP/cycle = %.0f GFLOP/s f32", cores, clock_ghz,
+                f32_flops_per_cycle, f32_gflops());
+  std::string result = text;
+  if (bf16_flops_per_cycle > 0) {
+    std::snprintf(text, sizeof text, ", %.0f GFLOP/s bf16 dot", bf16_gflops());
+    result += text;
+  }
+  return result;
+}
+
+PeakEstimate estimate_peak(const std::string& isa, int cores) {
+  PeakEstimate peak;
+  peak.clock_ghz = measure_clock_ghz();
+  peak.cores = std::max(cores, 1);
+  const double lanes = (isa == "avx512f" || isa == "avx512bf16") ? 16 : isa == "avx2" ? 8 : 4;
+  peak.f32_flops_per_cycle = 2 * lanes * 2;
+  peak.bf16_flops_per_cycle = isa == "avx512bf16" ? 2 * peak.f32_flops_per_cycle : 0;
+  return peak;
+}
+
+}  // namespace orthojit

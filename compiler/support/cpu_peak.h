@@ -1,0 +1,29 @@
+// This machine's arithmetic peak, for "fraction of peak" in `orthojit bench`:
+//   peak = cores x measured clock x FLOPs per cycle per core of the ISA path.
+// The clock is measured, not read from /proc (which shows the base or a stale value on VMs): a
+// chain of dependent register-register adds retires one per cycle on x86 cores, so adds per second
+// is the clock the code really runs at (with turbo). FLOPs per cycle assume two
+// FMA pipes per core, true of the server and desktop AVX2/AVX-512 parts since Haswell/Zen 4:
+// f32: 2 pipes x lanes x 2 (multiply + add); bf16 dot products (vdpbf16ps) twice that.
+#pragma once
+
+#include <string>
+
+namespace orthojit {
+
+double measure_clock_ghz();  // about 50 ms of one core
+
+struct PeakEstimate {
+  double clock_ghz = 0;
+  int cores = 1;
+  double f32_flops_per_cycle = 0;   // per core
+  double bf16_flops_per_cycle = 0;  // per core (0 when the ISA has no bf16 dot product)
+  double f32_gflops() const { return clock_ghz * cores * f32_flops_per_cycle; }
+  double bf16_gflops() const { return clock_ghz * cores * bf16_flops_per_cycle; }
+  std::string describe() const;
+};
+
+// `isa`: "generic", "avx2", "avx512f" or "avx512bf16"; `cores`: the threads the run uses.
+PeakEstimate estimate_peak(const std::string& isa, int cores);
+
+}  // namespace orthojit
