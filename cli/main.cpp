@@ -22,6 +22,7 @@ commands:
   compile   lower a program for a shape and print its IR (after any pass)
   info      version, backends, CPU features, shipped programs
   demo      every shipped program on a random matrix: singular values, standard vs gram
+  bench     time a program on a shape and backend: median/p20/p80, GFLOP/s, fraction of peak
 
 Run `orthojit <command> --help` for a command's options. Programs are written in the orthojit
 DSL (docs/dsl.md); the shipped ones are listed by `orthojit info`.
@@ -56,7 +57,8 @@ int main(int argc, char** argv) {
   const Entry entries[] = {{"run", cli::run_command, cli::kRunHelp},
                            {"compile", cli::compile_command, cli::kCompileHelp},
                            {"info", cli::info_command, cli::kInfoHelp},
-                           {"demo", cli::demo_command, cli::kDemoHelp}};
+                           {"demo", cli::demo_command, cli::kDemoHelp},
+                           {"bench", cli::bench_command, cli::kBenchHelp}};
   for (const auto& entry : entries) {
     if (command != entry.name) continue;
     if (wants_help(args)) {
@@ -79,6 +81,6 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::fprintf(stderr, "orthojit: unknown command '%s'; expected run, compile, info or demo (see `orthojit --help`)\n", command.c_str());
+  std::fprintf(stderr, "orthojit: unknown command '%s'; expected run, compile, info, demo or bench (see `orthojit --help`)\n", command.c_str());
   return 2;
 }

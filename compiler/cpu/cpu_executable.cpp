@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
+#include <utility>
 
 #include "cpu/element_types.h"
 #include "cpu/kernel_cache.h"
@@ -19,6 +20,10 @@ struct AlignedBytes {
   }
   ~AlignedBytes() { std::free(data); }
   AlignedBytes(AlignedBytes&& other) noexcept : data(other.data) { other.data = nullptr; }
+  AlignedBytes& operator=(AlignedBytes&& other) noexcept {
+    std::swap(data, other.data);
+    return *this;
+  }
   AlignedBytes(const AlignedBytes&) = delete;
   void* data;
 };
@@ -150,8 +155,24 @@ void CpuExecutable::run(const float* input, float* output) const {
 }
 
 void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool) const {
-  std::vector<AlignedBytes> buffers;
-  for (const auto& buffer : function_.buffers) buffers.emplace_back(static_cast<size_t>(buffer.elements * size_in_bytes(buffer.type)));
+  // The planned buffers, kept per thread from run to run (grow-only): allocating and faulting in
+  // tens of MiB per call would cost more than the products of a small matrix.
+  thread_local std::vector<AlignedBytes> buffers;
+  thread_local std::vector<size_t> capacities;
+  if (buffers.size() < function_.buffers.size()) {
+    buffers.reserve(function_.buffers.size());
+    while (buffers.size() < function_.buffers.size()) {
+      buffers.emplace_back(64);
+      capacities.push_back(64);
+    }
+  }
+  for (size_t b = 0; b < function_.buffers.size(); ++b) {
+    const size_t bytes = static_cast<size_t>(function_.buffers[b].elements * size_in_bytes(function_.buffers[b].type));
+    if (capacities[b] < bytes) {
+      buffers[b] = AlignedBytes(bytes);
+      capacities[b] = bytes;
+    }
+  }
   std::vector<MatrixView> views(function_.nodes.size());
   std::vector<float> row;
   for (size_t index = 0; index < function_.nodes.size(); ++index) {

@@ -53,50 +53,46 @@ void dispatch_type(ScalarType type, F&& f) {
 }
 
 // Packs rows [row0, row0 + rows) x columns [k0, k0 + kc) of `a` into MR-row panels, (MR, kc)
-// k-major per panel, zero-padding the last panel.
+// k-major per panel, zero-padding the last panel. Writes are contiguous (k outer, rows inner);
+// the MR source rows are read as MR sequential streams, which the hardware prefetchers follow.
 template <typename T>
 void pack_a_panels(const MatrixView& a, int64_t row0, int64_t rows, int64_t k0, int64_t kc, int mr, int64_t first_panel, int64_t panels,
                    float* out) {
   const T* base = static_cast<const T*>(a.data);
+  const T* sources[64];
   for (int64_t p = first_panel; p < first_panel + panels; ++p) {
     float* panel = out + p * kc * mr;
-    for (int i = 0; i < mr; ++i) {
-      const int64_t row = p * mr + i;
-      if (row >= rows) {
-        for (int64_t k = 0; k < kc; ++k) panel[k * mr + i] = 0.0f;
-        continue;
-      }
-      const T* source = base + (row0 + row) * a.row_stride + k0 * a.col_stride;
-      for (int64_t k = 0; k < kc; ++k) panel[k * mr + i] = to_float(source[k * a.col_stride]);
+    const int valid = static_cast<int>(std::min<int64_t>(mr, rows - p * mr));
+    for (int i = 0; i < valid; ++i) sources[i] = base + (row0 + p * mr + i) * a.row_stride + k0 * a.col_stride;
+    const int64_t step = a.col_stride;
+    for (int64_t k = 0; k < kc; ++k) {
+      float* target = panel + k * mr;
+      for (int i = 0; i < valid; ++i) target[i] = to_float(sources[i][k * step]);
+      for (int i = valid; i < mr; ++i) target[i] = 0.0f;
     }
   }
 }
 
 // Packs rows [k0, k0 + kc) x columns [col0, col0 + cols) of `b` into NR-column panels, (kc, NR)
-// k-major per panel, zero-padding the last panel. Loops run along b's contiguous dimension.
+// k-major per panel, zero-padding the last panel. Writes are contiguous; a row-major B is read
+// contiguously too, a transposed one (Xᵀ) as NR sequential streams.
 template <typename T>
 void pack_b_panels(const MatrixView& b, int64_t k0, int64_t kc, int64_t col0, int64_t cols, int nr, int64_t first_panel, int64_t panels,
                    float* out) {
   const T* base = static_cast<const T*>(b.data);
   for (int64_t p = first_panel; p < first_panel + panels; ++p) {
     float* panel = out + p * kc * nr;
-    const int64_t valid = std::min<int64_t>(nr, cols - p * nr);
-    if (b.col_stride == 1) {
-      for (int64_t k = 0; k < kc; ++k) {
-        const T* source = base + (k0 + k) * b.row_stride + col0 + p * nr;
-        float* target = panel + k * nr;
-        for (int64_t j = 0; j < valid; ++j) target[j] = to_float(source[j]);
-        for (int64_t j = valid; j < nr; ++j) target[j] = 0.0f;
+    const int valid = static_cast<int>(std::min<int64_t>(nr, cols - p * nr));
+    const T* origin = base + k0 * b.row_stride + (col0 + p * nr) * b.col_stride;
+    for (int64_t k = 0; k < kc; ++k) {
+      const T* source = origin + k * b.row_stride;
+      float* target = panel + k * nr;
+      if (b.col_stride == 1) {
+        for (int j = 0; j < valid; ++j) target[j] = to_float(source[j]);
+      } else {
+        for (int j = 0; j < valid; ++j) target[j] = to_float(source[j * b.col_stride]);
       }
-    } else {
-      for (int64_t j = 0; j < nr; ++j) {
-        if (j >= valid) {
-          for (int64_t k = 0; k < kc; ++k) panel[k * nr + j] = 0.0f;
-          continue;
-        }
-        const T* source = base + k0 * b.row_stride + (col0 + p * nr + j) * b.col_stride;
-        for (int64_t k = 0; k < kc; ++k) panel[k * nr + j] = to_float(source[k * b.row_stride]);
-      }
+      for (int j = valid; j < nr; ++j) target[j] = 0.0f;
     }
   }
 }

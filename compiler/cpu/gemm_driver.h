@@ -24,7 +24,9 @@ struct MatrixView {
 };
 
 struct GemmBlocking {
-  int64_t mc = 192, kc = 256, nc = 3072;  // kc·NR·4 bytes of B (32 KiB on AVX-512) stay in L1  // multiples of MR / any / multiples of NR (rounded up)
+  // kc·NR·4 bytes of B (32 KiB on AVX-512) stay in L1, mc·kc of A (192 KiB) and kc·nc of B (1 MiB)
+  // in L2. Measured on this machine (bench/RESULTS.md); the autotuner will choose per shape.
+  int64_t mc = 192, kc = 256, nc = 1024;  // multiples of MR / any / multiples of NR (rounded up)
 };
 
 // void kernel(const float* a_panel, const float* b_panel, float* c, int64 ldc, int32 accumulate)

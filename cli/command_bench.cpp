@@ -1,0 +1,152 @@
+// `orthojit bench`: times one program on one shape and backend: median, p20, p80 over repeats,
+// the achieved dense-equivalent GFLOP/s and the fraction of this machine's peak.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/arguments.h"
+#include "cli/commands.h"
+#include "cpu/cpu_isa.h"
+#include "kernels/program_library.h"
+#include "passes/pipeline.h"
+#include "reference/random_matrix.h"
+#include "runtime/orthogonalize.h"
+#include "support/cpu_peak.h"
+
+namespace orthojit::cli {
+
+const char* const kBenchHelp = R"(usage: orthojit bench --program NAME|FILE --shape MxN[xB] [options]
+
+Times the program on a random Gaussian input (seed 1) and prints the median, p20 and p80 time
+over the repeats, the achieved GFLOP/s and the fraction of this machine's peak.
+
+GFLOP/s are dense-equivalent: the FLOPs of the standard strategy's products counted densely
+(2·M·N·K each; 20·m²n + 10·m³ for a 5-step quintic), whatever strategy and triangular shortcuts
+actually ran, so strategies compare by time. The peak is threads x measured clock x FLOPs per
+cycle of the ISA path (2 FMA pipes; bf16 dot products count double): docs/cpu-backend.md.
+
+options:
+  --program NAME|FILE   a shipped program or a .oj file
+  --shape MxN[xB]       matrix shape, optionally a batch
+  --backend B           cpu (default) or ref
+  --strategy S          auto (default), standard or gram
+  --restarts LIST       gram restart steps
+  --precision P         override the storage type: bf16, f16, f32 (or f64 on ref)
+  --isa I               cpu: generic, avx2, avx512f or avx512bf16
+  --threads T           cpu: worker threads (default: one per logical core)
+  --repeat N            timed runs after one warm-up (default 7)
+  --json                print one JSON object instead of the table
+)";
+
+namespace {
+
+double percentile(std::vector<double> values, double fraction) {
+  std::sort(values.begin(), values.end());
+  const double position = fraction * static_cast<double>(values.size() - 1);
+  const size_t low = static_cast<size_t>(position);
+  const size_t high = std::min(low + 1, values.size() - 1);
+  return values[low] + (values[high] - values[low]) * (position - static_cast<double>(low));
+}
+
+double dense_flops(const ir::Function& standard) {
+  double flops = 0;
+  for (const auto& node : standard.nodes)
+    if (node.kind == ir::OpKind::Gemm)
+      flops += 2.0 * static_cast<double>(node.shape.rows.size) * static_cast<double>(node.shape.cols.size) *
+               static_cast<double>(standard.node(node.operands[0]).shape.cols.size);
+  return flops * static_cast<double>(standard.batch);
+}
+
+}  // namespace
+
+int bench_command(const std::vector<std::string>& args) {
+  Arguments arguments(args, {"program", "shape", "backend", "strategy", "restarts", "precision", "isa", "threads", "repeat"}, {"json"});
+  const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
+  const ParsedShape shape = parse_shape(arguments.require("shape"));
+  runtime::OrthogonalizeOptions options;
+  options.backend = arguments.get("backend").value_or("cpu");
+  options.strategy = arguments.get("strategy").value_or("auto");
+  runtime::parse_strategy_option(options.strategy);
+  if (auto restarts = arguments.get("restarts")) options.gram_restarts = parse_int_list(*restarts, "restarts");
+  if (auto precision = arguments.get("precision")) {
+    options.precision = parse_scalar_type(*precision);
+    if (!options.precision) throw runtime::UsageError("unknown precision '" + *precision + "'; expected bf16, f16, f32 or f64");
+  }
+  if (auto isa = arguments.get("isa")) options.cpu_isa = *isa;
+  if (auto threads = arguments.get("threads")) options.threads = parse_count(*threads, "threads");
+  const int repeat = parse_count(arguments.get("repeat").value_or("7"), "repeat");
+  if (repeat < 1) throw runtime::UsageError("--repeat must be at least 1");
+  const bool json = arguments.has("json");
+
+  auto compiled = runtime::compile_orthogonalizer(program, shape.batch, shape.rows, shape.cols, options);
+  passes::CompileOptions standard_options;
+  standard_options.rows = shape.rows;
+  standard_options.cols = shape.cols;
+  standard_options.batch = shape.batch;
+  standard_options.precision = options.precision;
+  const double flops = dense_flops(passes::compile_program(program, standard_options));
+
+  const int64_t count = shape.batch * shape.rows * shape.cols;
+  const auto values = reference::gaussian_values(count, 1);
+  std::vector<float> input(values.begin(), values.end()), output(static_cast<size_t>(count));
+  if (!json) std::fprintf(stderr, "orthojit bench: %s %lldx%lldx%lld on %s, %s; warm-up...\n", program.name.c_str(), static_cast<long long>(shape.rows),
+                          static_cast<long long>(shape.cols), static_cast<long long>(shape.batch), compiled->describe_target().c_str(),
+                          compiled->strategy_reason().c_str());
+  compiled->run(input.data(), output.data());
+  std::vector<double> seconds;
+  for (int run = 0; run < repeat; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    compiled->run(input.data(), output.data());
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (!json) std::fprintf(stderr, "\r  run %d/%d: %.2f ms   ", run + 1, repeat, seconds.back() * 1e3);
+  }
+  if (!json) std::fprintf(stderr, "\n");
+  const double median = percentile(seconds, 0.5), p20 = percentile(seconds, 0.2), p80 = percentile(seconds, 0.8);
+  const double gflops = flops / median * 1e-9;
+
+  const std::string isa = options.backend == "cpu" ? std::string(cpu::to_string(options.cpu_isa.empty() ? cpu::best_host_isa()
+                                                                                                          : *cpu::parse_cpu_isa(options.cpu_isa)))
+                                                   : "generic";
+  const int threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const PeakEstimate peak = estimate_peak(isa, options.backend == "cpu" ? threads : 1);
+  const bool sixteen_bit = compiled->function().policy.storage != ScalarType::F32 && compiled->function().policy.storage != ScalarType::F64;
+  const double peak_gflops = (sixteen_bit && peak.bf16_gflops() > 0) ? peak.bf16_gflops() : peak.f32_gflops();
+  if (json) {
+    nlohmann::json record = {{"program", program.name},
+                             {"shape", {shape.rows, shape.cols, shape.batch}},
+                             {"backend", options.backend},
+                             {"target", compiled->describe_target()},
+                             {"strategy", ir::to_string(compiled->strategy())},
+                             {"storage", std::string(to_string(compiled->function().policy.storage))},
+                             {"median_s", median},
+                             {"p20_s", p20},
+                             {"p80_s", p80},
+                             {"repeat", repeat},
+                             {"jit_s", compiled->jit_seconds()},
+                             {"dense_equivalent_gflop", flops * 1e-9},
+                             {"gflops", gflops},
+                             {"peak_gflops", peak_gflops},
+                             {"fraction_of_peak", gflops / peak_gflops},
+                             {"peak", peak.describe()}};
+    std::printf("%s\n", record.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-22s %-14s %-9s %-7s %10s %10s %10s %12s %8s\n", "program", "shape", "strategy", "storage", "median ms", "p20 ms", "p80 ms",
+              "GFLOP/s*", "of peak");
+  char shape_text[64];
+  std::snprintf(shape_text, sizeof shape_text, "%lldx%lldx%lld", static_cast<long long>(shape.rows), static_cast<long long>(shape.cols),
+                static_cast<long long>(shape.batch));
+  std::printf("%-22s %-14s %-9s %-7s %10.2f %10.2f %10.2f %12.1f %7.1f%%\n", program.name.c_str(), shape_text, ir::to_string(compiled->strategy()),
+              std::string(to_string(compiled->function().policy.storage)).c_str(), median * 1e3, p20 * 1e3, p80 * 1e3, gflops,
+              100.0 * gflops / peak_gflops);
+  std::printf("* dense-equivalent (%.2f GFLOP per call: the standard strategy's products, counted densely). JIT %.1f ms.\n", flops * 1e-9,
+              compiled->jit_seconds() * 1e3);
+  std::printf("peak: %s (%s)\n", peak.describe().c_str(), sixteen_bit && peak.bf16_gflops() > 0 ? "16-bit storage: bf16 peak" : "f32 peak");
+  return 0;
+}
+
+}  // namespace orthojit::cli
