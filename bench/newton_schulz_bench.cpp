@@ -1,0 +1,159 @@
+// Newton–Schulz (jordan, 5 steps) side by side in one run: orthojit's CPU backend against the two
+// CPU vendor-library baselines the autotuner will also consider:
+//   * OpenBLAS, f32: per step A = X·Xᵀ (ssyrk, then mirrored), B = c·A·A + b·A (sgemm with β),
+//     X ← B·X + a·X (sgemm with β): the textbook products, X/(‖X‖_F + 1e-7) in f32 first.
+//   * oneDNN, bf16 operands, f32 accumulation, bf16 results: the same three products as matmul
+//     primitives with an output scale (α) and a sum post-op (β): what PyTorch's addmm does on CPU.
+// Shapes: 1024x4096 (a 7B-class MLP matrix) and a batch of 32 per-head 128x512 matrices (the
+// OpenBLAS baseline loops over them; oneDNN runs them as one batched matmul).
+//   env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=SkylakeX build/bin/orthojit_ns_bench
+//       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true      (one line)
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "cpu/element_types.h"
+#include "kernels/program_library.h"
+#include "reference/random_matrix.h"
+#include "runtime/orthogonalize.h"
+
+extern "C" char* openblas_get_corename(void);
+
+namespace {
+
+using namespace orthojit;
+constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;
+constexpr int kSteps = 5;
+
+void count_flops(benchmark::State& state, double m, double n, double batch) {
+  // Dense-equivalent FLOPs of 5-step standard NS: 20·m²n + 10·m³ per matrix.
+  state.counters["GFLOP/s"] = benchmark::Counter((20 * m * m * n + 10 * m * m * m) * batch * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_Orthojit(benchmark::State& state, const char* program_name, const char* strategy) {
+  const int64_t m = state.range(0), n = state.range(1), batch = state.range(2);
+  runtime::OrthogonalizeOptions options;
+  options.backend = "cpu";
+  options.strategy = strategy;
+  auto compiled = runtime::compile_orthogonalizer(kernels::load_program_by_name_or_path(program_name), batch, m, n, options);
+  const auto values = reference::gaussian_values(m * n * batch, 1);
+  std::vector<float> input(values.begin(), values.end()), output(input.size());
+  compiled->run(input.data(), output.data());
+  for (auto _ : state) compiled->run(input.data(), output.data());
+  state.SetLabel(compiled->describe_target());
+  count_flops(state, static_cast<double>(m), static_cast<double>(n), static_cast<double>(batch));
+}
+
+// One matrix, f32, OpenBLAS.
+void openblas_newton_schulz(const float* g, float* x, float* x_next, float* a, float* b, int m, int n) {
+  const float norm = cblas_snrm2(m * n, g, 1);
+  for (int i = 0; i < m * n; ++i) x[i] = g[i] / (norm + 1e-7f);
+  for (int step = 0; step < kSteps; ++step) {
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, m, n, 1.0f, x, n, 0.0f, a, m);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < i; ++j) a[i * m + j] = a[j * m + i];
+    std::memcpy(b, a, sizeof(float) * static_cast<size_t>(m) * static_cast<size_t>(m));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, kC, a, m, a, m, kB, b, m);
+    std::memcpy(x_next, x, sizeof(float) * static_cast<size_t>(m) * static_cast<size_t>(n));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1.0f, b, m, x, n, kA, x_next, n);
+    std::swap(x, x_next);
+  }
+}
+
+void BM_OpenBlas(benchmark::State& state) {
+  const int m = static_cast<int>(state.range(0)), n = static_cast<int>(state.range(1)), batch = static_cast<int>(state.range(2));
+  const auto values = reference::gaussian_values(int64_t{m} * n * batch, 1);
+  std::vector<float> g(values.begin(), values.end()), x(static_cast<size_t>(m) * n), x_next(x.size()), a(static_cast<size_t>(m) * m), b(a.size());
+  for (auto _ : state)
+    for (int item = 0; item < batch; ++item)
+      openblas_newton_schulz(g.data() + static_cast<size_t>(item) * m * n, x.data(), x_next.data(), a.data(), b.data(), m, n);
+  state.SetLabel(std::string("OpenBLAS ") + openblas_get_corename());
+  count_flops(state, m, n, batch);
+}
+
+// bf16 Newton–Schulz with oneDNN matmul primitives (batched when batch > 1).
+class OneDnnNewtonSchulz {
+ public:
+  OneDnnNewtonSchulz(int64_t batch, int64_t m, int64_t n) : batch_(batch), m_(m), n_(n), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    using dt = dnnl::memory::data_type;
+    auto md = [&](int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, int64_t matrix_stride) {
+      return dnnl::memory::desc({batch_, rows, cols}, dt::bf16, {matrix_stride, row_stride, col_stride});
+    };
+    const auto x_md = md(m, n, n, 1, m * n), xt_md = md(n, m, 1, n, m * n), a_md = md(m, m, m, 1, m * m);
+    x_ = dnnl::memory(x_md, engine_);
+    x_next_ = dnnl::memory(x_md, engine_);
+    xt_view_ = dnnl::memory(xt_md, engine_, x_.get_data_handle());
+    a_ = dnnl::memory(a_md, engine_);
+    b_ = dnnl::memory(a_md, engine_);
+    gram_ = make(x_md, xt_md, a_md, 1.0f, 0.0f);
+    square_ = make(a_md, a_md, a_md, kC, kB);
+    update_ = make(a_md, x_md, x_md, 1.0f, kA);
+  }
+
+  void run(const float* g) {
+    auto* x = static_cast<cpu::Bf16*>(x_.get_data_handle());
+    for (int64_t item = 0; item < batch_; ++item) {  // f32 norm, applied before the cast
+      const float* source = g + item * m_ * n_;
+      double sum = 0;
+      for (int64_t i = 0; i < m_ * n_; ++i) sum += static_cast<double>(source[i]) * source[i];
+      const float scale = 1.0f / (static_cast<float>(std::sqrt(sum)) + 1e-7f);
+      for (int64_t i = 0; i < m_ * n_; ++i) x[item * m_ * n_ + i] = cpu::from_float<cpu::Bf16>(source[i] * scale);
+    }
+    for (int step = 0; step < kSteps; ++step) {
+      xt_view_.set_data_handle(x_.get_data_handle());
+      gram_.execute(stream_, {{DNNL_ARG_SRC, x_}, {DNNL_ARG_WEIGHTS, xt_view_}, {DNNL_ARG_DST, a_}});
+      std::memcpy(b_.get_data_handle(), a_.get_data_handle(), static_cast<size_t>(batch_ * m_ * m_ * 2));
+      square_.execute(stream_, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, a_}, {DNNL_ARG_DST, b_}});
+      std::memcpy(x_next_.get_data_handle(), x_.get_data_handle(), static_cast<size_t>(batch_ * m_ * n_ * 2));
+      update_.execute(stream_, {{DNNL_ARG_SRC, b_}, {DNNL_ARG_WEIGHTS, x_}, {DNNL_ARG_DST, x_next_}});
+      std::swap(x_, x_next_);
+    }
+    stream_.wait();
+  }
+
+ private:
+  dnnl::matmul make(const dnnl::memory::desc& src, const dnnl::memory::desc& weights, const dnnl::memory::desc& dst, float alpha, float beta) {
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+      dnnl::post_ops post;
+      post.append_sum(beta);
+      attr.set_post_ops(post);
+    }
+    return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr, engine_));
+  }
+
+  int64_t batch_, m_, n_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  dnnl::memory x_, x_next_, xt_view_, a_, b_;
+  dnnl::matmul gram_, square_, update_;
+};
+
+void BM_OneDnn(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), batch = state.range(2);
+  const auto values = reference::gaussian_values(m * n * batch, 1);
+  std::vector<float> g(values.begin(), values.end());
+  OneDnnNewtonSchulz newton_schulz(batch, m, n);
+  newton_schulz.run(g.data());
+  for (auto _ : state) newton_schulz.run(g.data());
+  state.SetLabel("oneDNN bf16 matmul");
+  count_flops(state, static_cast<double>(m), static_cast<double>(n), static_cast<double>(batch));
+}
+
+void shapes(benchmark::internal::Benchmark* b) { b->Args({1024, 4096, 1})->Args({128, 512, 32})->Unit(benchmark::kMillisecond)->UseRealTime(); }
+
+BENCHMARK_CAPTURE(BM_Orthojit, f32_standard, "jordan_ns5_f32", "standard")->Apply(shapes);
+BENCHMARK_CAPTURE(BM_Orthojit, f32_gram, "jordan_ns5_f32", "gram")->Apply(shapes);
+BENCHMARK(BM_OpenBlas)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_Orthojit, bf16_standard, "jordan_ns5", "standard")->Apply(shapes);
+BENCHMARK_CAPTURE(BM_Orthojit, bf16_gram, "jordan_ns5", "gram")->Apply(shapes);
+BENCHMARK(BM_OneDnn)->Apply(shapes);
+
+}  // namespace
+
+BENCHMARK_MAIN();
