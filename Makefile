@@ -24,8 +24,9 @@ test: build
 demo: build
 	@$(BUILD)/bin/orthojit demo
 
+# Baselines side by side (OpenBLAS on its AVX-512 kernel; see bench/RESULTS.md).
 bench: build
-	@$(BUILD)/bin/orthojit_bench --benchmark_min_time=0.2
+	@env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=SkylakeX $(BUILD)/bin/orthojit_ns_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log

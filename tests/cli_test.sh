@@ -68,6 +68,13 @@ OJ
 expect 0 "func @xtx" -- "$orthojit" compile --program "$work/xtx.oj" --shape 4x8
 expect 2 "$work/xtx.oj:4:5: error: the gram strategy needs every step in the form" -- "$orthojit" compile --program "$work/xtx.oj" --shape 4x8 --strategy gram
 
+# bench
+expect 0 "dense-equivalent" -- "$orthojit" bench --program jordan_ns5 --shape 16x64 --repeat 2
+expect 0 '"fraction_of_peak"' -- "$orthojit" bench --program jordan_ns5 --shape 16x64x3 --repeat 2 --json --strategy gram
+expect 0 "ref" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat 1 --backend ref --precision f64
+expect 2 "cpu backend runs bf16, f16 and f32 policies" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --precision f64
+expect 2 "invalid --repeat" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat x
+
 # info and demo
 expect 0 "jordan_ns5" -- "$orthojit" info
 expect 0 "polar_express5" -- "$orthojit" demo --shape 16x64
@@ -82,6 +89,8 @@ np.save(f"{w}/vector.npy", rng.standard_normal(8).astype(np.float32))
 np.save(f"{w}/ints.npy", np.arange(12, dtype=np.int32).reshape(3, 4))
 PY
 expect 0 "" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy"
+expect 0 "backend cpu" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --backend cpu --threads 1 --isa generic --verbose
+expect 2 "unknown ISA 'avx1024'" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --backend cpu --isa avx1024
 [[ -s "$work/y.npy" ]] && echo "ok: output written" || { echo "FAIL: no output file"; failures=$((failures + 1)); }
 expect 0 "gram: requested" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --strategy gram --verbose
 expect 0 "no tuning record; heuristic" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --verbose
