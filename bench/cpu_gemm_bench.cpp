@@ -41,6 +41,9 @@ void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread) 
   problem.b = {f32 ? static_cast<void*>(b32.data()) : static_cast<void*>(b16.data()), type, size, size, size, 1};
   problem.d = {d32.data(), ScalarType::F32, size, size, size, 1};
   const cpu::CpuIsa isa = cpu::best_host_isa();
+  cpu::EpilogueSpec epilogue;
+  epilogue.isa = isa;
+  problem.epilogue = cpu::get_epilogue(epilogue).function;
   cpu::GemmBlocking blocking;
   if (const char* text = std::getenv("ORTHOJIT_BLOCKING")) std::sscanf(text, "%ld,%ld,%ld", &blocking.mc, &blocking.kc, &blocking.nc);
   state.SetLabel("mc=" + std::to_string(blocking.mc) + " kc=" + std::to_string(blocking.kc) + " nc=" + std::to_string(blocking.nc));

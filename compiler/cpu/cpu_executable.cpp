@@ -120,11 +120,11 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
     spec.has_c = node.operands.size() == 3;
     if (spec.has_c) spec.c_type = function_.node(node.operands[2]).type;
     spec.d_type = node.type;
-    if (spec.d_type == ScalarType::F32 && spec.alpha == 1.0f && !spec.has_c && spec.gamma == 0.0f) continue;  // accumulates in place
     const CompiledEpilogue compiled = get_epilogue(spec);
     jit_seconds_ += compiled.jit_seconds;
     node_epilogues_[index] = compiled.function;
-    epilogue_specs_.push_back(spec);
+    const bool known = std::any_of(epilogue_specs_.begin(), epilogue_specs_.end(), [&](const EpilogueSpec& other) { return other.name() == spec.name(); });
+    if (!known) epilogue_specs_.push_back(spec);
   }
   if (options_.threads == 0) pool_ = &shared_thread_pool();
   else if (options_.threads > 1) {

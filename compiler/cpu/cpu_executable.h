@@ -34,7 +34,7 @@ class CpuExecutable {
 
   double jit_seconds() const { return jit_seconds_; }  // microkernels compiled for this executable
   std::vector<MicrokernelSpec> microkernels() const;   // distinct kernels it uses
-  std::vector<EpilogueSpec> epilogues() const;          // one per product that needs one
+  std::vector<EpilogueSpec> epilogues() const;          // distinct epilogues its products use
   const ir::Function& function() const { return function_; }
 
  private:
@@ -48,7 +48,7 @@ class CpuExecutable {
   double jit_seconds_ = 0;
   std::vector<int64_t> kc_values_;
   std::vector<std::pair<int64_t, MicrokernelFunction>> kernels_;
-  std::vector<EpilogueFunction> node_epilogues_;  // per node (null: none needed)
+  std::vector<EpilogueFunction> node_epilogues_;  // per node (null: not a product)
   std::vector<EpilogueSpec> epilogue_specs_;
 };
 

@@ -153,9 +153,9 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   thread_local ThreadScratch a_scratch, b_scratch, accumulator_scratch;
   float* const packed_a = a_scratch.get(a_panels * mr * kc_max);
   float* const packed_b = b_scratch.get((nc / nr) * nr * kc_max);
-  const bool in_place = accumulates_in_place(problem.d);
-  float* const accumulator = in_place ? static_cast<float*>(problem.d.data) : accumulator_scratch.get(m * n);
-  const bool epilogue = needs_epilogue(problem);
+  const int64_t ldacc = accumulator_stride(n);
+  float* const accumulator = accumulator_scratch.get(m * ldacc);
+  const bool epilogue = true;  // the accumulator is always separate: the epilogue writes D
   const bool generated_epilogue = problem.epilogue && problem.d.col_stride == 1 && (!problem.c || problem.c->col_stride == 1);
   const int workers = pool ? pool->size() : 1;
   auto parallel = [&](int64_t count, const std::function<void(int64_t, int)>& body) {
@@ -199,16 +199,15 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
             if (!microtile_needed(tile_row, tile_col, nr, problem.triangular)) continue;
             const float* a_panel = packed_a + ap * kc * mr;
             const float* b_panel = packed_b + bp * kc * nr;
-            float* acc = accumulator + tile_row * n + tile_col;
-            int64_t ldacc = n;
+            float* acc = accumulator + tile_row * ldacc + tile_col;
             if (tile_rows == mr && tile_cols == nr) {
-              kernel(a_panel, b_panel, acc, n, first ? 0 : 1);
+              kernel(a_panel, b_panel, acc, ldacc, first ? 0 : 1);
             } else {  // an edge tile: run on a full-size scratch tile, keep the valid part
               for (int64_t i = 0; i < tile_rows; ++i)
-                for (int64_t j = 0; j < tile_cols; ++j) edge_tile[i * nr + j] = first ? 0.0f : acc[i * n + j];
+                for (int64_t j = 0; j < tile_cols; ++j) edge_tile[i * nr + j] = first ? 0.0f : acc[i * ldacc + j];
               kernel(a_panel, b_panel, edge_tile, nr, first ? 0 : 1);
               for (int64_t i = 0; i < tile_rows; ++i)
-                for (int64_t j = 0; j < tile_cols; ++j) acc[i * n + j] = edge_tile[i * nr + j];
+                for (int64_t j = 0; j < tile_cols; ++j) acc[i * ldacc + j] = edge_tile[i * nr + j];
             }
             if (last && epilogue && generated_epilogue) {
               const void* c_tile = nullptr;
