@@ -28,7 +28,7 @@ void set_flops(benchmark::State& state, double m, double n, double k) {
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread) {
+void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread, bool bf16_dot = false) {
   const int64_t size = state.range(0);
   const auto values = reference::gaussian_values(size * size, 1);
   std::vector<float> a32(values.begin(), values.end()), b32(a32), d32(static_cast<size_t>(size * size));
@@ -46,8 +46,9 @@ void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread) 
   problem.epilogue = cpu::get_epilogue(epilogue).function;
   cpu::GemmBlocking blocking;
   if (const char* text = std::getenv("ORTHOJIT_BLOCKING")) std::sscanf(text, "%ld,%ld,%ld", &blocking.mc, &blocking.kc, &blocking.nc);
+  blocking.bf16_dot = bf16_dot;
   state.SetLabel("mc=" + std::to_string(blocking.mc) + " kc=" + std::to_string(blocking.kc) + " nc=" + std::to_string(blocking.nc));
-  cpu::GemmDriver driver(isa, blocking, [isa](int64_t kc) { return cpu::get_microkernel({isa, kc}).function; });
+  cpu::GemmDriver driver(isa, blocking, [isa](int64_t kc, bool dot) { return cpu::get_microkernel({isa, kc, dot}).function; });
   cpu::ThreadPool* pool = one_thread ? nullptr : &cpu::shared_thread_pool();
   driver.run(problem, pool);  // JIT outside the timing
   for (auto _ : state) driver.run(problem, pool);
@@ -67,6 +68,7 @@ void BM_OpenBlasSgemm(benchmark::State& state, bool one_thread) {
 
 BENCHMARK_CAPTURE(BM_OrthojitGemm, f32, ScalarType::F32, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_operands, ScalarType::BF16, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_dot_products, ScalarType::BF16, false, true)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OpenBlasSgemm, all_threads, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OrthojitGemm, f32_1thread, ScalarType::F32, true)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OpenBlasSgemm, 1thread, true)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -77,11 +79,13 @@ BENCHMARK_MAIN();
 
 namespace {
 // The microkernel alone, one thread, panels resident in L1/L2: the ceiling of the GEMM.
-void BM_MicrokernelAlone(benchmark::State& state) {
+// With bf16_dot the same FLOPs per call (kc·MR·NR·2) run as vdpbf16ps on bf16 pairs.
+void BM_MicrokernelAlone(benchmark::State& state, bool bf16_dot) {
   const orthojit::cpu::CpuIsa isa = orthojit::cpu::best_host_isa();
+  if (bf16_dot && isa != orthojit::cpu::CpuIsa::Avx512Bf16) return state.SkipWithError("no AVX512-BF16 on this CPU");
   const auto traits = orthojit::cpu::traits_of(isa);
   const int64_t kc = state.range(0);
-  auto kernel = orthojit::cpu::get_microkernel({isa, kc}).function;
+  auto kernel = orthojit::cpu::get_microkernel({isa, kc, bf16_dot}).function;
   std::vector<float> a(static_cast<size_t>(kc * traits.mr), 0.5f);
   alignas(64) static float b[512 * 64];  // packed B is 64-byte aligned in the driver too
   std::fill(b, b + kc * traits.nr, 0.25f);
@@ -93,7 +97,8 @@ void BM_MicrokernelAlone(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(100.0 * 2.0 * static_cast<double>(kc * traits.mr * traits.nr) * 1e-9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_MicrokernelAlone)->Arg(256)->Arg(384)->Arg(512);
+BENCHMARK_CAPTURE(BM_MicrokernelAlone, f32_fma, false)->Arg(256)->Arg(384)->Arg(512);
+BENCHMARK_CAPTURE(BM_MicrokernelAlone, bf16_dot, true)->Arg(256);
 
 void BM_MeasuredClock(benchmark::State& state) {
   double ghz = 0;

@@ -34,7 +34,7 @@ struct Storage {
 };
 
 GemmDriver make_driver(CpuIsa isa, GemmBlocking blocking) {
-  return GemmDriver(isa, blocking, [isa](int64_t kc) { return get_microkernel({isa, kc}).function; });
+  return GemmDriver(isa, blocking, [isa](int64_t kc, bool dot) { return get_microkernel({isa, kc, dot}).function; });
 }
 
 struct Case {
@@ -50,10 +50,11 @@ TEST(GemmDriver, MatchesADoubleProductOnOddShapes) {
       {29, 29, 64, true, true, 1.5f, 0.25f, 3.0f, ScalarType::F32}, {40, 75, 1000, true, false, -1.0f, 0, 0, ScalarType::BF16},
       {64, 64, 17, false, true, 1, 1, -2.0f, ScalarType::F16},    {100, 33, 129, false, true, 0.5f, 3.0f, 0, ScalarType::BF16},
   };
-  GemmBlocking small{24, 128, 64};  // small blocks: several K blocks, row blocks and column blocks
+  for (bool dot : {false, true}) {  // bf16 dot products where the CPU has them (the bf16 cases)
+  GemmBlocking small{24, 128, 64, dot};  // small blocks: several K blocks, row blocks and column blocks
   for (CpuIsa isa : supported_isas()) {
     for (const Case& test : cases) {
-      SCOPED_TRACE(std::string(to_string(isa)) + " " + std::to_string(test.m) + "x" + std::to_string(test.n) + "x" + std::to_string(test.k));
+      SCOPED_TRACE(std::string(to_string(isa)) + (dot ? " dot " : " ") + std::to_string(test.m) + "x" + std::to_string(test.n) + "x" + std::to_string(test.k));
       Storage a(test.type, reference::gaussian_values(test.m * test.k, 1), test.m, test.k);
       Storage b(test.type, reference::gaussian_values(test.k * test.n, 2), test.transpose_b ? test.n : test.k, test.transpose_b ? test.k : test.n);
       Storage c(test.type, reference::gaussian_values(test.m * test.n, 3), test.m, test.n);
@@ -86,6 +87,7 @@ TEST(GemmDriver, MatchesADoubleProductOnOddShapes) {
           ASSERT_LE(error, bound) << "at " << i << "," << j;
         }
     }
+  }
   }
 }
 

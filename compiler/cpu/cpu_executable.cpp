@@ -81,7 +81,7 @@ double sum_of_squares(const MatrixView& view, bool in_f64) {
 
 std::string CpuOptions::describe() const {
   return std::string(to_string(isa)) + " threads=" + std::to_string(threads) + " mc=" + std::to_string(blocking.mc) +
-         " kc=" + std::to_string(blocking.kc) + " nc=" + std::to_string(blocking.nc);
+         " kc=" + std::to_string(blocking.kc) + " nc=" + std::to_string(blocking.nc) + (blocking.bf16_dot ? " bf16dot" : "");
 }
 
 CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& options) : function_(scheduled), options_(options) {
@@ -92,20 +92,25 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
       throw std::invalid_argument("the cpu backend runs bf16, f16 and f32 policies; f64 is the reference backend's (--backend ref)");
   if (!host_supports(options_.isa))
     throw std::invalid_argument("this CPU cannot run the " + std::string(to_string(options_.isa)) + " code path");
-  driver_ = std::make_unique<GemmDriver>(options_.isa, options_.blocking, [this](int64_t kc) -> MicrokernelFunction {
-    for (const auto& [length, function] : kernels_)
-      if (length == kc) return function;
+  driver_ = std::make_unique<GemmDriver>(options_.isa, options_.blocking, [this](int64_t kc, bool dot) -> MicrokernelFunction {
+    for (const auto& [spec, function] : kernels_)
+      if (spec.kc == kc && spec.bf16_dot == dot) return function;
     throw std::logic_error("cpu backend: no microkernel compiled for kc=" + std::to_string(kc));
   });
+  // The microkernels the products need: one per distinct K-block length and operand mode.
   for (const auto& node : function_.nodes) {
     if (node.kind != ir::OpKind::Gemm) continue;
-    for (int64_t kc : k_block_lengths(function_.node(node.operands[0]).shape.cols.size, driver_->blocking()))
-      if (std::find(kc_values_.begin(), kc_values_.end(), kc) == kc_values_.end()) kc_values_.push_back(kc);
-  }
-  for (int64_t kc : kc_values_) {
-    const CompiledMicrokernel compiled = get_microkernel({options_.isa, kc});
-    jit_seconds_ += compiled.jit_seconds;
-    kernels_.emplace_back(kc, compiled.function);
+    const ir::Node& a = function_.node(node.operands[0]);
+    const MatrixView a_view{nullptr, a.type, 0, 0, 0, 1}, b_view{nullptr, function_.node(node.operands[1]).type, 0, 0, 0, 1};
+    const bool dot = uses_bf16_dot(options_.isa, options_.blocking.bf16_dot, a_view, b_view);
+    for (int64_t kc : k_block_lengths(a.shape.cols.size, driver_->blocking(), dot)) {
+      const MicrokernelSpec spec{options_.isa, kc, dot};
+      if (std::none_of(kernels_.begin(), kernels_.end(), [&](const auto& entry) { return entry.first.name() == spec.name(); })) {
+        const CompiledMicrokernel compiled = get_microkernel(spec);
+        jit_seconds_ += compiled.jit_seconds;
+        kernels_.emplace_back(spec, compiled.function);
+      }
+    }
   }
   // Each product's epilogue, specialized to its α, β, γ and types.
   node_epilogues_.assign(function_.nodes.size(), nullptr);
@@ -139,7 +144,7 @@ std::vector<EpilogueSpec> CpuExecutable::epilogues() const { return epilogue_spe
 
 std::vector<MicrokernelSpec> CpuExecutable::microkernels() const {
   std::vector<MicrokernelSpec> specs;
-  for (int64_t kc : kc_values_) specs.push_back({options_.isa, kc});
+  for (const auto& entry : kernels_) specs.push_back(entry.first);
   return specs;
 }
 

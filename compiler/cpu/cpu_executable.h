@@ -46,8 +46,7 @@ class CpuExecutable {
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
   double jit_seconds_ = 0;
-  std::vector<int64_t> kc_values_;
-  std::vector<std::pair<int64_t, MicrokernelFunction>> kernels_;
+  std::vector<std::pair<MicrokernelSpec, MicrokernelFunction>> kernels_;
   std::vector<EpilogueFunction> node_epilogues_;  // per node (null: not a product)
   std::vector<EpilogueSpec> epilogue_specs_;
 };

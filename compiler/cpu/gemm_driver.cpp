@@ -97,6 +97,46 @@ void pack_b_panels(const MatrixView& b, int64_t k0, int64_t kc, int64_t col0, in
   }
 }
 
+// bf16 pair packing for dot products: A as (kc/2, MR, 2) per panel, B as (kc/2, NR, 2); the bits
+// are copied (both operands are bf16 already); k beyond the block and rows/columns beyond the
+// matrix are zero.
+void pack_a_pairs(const MatrixView& a, int64_t rows, int64_t k0, int64_t kc, int64_t k_total, int mr, int64_t first_panel, int64_t panels,
+                  uint16_t* out) {
+  const uint16_t* base = static_cast<const uint16_t*>(a.data);
+  const int64_t kc_even = (kc + 1) / 2 * 2;
+  for (int64_t p = first_panel; p < first_panel + panels; ++p) {
+    uint16_t* panel = out + p * kc_even * mr;
+    for (int i = 0; i < mr; ++i) {
+      const int64_t row = p * mr + i;
+      const uint16_t* source = row < rows ? base + row * a.row_stride + k0 * a.col_stride : nullptr;
+      for (int64_t k = 0; k < kc_even; ++k) {
+        const bool inside = source && k < kc && k0 + k < k_total;
+        panel[((k / 2) * mr + i) * 2 + (k % 2)] = inside ? source[k * a.col_stride] : uint16_t{0};
+      }
+    }
+  }
+}
+
+void pack_b_pairs(const MatrixView& b, int64_t k0, int64_t kc, int64_t col0, int64_t cols, int nr, int64_t first_panel, int64_t panels,
+                  uint16_t* out) {
+  const uint16_t* base = static_cast<const uint16_t*>(b.data);
+  const int64_t kc_even = (kc + 1) / 2 * 2;
+  for (int64_t p = first_panel; p < first_panel + panels; ++p) {
+    uint16_t* panel = out + p * kc_even * nr;
+    const int valid = static_cast<int>(std::min<int64_t>(nr, cols - p * nr));
+    for (int64_t k = 0; k < kc_even; ++k) {
+      uint16_t* target = panel + (k / 2) * nr * 2 + (k % 2);
+      if (k >= kc) {
+        for (int j = 0; j < nr; ++j) target[2 * j] = 0;
+        continue;
+      }
+      const uint16_t* source = base + (k0 + k) * b.row_stride + (col0 + p * nr) * b.col_stride;
+      for (int j = 0; j < valid; ++j) target[2 * j] = source[j * b.col_stride];
+      for (int j = valid; j < nr; ++j) target[2 * j] = 0;
+    }
+  }
+}
+
 // D = α·acc + β·C + γ·I on one microtile, rounding to D's type once from f32: the host loop, the
 // same arithmetic as the generated epilogue (for odd strides and for the driver's own tests).
 template <typename TD, typename TC>
@@ -126,18 +166,19 @@ void mirror_lower_from_upper(const MatrixView& d, int64_t row_begin, int64_t row
 
 }  // namespace
 
-std::vector<int64_t> k_block_lengths(int64_t k, const GemmBlocking& blocking) {
+std::vector<int64_t> k_block_lengths(int64_t k, const GemmBlocking& blocking, bool bf16_dot) {
+  const int64_t kc = bf16_dot ? (blocking.kc + 1) / 2 * 2 : blocking.kc;
   std::vector<int64_t> lengths;
-  if (k >= blocking.kc) lengths.push_back(blocking.kc);
-  if (k % blocking.kc != 0) lengths.push_back(k % blocking.kc);
+  if (k >= kc) lengths.push_back(kc);
+  if (k % kc != 0) lengths.push_back(bf16_dot ? (k % kc + 1) / 2 * 2 : k % kc);
   return lengths;
 }
 
-GemmDriver::GemmDriver(CpuIsa isa, GemmBlocking blocking, std::function<MicrokernelFunction(int64_t)> kernel_for_kc)
-    : traits_(traits_of(isa)), blocking_(blocking), kernel_for_kc_(std::move(kernel_for_kc)) {
+GemmDriver::GemmDriver(CpuIsa isa, GemmBlocking blocking, std::function<MicrokernelFunction(int64_t, bool)> kernel_for_kc)
+    : isa_(isa), traits_(traits_of(isa)), blocking_(blocking), kernel_for_kc_(std::move(kernel_for_kc)) {
   blocking_.mc = round_up(std::max<int64_t>(blocking_.mc, traits_.mr), traits_.mr);
   blocking_.nc = round_up(std::max<int64_t>(blocking_.nc, traits_.nr), traits_.nr);
-  blocking_.kc = std::max<int64_t>(blocking_.kc, 1);
+  blocking_.kc = std::max<int64_t>(blocking_.kc, 2);
 }
 
 void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
@@ -147,7 +188,9 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   if (problem.triangular && m != n) throw std::logic_error("gemm: a triangular product must be square");
   const int mr = traits_.mr, nr = traits_.nr;
   const int64_t a_panels = (m + mr - 1) / mr;
-  const int64_t kc_max = std::min(blocking_.kc, k_total);
+  const bool dot = uses_bf16_dot(isa_, blocking_.bf16_dot, problem.a, problem.b);
+  const int64_t block_k = dot ? (blocking_.kc + 1) / 2 * 2 : blocking_.kc;  // K-block length (even for pairs)
+  const int64_t kc_max = std::min(block_k, k_total) + 1;  // +1: room for the zero-padded odd k
   const int64_t nc = std::min(blocking_.nc, round_up(n, nr));
   const int64_t mc = blocking_.mc;
   thread_local ThreadScratch a_scratch, b_scratch, accumulator_scratch;
@@ -163,14 +206,18 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
     else for (int64_t task = 0; task < count; ++task) body(task, 0);
   };
 
-  for (int64_t k0 = 0; k0 < k_total; k0 += blocking_.kc) {
-    const int64_t kc = std::min(blocking_.kc, k_total - k0);
-    const bool first = k0 == 0, last = k0 + kc >= k_total;
-    const MicrokernelFunction kernel = kernel_for_kc_(kc);
+  for (int64_t k0 = 0; k0 < k_total; k0 += block_k) {
+    const int64_t k_valid = std::min(block_k, k_total - k0);
+    const int64_t kc = dot ? (k_valid + 1) / 2 * 2 : k_valid;  // the kernel's (padded) k length
+    const bool first = k0 == 0, last = k0 + k_valid >= k_total;
+    const MicrokernelFunction kernel = kernel_for_kc_(kc, dot);
+    // Offsets into the packed buffers count f32 slots; a bf16 pair panel takes half the bytes.
+    const int64_t slot = dot ? 2 : 1;
     // Pack all of A's rows for this K block, in chunks of panels.
     const int64_t a_chunk = std::max<int64_t>(1, a_panels / (4 * workers));
     parallel((a_panels + a_chunk - 1) / a_chunk, [&](int64_t task, int) {
       const int64_t first_panel = task * a_chunk, count = std::min(a_chunk, a_panels - first_panel);
+      if (dot) return pack_a_pairs(problem.a, m, k0, k_valid, k_total, mr, first_panel, count, reinterpret_cast<uint16_t*>(packed_a));
       dispatch_type(problem.a.type, [&](auto tag) {
         pack_a_panels<decltype(tag)>(problem.a, 0, m, k0, kc, mr, first_panel, count, packed_a);
       });
@@ -181,6 +228,7 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
       const int64_t b_chunk = std::max<int64_t>(1, b_panels / (4 * workers));
       parallel((b_panels + b_chunk - 1) / b_chunk, [&](int64_t task, int) {
         const int64_t first_panel = task * b_chunk, count = std::min(b_chunk, b_panels - first_panel);
+        if (dot) return pack_b_pairs(problem.b, k0, k_valid, col0, cols, nr, first_panel, count, reinterpret_cast<uint16_t*>(packed_b));
         dispatch_type(problem.b.type, [&](auto tag) {
           pack_b_panels<decltype(tag)>(problem.b, k0, kc, col0, cols, nr, first_panel, count, packed_b);
         });
@@ -197,8 +245,8 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
           for (int64_t ap = row_block * mc / mr; ap < std::min(a_panels, (row_block + 1) * mc / mr); ++ap) {
             const int64_t tile_row = ap * mr, tile_rows = std::min<int64_t>(mr, m - tile_row);
             if (!microtile_needed(tile_row, tile_col, nr, problem.triangular)) continue;
-            const float* a_panel = packed_a + ap * kc * mr;
-            const float* b_panel = packed_b + bp * kc * nr;
+            const float* a_panel = packed_a + ap * kc * mr / slot;
+            const float* b_panel = packed_b + bp * kc * nr / slot;
             float* acc = accumulator + tile_row * ldacc + tile_col;
             if (tile_rows == mr && tile_cols == nr) {
               kernel(a_panel, b_panel, acc, ldacc, first ? 0 : 1);

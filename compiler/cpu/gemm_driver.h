@@ -26,7 +26,8 @@ struct MatrixView {
 struct GemmBlocking {
   // kc·NR·4 bytes of B (32 KiB on AVX-512) stay in L1, mc·kc of A (192 KiB) and kc·nc of B (1 MiB)
   // in L2. Measured on this machine (bench/RESULTS.md); the autotuner will choose per shape.
-  int64_t mc = 192, kc = 256, nc = 1024;  // multiples of MR / any / multiples of NR (rounded up)
+  int64_t mc = 192, kc = 256, nc = 1024;
+  bool bf16_dot = false;  // see uses_bf16_dot  // multiples of MR / any / multiples of NR (rounded up)
 };
 
 // void kernel(const float* a_panel, const float* b_panel, float* c, int64 ldc, int32 accumulate)
@@ -47,8 +48,17 @@ struct GemmProblem {
 // rows of a tile conflict: measured 10-15% of the GEMM's time on this machine).
 inline int64_t accumulator_stride(int64_t n) { return (n + 15) / 16 * 16 + 16; }
 
-// The K-block lengths a product of inner dimension k uses: kc, and the remainder if any.
-std::vector<int64_t> k_block_lengths(int64_t k, const GemmBlocking& blocking);
+// The K-block lengths a product of inner dimension k uses: kc, and the remainder if any (rounded
+// up to even with bf16 dot products, whose packing zero-pads the odd k).
+std::vector<int64_t> k_block_lengths(int64_t k, const GemmBlocking& blocking, bool bf16_dot = false);
+
+// Whether a product may run on bf16 dot products (vdpbf16ps): both operands stored as bf16 on the
+// avx512bf16 path. Off by default (GemmBlocking::bf16_dot): on the development machine the
+// instruction retires at a quarter of the f32 FMA's FLOP rate (bench/RESULTS.md), so widening bf16
+// to f32 while packing is faster there; the autotuner will decide per machine.
+inline bool uses_bf16_dot(CpuIsa isa, bool enabled, const MatrixView& a, const MatrixView& b) {
+  return enabled && isa == CpuIsa::Avx512Bf16 && a.type == ScalarType::BF16 && b.type == ScalarType::BF16;
+}
 
 // Which microtiles a triangular product computes: those with a column reaching the diagonal
 // (row0 <= col0 + NR - 1). Exposed for the host tests of the tile map.
@@ -56,15 +66,16 @@ inline bool microtile_needed(int64_t row0, int64_t col0, int nr, bool triangular
 
 class GemmDriver {
  public:
-  GemmDriver(CpuIsa isa, GemmBlocking blocking, std::function<MicrokernelFunction(int64_t kc)> kernel_for_kc);
+  GemmDriver(CpuIsa isa, GemmBlocking blocking, std::function<MicrokernelFunction(int64_t kc, bool bf16_dot)> kernel_for_kc);
   // Runs on `pool` (or on the calling thread alone when pool is null).
   void run(const GemmProblem& problem, ThreadPool* pool) const;
   const GemmBlocking& blocking() const { return blocking_; }
 
  private:
+  CpuIsa isa_;
   IsaTraits traits_;
   GemmBlocking blocking_;
-  std::function<MicrokernelFunction(int64_t)> kernel_for_kc_;
+  std::function<MicrokernelFunction(int64_t, bool)> kernel_for_kc_;
 };
 
 }  // namespace orthojit::cpu

@@ -4,6 +4,7 @@
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
@@ -17,11 +18,13 @@ namespace orthojit::cpu {
 std::string MicrokernelSpec::name() const {
   const IsaTraits t = traits_of(isa);
   return "orthojit_ukernel_" + std::string(to_string(isa)) + "_" + std::to_string(t.mr) + "x" + std::to_string(t.nr) + "_k" +
-         std::to_string(kc);
+         std::to_string(kc) + (bf16_dot ? "_bf16dot" : "");
 }
 
 std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm::LLVMContext& context) {
   if (spec.kc < 1) throw std::logic_error("emit_microkernel: kc must be positive");
+  if (spec.bf16_dot && (spec.isa != CpuIsa::Avx512Bf16 || spec.kc % 2 != 0))
+    throw std::logic_error("emit_microkernel: bf16 dot products need the avx512bf16 path and an even kc");
   const IsaTraits traits = traits_of(spec.isa);
   const int width = traits.vector_width, mr = traits.mr, vectors = traits.nr / traits.vector_width;
   auto module = std::make_unique<llvm::Module>(spec.name(), context);
@@ -80,32 +83,58 @@ std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm
     phi->addIncoming(zero, entry);
     accumulators.push_back(phi);
   }
-  const llvm::Intrinsic::ID multiply_add = traits.fused_fma ? llvm::Intrinsic::fma : llvm::Intrinsic::fmuladd;
-  llvm::Function* fma = llvm::Intrinsic::getDeclaration(module.get(), multiply_add, {vector_type});
-  // (kc, NR) packed B: this step's NR values at b_panel + k·NR.
-  llvm::Value* b_row = builder.CreateInBoundsGEP(f32, b_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(traits.nr))));
-  std::vector<llvm::Value*> b_vectors;
-  for (int v = 0; v < vectors; ++v) {
-    llvm::Value* address = builder.CreateInBoundsGEP(f32, b_row, builder.getInt64(static_cast<uint64_t>(v * width)));
-    b_vectors.push_back(builder.CreateAlignedLoad(vector_type, address, llvm::Align(static_cast<uint64_t>(width * 4)), "b"));
-  }
-  // (MR, kc) packed A: this step's MR values at a_panel + k·MR.
-  llvm::Value* a_column = builder.CreateInBoundsGEP(f32, a_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(mr))));
   std::vector<llvm::Value*> updated(accumulators.size());
-  for (int i = 0; i < mr; ++i) {
-    llvm::Value* a_value = builder.CreateAlignedLoad(f32, builder.CreateInBoundsGEP(f32, a_column, builder.getInt64(static_cast<uint64_t>(i))),
-                                                     llvm::Align(4), "a");
-    llvm::Value* broadcast = builder.CreateVectorSplat(static_cast<unsigned>(width), a_value, "a_splat");
+  if (spec.bf16_dot) {
+    // One step = one k pair. B: (pair, NR, 2) bf16, a vector covers 16 columns x 2 k values.
+    llvm::Type* i16 = builder.getInt16Ty();
+    auto* pair_vector = llvm::FixedVectorType::get(builder.getBFloatTy(), 32);
+    llvm::Function* dot = llvm::Intrinsic::getDeclaration(module.get(), llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512);
+    llvm::Value* b_row = builder.CreateInBoundsGEP(i16, b_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(2 * traits.nr))));
+    std::vector<llvm::Value*> b_vectors;
     for (int v = 0; v < vectors; ++v) {
-      const size_t index = static_cast<size_t>(i * vectors + v);
-      updated[index] = builder.CreateCall(fma, {broadcast, b_vectors[static_cast<size_t>(v)], accumulators[index]});
+      llvm::Value* address = builder.CreateInBoundsGEP(i16, b_row, builder.getInt64(static_cast<uint64_t>(v * 32)));
+      b_vectors.push_back(builder.CreateAlignedLoad(pair_vector, address, llvm::Align(64), "b_pairs"));
+    }
+    // A: (pair, MR, 2) bf16; row i's pair is one 32-bit value, broadcast to the 16 lanes.
+    llvm::Value* a_column = builder.CreateInBoundsGEP(i16, a_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(2 * mr))));
+    for (int i = 0; i < mr; ++i) {
+      llvm::Value* pair = builder.CreateAlignedLoad(builder.getInt32Ty(),
+                                                    builder.CreateInBoundsGEP(i16, a_column, builder.getInt64(static_cast<uint64_t>(2 * i))),
+                                                    llvm::Align(4), "a_pair");
+      llvm::Value* broadcast = builder.CreateBitCast(builder.CreateVectorSplat(16, pair), pair_vector, "a_pairs");
+      for (int v = 0; v < vectors; ++v) {
+        const size_t index = static_cast<size_t>(i * vectors + v);
+        updated[index] = builder.CreateCall(dot, {accumulators[index], broadcast, b_vectors[static_cast<size_t>(v)]});
+      }
+    }
+  } else {
+    const llvm::Intrinsic::ID multiply_add = traits.fused_fma ? llvm::Intrinsic::fma : llvm::Intrinsic::fmuladd;
+    llvm::Function* fma = llvm::Intrinsic::getDeclaration(module.get(), multiply_add, {vector_type});
+    // (kc, NR) packed B: this step's NR values at b_panel + k·NR.
+    llvm::Value* b_row = builder.CreateInBoundsGEP(f32, b_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(traits.nr))));
+    std::vector<llvm::Value*> b_vectors;
+    for (int v = 0; v < vectors; ++v) {
+      llvm::Value* address = builder.CreateInBoundsGEP(f32, b_row, builder.getInt64(static_cast<uint64_t>(v * width)));
+      b_vectors.push_back(builder.CreateAlignedLoad(vector_type, address, llvm::Align(static_cast<uint64_t>(width * 4)), "b"));
+    }
+    // (MR, kc) packed A: this step's MR values at a_panel + k·MR.
+    llvm::Value* a_column = builder.CreateInBoundsGEP(f32, a_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(mr))));
+    for (int i = 0; i < mr; ++i) {
+      llvm::Value* a_value = builder.CreateAlignedLoad(f32, builder.CreateInBoundsGEP(f32, a_column, builder.getInt64(static_cast<uint64_t>(i))),
+                                                       llvm::Align(4), "a");
+      llvm::Value* broadcast = builder.CreateVectorSplat(static_cast<unsigned>(width), a_value, "a_splat");
+      for (int v = 0; v < vectors; ++v) {
+        const size_t index = static_cast<size_t>(i * vectors + v);
+        updated[index] = builder.CreateCall(fma, {broadcast, b_vectors[static_cast<size_t>(v)], accumulators[index]});
+      }
     }
   }
   llvm::Value* next_k = builder.CreateAdd(k, builder.getInt64(1), "k_next");
   llvm::BasicBlock* loop_end = builder.GetInsertBlock();
   k->addIncoming(next_k, loop_end);
   for (size_t index = 0; index < accumulators.size(); ++index) accumulators[index]->addIncoming(updated[index], loop_end);
-  builder.CreateCondBr(builder.CreateICmpULT(next_k, builder.getInt64(static_cast<uint64_t>(spec.kc))), loop, exit);
+  const int64_t steps = spec.bf16_dot ? spec.kc / 2 : spec.kc;
+  builder.CreateCondBr(builder.CreateICmpULT(next_k, builder.getInt64(static_cast<uint64_t>(steps))), loop, exit);
 
   // Exit: c = sum (first K block) or c += sum (later blocks).
   builder.SetInsertPoint(exit);

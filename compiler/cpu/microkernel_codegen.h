@@ -24,9 +24,13 @@ class Module;
 
 namespace orthojit::cpu {
 
+// bf16_dot (AVX512-BF16 only): packed A and B hold bf16 pairs along k, (kc/2, MR, 2) and
+// (kc/2, NR, 2), and each pair step issues vdpbf16ps: acc += a₀·b₀ + a₁·b₁ per lane, two
+// multiply-adds per f32 lane per instruction, twice the f32 FMA rate. kc is even (zero-padded).
 struct MicrokernelSpec {
   CpuIsa isa = CpuIsa::Generic;
   int64_t kc = 0;
+  bool bf16_dot = false;
   std::string name() const;  // e.g. "orthojit_ukernel_avx512f_12x32_k256"
 };
 

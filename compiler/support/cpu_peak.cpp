@@ -45,7 +45,7 @@ std::string PeakEstimate::describe() const {
                 f32_flops_per_cycle, f32_gflops());
   std::string result = text;
   if (bf16_flops_per_cycle > 0) {
-    std::snprintf(text, sizeof text, ", %.0f GFLOP/s bf16 dot", bf16_gflops());
+    std::snprintf(text, sizeof text, "; nominal bf16 dot %.0f GFLOP/s", bf16_gflops());
     result += text;
   }
   return result;

@@ -4,7 +4,10 @@
 // chain of dependent register-register adds retires one per cycle on x86 cores, so adds per second
 // is the clock the code really runs at (with turbo). FLOPs per cycle assume two
 // FMA pipes per core, true of the server and desktop AVX2/AVX-512 parts since Haswell/Zen 4:
-// f32: 2 pipes x lanes x 2 (multiply + add); bf16 dot products (vdpbf16ps) twice that.
+// f32: 2 pipes x lanes x 2 (multiply + add). The CPU backend runs bf16 policies on the same f32
+// FMAs (operands widened while packing), so this is their peak too. The bf16 dot-product figure
+// (vdpbf16ps: 2 pairs per lane) is the instruction's nominal rate: 2x f32 if it had two pipes;
+// measured at 1/2 of the f32 rate on the development machine (bench/RESULTS.md).
 #pragma once
 
 #include <string>
@@ -17,7 +20,7 @@ struct PeakEstimate {
   double clock_ghz = 0;
   int cores = 1;
   double f32_flops_per_cycle = 0;   // per core
-  double bf16_flops_per_cycle = 0;  // per core (0 when the ISA has no bf16 dot product)
+  double bf16_flops_per_cycle = 0;  // per core, nominal (0 when the ISA has no bf16 dot product)
   double f32_gflops() const { return clock_ghz * cores * f32_flops_per_cycle; }
   double bf16_gflops() const { return clock_ghz * cores * bf16_flops_per_cycle; }
   std::string describe() const;
