@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
@@ -180,8 +182,23 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool)
   }
   std::vector<MatrixView> views(function_.nodes.size());
   std::vector<float> row;
+  // ORTHOJIT_PROFILE=1: time of every op, printed to stderr after the run (where the time goes).
+  static const bool profile = std::getenv("ORTHOJIT_PROFILE") != nullptr;
   for (size_t index = 0; index < function_.nodes.size(); ++index) {
     const ir::Node& node = function_.nodes[index];
+    const auto started = std::chrono::steady_clock::now();
+    struct Report {
+      bool on;
+      size_t index;
+      const ir::Node& node;
+      std::chrono::steady_clock::time_point started;
+      ~Report() {
+        if (!on || node.kind == ir::OpKind::Transpose || node.kind == ir::OpKind::Input) return;
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+        std::fprintf(stderr, "[profile] %%%zu %-9s %-14s %s%s %8.3f ms\n", index, ir::to_string(node.kind), node.name.c_str(),
+                     node.shape.to_string().c_str(), node.symmetric ? " sym" : "", ms);
+      }
+    } report{profile, index, node, started};
     const int64_t rows = node.shape.rows.size, cols = node.shape.cols.size;
     auto operand = [&](size_t k) -> const MatrixView& { return views[static_cast<size_t>(node.operands[k])]; };
     MatrixView& out = views[index];

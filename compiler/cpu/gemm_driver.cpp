@@ -5,6 +5,8 @@
 #include "cpu/gemm_driver.h"
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 #include <cstdlib>
 #include <memory>
 #include <new>
@@ -65,6 +67,20 @@ void pack_a_panels(const MatrixView& a, int64_t row0, int64_t rows, int64_t k0, 
     const int valid = static_cast<int>(std::min<int64_t>(mr, rows - p * mr));
     for (int i = 0; i < valid; ++i) sources[i] = base + (row0 + p * mr + i) * a.row_stride + k0 * a.col_stride;
     const int64_t step = a.col_stride;
+    if (valid == mr && step == 1) {
+      // Full panel of row-major A: blocks of 8 k at a time, so each source row is read a cache
+      // line at a time and the panel is written contiguously.
+      int64_t k = 0;
+      for (; k + 8 <= kc; k += 8)
+        for (int i = 0; i < mr; ++i) {
+          const T* __restrict source = sources[i] + k;
+          float* __restrict target = panel + k * mr + i;
+          for (int t = 0; t < 8; ++t) target[t * mr] = to_float(source[t]);
+        }
+      for (; k < kc; ++k)
+        for (int i = 0; i < mr; ++i) panel[k * mr + i] = to_float(sources[i][k]);
+      continue;
+    }
     for (int64_t k = 0; k < kc; ++k) {
       float* target = panel + k * mr;
       for (int i = 0; i < valid; ++i) target[i] = to_float(sources[i][k * step]);
@@ -84,11 +100,29 @@ void pack_b_panels(const MatrixView& b, int64_t k0, int64_t kc, int64_t col0, in
     float* panel = out + p * kc * nr;
     const int valid = static_cast<int>(std::min<int64_t>(nr, cols - p * nr));
     const T* origin = base + k0 * b.row_stride + (col0 + p * nr) * b.col_stride;
+    if (b.row_stride == 1 && valid == nr) {
+      // A transposed B (Xᵀ of X·Xᵀ): its columns are contiguous; copy 8 k of each column at a time
+      // so every source line is used whole.
+      int64_t k = 0;
+      for (; k + 8 <= kc; k += 8)
+        for (int j = 0; j < nr; ++j) {
+          const T* __restrict source = origin + j * b.col_stride + k;
+          float* __restrict target = panel + k * nr + j;
+          for (int t = 0; t < 8; ++t) target[t * nr] = to_float(source[t]);
+        }
+      for (; k < kc; ++k)
+        for (int j = 0; j < nr; ++j) panel[k * nr + j] = to_float(origin[j * b.col_stride + k]);
+      continue;
+    }
     for (int64_t k = 0; k < kc; ++k) {
-      const T* source = origin + k * b.row_stride;
-      float* target = panel + k * nr;
+      const T* __restrict source = origin + k * b.row_stride;
+      float* __restrict target = panel + k * nr;
       if (b.col_stride == 1) {
-        for (int j = 0; j < valid; ++j) target[j] = to_float(source[j]);
+        if constexpr (std::is_same_v<T, float>) {
+          std::memcpy(target, source, static_cast<size_t>(valid) * sizeof(float));
+        } else {
+          for (int j = 0; j < valid; ++j) target[j] = to_float(source[j]);
+        }
       } else {
         for (int j = 0; j < valid; ++j) target[j] = to_float(source[j * b.col_stride]);
       }
