@@ -5,6 +5,7 @@
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
+#include "cpu/cpu_isa.h"
 #include "dsl/coefficient_sets.h"
 #include "kernels/program_library.h"
 #include "runtime/orthogonalize.h"
@@ -37,6 +38,9 @@ int info_command(const std::vector<std::string>& args) {
   std::printf("host cpu:   %s, %d logical cores\n", cpu.model.empty() ? "(unknown model)" : cpu.model.c_str(), cpu.logical_cores);
   std::printf("isa:        avx2=%s fma=%s f16c=%s avx512f=%s avx512bf16=%s -> %s\n", cpu.avx2 ? "yes" : "no", cpu.fma ? "yes" : "no",
               cpu.f16c ? "yes" : "no", cpu.avx512f ? "yes" : "no", cpu.avx512bf16 ? "yes" : "no", cpu.best_isa().c_str());
+  std::string paths;
+  for (cpu::CpuIsa isa : cpu::supported_isas()) paths += (paths.empty() ? "" : ", ") + std::string(cpu::to_string(isa));
+  std::printf("cpu paths:  %s (default %s; --isa to force one)\n", paths.c_str(), std::string(cpu::to_string(cpu::best_host_isa())).c_str());
   std::printf("cache dir:  %s\n", cache_directory().c_str());
   std::printf("\nshipped programs:\n");
   std::printf("  %-22s %-8s %-6s %-s\n", "name", "storage", "steps", "coefficients");
