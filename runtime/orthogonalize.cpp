@@ -1,6 +1,8 @@
 // Strategy resolution, backend dispatch, and the in-memory cache of compiled CPU executables.
 #include "runtime/orthogonalize.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -78,6 +80,16 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     cpu_options.isa = *isa;
   }
   if (options.threads < 0) throw UsageError("--threads must be 0 (all cores) or positive");
+  // Until the autotuner sets blocking per shape, ORTHOJIT_CPU_BLOCKING="MC,KC,NC" overrides the
+  // defaults (for experiments; bench/RESULTS.md).
+  if (const char* text = std::getenv("ORTHOJIT_CPU_BLOCKING"); text && *text) {
+    long mc = 0, kc = 0, nc = 0;
+    if (std::sscanf(text, "%ld,%ld,%ld", &mc, &kc, &nc) != 3 || mc < 1 || kc < 2 || nc < 1)
+      throw UsageError(std::string("ORTHOJIT_CPU_BLOCKING='") + text + "' is not MC,KC,NC with positive integers (e.g. 144,384,1024)");
+    cpu_options.blocking.mc = mc;
+    cpu_options.blocking.kc = kc;
+    cpu_options.blocking.nc = nc;
+  }
   cpu_options.threads = options.threads;
 
   passes::CompileOptions compile;
