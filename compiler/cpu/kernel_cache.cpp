@@ -12,17 +12,12 @@
 #include <mutex>
 
 #include "cpu/llvm_jit.h"
+#include "support/sha256.h"
 
 namespace orthojit::cpu {
 namespace {
 
 constexpr int kCacheFormatVersion = 1;
-
-uint64_t fnv1a(const std::string& text) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (unsigned char c : text) hash = (hash ^ c) * 0x100000001b3ULL;
-  return hash;
-}
 
 struct Registry {
   std::mutex mutex;
@@ -48,8 +43,8 @@ void* compile_cached(CpuIsa isa, const std::string& symbol, const Emitter& emit,
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto& jit = cache.jits[isa];
   if (!jit) jit = std::make_unique<LlvmJit>(isa);
-  const std::string key = std::to_string(fnv1a(text + "|" + jit->cpu_name() + "|" + jit->features() + "|" + llvm_version() + "|" +
-                                               std::to_string(kCacheFormatVersion) + "|" + ORTHOJIT_VERSION));
+  const std::string key = sha256_hex(text + "|" + jit->cpu_name() + "|" + jit->features() + "|" + llvm_version() + "|" +
+                                     std::to_string(kCacheFormatVersion) + "|" + ORTHOJIT_VERSION);
   jit_seconds = 0;
   if (auto it = cache.functions.find(key); it != cache.functions.end()) return it->second;
   const auto start = std::chrono::steady_clock::now();
