@@ -269,7 +269,10 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
       });
       // Tasks: MC-row blocks x groups of B panels, enough of them to keep every worker busy.
       const int64_t row_blocks = (m + mc - 1) / mc;
-      const int64_t column_groups = std::max<int64_t>(1, std::min(b_panels, (8 * workers + row_blocks - 1) / row_blocks));
+      // A triangular product's tasks differ widely in cost (rows far below the diagonal have little
+      // to do), so it is cut finer, which keeps both workers busy to the end of each K block.
+      const int64_t tasks_wanted = (problem.triangular ? 32 : 8) * workers;
+      const int64_t column_groups = std::max<int64_t>(1, std::min(b_panels, (tasks_wanted + row_blocks - 1) / row_blocks));
       const int64_t panels_per_group = (b_panels + column_groups - 1) / column_groups;
       parallel(row_blocks * column_groups, [&](int64_t task, int) {
         const int64_t row_block = task / column_groups, group = task % column_groups;
