@@ -10,36 +10,12 @@
 #include <stdexcept>
 #include <utility>
 
+#include "cpu/aligned_buffer.h"
 #include "cpu/element_types.h"
 #include "cpu/kernel_cache.h"
 
 namespace orthojit::cpu {
 namespace {
-
-struct AlignedBytes {
-  explicit AlignedBytes(size_t bytes) : data(std::aligned_alloc(64, (std::max<size_t>(bytes, 64) + 63) / 64 * 64)) {
-    if (!data) throw std::bad_alloc();
-  }
-  ~AlignedBytes() { std::free(data); }
-  AlignedBytes(AlignedBytes&& other) noexcept : data(other.data) { other.data = nullptr; }
-  AlignedBytes& operator=(AlignedBytes&& other) noexcept {
-    std::swap(data, other.data);
-    return *this;
-  }
-  AlignedBytes(const AlignedBytes&) = delete;
-  void* data;
-};
-
-template <typename F>
-void dispatch(ScalarType type, F&& f) {
-  switch (type) {
-    case ScalarType::F32: f(float{}); return;
-    case ScalarType::BF16: f(Bf16{}); return;
-    case ScalarType::F16: f(F16{}); return;
-    case ScalarType::F64: break;
-  }
-  throw std::logic_error("cpu backend: f64 storage reached execution");
-}
 
 // One row of a view, converted to f32, added with weight `coefficient` into `row`.
 template <typename T>
@@ -164,22 +140,11 @@ void CpuExecutable::run(const float* input, float* output) const {
 void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool) const {
   // The planned buffers, kept per thread from run to run (grow-only): allocating and faulting in
   // tens of MiB per call would cost more than the products of a small matrix.
-  thread_local std::vector<AlignedBytes> buffers;
-  thread_local std::vector<size_t> capacities;
-  if (buffers.size() < function_.buffers.size()) {
-    buffers.reserve(function_.buffers.size());
-    while (buffers.size() < function_.buffers.size()) {
-      buffers.emplace_back(64);
-      capacities.push_back(64);
-    }
-  }
-  for (size_t b = 0; b < function_.buffers.size(); ++b) {
-    const size_t bytes = static_cast<size_t>(function_.buffers[b].elements * size_in_bytes(function_.buffers[b].type));
-    if (capacities[b] < bytes) {
-      buffers[b] = AlignedBytes(bytes);
-      capacities[b] = bytes;
-    }
-  }
+  thread_local std::vector<AlignedBuffer> buffers;
+  if (buffers.size() < function_.buffers.size()) buffers.resize(function_.buffers.size());
+  std::vector<void*> storage;
+  for (size_t b = 0; b < function_.buffers.size(); ++b)
+    storage.push_back(buffers[b].get(static_cast<size_t>(function_.buffers[b].elements * size_in_bytes(function_.buffers[b].type))));
   std::vector<MatrixView> views(function_.nodes.size());
   std::vector<float> row;
   // ORTHOJIT_PROFILE=1: time of every op, printed to stderr after the run (where the time goes).
@@ -202,14 +167,14 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool)
     const int64_t rows = node.shape.rows.size, cols = node.shape.cols.size;
     auto operand = [&](size_t k) -> const MatrixView& { return views[static_cast<size_t>(node.operands[k])]; };
     MatrixView& out = views[index];
-    if (node.buffer >= 0) out = {buffers[static_cast<size_t>(node.buffer)].data, node.type, rows, cols, cols, 1};
+    if (node.buffer >= 0) out = {storage[static_cast<size_t>(node.buffer)], node.type, rows, cols, cols, 1};
     switch (node.kind) {
       case ir::OpKind::Input: out = {const_cast<float*>(input), ScalarType::F32, rows, cols, cols, 1}; break;
       case ir::OpKind::Transpose: out = operand(0).transposed(); break;
       case ir::OpKind::Normalize: {
         const MatrixView& source = operand(0);
         double squares = 0;
-        dispatch(source.type, [&](auto tag) { squares = sum_of_squares<decltype(tag)>(source, node.norm_type == ScalarType::F64); });
+        dispatch_storage_type(source.type, [&](auto tag) { squares = sum_of_squares<decltype(tag)>(source, node.norm_type == ScalarType::F64); });
         float denominator;
         if (node.norm_type == ScalarType::F64) {
           const double norm = std::sqrt(squares) * node.normalization.safety;
@@ -223,9 +188,9 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool)
         row.assign(static_cast<size_t>(cols), 0.0f);
         for (int64_t i = 0; i < rows; ++i) {
           std::fill(row.begin(), row.end(), 0.0f);
-          dispatch(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row.data()); });
+          dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row.data()); });
           for (float& v : row) v /= denominator;  // scaled in f32, before the cast to storage
-          dispatch(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row.data()); });
+          dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row.data()); });
         }
         break;
       }
@@ -250,9 +215,9 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool)
           if (i < cols) row[static_cast<size_t>(i)] = static_cast<float>(node.gamma);
           for (size_t k = 0; k < node.operands.size(); ++k) {
             const MatrixView& term = operand(k);
-            dispatch(term.type, [&](auto tag) { accumulate_row<decltype(tag)>(term, i, static_cast<float>(node.coefficients[k]), row.data()); });
+            dispatch_storage_type(term.type, [&](auto tag) { accumulate_row<decltype(tag)>(term, i, static_cast<float>(node.coefficients[k]), row.data()); });
           }
-          dispatch(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row.data()); });
+          dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row.data()); });
         }
         break;
       }
@@ -262,7 +227,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool)
         row.assign(static_cast<size_t>(cols), 0.0f);
         for (int64_t i = 0; i < rows; ++i) {
           std::fill(row.begin(), row.end(), 0.0f);
-          dispatch(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row.data()); });
+          dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row.data()); });
           store_row<float>(target, i, row.data());
         }
         break;

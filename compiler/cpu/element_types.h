@@ -5,6 +5,9 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+
+#include "support/scalar_type.h"
 
 namespace orthojit::cpu {
 
@@ -35,6 +38,19 @@ inline Bf16 from_float<Bf16>(float value) {
 template <>
 inline F16 from_float<F16>(float value) {
   return {std::bit_cast<uint16_t>(static_cast<_Float16>(value))};  // GCC: correctly rounded (RNE)
+}
+
+// Calls f(T{}) with the C++ type that holds `type` (float, Bf16, F16): one switch outside a loop
+// instead of one per element. f64 is the reference interpreter's, never stored by this backend.
+template <typename F>
+void dispatch_storage_type(ScalarType type, F&& f) {
+  switch (type) {
+    case ScalarType::F32: f(float{}); return;
+    case ScalarType::BF16: f(Bf16{}); return;
+    case ScalarType::F16: f(F16{}); return;
+    case ScalarType::F64: break;
+  }
+  throw std::logic_error("cpu backend: f64 storage is not supported (use the reference backend)");
 }
 
 }  // namespace orthojit::cpu

@@ -13,46 +13,13 @@
 #include <stdexcept>
 #include <vector>
 
+#include "cpu/aligned_buffer.h"
 #include "cpu/element_types.h"
 
 namespace orthojit::cpu {
 namespace {
 
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
-
-// Grow-only, 64-byte aligned scratch owned by one thread: packing buffers and the f32
-// accumulator are reused from product to product instead of allocated (and page-faulted) each time.
-class ThreadScratch {
- public:
-  float* get(int64_t count) {
-    if (count > capacity_) {
-      std::free(data_);
-      capacity_ = round_up(std::max<int64_t>(count, 1024), 1024);
-      data_ = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(capacity_) * 4));
-      if (!data_) {
-        capacity_ = 0;
-        throw std::bad_alloc();
-      }
-    }
-    return data_;
-  }
-  ~ThreadScratch() { std::free(data_); }
-
- private:
-  float* data_ = nullptr;
-  int64_t capacity_ = 0;
-};
-
-template <typename F>
-void dispatch_type(ScalarType type, F&& f) {
-  switch (type) {
-    case ScalarType::F32: f(float{}); return;
-    case ScalarType::BF16: f(Bf16{}); return;
-    case ScalarType::F16: f(F16{}); return;
-    case ScalarType::F64: break;
-  }
-  throw std::logic_error("cpu backend: f64 storage is not supported (use the reference backend)");
-}
 
 // Packs rows [row0, row0 + rows) x columns [k0, k0 + kc) of `a` into MR-row panels, (MR, kc)
 // k-major per panel, zero-padding the last panel. Writes are contiguous (k outer, rows inner);
@@ -227,11 +194,11 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   const int64_t kc_max = std::min(block_k, k_total) + 1;  // +1: room for the zero-padded odd k
   const int64_t nc = std::min(blocking_.nc, round_up(n, nr));
   const int64_t mc = blocking_.mc;
-  thread_local ThreadScratch a_scratch, b_scratch, accumulator_scratch;
-  float* const packed_a = a_scratch.get(a_panels * mr * kc_max);
-  float* const packed_b = b_scratch.get((nc / nr) * nr * kc_max);
+  thread_local AlignedBuffer a_scratch, b_scratch, accumulator_scratch;
+  float* const packed_a = a_scratch.floats(a_panels * mr * kc_max);
+  float* const packed_b = b_scratch.floats((nc / nr) * nr * kc_max);
   const int64_t ldacc = accumulator_stride(n);
-  float* const accumulator = accumulator_scratch.get(m * ldacc);
+  float* const accumulator = accumulator_scratch.floats(m * ldacc);
   const bool epilogue = true;  // the accumulator is always separate: the epilogue writes D
   const bool generated_epilogue = problem.epilogue && problem.d.col_stride == 1 && (!problem.c || problem.c->col_stride == 1);
   const int workers = pool ? pool->size() : 1;
@@ -252,7 +219,7 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
     parallel((a_panels + a_chunk - 1) / a_chunk, [&](int64_t task, int) {
       const int64_t first_panel = task * a_chunk, count = std::min(a_chunk, a_panels - first_panel);
       if (dot) return pack_a_pairs(problem.a, m, k0, k_valid, k_total, mr, first_panel, count, reinterpret_cast<uint16_t*>(packed_a));
-      dispatch_type(problem.a.type, [&](auto tag) {
+      dispatch_storage_type(problem.a.type, [&](auto tag) {
         pack_a_panels<decltype(tag)>(problem.a, 0, m, k0, kc, mr, first_panel, count, packed_a);
       });
     });
@@ -263,7 +230,7 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
       parallel((b_panels + b_chunk - 1) / b_chunk, [&](int64_t task, int) {
         const int64_t first_panel = task * b_chunk, count = std::min(b_chunk, b_panels - first_panel);
         if (dot) return pack_b_pairs(problem.b, k0, k_valid, col0, cols, nr, first_panel, count, reinterpret_cast<uint16_t*>(packed_b));
-        dispatch_type(problem.b.type, [&](auto tag) {
+        dispatch_storage_type(problem.b.type, [&](auto tag) {
           pack_b_panels<decltype(tag)>(problem.b, k0, kc, col0, cols, nr, first_panel, count, packed_b);
         });
       });
@@ -304,10 +271,10 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
               void* d_tile = static_cast<char*>(problem.d.data) + (tile_row * problem.d.row_stride + tile_col) * size_in_bytes(problem.d.type);
               problem.epilogue(acc, ldacc, c_tile, c_stride, d_tile, problem.d.row_stride, tile_rows, tile_cols, tile_row - tile_col);
             } else if (last && epilogue) {
-              dispatch_type(problem.d.type, [&](auto d_tag) {
+              dispatch_storage_type(problem.d.type, [&](auto d_tag) {
                 using TD = decltype(d_tag);
                 if (!problem.c) return epilogue_tile<TD, float>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
-                dispatch_type(problem.c->type, [&](auto c_tag) {
+                dispatch_storage_type(problem.c->type, [&](auto c_tag) {
                   epilogue_tile<TD, decltype(c_tag)>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
                 });
               });
@@ -320,7 +287,7 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   if (problem.triangular) {
     const int64_t chunk = std::max<int64_t>(16, m / (4 * workers));
     parallel((m + chunk - 1) / chunk, [&](int64_t task, int) {
-      dispatch_type(problem.d.type, [&](auto tag) {
+      dispatch_storage_type(problem.d.type, [&](auto tag) {
         mirror_lower_from_upper<decltype(tag)>(problem.d, task * chunk, std::min(m, (task + 1) * chunk));
       });
     });
