@@ -49,6 +49,7 @@ TEST(GemmDriver, MatchesADoubleProductOnOddShapes) {
       {1, 1, 1, false, false, 1, 0, 0, ScalarType::F32},         {13, 7, 300, false, true, 2.0f, -0.5f, 0, ScalarType::F32},
       {29, 29, 64, true, true, 1.5f, 0.25f, 3.0f, ScalarType::F32}, {40, 75, 1000, true, false, -1.0f, 0, 0, ScalarType::BF16},
       {64, 64, 17, false, true, 1, 1, -2.0f, ScalarType::F16},    {100, 33, 129, false, true, 0.5f, 3.0f, 0, ScalarType::BF16},
+      {50, 70, 301, true, true, 1.0f, 0.5f, 0, ScalarType::F32},   // f32 transposed B with full and partial panels, odd k blocks
   };
   for (bool dot : {false, true}) {  // bf16 dot products where the CPU has them (the bf16 cases)
   GemmBlocking small{24, 128, 64, dot};  // small blocks: several K blocks, row blocks and column blocks

@@ -42,14 +42,22 @@ double sum_of_squares(const MatrixView& view, bool in_f64) {
       }
     return sum;
   }
-  // f32 reduction with 16 independent partial sums (vectorizable, fixed order: deterministic).
+  // f32 reduction with 16 independent partial sums, lane = column mod 16 (vectorizable; the order
+  // depends only on the shape, so it is deterministic).
   float lanes[16] = {};
-  int64_t index = 0;
-  for (int64_t i = 0; i < view.rows; ++i)
-    for (int64_t j = 0; j < view.cols; ++j, ++index) {
-      const float v = to_float(base[i * view.row_stride + j * view.col_stride]);
-      lanes[index % 16] += v * v;
+  for (int64_t i = 0; i < view.rows; ++i) {
+    const T* row = base + i * view.row_stride;
+    int64_t j = 0;
+    for (; j + 16 <= view.cols; j += 16)
+      for (int l = 0; l < 16; ++l) {
+        const float v = to_float(row[(j + l) * view.col_stride]);
+        lanes[l] += v * v;
+      }
+    for (; j < view.cols; ++j) {
+      const float v = to_float(row[j * view.col_stride]);
+      lanes[j % 16] += v * v;
     }
+  }
   float sum = 0;
   for (float lane : lanes) sum += lane;
   return sum;

@@ -5,6 +5,9 @@
 #include "cpu/gemm_driver.h"
 
 #include <algorithm>
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
 #include <cstring>
 #include <type_traits>
 #include <cstdlib>
@@ -21,6 +24,24 @@ namespace {
 
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
+// dst[c][r] = src[r][c] for a 4x4 block of floats (strides in floats). Packing is a transposition
+// for A panels of a row-major A and for B panels of a transposed B; SSE2 (baseline x86-64) moves
+// the block with 4 loads, 8 shuffles and 4 stores instead of 16 scalar copies.
+inline void transpose_4x4(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+#if defined(__SSE2__)
+  __m128 r0 = _mm_loadu_ps(src), r1 = _mm_loadu_ps(src + src_stride), r2 = _mm_loadu_ps(src + 2 * src_stride),
+         r3 = _mm_loadu_ps(src + 3 * src_stride);
+  _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+  _mm_storeu_ps(dst, r0);
+  _mm_storeu_ps(dst + dst_stride, r1);
+  _mm_storeu_ps(dst + 2 * dst_stride, r2);
+  _mm_storeu_ps(dst + 3 * dst_stride, r3);
+#else
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
+#endif
+}
+
 // Packs rows [row0, row0 + rows) x columns [k0, k0 + kc) of `a` into MR-row panels, (MR, kc)
 // k-major per panel, zero-padding the last panel. Writes are contiguous (k outer, rows inner);
 // the MR source rows are read as MR sequential streams, which the hardware prefetchers follow.
@@ -34,6 +55,17 @@ void pack_a_panels(const MatrixView& a, int64_t row0, int64_t rows, int64_t k0, 
     const int valid = static_cast<int>(std::min<int64_t>(mr, rows - p * mr));
     for (int i = 0; i < valid; ++i) sources[i] = base + (row0 + p * mr + i) * a.row_stride + k0 * a.col_stride;
     const int64_t step = a.col_stride;
+    if constexpr (std::is_same_v<T, float>) {
+      if (valid == mr && step == 1 && mr % 4 == 0) {
+        // Row-major f32 A: 4 rows x 4 k at a time, transposed into the (kc, MR) panel.
+        int64_t k = 0;
+        for (; k + 4 <= kc; k += 4)
+          for (int i = 0; i < mr; i += 4) transpose_4x4(sources[i] + k, a.row_stride, panel + k * mr + i, mr);
+        for (; k < kc; ++k)
+          for (int i = 0; i < mr; ++i) panel[k * mr + i] = sources[i][k];
+        continue;
+      }
+    }
     if (valid == mr && step == 1) {
       // Full panel of row-major A: blocks of 8 k at a time, so each source row is read a cache
       // line at a time and the panel is written contiguously.
@@ -67,6 +99,17 @@ void pack_b_panels(const MatrixView& b, int64_t k0, int64_t kc, int64_t col0, in
     float* panel = out + p * kc * nr;
     const int valid = static_cast<int>(std::min<int64_t>(nr, cols - p * nr));
     const T* origin = base + k0 * b.row_stride + (col0 + p * nr) * b.col_stride;
+    if constexpr (std::is_same_v<T, float>) {
+      if (b.row_stride == 1 && valid == nr && nr % 4 == 0) {
+        // Transposed f32 B (Xᵀ): 4 columns x 4 k at a time, transposed into the (kc, NR) panel.
+        int64_t k = 0;
+        for (; k + 4 <= kc; k += 4)
+          for (int j = 0; j < nr; j += 4) transpose_4x4(origin + j * b.col_stride + k, b.col_stride, panel + k * nr + j, nr);
+        for (; k < kc; ++k)
+          for (int j = 0; j < nr; ++j) panel[k * nr + j] = origin[j * b.col_stride + k];
+        continue;
+      }
+    }
     if (b.row_stride == 1 && valid == nr) {
       // A transposed B (Xᵀ of X·Xᵀ): its columns are contiguous; copy 8 k of each column at a time
       // so every source line is used whole.
