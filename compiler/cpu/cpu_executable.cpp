@@ -21,12 +21,20 @@ namespace {
 template <typename T>
 void accumulate_row(const MatrixView& view, int64_t i, float coefficient, float* row) {
   const T* base = static_cast<const T*>(view.data) + i * view.row_stride;
+  if (view.col_stride == 1) {  // the common case, written out so that it vectorizes
+    for (int64_t j = 0; j < view.cols; ++j) row[j] += coefficient * to_float(base[j]);
+    return;
+  }
   for (int64_t j = 0; j < view.cols; ++j) row[j] += coefficient * to_float(base[j * view.col_stride]);
 }
 
 template <typename T>
 void store_row(const MatrixView& view, int64_t i, const float* row) {
   T* base = static_cast<T*>(view.data) + i * view.row_stride;
+  if (view.col_stride == 1) {
+    for (int64_t j = 0; j < view.cols; ++j) base[j] = from_float<T>(row[j]);
+    return;
+  }
   for (int64_t j = 0; j < view.cols; ++j) base[j * view.col_stride] = from_float<T>(row[j]);
 }
 
@@ -48,11 +56,19 @@ double sum_of_squares(const MatrixView& view, bool in_f64) {
   for (int64_t i = 0; i < view.rows; ++i) {
     const T* row = base + i * view.row_stride;
     int64_t j = 0;
-    for (; j + 16 <= view.cols; j += 16)
-      for (int l = 0; l < 16; ++l) {
-        const float v = to_float(row[(j + l) * view.col_stride]);
-        lanes[l] += v * v;
-      }
+    if (view.col_stride == 1) {
+      for (; j + 16 <= view.cols; j += 16)
+        for (int l = 0; l < 16; ++l) {
+          const float v = to_float(row[j + l]);
+          lanes[l] += v * v;
+        }
+    } else {
+      for (; j + 16 <= view.cols; j += 16)
+        for (int l = 0; l < 16; ++l) {
+          const float v = to_float(row[(j + l) * view.col_stride]);
+          lanes[l] += v * v;
+        }
+    }
     for (; j < view.cols; ++j) {
       const float v = to_float(row[j * view.col_stride]);
       lanes[j % 16] += v * v;
