@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "cpu/cpu_isa.h"
 #include "kernels/program_library.h"
@@ -105,6 +106,32 @@ TEST(CpuBackend, IdenticalResultsAcrossRunsAndThreadCounts) {
     results.push_back(run_cpu(program, input, 1, m, n, options));
   }
   for (const auto& result : results) EXPECT_EQ(result, results.front());
+}
+
+TEST(CpuBackend, ConcurrentCallersShareOneExecutableSafely) {
+  // A trainer may orthogonalize from several threads; they share the cached executable and the
+  // process-wide pool. Each must get exactly the single-threaded caller's result.
+  const auto program = kernels::load_program_by_name_or_path("jordan_ns5");
+  const int64_t m = 64, n = 200;
+  runtime::OrthogonalizeOptions options;
+  options.backend = "cpu";
+  options.strategy = "standard";
+  auto compiled = runtime::compile_orthogonalizer(program, 1, m, n, options);
+  std::vector<std::vector<float>> inputs, outputs, expected;
+  for (int caller = 0; caller < 4; ++caller) {
+    const auto values = reference::gaussian_values(m * n, static_cast<uint64_t>(100 + caller));
+    inputs.emplace_back(values.begin(), values.end());
+    expected.emplace_back(values.size());
+    compiled->run(inputs.back().data(), expected.back().data());
+    outputs.emplace_back(values.size(), std::numeric_limits<float>::quiet_NaN());
+  }
+  std::vector<std::thread> callers;
+  for (int caller = 0; caller < 4; ++caller)
+    callers.emplace_back([&, caller] {
+      for (int repeat = 0; repeat < 5; ++repeat) compiled->run(inputs[static_cast<size_t>(caller)].data(), outputs[static_cast<size_t>(caller)].data());
+    });
+  for (auto& thread : callers) thread.join();
+  EXPECT_EQ(outputs, expected);
 }
 
 TEST(CpuBackend, EveryIsaPathAgrees) {

@@ -56,6 +56,7 @@ void ThreadPool::parallel_for(int64_t count, const std::function<void(int64_t, i
     for (int64_t task = 0; task < count; ++task) body(task, 0);
     return;
   }
+  std::lock_guard<std::mutex> job(job_mutex_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     body_ = &body;

@@ -21,7 +21,8 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
   // Runs body(task, worker) for task in [0, count), worker in [0, size()); returns when all ran.
-  // Not reentrant: a body must not call parallel_for on the same pool.
+  // Calls from several application threads take turns (one job at a time); a body must not call
+  // parallel_for on the same pool (that would wait for itself).
   void parallel_for(int64_t count, const std::function<void(int64_t task, int worker)>& body);
 
  private:
@@ -29,6 +30,7 @@ class ThreadPool {
   void run_tasks(int worker);
 
   std::vector<std::thread> workers_;
+  std::mutex job_mutex_;  // held for a whole parallel_for: jobs from different callers take turns
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   const std::function<void(int64_t, int)>* body_ = nullptr;
