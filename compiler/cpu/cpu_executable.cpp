@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <new>
 #include <stdexcept>
 #include <utility>
@@ -77,6 +78,22 @@ double sum_of_squares(const MatrixView& view, bool in_f64) {
   float sum = 0;
   for (float lane : lanes) sum += lane;
   return sum;
+}
+
+// Runs body(i, row) for every row i in [0, rows), in chunks spread over the pool (or on this thread),
+// each chunk with its own f32 row buffer of `cols` values. Rows are independent: the result does
+// not depend on the split.
+void for_each_row(ThreadPool* pool, int64_t rows, int64_t cols, const std::function<void(int64_t, float*)>& body) {
+  const int workers = pool ? pool->size() : 1;
+  const int64_t chunk = std::max<int64_t>(8, (rows + 4 * workers - 1) / (4 * workers));
+  auto run_chunk = [&](int64_t task, int) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t i = task * chunk; i < std::min(rows, (task + 1) * chunk); ++i) body(i, row.data());
+  };
+  const int64_t tasks = (rows + chunk - 1) / chunk;
+  if (pool) pool->parallel_for(tasks, run_chunk);
+  else
+    for (int64_t task = 0; task < tasks; ++task) run_chunk(task, 0);
 }
 
 }  // namespace
@@ -170,7 +187,6 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool)
   for (size_t b = 0; b < function_.buffers.size(); ++b)
     storage.push_back(buffers[b].get(static_cast<size_t>(function_.buffers[b].elements * size_in_bytes(function_.buffers[b].type))));
   std::vector<MatrixView> views(function_.nodes.size());
-  std::vector<float> row;
   // ORTHOJIT_PROFILE=1: time of every op, printed to stderr after the run (where the time goes).
   static const bool profile = std::getenv("ORTHOJIT_PROFILE") != nullptr;
   for (size_t index = 0; index < function_.nodes.size(); ++index) {
@@ -209,13 +225,12 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool)
           const float eps = static_cast<float>(node.normalization.eps);
           denominator = node.normalization.mode == dsl::Normalization::Mode::Add ? norm + eps : std::max(norm, eps);
         }
-        row.assign(static_cast<size_t>(cols), 0.0f);
-        for (int64_t i = 0; i < rows; ++i) {
-          std::fill(row.begin(), row.end(), 0.0f);
-          dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row.data()); });
-          for (float& v : row) v /= denominator;  // scaled in f32, before the cast to storage
-          dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row.data()); });
-        }
+        for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
+          std::fill(row, row + cols, 0.0f);
+          dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row); });
+          for (int64_t j = 0; j < cols; ++j) row[j] /= denominator;  // scaled in f32, before the cast to storage
+          dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row); });
+        });
         break;
       }
       case ir::OpKind::Gemm: {
@@ -233,27 +248,25 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool)
         break;
       }
       case ir::OpKind::LinComb: {
-        row.assign(static_cast<size_t>(cols), 0.0f);
-        for (int64_t i = 0; i < rows; ++i) {
-          std::fill(row.begin(), row.end(), 0.0f);
-          if (i < cols) row[static_cast<size_t>(i)] = static_cast<float>(node.gamma);
+        for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
+          std::fill(row, row + cols, 0.0f);
+          if (i < cols) row[i] = static_cast<float>(node.gamma);
           for (size_t k = 0; k < node.operands.size(); ++k) {
             const MatrixView& term = operand(k);
-            dispatch_storage_type(term.type, [&](auto tag) { accumulate_row<decltype(tag)>(term, i, static_cast<float>(node.coefficients[k]), row.data()); });
+            dispatch_storage_type(term.type, [&](auto tag) { accumulate_row<decltype(tag)>(term, i, static_cast<float>(node.coefficients[k]), row); });
           }
-          dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row.data()); });
-        }
+          dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row); });
+        });
         break;
       }
       case ir::OpKind::Output: {
         const MatrixView& source = operand(0);
         MatrixView target{output, ScalarType::F32, rows, cols, cols, 1};
-        row.assign(static_cast<size_t>(cols), 0.0f);
-        for (int64_t i = 0; i < rows; ++i) {
-          std::fill(row.begin(), row.end(), 0.0f);
-          dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row.data()); });
-          store_row<float>(target, i, row.data());
-        }
+        for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
+          std::fill(row, row + cols, 0.0f);
+          dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row); });
+          store_row<float>(target, i, row);
+        });
         break;
       }
     }
