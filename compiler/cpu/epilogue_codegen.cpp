@@ -3,12 +3,12 @@
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
-#include <llvm/IR/Verifier.h>
-#include <llvm/Support/raw_ostream.h>
 
 #include <bit>
 #include <cstdio>
 #include <stdexcept>
+
+#include "cpu/llvm_jit.h"
 
 namespace orthojit::cpu {
 namespace {
@@ -116,9 +116,7 @@ std::unique_ptr<llvm::Module> emit_epilogue(const EpilogueSpec& spec, llvm::LLVM
 
   builder.SetInsertPoint(done);
   builder.CreateRetVoid();
-  std::string errors;
-  llvm::raw_string_ostream stream(errors);
-  if (llvm::verifyModule(*module, &stream)) throw std::logic_error("emit_epilogue produced invalid IR: " + errors);
+  verify_generated_module(*module, "emit_epilogue");
   return module;
 }
 

@@ -8,8 +8,8 @@
 // α, β and γ are baked in; C is absent when β = 0. Rows are contiguous (column stride 1). The
 // conversion to bf16 is written out (round-to-nearest-even on the bit pattern, NaN kept) so it
 // vectorizes on every ISA path; f16 uses LLVM's fptrunc (F16C's vcvtps2ph where present). The
-// loop is scalar IR; LLVM's loop vectorizer widens it for the target. acc and d may be the same
-// memory (an f32 product accumulates in place), so they are not marked noalias.
+// loop is scalar IR; LLVM's loop vectorizer widens it for the target (acc is the GEMM's own f32
+// accumulator, never D, but the pointers are not marked noalias: the vectorizer checks at run time).
 #pragma once
 
 #include <memory>

@@ -242,7 +242,6 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   float* const packed_b = b_scratch.floats((nc / nr) * nr * kc_max);
   const int64_t ldacc = accumulator_stride(n);
   float* const accumulator = accumulator_scratch.floats(m * ldacc);
-  const bool epilogue = true;  // the accumulator is always separate: the epilogue writes D
   const bool generated_epilogue = problem.epilogue && problem.d.col_stride == 1 && (!problem.c || problem.c->col_stride == 1);
   const int workers = pool ? pool->size() : 1;
   auto parallel = [&](int64_t count, const std::function<void(int64_t, int)>& body) {
@@ -304,7 +303,8 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
               for (int64_t i = 0; i < tile_rows; ++i)
                 for (int64_t j = 0; j < tile_cols; ++j) acc[i * ldacc + j] = edge_tile[i * nr + j];
             }
-            if (last && epilogue && generated_epilogue) {
+            // The accumulator is always separate from D: the last K block's epilogue writes D.
+            if (last && generated_epilogue) {
               const void* c_tile = nullptr;
               int64_t c_stride = 0;
               if (problem.c) {
@@ -313,7 +313,7 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
               }
               void* d_tile = static_cast<char*>(problem.d.data) + (tile_row * problem.d.row_stride + tile_col) * size_in_bytes(problem.d.type);
               problem.epilogue(acc, ldacc, c_tile, c_stride, d_tile, problem.d.row_stride, tile_rows, tile_cols, tile_row - tile_col);
-            } else if (last && epilogue) {
+            } else if (last) {
               dispatch_storage_type(problem.d.type, [&](auto d_tag) {
                 using TD = decltype(d_tag);
                 if (!problem.c) return epilogue_tile<TD, float>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);

@@ -8,6 +8,7 @@
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
@@ -68,6 +69,12 @@ void optimize(llvm::Module& module, llvm::TargetMachine* machine) {
 }
 
 }  // namespace
+
+void verify_generated_module(const llvm::Module& module, const std::string& emitter) {
+  std::string errors;
+  llvm::raw_string_ostream stream(errors);
+  if (llvm::verifyModule(module, &stream)) throw std::logic_error(emitter + " produced invalid IR: " + errors);
+}
 
 std::string llvm_version() { return std::string("LLVM ") + LLVM_VERSION_STRING; }
 

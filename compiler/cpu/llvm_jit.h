@@ -43,6 +43,9 @@ class LlvmJit {
 // The module's text (what `orthojit compile --emit llvm` prints), after the same optimization.
 std::string optimized_ir_text(CpuIsa isa, llvm::Module& module);
 
+// Throws std::logic_error("<emitter> produced invalid IR: ...") when `module` fails LLVM's verifier.
+void verify_generated_module(const llvm::Module& module, const std::string& emitter);
+
 // "LLVM 19.1.7": part of every cache key.
 std::string llvm_version();
 

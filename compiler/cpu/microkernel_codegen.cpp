@@ -6,12 +6,12 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Module.h>
-#include <llvm/IR/Verifier.h>
-#include <llvm/Support/raw_ostream.h>
 
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
+
+#include "cpu/llvm_jit.h"
 
 namespace orthojit::cpu {
 
@@ -163,9 +163,7 @@ std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm
       builder.CreateAlignedStore(results[static_cast<size_t>(i * vectors + v)], tile_address(i, v), llvm::Align(4));
   builder.CreateRetVoid();
 
-  std::string errors;
-  llvm::raw_string_ostream stream(errors);
-  if (llvm::verifyModule(*module, &stream)) throw std::logic_error("emit_microkernel produced invalid IR: " + errors);
+  verify_generated_module(*module, "emit_microkernel");
   return module;
 }
 
