@@ -48,7 +48,7 @@ void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread, 
   if (const char* text = std::getenv("ORTHOJIT_BLOCKING")) std::sscanf(text, "%ld,%ld,%ld", &blocking.mc, &blocking.kc, &blocking.nc);
   blocking.bf16_dot = bf16_dot;
   state.SetLabel("mc=" + std::to_string(blocking.mc) + " kc=" + std::to_string(blocking.kc) + " nc=" + std::to_string(blocking.nc));
-  cpu::GemmDriver driver(isa, blocking, [isa](int64_t kc, bool dot) { return cpu::get_microkernel({isa, kc, dot}).function; });
+  cpu::GemmDriver driver(isa, blocking, [](const cpu::MicrokernelSpec& spec) { return cpu::get_microkernel(spec).function; });
   cpu::ThreadPool* pool = one_thread ? nullptr : &cpu::shared_thread_pool();
   driver.run(problem, pool);  // JIT outside the timing
   for (auto _ : state) driver.run(problem, pool);
@@ -91,7 +91,7 @@ void BM_MicrokernelAlone(benchmark::State& state, bool bf16_dot) {
   std::fill(b, b + kc * traits.nr, 0.25f);
   alignas(64) float c[16 * 64] = {};
   for (auto _ : state) {
-    for (int repeat = 0; repeat < 100; ++repeat) kernel(a.data(), b, c, traits.nr, 1);
+    for (int repeat = 0; repeat < 100; ++repeat) kernel(a.data(), b, c, traits.nr, 1, 0, 0);
     benchmark::DoNotOptimize(c);
   }
   state.counters["GFLOP/s"] = benchmark::Counter(100.0 * 2.0 * static_cast<double>(kc * traits.mr * traits.nr) * 1e-9,

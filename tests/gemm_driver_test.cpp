@@ -34,7 +34,7 @@ struct Storage {
 };
 
 GemmDriver make_driver(CpuIsa isa, GemmBlocking blocking) {
-  return GemmDriver(isa, blocking, [isa](int64_t kc, bool dot) { return get_microkernel({isa, kc, dot}).function; });
+  return GemmDriver(isa, blocking, [](const MicrokernelSpec& spec) { return get_microkernel(spec).function; });
 }
 
 struct Case {
@@ -52,10 +52,12 @@ TEST(GemmDriver, MatchesADoubleProductOnOddShapes) {
       {50, 70, 301, true, true, 1.0f, 0.5f, 0, ScalarType::F32},   // f32 transposed B with full and partial panels, odd k blocks
   };
   for (bool dot : {false, true}) {  // bf16 dot products where the CPU has them (the bf16 cases)
-  GemmBlocking small{24, 128, 64, dot};  // small blocks: several K blocks, row blocks and column blocks
+  // Operands packed (0) and f32 operands read in place with their edge panels padded (1 GiB).
+  for (int64_t direct_bytes : {int64_t{0}, int64_t{1} << 30}) {
+  GemmBlocking small{24, 128, 64, dot, direct_bytes};  // small blocks: several K blocks, row blocks and column blocks
   for (CpuIsa isa : supported_isas()) {
     for (const Case& test : cases) {
-      SCOPED_TRACE(std::string(to_string(isa)) + (dot ? " dot " : " ") + std::to_string(test.m) + "x" + std::to_string(test.n) + "x" + std::to_string(test.k));
+      SCOPED_TRACE(std::string(to_string(isa)) + (dot ? " dot " : " ") + (direct_bytes ? "direct " : "packed ") + std::to_string(test.m) + "x" + std::to_string(test.n) + "x" + std::to_string(test.k));
       Storage a(test.type, reference::gaussian_values(test.m * test.k, 1), test.m, test.k);
       Storage b(test.type, reference::gaussian_values(test.k * test.n, 2), test.transpose_b ? test.n : test.k, test.transpose_b ? test.k : test.n);
       Storage c(test.type, reference::gaussian_values(test.m * test.n, 3), test.m, test.n);
@@ -88,6 +90,7 @@ TEST(GemmDriver, MatchesADoubleProductOnOddShapes) {
           ASSERT_LE(error, bound) << "at " << i << "," << j;
         }
     }
+  }
   }
   }
 }
@@ -139,7 +142,8 @@ TEST(GemmDriver, ResultDoesNotDependOnThreadCountOrBlockingOfMAndN) {
   std::vector<std::vector<float>> results;
   ThreadPool three(3);
   for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &shared_thread_pool(), &three}) {
-    for (GemmBlocking blocking : {GemmBlocking{24, 128, 64}, GemmBlocking{96, 128, 1024}}) {  // same kc: same sums
+    // Same kc, so the same sums in the same order: packed or direct operands, any M and N blocking.
+    for (GemmBlocking blocking : {GemmBlocking{24, 128, 64}, GemmBlocking{96, 128, 1024}, GemmBlocking{96, 128, 1024, false, 0}}) {
       Storage d(ScalarType::F32, std::vector<double>(static_cast<size_t>(m * n), 0.0), m, n);
       GemmProblem problem{a.view(), b.view(), std::nullopt, d.view(), 1, 0, 0, false};
       make_driver(best_host_isa(), blocking).run(problem, pool);

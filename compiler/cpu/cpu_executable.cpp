@@ -96,6 +96,19 @@ void for_each_row(ThreadPool* pool, int64_t rows, int64_t cols, const std::funct
     for (int64_t task = 0; task < tasks; ++task) run_chunk(task, 0);
 }
 
+// The view of every node without data: its type, shape and strides as run_one makes them (planned
+// buffers and the input are row-major; a transpose swaps the strides of its operand's view).
+std::vector<MatrixView> static_views(const ir::Function& function) {
+  std::vector<MatrixView> views(function.nodes.size());
+  for (size_t index = 0; index < function.nodes.size(); ++index) {
+    const ir::Node& node = function.nodes[index];
+    const int64_t rows = node.shape.rows.size, cols = node.shape.cols.size;
+    views[index] = node.kind == ir::OpKind::Transpose ? views[static_cast<size_t>(node.operands[0])].transposed()
+                                                       : MatrixView{nullptr, node.kind == ir::OpKind::Input ? ScalarType::F32 : node.type, rows, cols, cols, 1};
+  }
+  return views;
+}
+
 }  // namespace
 
 std::string CpuOptions::describe() const {
@@ -111,19 +124,19 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
       throw std::invalid_argument("the cpu backend runs bf16, f16 and f32 policies; f64 is the reference backend's (--backend ref)");
   if (!host_supports(options_.isa))
     throw std::invalid_argument("this CPU cannot run the " + std::string(to_string(options_.isa)) + " code path");
-  driver_ = std::make_unique<GemmDriver>(options_.isa, options_.blocking, [this](int64_t kc, bool dot) -> MicrokernelFunction {
+  driver_ = std::make_unique<GemmDriver>(options_.isa, options_.blocking, [this](const MicrokernelSpec& wanted) -> MicrokernelFunction {
     for (const auto& [spec, function] : kernels_)
-      if (spec.kc == kc && spec.bf16_dot == dot) return function;
-    throw std::logic_error("cpu backend: no microkernel compiled for kc=" + std::to_string(kc));
+      if (spec.name() == wanted.name()) return function;
+    throw std::logic_error("cpu backend: no microkernel compiled for " + wanted.name());
   });
-  // The microkernels the products need: one per distinct K-block length and operand mode.
+  // The microkernels the products need (K-block lengths, operand modes), compiled now: the views
+  // of every node have the shapes and strides run_one will give them.
+  const std::vector<MatrixView> views = static_views(function_);
   for (const auto& node : function_.nodes) {
     if (node.kind != ir::OpKind::Gemm) continue;
-    const ir::Node& a = function_.node(node.operands[0]);
-    const MatrixView a_view{nullptr, a.type, 0, 0, 0, 1}, b_view{nullptr, function_.node(node.operands[1]).type, 0, 0, 0, 1};
-    const bool dot = uses_bf16_dot(options_.isa, options_.blocking.bf16_dot, a_view, b_view);
-    for (int64_t kc : k_block_lengths(a.shape.cols.size, driver_->blocking(), dot)) {
-      const MicrokernelSpec spec{options_.isa, kc, dot};
+    const MatrixView& a = views[static_cast<size_t>(node.operands[0])];
+    const MatrixView& b = views[static_cast<size_t>(node.operands[1])];
+    for (const MicrokernelSpec& spec : microkernels_for(options_.isa, driver_->blocking(), a, b)) {
       if (std::none_of(kernels_.begin(), kernels_.end(), [&](const auto& entry) { return entry.first.name() == spec.name(); })) {
         const CompiledMicrokernel compiled = get_microkernel(spec);
         jit_seconds_ += compiled.jit_seconds;

@@ -10,6 +10,7 @@
 
 #include "cpu/cpu_isa.h"
 #include "cpu/epilogue_codegen.h"
+#include "cpu/microkernel_codegen.h"
 #include "cpu/thread_pool.h"
 #include "support/scalar_type.h"
 
@@ -30,10 +31,14 @@ struct GemmBlocking {
   // (ORTHOJIT_CPU_BLOCKING=MC,KC,NC overrides it meanwhile).
   int64_t mc = 144, kc = 384, nc = 1024;
   bool bf16_dot = false;  // see uses_bf16_dot  // multiples of MR / any / multiples of NR (rounded up)
+  // f32 row-major operands up to this size are read in place by the microkernel instead of
+  // being packed (0: always pack). 512 KiB: both operands of a per-head product stay in L2.
+  int64_t direct_operand_bytes = 512 * 1024;
 };
 
-// void kernel(const float* a_panel, const float* b_panel, float* c, int64 ldc, int32 accumulate)
-using MicrokernelFunction = void (*)(const float*, const float*, float*, int64_t, int32_t);
+// void kernel(const float* a_panel, const float* b_panel, float* c, int64 ldc, int32 accumulate,
+//             int64 lda, int64 ldb)   (microkernel_codegen.h)
+using MicrokernelFunction = void (*)(const float*, const float*, float*, int64_t, int32_t, int64_t, int64_t);
 
 struct GemmProblem {
   MatrixView a, b;              // (M, K), (K, N)
@@ -62,13 +67,26 @@ inline bool uses_bf16_dot(CpuIsa isa, bool enabled, const MatrixView& a, const M
   return enabled && isa == CpuIsa::Avx512Bf16 && a.type == ScalarType::BF16 && b.type == ScalarType::BF16;
 }
 
+// Which operands a product reads in place ("direct", see microkernel_codegen.h) instead of packing:
+// f32 storage with unit column stride, at most blocking.direct_operand_bytes, not on bf16 dot
+// products. Xᵀ (a transposed view) is always packed.
+struct OperandLayouts {
+  bool a_direct = false, b_direct = false;
+};
+OperandLayouts choose_operand_layouts(CpuIsa isa, const GemmBlocking& blocking, const MatrixView& a, const MatrixView& b);
+
+// The microkernels a product of these operands runs (one per K-block length); the executable
+// compiles them before the first run.
+std::vector<MicrokernelSpec> microkernels_for(CpuIsa isa, const GemmBlocking& blocking, const MatrixView& a, const MatrixView& b);
+
 // Which microtiles a triangular product computes: those with a column reaching the diagonal
 // (row0 <= col0 + NR - 1). Exposed for the host tests of the tile map.
 inline bool microtile_needed(int64_t row0, int64_t col0, int nr, bool triangular) { return !triangular || row0 <= col0 + nr - 1; }
 
 class GemmDriver {
  public:
-  GemmDriver(CpuIsa isa, GemmBlocking blocking, std::function<MicrokernelFunction(int64_t kc, bool bf16_dot)> kernel_for_kc);
+  // kernel_for returns the compiled microkernel of a spec (the driver fills in every field).
+  GemmDriver(CpuIsa isa, GemmBlocking blocking, std::function<MicrokernelFunction(const MicrokernelSpec&)> kernel_for);
   // Runs on `pool` (or on the calling thread alone when pool is null).
   void run(const GemmProblem& problem, ThreadPool* pool) const;
   const GemmBlocking& blocking() const { return blocking_; }
@@ -77,7 +95,7 @@ class GemmDriver {
   CpuIsa isa_;
   IsaTraits traits_;
   GemmBlocking blocking_;
-  std::function<MicrokernelFunction(int64_t, bool)> kernel_for_kc_;
+  std::function<MicrokernelFunction(const MicrokernelSpec&)> kernel_for_;
 };
 
 }  // namespace orthojit::cpu

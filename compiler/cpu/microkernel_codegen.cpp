@@ -18,13 +18,15 @@ namespace orthojit::cpu {
 std::string MicrokernelSpec::name() const {
   const IsaTraits t = traits_of(isa);
   return "orthojit_ukernel_" + std::string(to_string(isa)) + "_" + std::to_string(t.mr) + "x" + std::to_string(t.nr) + "_k" +
-         std::to_string(kc) + (bf16_dot ? "_bf16dot" : "");
+         std::to_string(kc) + (bf16_dot ? "_bf16dot" : "") +
+         (a_direct ? "_adirect" : "") + (b_direct ? "_bdirect" : "");
 }
 
 std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm::LLVMContext& context) {
   if (spec.kc < 1) throw std::logic_error("emit_microkernel: kc must be positive");
   if (spec.bf16_dot && (spec.isa != CpuIsa::Avx512Bf16 || spec.kc % 2 != 0))
     throw std::logic_error("emit_microkernel: bf16 dot products need the avx512bf16 path and an even kc");
+  if (spec.bf16_dot && (spec.a_direct || spec.b_direct)) throw std::logic_error("emit_microkernel: direct operands are f32 only");
   const IsaTraits traits = traits_of(spec.isa);
   const int width = traits.vector_width, mr = traits.mr, vectors = traits.nr / traits.vector_width;
   auto module = std::make_unique<llvm::Module>(spec.name(), context);
@@ -33,7 +35,7 @@ std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm
   llvm::Type* i64 = builder.getInt64Ty();
   llvm::Type* ptr = builder.getPtrTy();
   auto* vector_type = llvm::FixedVectorType::get(f32, static_cast<unsigned>(width));
-  auto* function_type = llvm::FunctionType::get(builder.getVoidTy(), {ptr, ptr, ptr, i64, builder.getInt32Ty()}, false);
+  auto* function_type = llvm::FunctionType::get(builder.getVoidTy(), {ptr, ptr, ptr, i64, builder.getInt32Ty(), i64, i64}, false);
   auto* function = llvm::Function::Create(function_type, llvm::Function::ExternalLinkage, spec.name(), module.get());
   function->addFnAttr(llvm::Attribute::NoUnwind);
   function->addFnAttr("no-trapping-math", "true");
@@ -43,12 +45,16 @@ std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm
   llvm::Value* c = &*arg++;
   llvm::Value* ldc = &*arg++;
   llvm::Value* accumulate = &*arg++;
+  llvm::Value* lda = &*arg++;
+  llvm::Value* ldb = &*arg++;
   for (unsigned i = 0; i < 3; ++i) function->addParamAttr(i, llvm::Attribute::NoAlias);
   a_panel->setName("a_panel");
   b_panel->setName("b_panel");
   c->setName("c");
   ldc->setName("ldc");
   accumulate->setName("accumulate");
+  lda->setName("lda");
+  ldb->setName("ldb");
 
   auto* entry = llvm::BasicBlock::Create(context, "entry", function);
   auto* loop = llvm::BasicBlock::Create(context, "k_loop", function);
@@ -110,18 +116,23 @@ std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm
   } else {
     const llvm::Intrinsic::ID multiply_add = traits.fused_fma ? llvm::Intrinsic::fma : llvm::Intrinsic::fmuladd;
     llvm::Function* fma = llvm::Intrinsic::getDeclaration(module.get(), multiply_add, {vector_type});
-    // (kc, NR) packed B: this step's NR values at b_panel + k·NR.
-    llvm::Value* b_row = builder.CreateInBoundsGEP(f32, b_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(traits.nr))));
+    // B: this step's NR values at b_panel + k·NR (packed, 64-byte aligned) or b + k·ldb (direct).
+    llvm::Value* b_row = builder.CreateInBoundsGEP(
+        f32, b_panel, builder.CreateMul(k, spec.b_direct ? ldb : builder.getInt64(static_cast<uint64_t>(traits.nr))));
+    const llvm::Align b_align(spec.b_direct ? 4 : static_cast<uint64_t>(width * 4));
     std::vector<llvm::Value*> b_vectors;
     for (int v = 0; v < vectors; ++v) {
       llvm::Value* address = builder.CreateInBoundsGEP(f32, b_row, builder.getInt64(static_cast<uint64_t>(v * width)));
-      b_vectors.push_back(builder.CreateAlignedLoad(vector_type, address, llvm::Align(static_cast<uint64_t>(width * 4)), "b"));
+      b_vectors.push_back(builder.CreateAlignedLoad(vector_type, address, b_align, "b"));
     }
-    // (MR, kc) packed A: this step's MR values at a_panel + k·MR.
-    llvm::Value* a_column = builder.CreateInBoundsGEP(f32, a_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(mr))));
+    // A: this step's MR values at a_panel + k·MR + i (packed) or a + i·lda + k (direct).
+    llvm::Value* a_column = spec.a_direct
+                                ? builder.CreateInBoundsGEP(f32, a_panel, k)
+                                : builder.CreateInBoundsGEP(f32, a_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(mr))));
     for (int i = 0; i < mr; ++i) {
-      llvm::Value* a_value = builder.CreateAlignedLoad(f32, builder.CreateInBoundsGEP(f32, a_column, builder.getInt64(static_cast<uint64_t>(i))),
-                                                       llvm::Align(4), "a");
+      llvm::Value* offset = spec.a_direct ? builder.CreateMul(lda, builder.getInt64(static_cast<uint64_t>(i)))
+                                          : static_cast<llvm::Value*>(builder.getInt64(static_cast<uint64_t>(i)));
+      llvm::Value* a_value = builder.CreateAlignedLoad(f32, builder.CreateInBoundsGEP(f32, a_column, offset), llvm::Align(4), "a");
       llvm::Value* broadcast = builder.CreateVectorSplat(static_cast<unsigned>(width), a_value, "a_splat");
       for (int v = 0; v < vectors; ++v) {
         const size_t index = static_cast<size_t>(i * vectors + v);

@@ -3,7 +3,13 @@
 //   void NAME(const float* a_panel,   // packed A: kc steps of MR values   (MR, kc) k-major
 //             const float* b_panel,   // packed B: kc steps of NR values   (kc, NR) k-major
 //             float* c, int64 ldc,    // the MR x NR tile of the f32 accumulator, row-major
-//             int32 accumulate)       // 0: c = A·B   1: c = c + (A·B of this block)
+//             int32 accumulate,       // 0: c = A·B   1: c = c + (A·B of this block)
+//             int64 lda, int64 ldb)   // row strides of a direct A / B (ignored when packed)
+//
+// A "direct" operand is read where it lies instead of from a packed panel: A's element (i, k) at
+// a + i·lda + k, B's element (k, j) at b + k·ldb + j (row-major f32, unit column stride). For small
+// matrices packing costs as much as the products themselves (a 128³ product is 65k cycles of
+// FMAs; packing its two operands is 20-30k cycles), and their operands sit in L1/L2 anyway.
 //
 // kc is baked in (shape specialization: a product's K blocks have at most two lengths), so the
 // k-loop has a constant trip count that LLVM unrolls. Each k step loads NR/W vectors of B,
@@ -31,6 +37,7 @@ struct MicrokernelSpec {
   CpuIsa isa = CpuIsa::Generic;
   int64_t kc = 0;
   bool bf16_dot = false;
+  bool a_direct = false, b_direct = false;  // f32 only, not with bf16_dot
   std::string name() const;  // e.g. "orthojit_ukernel_avx512f_12x32_k256"
 };
 
