@@ -34,6 +34,7 @@ struct GemmBlocking {
   // f32 row-major operands up to this size are read in place by the microkernel instead of
   // being packed (0: always pack). 512 KiB: both operands of a per-head product stay in L2.
   int64_t direct_operand_bytes = 512 * 1024;
+  int b_prefetch = 16;  // the microkernel's B prefetch distance in k steps (MicrokernelSpec)
 };
 
 // void kernel(const float* a_panel, const float* b_panel, float* c, int64 ldc, int32 accumulate,
