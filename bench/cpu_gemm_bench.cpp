@@ -105,6 +105,10 @@ void BM_MeasuredClock(benchmark::State& state) {
   for (auto _ : state) ghz = orthojit::measure_clock_ghz();
   state.counters["GHz"] = ghz;
   state.counters["core_peak_f32_GFLOP/s"] = ghz * 64;
+  // The bf16 dot-product ceiling: vdpbf16ps alone, in registers (cpu_peak.h); compare
+  // BM_MicrokernelAlone/bf16_dot with it.
+  if (orthojit::cpu::host_supports(orthojit::cpu::CpuIsa::Avx512Bf16))
+    state.counters["core_bf16_dot_measured_GFLOP/s"] = ghz * orthojit::measure_bf16_dot_flops_per_cycle(ghz);
 }
 BENCHMARK(BM_MeasuredClock)->Iterations(1);
 }  // namespace

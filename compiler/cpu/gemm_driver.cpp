@@ -241,7 +241,7 @@ std::vector<MicrokernelSpec> microkernels_for(CpuIsa isa, const GemmBlocking& bl
   const bool dot = uses_bf16_dot(isa, blocking.bf16_dot, a, b);
   const OperandLayouts layouts = choose_operand_layouts(isa, blocking, a, b);
   std::vector<MicrokernelSpec> specs;
-  for (int64_t kc : k_block_lengths(a.cols, blocking, dot)) specs.push_back({isa, kc, dot, layouts.a_direct, layouts.b_direct, dot ? 0 : blocking.b_prefetch});
+  for (int64_t kc : k_block_lengths(a.cols, blocking, dot)) specs.push_back({isa, kc, dot, layouts.a_direct, layouts.b_direct, blocking.b_prefetch});
   return specs;
 }
 
@@ -283,7 +283,7 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
     const int64_t k_valid = std::min(block_k, k_total - k0);
     const int64_t kc = dot ? (k_valid + 1) / 2 * 2 : k_valid;  // the kernel's (padded) k length
     const bool first = k0 == 0, last = k0 + k_valid >= k_total;
-    const MicrokernelFunction kernel = kernel_for_({isa_, kc, dot, layouts.a_direct, layouts.b_direct, dot ? 0 : blocking_.b_prefetch});
+    const MicrokernelFunction kernel = kernel_for_({isa_, kc, dot, layouts.a_direct, layouts.b_direct, blocking_.b_prefetch});
     // Offsets into the packed buffers count f32 slots; a bf16 pair panel takes half the bytes.
     const int64_t slot = dot ? 2 : 1;
     // Pack all of A's rows for this K block, in chunks of panels.

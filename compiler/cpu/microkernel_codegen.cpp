@@ -97,6 +97,12 @@ std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm
     auto* pair_vector = llvm::FixedVectorType::get(builder.getBFloatTy(), 32);
     llvm::Function* dot = llvm::Intrinsic::getDeclaration(module.get(), llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512);
     llvm::Value* b_row = builder.CreateInBoundsGEP(i16, b_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(2 * traits.nr))));
+    if (spec.b_prefetch > 0) {  // as in the f32 path below: a pair step's B row is also 2 lines
+      llvm::Value* ahead = builder.CreateInBoundsGEP(i16, b_row, builder.getInt64(static_cast<uint64_t>(spec.b_prefetch * 2 * traits.nr)));
+      for (int v = 0; v < vectors; ++v)
+        builder.CreateCall(prefetch, {builder.CreateInBoundsGEP(i16, ahead, builder.getInt64(static_cast<uint64_t>(v * 32))), builder.getInt32(0),
+                                      builder.getInt32(3), builder.getInt32(1)});
+    }
     std::vector<llvm::Value*> b_vectors;
     for (int v = 0; v < vectors; ++v) {
       llvm::Value* address = builder.CreateInBoundsGEP(i16, b_row, builder.getInt64(static_cast<uint64_t>(v * 32)));

@@ -38,7 +38,7 @@ struct MicrokernelSpec {
   int64_t kc = 0;
   bool bf16_dot = false;
   bool a_direct = false, b_direct = false;  // f32 only, not with bf16_dot
-  int b_prefetch = 0;  // prefetch B's row this many k steps ahead (0: none; f32 path)
+  int b_prefetch = 0;  // prefetch B's row this many k steps (pair steps with bf16_dot) ahead; 0: none
   std::string name() const;  // e.g. "orthojit_ukernel_avx512f_12x32_k256"
 };
 

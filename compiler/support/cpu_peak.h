@@ -16,17 +16,26 @@ namespace orthojit {
 
 double measure_clock_ghz();  // about 50 ms of one core
 
+// The rate vdpbf16ps really retires on this core: 24 independent accumulator chains in registers
+// (no memory operands), FLOPs per cycle at the measured clock (4 FLOPs per lane: two products,
+// two adds). The ceiling of any bf16 dot-product kernel on this CPU, which the nominal figure is
+// not: the development machine retires it at 1/4 of nominal (bench/RESULTS.md). Call only where
+// the CPU has AVX512-BF16 (cpu::host_supports); about 30 ms.
+double measure_bf16_dot_flops_per_cycle(double clock_ghz);
+
 struct PeakEstimate {
   double clock_ghz = 0;
   int cores = 1;
   double f32_flops_per_cycle = 0;   // per core
   double bf16_flops_per_cycle = 0;  // per core, nominal (0 when the ISA has no bf16 dot product)
+  double bf16_measured_flops_per_cycle = 0;  // per core, measure_bf16_dot_flops_per_cycle
   double f32_gflops() const { return clock_ghz * cores * f32_flops_per_cycle; }
   double bf16_gflops() const { return clock_ghz * cores * bf16_flops_per_cycle; }
   std::string describe() const;
 };
 
-// `isa`: "generic", "avx2", "avx512f" or "avx512bf16"; `cores`: the threads the run uses.
+// `isa`: "generic", "avx2", "avx512f" or "avx512bf16" (a path this CPU runs); `cores`: the threads
+// the run uses.
 PeakEstimate estimate_peak(const std::string& isa, int cores);
 
 }  // namespace orthojit
