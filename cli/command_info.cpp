@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "autotune/record_lookup.h"
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cpu/cpu_isa.h"
@@ -15,8 +16,9 @@ namespace orthojit::cli {
 
 const char* const kInfoHelp = R"(usage: orthojit info
 
-Prints the version, the backends of this build, the host CPU's features, the cache directory
-and the shipped programs with their precision and step count.
+Prints the version, the backends of this build, the host CPU's features, the cache directory,
+this device's tuning records (where, how many, and whether they apply to this machine) and the
+shipped programs with their precision and step count.
 )";
 
 namespace {
@@ -42,6 +44,7 @@ int info_command(const std::vector<std::string>& args) {
   for (cpu::CpuIsa isa : cpu::supported_isas()) paths += (paths.empty() ? "" : ", ") + std::string(cpu::to_string(isa));
   std::printf("cpu paths:  %s (default %s; --isa to force one)\n", paths.c_str(), std::string(cpu::to_string(cpu::best_host_isa())).c_str());
   std::printf("cache dir:  %s\n", cache_directory().c_str());
+  std::printf("tuning:     %s\n", autotune::describe_tuning_records().c_str());
   std::printf("\nshipped programs:\n");
   std::printf("  %-22s %-8s %-6s %-s\n", "name", "storage", "steps", "coefficients");
   for (const auto& shipped : kernels::shipped_programs()) {

@@ -12,11 +12,13 @@ int compile_command(const std::vector<std::string>& args);
 int info_command(const std::vector<std::string>& args);
 int demo_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
+int tune_command(const std::vector<std::string>& args);
 
 extern const char* const kRunHelp;
 extern const char* const kCompileHelp;
 extern const char* const kInfoHelp;
 extern const char* const kDemoHelp;
 extern const char* const kBenchHelp;
+extern const char* const kTuneHelp;
 
 }  // namespace orthojit::cli

@@ -22,7 +22,9 @@ commands:
   compile   lower a program for a shape and print its IR (after any pass)
   info      version, backends, CPU features, shipped programs
   demo      every shipped program on a random matrix: singular values, standard vs gram
-  bench     time a program on a shape and backend: median/p20/p80, GFLOP/s, fraction of peak
+  bench     time a program on a shape and backend: median/p20/p80, GFLOP/s, fraction of peak;
+            with --model: NS vs Gram vs the vendor library for every shape of a model
+  tune      tune every matrix shape of a model (or one shape) and write tuning records
 
 Run `orthojit <command> --help` for a command's options. Programs are written in the orthojit
 DSL (docs/dsl.md); the shipped ones are listed by `orthojit info`.
@@ -58,7 +60,8 @@ int main(int argc, char** argv) {
                            {"compile", cli::compile_command, cli::kCompileHelp},
                            {"info", cli::info_command, cli::kInfoHelp},
                            {"demo", cli::demo_command, cli::kDemoHelp},
-                           {"bench", cli::bench_command, cli::kBenchHelp}};
+                           {"bench", cli::bench_command, cli::kBenchHelp},
+                           {"tune", cli::tune_command, cli::kTuneHelp}};
   for (const auto& entry : entries) {
     if (command != entry.name) continue;
     if (wants_help(args)) {

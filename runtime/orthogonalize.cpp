@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "autotune/record_lookup.h"
 #include "autotune/strategy_heuristic.h"
 #include "cpu/cpu_executable.h"
 #include "ir/printer.h"
@@ -82,7 +83,9 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
   if (options.threads < 0) throw UsageError("--threads must be 0 (all cores) or positive");
   // Until the autotuner sets blocking per shape, ORTHOJIT_CPU_BLOCKING="MC,KC,NC" overrides the
   // defaults (for experiments; bench/RESULTS.md).
+  bool blocking_from_environment = false;
   if (const char* text = std::getenv("ORTHOJIT_CPU_BLOCKING"); text && *text) {
+    blocking_from_environment = true;
     long mc = 0, kc = 0, nc = 0;
     if (std::sscanf(text, "%ld,%ld,%ld", &mc, &kc, &nc) != 3 || mc < 1 || kc < 2 || nc < 1)
       throw UsageError(std::string("ORTHOJIT_CPU_BLOCKING='") + text + "' is not MC,KC,NC with positive integers (e.g. 144,384,1024)");
@@ -103,13 +106,27 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     compile.strategy = *explicit_strategy;
     reason = std::string(ir::to_string(compile.strategy)) + ": requested";
   } else {
-    // Recognition on the standard form decides whether gram is possible at all.
-    passes::CompileOptions probe = compile;
-    probe.strategy = ir::StrategyKind::Standard;
-    const ir::Function standard = passes::compile_program(program, probe);
-    auto choice = autotune::choose_strategy_heuristically(standard, rows, cols);
-    compile.strategy = choice.strategy;
-    reason = choice.reason + " (no tuning record; heuristic)";
+    autotune::TunedChoice tuned;
+    if (options.use_tuning_records && !options.gram_restarts) tuned = autotune::lookup_tuned(program, rows, cols, batch, options.precision);
+    else tuned.reason = "tuning records not consulted";
+    if (tuned.winner) {
+      const autotune::Candidate& winner = *tuned.winner;
+      compile.strategy = winner.strategy == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard;
+      compile.triangular_products = winner.triangular;
+      if (!blocking_from_environment) {
+        cpu_options.blocking = winner.blocking();
+        cpu_options.engine = winner.engine == "openblas" ? cpu::ProductEngine::OpenBlas : cpu::ProductEngine::Jit;
+      }
+      reason = std::string(ir::to_string(compile.strategy)) + ": " + tuned.reason;
+    } else {
+      // Recognition on the standard form decides whether gram is possible at all.
+      passes::CompileOptions probe = compile;
+      probe.strategy = ir::StrategyKind::Standard;
+      const ir::Function standard = passes::compile_program(program, probe);
+      auto choice = autotune::choose_strategy_heuristically(standard, rows, cols);
+      compile.strategy = choice.strategy;
+      reason = choice.reason + " (" + tuned.reason + "; heuristic)";
+    }
   }
   ir::Function function = passes::compile_program(program, compile);
   std::shared_ptr<CompiledOrthogonalizer> compiled;

@@ -29,6 +29,9 @@ struct OrthogonalizeOptions {
   // cpu backend
   std::string cpu_isa;  // "" = the best this machine runs; generic | avx2 | avx512f | avx512bf16
   int threads = 0;      // 0 = one per logical core
+  // Under strategy "auto": use this device's tuning record for the shape when there is one
+  // (autotune/record_lookup.h), else the heuristic.
+  bool use_tuning_records = true;
 };
 
 // A program compiled for one shape and backend, reusable across calls (and timed by `bench`).

@@ -112,8 +112,11 @@ std::vector<MatrixView> static_views(const ir::Function& function) {
 }  // namespace
 
 std::string CpuOptions::describe() const {
+  if (engine == ProductEngine::OpenBlas) return std::string("openblas ") + openblas_kernel_name() + " threads=" + std::to_string(threads);
   return std::string(to_string(isa)) + " threads=" + std::to_string(threads) + " mc=" + std::to_string(blocking.mc) +
-         " kc=" + std::to_string(blocking.kc) + " nc=" + std::to_string(blocking.nc) + (blocking.bf16_dot ? " bf16dot" : "");
+         " kc=" + std::to_string(blocking.kc) + " nc=" + std::to_string(blocking.nc) + (blocking.bf16_dot ? " bf16dot" : "") +
+         (blocking.direct_operand_bytes != GemmBlocking{}.direct_operand_bytes ? " direct=" + std::to_string(blocking.direct_operand_bytes) : "") +
+         (blocking.b_prefetch != GemmBlocking{}.b_prefetch ? " prefetch=" + std::to_string(blocking.b_prefetch) : "");
 }
 
 CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& options) : function_(scheduled), options_(options) {
@@ -133,7 +136,7 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
   // of every node have the shapes and strides run_one will give them.
   const std::vector<MatrixView> views = static_views(function_);
   for (const auto& node : function_.nodes) {
-    if (node.kind != ir::OpKind::Gemm) continue;
+    if (node.kind != ir::OpKind::Gemm || options_.engine != ProductEngine::Jit) continue;
     const MatrixView& a = views[static_cast<size_t>(node.operands[0])];
     const MatrixView& b = views[static_cast<size_t>(node.operands[1])];
     for (const MicrokernelSpec& spec : microkernels_for(options_.isa, driver_->blocking(), a, b)) {
@@ -148,7 +151,7 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
   node_epilogues_.assign(function_.nodes.size(), nullptr);
   for (size_t index = 0; index < function_.nodes.size(); ++index) {
     const ir::Node& node = function_.nodes[index];
-    if (node.kind != ir::OpKind::Gemm) continue;
+    if (node.kind != ir::OpKind::Gemm || options_.engine != ProductEngine::Jit) continue;
     EpilogueSpec spec;
     spec.isa = options_.isa;
     spec.alpha = static_cast<float>(node.alpha);
@@ -183,7 +186,7 @@ std::vector<MicrokernelSpec> CpuExecutable::microkernels() const {
 void CpuExecutable::run(const float* input, float* output) const {
   const int64_t per_matrix = function_.input_shape.elements();
   const int64_t batch = function_.batch;
-  if (pool_ && batch >= 2 * pool_->size()) {
+  if (pool_ && batch >= 2 * pool_->size() && options_.engine == ProductEngine::Jit) {
     // Many matrices: one per worker at a time, each product on a single thread.
     pool_->parallel_for(batch, [&](int64_t item, int) { run_one(input + item * per_matrix, output + item * per_matrix, nullptr); });
     return;
@@ -257,7 +260,8 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool)
         problem.gamma = static_cast<float>(node.gamma);
         problem.triangular = node.symmetric && function_.strategy.triangular_products;
         problem.epilogue = node_epilogues_[index];
-        driver_->run(problem, pool);
+        if (options_.engine == ProductEngine::OpenBlas) run_openblas_product(problem, pool ? pool->size() : 1);
+        else driver_->run(problem, pool);
         break;
       }
       case ir::OpKind::LinComb: {

@@ -12,6 +12,7 @@
 #include "cpu/cpu_isa.h"
 #include "cpu/gemm_driver.h"
 #include "cpu/microkernel_codegen.h"
+#include "cpu/vendor_gemm.h"
 #include "ir/function.h"
 
 namespace orthojit::cpu {
@@ -20,6 +21,7 @@ struct CpuOptions {
   CpuIsa isa = best_host_isa();
   int threads = 0;  // 0: one per logical core (the shared pool)
   GemmBlocking blocking;
+  ProductEngine engine = ProductEngine::Jit;  // OpenBlas: the vendor-library candidate
   std::string describe() const;  // part of the executable cache key
 };
 

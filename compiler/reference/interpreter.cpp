@@ -24,7 +24,7 @@ double store(const ir::Node& node, double value) { return round_to(node.type, ro
 
 class Interpreter {
  public:
-  explicit Interpreter(const ir::Function& function) : function_(function) {
+  Interpreter(const ir::Function& function, const ProductHook& products) : function_(function), products_(products) {
     if (!function.input_shape.is_known()) throw std::logic_error("interpret: the IR is not shape-specialized");
     const bool planned = !function.buffers.empty();
     if (planned) {
@@ -102,6 +102,19 @@ class Interpreter {
       for (int64_t k = 0; k < k_dim; ++k) packed_b_[static_cast<size_t>(j * k_dim + k)] = b.at(k, j);
     const bool has_c = node.operands.size() == 3;
     const View c = has_c ? operand(node, 2) : View{};
+    if (products_) {
+      sums_.resize(static_cast<size_t>(m * n));
+      products_(m, n, k_dim, packed_a_.data(), packed_b_.data(), sums_.data());
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = node.symmetric ? i : 0; j < n; ++j) {
+          double value = node.alpha * sums_[static_cast<size_t>(i * n + j)];
+          if (has_c) value += node.beta * c.at(i, j);
+          if (i == j) value += node.gamma;
+          out.at(i, j) = store(node, value);
+          if (node.symmetric) out.at(j, i) = out.at(i, j);
+        }
+      return;
+    }
     for (int64_t i = 0; i < m; ++i) {
       // Symmetric results: compute the upper triangle and mirror it, as a triangular kernel does.
       for (int64_t j = node.symmetric ? i : 0; j < n; ++j) {
@@ -133,19 +146,22 @@ class Interpreter {
   std::vector<std::vector<double>> slots_;
   std::vector<int> node_slot_;
   std::vector<View> views_;
-  std::vector<double> packed_a_, packed_b_;
+  std::vector<double> packed_a_, packed_b_, sums_;
+  const ProductHook& products_;
 };
 
 }  // namespace
 
-std::vector<double> interpret(const ir::Function& function, const std::vector<double>& input) {
+std::vector<double> interpret(const ir::Function& function, const std::vector<double>& input) { return interpret(function, input, {}); }
+
+std::vector<double> interpret(const ir::Function& function, const std::vector<double>& input, const ProductHook& products) {
   if (!function.input_shape.is_known()) throw std::logic_error("interpret: the IR is not shape-specialized");
   const int64_t per_matrix = function.input_shape.elements();
   if (static_cast<int64_t>(input.size()) != per_matrix * function.batch)
     throw std::invalid_argument("interpret: input has " + std::to_string(input.size()) + " values, expected " +
                                 std::to_string(function.batch) + " x " + function.input_shape.to_string());
   std::vector<double> output(input.size());
-  Interpreter interpreter(function);
+  Interpreter interpreter(function, products);
   for (int64_t item = 0; item < function.batch; ++item)
     interpreter.run(input.data() + item * per_matrix, output.data() + item * per_matrix);
   return output;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "ir/function.h"
@@ -16,5 +17,12 @@ namespace orthojit::reference {
 // function has one (so a planning bug shows up as a wrong result), otherwise one slot per value.
 // Throws std::invalid_argument when `input` has the wrong size, std::logic_error on unspecialized IR.
 std::vector<double> interpret(const ir::Function& function, const std::vector<double>& input);
+
+// The plain f64 dot products of a product: sums[i·n + j] = Σ_k a[i·K + k] · b_t[j·K + k] (A
+// row-major (m, K), B given as Bᵀ row-major (n, K)). Everything around them (α, β, γ, rounding to
+// the storage types, symmetry) stays the interpreter's. The autotuner plugs in an f64 BLAS here to
+// check large candidates in seconds instead of minutes; the default is the interpreter's own loop.
+using ProductHook = std::function<void(int64_t m, int64_t n, int64_t k, const double* a, const double* b_t, double* sums)>;
+std::vector<double> interpret(const ir::Function& function, const std::vector<double>& input, const ProductHook& products);
 
 }  // namespace orthojit::reference

@@ -1,0 +1,147 @@
+// Search space parsing, enumeration and pruning.
+#include "autotune/search_space.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "cpu/cpu_isa.h"
+
+namespace orthojit::autotune {
+
+extern const char* const kCpuSearchSpaceJson;  // generated from search_spaces/cpu.json
+
+std::string Candidate::label() const {
+  if (engine == "openblas") return "openblas " + strategy + (triangular ? " syrk" : " gemm");
+  return engine + " " + strategy + (triangular ? " tri " : " dense ") + std::to_string(mc) + "/" + std::to_string(kc) + "/" + std::to_string(nc);
+}
+
+nlohmann::json Candidate::to_json() const {
+  nlohmann::json value = {{"engine", engine}, {"strategy", strategy}, {"triangular", triangular}};
+  if (engine == "jit") value["blocking"] = {mc, kc, nc};
+  return value;
+}
+
+Candidate Candidate::from_json(const nlohmann::json& value) {
+  Candidate candidate;
+  try {
+    candidate.engine = value.at("engine").get<std::string>();
+    candidate.strategy = value.at("strategy").get<std::string>();
+    candidate.triangular = value.at("triangular").get<bool>();
+    if (candidate.engine == "jit") {
+      const auto blocking = value.at("blocking").get<std::vector<int64_t>>();
+      if (blocking.size() != 3) throw std::invalid_argument("\"blocking\" must be [MC, KC, NC]");
+      candidate.mc = blocking[0];
+      candidate.kc = blocking[1];
+      candidate.nc = blocking[2];
+    }
+  } catch (const nlohmann::json::exception& error) {
+    throw std::invalid_argument(std::string("bad candidate configuration ") + value.dump() + ": " + error.what());
+  }
+  if (candidate.engine != "jit" && candidate.engine != "openblas")
+    throw std::invalid_argument("unknown engine '" + candidate.engine + "' (expected jit or openblas)");
+  if (candidate.strategy != "standard" && candidate.strategy != "gram")
+    throw std::invalid_argument("unknown strategy '" + candidate.strategy + "' (expected standard or gram)");
+  if (candidate.mc < 1 || candidate.kc < 2 || candidate.nc < 1) throw std::invalid_argument("blocking must be positive (KC at least 2): " + value.dump());
+  return candidate;
+}
+
+cpu::GemmBlocking Candidate::blocking() const {
+  cpu::GemmBlocking result;
+  result.mc = mc;
+  result.kc = kc;
+  result.nc = nc;
+  return result;
+}
+
+SearchSpace parse_search_space(const nlohmann::json& document) {
+  SearchSpace space;
+  try {
+    space.strategies = document.at("strategies").get<std::vector<std::string>>();
+    space.engines = document.at("engines").get<std::vector<std::string>>();
+    space.triangular = document.at("triangular").get<std::vector<bool>>();
+    for (const auto& entry : document.at("blocking")) {
+      const auto values = entry.get<std::vector<int64_t>>();
+      if (values.size() != 3) throw std::invalid_argument("each blocking is [MC, KC, NC]");
+      space.blocking.push_back({values[0], values[1], values[2]});
+    }
+    space.tie_tolerance = document.value("tie_tolerance", 0.02);
+    space.retime_top = document.value("retime_top", 3);
+  } catch (const nlohmann::json::exception& error) {
+    throw std::invalid_argument(std::string("malformed search space: ") + error.what());
+  }
+  if (space.strategies.empty() || space.engines.empty() || space.triangular.empty() || space.blocking.empty())
+    throw std::invalid_argument("malformed search space: strategies, engines, triangular and blocking must not be empty");
+  space.document = document;
+  return space;
+}
+
+const SearchSpace& search_space(const std::string& backend) {
+  if (backend != "cpu") throw std::invalid_argument("no search space for backend '" + backend + "' (available: cpu)");
+  static const SearchSpace cpu = parse_search_space(nlohmann::json::parse(kCpuSearchSpaceJson));
+  return cpu;
+}
+
+std::vector<Candidate> stage_one_candidates(const SearchSpace& space) {
+  std::vector<Candidate> result;
+  for (const auto& engine : space.engines)
+    for (const auto& strategy : space.strategies)
+      for (bool triangular : space.triangular) {
+        Candidate candidate;
+        candidate.engine = engine;
+        candidate.strategy = strategy;
+        candidate.triangular = triangular;
+        candidate.mc = space.blocking.front()[0];
+        candidate.kc = space.blocking.front()[1];
+        candidate.nc = space.blocking.front()[2];
+        result.push_back(candidate);
+      }
+  return result;
+}
+
+std::vector<Candidate> stage_two_candidates(const SearchSpace& space, const Candidate& best) {
+  std::vector<Candidate> result;
+  for (size_t i = 1; i < space.blocking.size(); ++i) {
+    Candidate candidate = best;
+    candidate.mc = space.blocking[i][0];
+    candidate.kc = space.blocking[i][1];
+    candidate.nc = space.blocking[i][2];
+    candidate.stage = 2;
+    result.push_back(candidate);
+  }
+  return result;
+}
+
+namespace {
+
+// The blocking the GEMM driver really uses for this problem: MC and NC cannot exceed the rounded
+// matrix sides, KC not the largest inner dimension (the products' sides are at most max(rows, cols)).
+Candidate effective(const Candidate& candidate, int64_t rows, int64_t cols) {
+  Candidate result = candidate;
+  result.stage = 0;
+  if (candidate.engine != "jit") {
+    result.mc = result.kc = result.nc = 0;
+    return result;
+  }
+  const cpu::IsaTraits traits = cpu::traits_of(cpu::best_host_isa());
+  const int64_t large = std::max(rows, cols);
+  auto round_up = [](int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; };
+  result.mc = std::min(round_up(std::max<int64_t>(candidate.mc, traits.mr), traits.mr), round_up(large, traits.mr));
+  result.nc = std::min(round_up(std::max<int64_t>(candidate.nc, traits.nr), traits.nr), round_up(large, traits.nr));
+  result.kc = std::min(candidate.kc, large);
+  return result;
+}
+
+}  // namespace
+
+std::optional<std::string> prune_reason(const Candidate& candidate, int64_t rows, int64_t cols, const std::string& gram_error,
+                                        const std::vector<Candidate>& earlier) {
+  if (candidate.strategy == "gram" && !gram_error.empty()) return "gram is impossible for this program: " + gram_error;
+  if (candidate.engine == "openblas" && !candidate.triangular && candidate.strategy == "gram")
+    return "gram's symmetric products on OpenBLAS: syrk is the vendor's way; dense sgemm adds nothing to compare";
+  const Candidate mine = effective(candidate, rows, cols);
+  for (const Candidate& other : earlier)
+    if (effective(other, rows, cols) == mine) return "same effective configuration as '" + other.label() + "' at " + std::to_string(rows) + "x" + std::to_string(cols);
+  return std::nullopt;
+}
+
+}  // namespace orthojit::autotune

@@ -1,0 +1,56 @@
+// Search spaces as data (autotune/search_spaces/<backend>.json, embedded at build time): the
+// candidates a shape is tuned over, and the rules that prune invalid or redundant ones before any
+// timing, each with its reason.
+#pragma once
+
+#include <array>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cpu/gemm_driver.h"
+
+namespace orthojit::autotune {
+
+// One configuration of the CPU backend.
+struct Candidate {
+  std::string engine = "jit";  // jit (generated kernels) | openblas (the vendor library)
+  std::string strategy = "standard";
+  bool triangular = true;      // symmetric products computed as one triangle
+  int64_t mc = 144, kc = 384, nc = 1024;  // jit blocking
+  int stage = 1;
+
+  std::string label() const;  // "jit gram tri 144/384/1024", "openblas standard syrk"
+  nlohmann::json to_json() const;
+  static Candidate from_json(const nlohmann::json& value);  // throws std::invalid_argument naming the bad field
+  cpu::GemmBlocking blocking() const;
+  bool operator==(const Candidate& other) const { return to_json() == other.to_json(); }
+};
+
+struct SearchSpace {
+  std::vector<std::string> strategies, engines;
+  std::vector<bool> triangular;
+  std::vector<std::array<int64_t, 3>> blocking;
+  double tie_tolerance = 0.02;
+  int retime_top = 3;
+  nlohmann::json document;
+};
+
+// The embedded space of a backend ("cpu"); throws std::invalid_argument for an unknown one.
+const SearchSpace& search_space(const std::string& backend);
+SearchSpace parse_search_space(const nlohmann::json& document);  // throws std::invalid_argument
+
+// Stage 1 candidates in their deterministic order (ties go to the earlier one).
+std::vector<Candidate> stage_one_candidates(const SearchSpace& space);
+// Stage 2: `best` with each other blocking.
+std::vector<Candidate> stage_two_candidates(const SearchSpace& space, const Candidate& best);
+
+// Why a candidate need not be timed for this problem, or nullopt. `gram_error` is the compiler's
+// reason gram is impossible for the program (empty when it is possible); `earlier` are the
+// candidates already accepted (a candidate whose effective configuration equals one of theirs is
+// redundant: e.g. every KC at or above the largest inner dimension gives the same kernels).
+std::optional<std::string> prune_reason(const Candidate& candidate, int64_t rows, int64_t cols, const std::string& gram_error,
+                                        const std::vector<Candidate>& earlier);
+
+}  // namespace orthojit::autotune

@@ -1,0 +1,389 @@
+// The tuner (see tuner.h).
+#include "autotune/tuner.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "autotune/strategy_heuristic.h"
+#include "autotune/timing_harness.h"
+#include "autotune/tuning_record.h"
+#include "cpu/cpu_executable.h"
+#include "ir/lower_program.h"
+#include "ir/printer.h"
+#include "passes/pipeline.h"
+#include "reference/interpreter.h"
+#include "reference/random_matrix.h"
+#include "support/sha256.h"
+
+namespace orthojit::autotune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Above this many f64 FLOPs the reference of the full shape is not computed (it would take longer
+// than tuning): the candidate's configuration is then checked on a reduced shape instead, and its
+// full-shape output only for being finite and bounded.
+constexpr double kFullCheckFlops = 2.5e11;
+
+// The f64 products of the reference through OpenBLAS dgemm (an implementation independent of
+// the JIT kernels being checked).
+void blas_products(int64_t m, int64_t n, int64_t k, const double* a, const double* b_t, double* sums) {
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a, static_cast<int>(k), b_t,
+              static_cast<int>(k), 0.0, sums, static_cast<int>(n));
+}
+
+double relative_error(const std::vector<float>& candidate, const std::vector<double>& reference) {
+  double difference = 0, norm = 0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    const double delta = static_cast<double>(candidate[i]) - reference[i];
+    difference += delta * delta;
+    norm += reference[i] * reference[i];
+  }
+  return std::sqrt(difference / std::max(norm, 1e-300));
+}
+
+// Dense-equivalent FLOPs of the standard iteration, per matrix (the reference's cost scale).
+double iteration_flops(const ir::Function& function) {
+  const double m = static_cast<double>(std::min(function.input_shape.rows.size, function.input_shape.cols.size));
+  const double n = static_cast<double>(std::max(function.input_shape.rows.size, function.input_shape.cols.size));
+  return static_cast<double>(function.steps.size()) * (4 * m * m * n + 2 * m * m * m);
+}
+
+ir::Function compile_for(const TuneProblem& problem, const Candidate& candidate, int64_t rows, int64_t cols, int64_t batch) {
+  passes::CompileOptions options;
+  options.rows = rows;
+  options.cols = cols;
+  options.batch = batch;
+  options.precision = problem.precision;
+  options.strategy = candidate.strategy == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard;
+  options.triangular_products = candidate.triangular;
+  return passes::compile_program(*problem.program, options);
+}
+
+cpu::CpuOptions cpu_options_for(const Candidate& candidate, int threads) {
+  cpu::CpuOptions options;
+  options.threads = threads;
+  options.blocking = candidate.blocking();
+  options.engine = candidate.engine == "openblas" ? cpu::ProductEngine::OpenBlas : cpu::ProductEngine::Jit;
+  return options;
+}
+
+// Output of `executable` on `input` compared with the f64 reference of `function` (first matrix).
+struct CheckResult {
+  bool ok = false;
+  double error = 0;
+  std::string message;
+};
+
+// The f64 reference of `function` on the first matrix of `input`.
+std::vector<double> reference_of(const ir::Function& function, const std::vector<float>& input) {
+  const int64_t per_matrix = function.input_shape.elements();
+  ir::Function one = function;
+  one.batch = 1;
+  const std::vector<double> first(input.begin(), input.begin() + per_matrix);
+  return reference::interpret(one, first, blas_products);
+}
+
+// The first matrix of `output` against `reference`.
+CheckResult compare(const std::vector<float>& output, const std::vector<double>& reference, double tolerance) {
+  const std::vector<float> candidate(output.begin(), output.begin() + static_cast<int64_t>(reference.size()));
+  CheckResult result;
+  result.error = relative_error(candidate, reference);
+  result.ok = result.error <= tolerance;
+  if (!result.ok) {
+    char text[160];
+    std::snprintf(text, sizeof text, "relative error %.3g against the f64 reference exceeds %.3g", result.error, tolerance);
+    result.message = text;
+  }
+  return result;
+}
+
+CheckResult check_against_reference(const ir::Function& function, const std::vector<float>& input, const std::vector<float>& output,
+                                    double tolerance) {
+  return compare(output, reference_of(function, input), tolerance);
+}
+
+}  // namespace
+
+ProblemKey problem_key(const dsl::Program& program, int64_t rows, int64_t cols, int64_t batch, std::optional<ScalarType> precision) {
+  ProblemKey key;
+  key.program_hash = sha256_hex(ir::print_function(ir::lower_program(program))).substr(0, 16);
+  const dsl::PrecisionPolicy policy = passes::effective_policy(program.policy, precision);
+  key.storage = to_string(policy.storage);
+  key.accumulate = to_string(policy.accumulate);
+  // Oriented (rows <= cols): a shape and its transpose run the same kernels.
+  key.key = entry_key(key.program_hash, std::min(rows, cols), std::max(rows, cols), batch, key.storage, key.accumulate);
+  return key;
+}
+
+double check_tolerance(ScalarType storage) {
+  switch (storage) {
+    case ScalarType::F32: return 5e-4;
+    case ScalarType::F16: return 1e-2;
+    case ScalarType::BF16: return 3e-2;
+    default: return 1e-9;
+  }
+}
+
+std::optional<size_t> pick_winner(const std::vector<double>& p50_ms, const std::vector<bool>& ok, double tie_tolerance) {
+  std::optional<size_t> fastest;
+  for (size_t i = 0; i < p50_ms.size(); ++i)
+    if (ok[i] && (!fastest || p50_ms[i] < p50_ms[*fastest])) fastest = i;
+  if (!fastest) return std::nullopt;
+  for (size_t i = 0; i < p50_ms.size(); ++i)  // the earliest within the tie band
+    if (ok[i] && p50_ms[i] <= p50_ms[*fastest] * (1 + tie_tolerance)) return i;
+  return fastest;
+}
+
+Candidate default_candidate(const dsl::Program& program, int64_t rows, int64_t cols, std::optional<ScalarType> precision, std::string* reason) {
+  passes::CompileOptions probe;
+  probe.rows = rows;
+  probe.cols = cols;
+  probe.precision = precision;
+  const ir::Function standard = passes::compile_program(program, probe);
+  const StrategyChoice choice = choose_strategy_heuristically(standard, rows, cols);
+  if (reason) *reason = choice.reason;
+  Candidate candidate;
+  candidate.strategy = ir::to_string(choice.strategy);
+  return candidate;
+}
+
+nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settings) {
+  const auto started = Clock::now();
+  const SearchSpace& space = search_space("cpu");
+  const ProblemKey key = problem_key(*problem.program, problem.rows, problem.cols, problem.batch, problem.precision);
+  const ScalarType storage = passes::effective_policy(problem.program->policy, problem.precision).storage;
+  const double tolerance = check_tolerance(storage);
+  std::string default_reason;
+  const Candidate fallback = default_candidate(*problem.program, problem.rows, problem.cols, problem.precision, &default_reason);
+
+  // Can gram be compiled at all (every step an odd polynomial)?
+  std::string gram_error;
+  try {
+    Candidate gram;
+    gram.strategy = "gram";
+    compile_for(problem, gram, problem.rows, problem.cols, 1);
+  } catch (const std::exception& error) {
+    gram_error = error.what();
+  }
+
+  const auto values = reference::gaussian_values(problem.rows * problem.cols * problem.batch, 20261201);
+  const std::vector<float> input(values.begin(), values.end());
+  std::vector<float> output(input.size());
+
+  struct Trial {
+    Candidate candidate;
+    std::string status = "pending", message;
+    Timing timing;
+    double error = -1;
+    bool is_default = false;
+  };
+  std::vector<Trial> trials;
+  std::vector<Candidate> accepted;
+  std::map<std::string, std::vector<double>> references;  // full-shape f64 references by strategy
+
+  auto add_candidates = [&](const std::vector<Candidate>& candidates) {
+    for (const Candidate& candidate : candidates) {
+      Trial trial;
+      trial.candidate = candidate;
+      trial.is_default = candidate == fallback;
+      if (auto reason = prune_reason(candidate, problem.rows, problem.cols, gram_error, accepted)) {
+        trial.status = "pruned";
+        trial.message = *reason;
+      } else {
+        accepted.push_back(candidate);
+      }
+      trials.push_back(trial);
+    }
+  };
+  std::vector<Candidate> first = stage_one_candidates(space);
+  // The untuned default goes first (it is always timed, and it wins ties), then the other
+  // triangular jit strategy, the vendor library, and the dense variants: when the budget runs out
+  // on a large shape, what was skipped is what mattered least.
+  auto priority = [&](const Candidate& candidate) {
+    if (candidate == fallback) return 0;
+    if (candidate.engine == "jit" && candidate.triangular) return 1;
+    if (candidate.engine == "openblas" && candidate.triangular) return 2;
+    return 3;
+  };
+  std::stable_sort(first.begin(), first.end(), [&](const Candidate& a, const Candidate& b) { return priority(a) < priority(b); });
+  add_candidates(first);
+
+  const double budget_ms = settings.budget_seconds * 1000;
+  auto elapsed_ms = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - started).count(); };
+  auto report = [&](size_t index, const char* phase) {
+    if (!settings.progress) return;
+    TuneProgress progress;
+    progress.candidate = static_cast<int>(index + 1);
+    progress.candidates = static_cast<int>(trials.size());
+    progress.label = trials[index].candidate.label();
+    progress.phase = phase;
+    settings.progress(progress);
+  };
+
+  auto evaluate = [&](size_t index) {
+    Trial& trial = trials[index];
+    if (trial.status != "pending") return;
+    const bool must_run = trial.is_default;
+    if (!must_run && elapsed_ms() > budget_ms) {
+      trial.status = "skipped_budget";
+      trial.message = "the shape's tuning budget was spent";
+      return;
+    }
+    report(index, "check");
+    std::unique_ptr<cpu::CpuExecutable> executable;
+    ir::Function function;
+    try {
+      function = compile_for(problem, trial.candidate, problem.rows, problem.cols, problem.batch);
+      executable = std::make_unique<cpu::CpuExecutable>(function, cpu_options_for(trial.candidate, settings.threads));
+    } catch (const std::exception& error) {
+      trial.status = "compile_failed";
+      trial.message = error.what();
+      return;
+    }
+    try {
+      std::fill(output.begin(), output.end(), std::numeric_limits<float>::quiet_NaN());
+      const auto check_started = Clock::now();
+      executable->run(input.data(), output.data());
+      const double check_run_ms = std::chrono::duration<double, std::milli>(Clock::now() - check_started).count();
+      if (settings.tamper_output) settings.tamper_output(trial.candidate, output.data(), output.size());
+      for (float value : output)
+        if (!std::isfinite(value)) {
+          trial.status = "wrong_result";
+          trial.message = "non-finite or unwritten output";
+          return;
+        }
+      CheckResult check;
+      if (iteration_flops(function) <= kFullCheckFlops) {
+        auto cached = references.find(trial.candidate.strategy);
+        if (cached == references.end()) cached = references.emplace(trial.candidate.strategy, reference_of(function, input)).first;
+        check = compare(output, cached->second, tolerance);
+      } else {
+        // The same configuration on a reduced shape (same aspect class), checked in full.
+        const int64_t small_rows = std::min<int64_t>(problem.rows, problem.rows <= problem.cols ? 192 : 768);
+        const int64_t small_cols = std::min<int64_t>(problem.cols, problem.rows <= problem.cols ? 768 : 192);
+        const ir::Function reduced = compile_for(problem, trial.candidate, small_rows, small_cols, 1);
+        cpu::CpuExecutable reduced_executable(reduced, cpu_options_for(trial.candidate, settings.threads));
+        const auto reduced_values = reference::gaussian_values(small_rows * small_cols, 7);
+        const std::vector<float> reduced_input(reduced_values.begin(), reduced_values.end());
+        std::vector<float> reduced_output(reduced_input.size());
+        reduced_executable.run(reduced_input.data(), reduced_output.data());
+        if (settings.tamper_output) settings.tamper_output(trial.candidate, reduced_output.data(), reduced_output.size());
+        check = check_against_reference(reduced, reduced_input, reduced_output, tolerance);
+        if (!check.ok) check.message += " (on the reduced shape " + std::to_string(small_rows) + "x" + std::to_string(small_cols) + ")";
+      }
+      trial.error = check.error;
+      if (!check.ok) {
+        trial.status = "wrong_result";
+        trial.message = check.message;
+        return;
+      }
+      report(index, "time");
+      const int remaining = std::max<int>(1, static_cast<int>(std::count_if(trials.begin(), trials.end(), [](const Trial& t) { return t.status == "pending"; })));
+      TimingSettings timing;
+      timing.budget_seconds = std::max(0.05, (budget_ms - elapsed_ms()) / 1000.0 / (remaining + 1));
+      timing.initial_run_ms = check_run_ms;
+      trial.timing = time_repeated([&] { executable->run(input.data(), output.data()); }, timing);
+      trial.status = "ok";
+    } catch (const std::exception& error) {
+      trial.status = "run_failed";
+      trial.message = error.what();
+    }
+  };
+
+  for (size_t index = 0; index < trials.size(); ++index) evaluate(index);
+  // Stage 2: the other blockings of the fastest correct jit configuration.
+  std::optional<size_t> best_jit;
+  for (size_t i = 0; i < trials.size(); ++i)
+    if (trials[i].status == "ok" && trials[i].candidate.engine == "jit" && (!best_jit || trials[i].timing.p50_ms < trials[*best_jit].timing.p50_ms)) best_jit = i;
+  if (best_jit) {
+    const size_t before = trials.size();
+    add_candidates(stage_two_candidates(space, trials[*best_jit].candidate));
+    for (size_t index = before; index < trials.size(); ++index) evaluate(index);
+  }
+  // Re-time the top few (noise on a shared machine), then pick.
+  std::vector<size_t> ranked;
+  for (size_t i = 0; i < trials.size(); ++i)
+    if (trials[i].status == "ok") ranked.push_back(i);
+  std::sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) { return trials[a].timing.p50_ms < trials[b].timing.p50_ms; });
+  if (ranked.size() > 1) {
+    for (size_t r = 0; r < std::min<size_t>(ranked.size(), static_cast<size_t>(space.retime_top)); ++r) {
+      Trial& trial = trials[ranked[r]];
+      const double remaining_ms = budget_ms - elapsed_ms();
+      if (remaining_ms < trial.timing.p50_ms * 2) break;  // keep the first timing
+      report(ranked[r], "retime");
+      const ir::Function function = compile_for(problem, trial.candidate, problem.rows, problem.cols, problem.batch);
+      const cpu::CpuExecutable executable(function, cpu_options_for(trial.candidate, settings.threads));
+      TimingSettings timing;
+      timing.budget_seconds = std::max(0.05, remaining_ms / 1000.0 / static_cast<double>(space.retime_top));
+      const Timing again = time_repeated([&] { executable.run(input.data(), output.data()); }, timing);
+      std::vector<double> samples = trial.timing.samples_ms;
+      samples.insert(samples.end(), again.samples_ms.begin(), again.samples_ms.end());
+      trial.timing.samples_ms = samples;
+      trial.timing.p20_ms = percentile(samples, 0.2);
+      trial.timing.p50_ms = percentile(samples, 0.5);
+      trial.timing.p80_ms = percentile(samples, 0.8);
+    }
+  }
+  std::vector<double> p50;
+  std::vector<bool> ok;
+  for (const Trial& trial : trials) {
+    p50.push_back(trial.timing.p50_ms);
+    ok.push_back(trial.status == "ok");
+  }
+  const std::optional<size_t> winner = pick_winner(p50, ok, space.tie_tolerance);
+
+  nlohmann::json entry;
+  entry["program"] = problem.program_name;
+  entry["program_hash"] = key.program_hash;
+  entry["rows"] = problem.rows;
+  entry["cols"] = problem.cols;
+  entry["batch"] = problem.batch;
+  entry["storage"] = key.storage;
+  entry["accumulate"] = key.accumulate;
+  entry["timestamp"] = utc_timestamp();
+  entry["bench"] = {{"budget_s", settings.budget_seconds},
+                    {"threads", settings.threads},
+                    {"flush_bytes", cache_flush_bytes()},
+                    {"warmup", "one run (kept as a sample when longer than 1 s)"},
+                    {"blas", std::string("OpenBLAS ") + cpu::openblas_kernel_name()},
+                    {"tolerance", tolerance},
+                    {"elapsed_s", elapsed_ms() / 1000}};
+  nlohmann::json candidates = nlohmann::json::array();
+  std::optional<double> default_ms, vendor_ms;
+  for (const Trial& trial : trials) {
+    nlohmann::json item = {{"label", trial.candidate.label()}, {"config", trial.candidate.to_json()}, {"status", trial.status}, {"stage", trial.candidate.stage}};
+    if (!trial.message.empty()) item["message"] = trial.message;
+    if (trial.error >= 0) item["error"] = trial.error;
+    if (trial.status == "ok") {
+      item["p20_ms"] = trial.timing.p20_ms;
+      item["p50_ms"] = trial.timing.p50_ms;
+      item["p80_ms"] = trial.timing.p80_ms;
+      item["repeats"] = trial.timing.repeats();
+      if (trial.is_default) default_ms = trial.timing.p50_ms;
+      if (trial.candidate.engine == "openblas" && (!vendor_ms || trial.timing.p50_ms < *vendor_ms)) vendor_ms = trial.timing.p50_ms;
+    }
+    candidates.push_back(item);
+  }
+  entry["candidates"] = candidates;
+  entry["default"] = {{"label", fallback.label()}, {"reason", default_reason}};
+  if (default_ms) entry["default"]["p50_ms"] = *default_ms;
+  if (vendor_ms) entry["vendor_p50_ms"] = *vendor_ms;
+  if (winner) {
+    const Trial& trial = trials[*winner];
+    entry["winner"] = {{"label", trial.candidate.label()}, {"config", trial.candidate.to_json()}, {"p50_ms", trial.timing.p50_ms}};
+  } else {
+    entry["winner"] = nullptr;
+  }
+  entry["key"] = key.key;
+  return entry;
+}
+
+}  // namespace orthojit::autotune

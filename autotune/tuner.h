@@ -1,0 +1,60 @@
+// The tuner: for one (program, shape, batch, precision) it enumerates the search space, prunes,
+// compiles, checks every candidate's output against the f64 reference (a fast wrong kernel is
+// recorded as wrong_result and never wins), times the survivors within the budget, re-times the
+// top three and picks the winner (ties within 2% go to the earlier candidate in the search
+// space's order). The result is one tuning-record entry (tuning_record.h).
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "autotune/search_space.h"
+#include "dsl/ast.h"
+#include "support/scalar_type.h"
+
+namespace orthojit::autotune {
+
+struct TuneProblem {
+  const dsl::Program* program = nullptr;
+  std::string program_name;  // for the record
+  int64_t rows = 0, cols = 0, batch = 1;
+  std::optional<ScalarType> precision;  // overrides the program's storage type
+};
+
+struct TuneProgress {
+  int candidate = 0, candidates = 0;  // 1-based index of the candidate being worked on
+  std::string label, phase;           // phase: "check", "time", "retime"
+};
+
+struct TuneSettings {
+  double budget_seconds = 20;  // for this shape, all candidates together (the default candidate is always timed)
+  int threads = 0;             // 0: all cores
+  std::function<void(const TuneProgress&)> progress;
+  // Test hook: called with every candidate's output before the check (to simulate a wrong kernel).
+  std::function<void(const Candidate&, float* output, size_t count)> tamper_output;
+};
+
+// The key fields of a problem: its program hash (SHA-256 of the lowered IR text, 16 hex digits),
+// storage and accumulate types.
+struct ProblemKey {
+  std::string program_hash, storage, accumulate, key;
+};
+ProblemKey problem_key(const dsl::Program& program, int64_t rows, int64_t cols, int64_t batch, std::optional<ScalarType> precision);
+
+// Relative error a candidate may have against the f64 reference of its own strategy, by storage
+// type (the argument is in tests/cpu_backend_test.cpp): f32 5e-4, f16 1e-2, bf16 3e-2.
+double check_tolerance(ScalarType storage);
+
+// Which candidate wins: the fastest p50 among those with status "ok", except that any candidate
+// within `tie_tolerance` of the fastest and earlier in `order` wins instead. Returns the index into
+// `p50_ms`, or nullopt when none is ok.
+std::optional<size_t> pick_winner(const std::vector<double>& p50_ms, const std::vector<bool>& ok, double tie_tolerance);
+
+nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settings);
+
+// The heuristic default configuration (what an untuned run uses) for this problem.
+Candidate default_candidate(const dsl::Program& program, int64_t rows, int64_t cols, std::optional<ScalarType> precision, std::string* reason);
+
+}  // namespace orthojit::autotune

@@ -1,0 +1,56 @@
+// Tuning records: JSON files (nlohmann/json), one per device fingerprint (DESIGN.md §3).
+//
+//   { "schema_version": 1,
+//     "fingerprint": { backend, device, isa, cores, compiler, orthojit, schema },
+//     "entries": { "<key>": { program, program_hash, rows, cols, batch, storage, candidates: [ {label,
+//                  config, status, message, p20_ms, p50_ms, p80_ms, repeats, error} ], winner,
+//                  default_label, default_p50_ms, vendor_p50_ms, bench: {...}, timestamp } } }
+//
+// Keys are sorted and the file is pretty-printed, so records diff and can ship as defaults.
+// Writers take an exclusive lock (flock on FILE.lock), re-read the file, merge their entries
+// over it and rename a temporary file into place: concurrent `orthojit tune` processes lose
+// nothing and a reader never sees half a file. A corrupt or truncated file is reported and
+// rebuilt, never a crash.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autotune/device_fingerprint.h"
+
+namespace orthojit::autotune {
+
+// The canonical entry key: program hash, shape, batch and types.
+std::string entry_key(const std::string& program_hash, int64_t rows, int64_t cols, int64_t batch, const std::string& storage,
+                      const std::string& accumulate);
+
+struct TuningFile {
+  DeviceFingerprint fingerprint;
+  nlohmann::json entries = nlohmann::json::object();  // key -> entry
+};
+
+struct LoadedRecords {
+  std::optional<TuningFile> file;  // nullopt: no file, or not usable (see warning)
+  std::string warning;             // non-empty when the file was corrupt or of another schema
+};
+
+// Reads `path`. A missing file gives {nullopt, ""}; an unreadable, truncated or malformed one
+// gives {nullopt, "…why…"} (the caller warns and carries on without records).
+LoadedRecords load_tuning_file(const std::string& path);
+
+// Merges `entries` into the file at `path` for `fingerprint` under the lock and writes it
+// atomically; creates directories as needed. A corrupt existing file is replaced (its name and
+// the problem go to `warning`). Throws std::runtime_error when the file holds another device's
+// records (the message names the difference) or cannot be written.
+void merge_into_tuning_file(const std::string& path, const DeviceFingerprint& fingerprint, const nlohmann::json& entries, std::string* warning);
+
+// Default location: $ORTHOJIT_TUNING_FILE, else <cache dir>/tuning/<fingerprint id>.json, the
+// cache dir being $ORTHOJIT_CACHE_DIR, else $XDG_CACHE_HOME/orthojit, else ~/.cache/orthojit.
+std::string default_tuning_path(const DeviceFingerprint& fingerprint);
+
+// "2026-12-01T01:02:03Z"
+std::string utc_timestamp();
+
+}  // namespace orthojit::autotune

@@ -1,0 +1,13 @@
+// Reading a model configuration file for `tune` and `bench --model`.
+#pragma once
+
+#include <string>
+
+#include "autotune/model_shapes.h"
+
+namespace orthojit::cli {
+
+// Reads and parses CONFIG.json; throws runtime::UsageError naming the file and the problem.
+autotune::ModelShapes load_model_matrices(const std::string& path, const autotune::ModelShapeOptions& options);
+
+}  // namespace orthojit::cli
