@@ -1,0 +1,288 @@
+// The autotuner's records, winner rules and checks, and the shapes derived from model configs.
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "autotune/device_fingerprint.h"
+#include "autotune/model_shapes.h"
+#include "autotune/record_lookup.h"
+#include "autotune/tuner.h"
+#include "autotune/tuning_record.h"
+#include "kernels/program_library.h"
+#include "reference/random_matrix.h"
+
+extern char** environ;
+
+namespace orthojit::autotune {
+namespace {
+
+std::string temporary_path(const std::string& name) {
+  const auto directory = std::filesystem::temp_directory_path() / ("orthojit-autotune-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(directory);
+  return (directory / name).string();
+}
+
+nlohmann::json sample_entry(int index) {
+  return {{"program", "p"}, {"rows", index}, {"cols", 2 * index}, {"winner", {{"label", "jit standard"}, {"p50_ms", 1.5 + index}}}};
+}
+
+TEST(TuningRecords, RoundTripKeepsEveryEntryAndTheFingerprint) {
+  const std::string path = temporary_path("round_trip.json");
+  std::filesystem::remove(path);
+  const DeviceFingerprint fingerprint = cpu_fingerprint();
+  nlohmann::json entries;
+  for (int i = 1; i <= 5; ++i) entries["key" + std::to_string(i)] = sample_entry(i);
+  merge_into_tuning_file(path, fingerprint, entries, nullptr);
+  const LoadedRecords loaded = load_tuning_file(path);
+  ASSERT_TRUE(loaded.file.has_value()) << loaded.warning;
+  EXPECT_EQ(loaded.file->entries, entries);
+  EXPECT_FALSE(fingerprint.mismatch(loaded.file->fingerprint).has_value());
+  // Merging more keeps the old entries and replaces a re-tuned one.
+  merge_into_tuning_file(path, fingerprint, {{"key2", sample_entry(20)}, {"key9", sample_entry(9)}}, nullptr);
+  const LoadedRecords merged = load_tuning_file(path);
+  ASSERT_TRUE(merged.file.has_value());
+  EXPECT_EQ(merged.file->entries.size(), 6u);
+  EXPECT_EQ(merged.file->entries["key2"], sample_entry(20));
+  EXPECT_EQ(merged.file->entries["key1"], sample_entry(1));
+}
+
+// The child half of TwoWritersInTwoProcessesLoseNothing (run as a separate process).
+TEST(TuningRecords, WriterChild) {
+  const char* path = std::getenv("ORTHOJIT_TEST_WRITER_FILE");
+  const char* id = std::getenv("ORTHOJIT_TEST_WRITER_ID");
+  if (!path || !id) GTEST_SKIP() << "only run as a child of TwoWritersInTwoProcessesLoseNothing";
+  for (int i = 0; i < 25; ++i) merge_into_tuning_file(path, cpu_fingerprint(), {{std::string(id) + "-" + std::to_string(i), sample_entry(i)}}, nullptr);
+}
+
+TEST(TuningRecords, TwoWritersInTwoProcessesLoseNothing) {
+  const std::string path = temporary_path("two_writers.json");
+  std::filesystem::remove(path);
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::vector<pid_t> children;
+  for (const char* id : {"a", "b"}) {
+    std::vector<std::string> environment;
+    for (char** variable = environ; *variable; ++variable) environment.emplace_back(*variable);
+    environment.push_back("ORTHOJIT_TEST_WRITER_FILE=" + path);
+    environment.push_back(std::string("ORTHOJIT_TEST_WRITER_ID=") + id);
+    std::vector<char*> envp;
+    for (auto& variable : environment) envp.push_back(variable.data());
+    envp.push_back(nullptr);
+    std::string filter = "--gtest_filter=TuningRecords.WriterChild";
+    char* argv[] = {const_cast<char*>(self.c_str()), filter.data(), nullptr};
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, envp.data()), 0);
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a writer failed";
+  }
+  const LoadedRecords loaded = load_tuning_file(path);
+  ASSERT_TRUE(loaded.file.has_value()) << loaded.warning;
+  EXPECT_EQ(loaded.file->entries.size(), 50u) << "a concurrent writer's entries were lost";
+}
+
+TEST(TuningRecords, CorruptOrTruncatedFileWarnsAndIsRebuilt) {
+  const std::string path = temporary_path("corrupt.json");
+  const DeviceFingerprint fingerprint = cpu_fingerprint();
+  merge_into_tuning_file(path, fingerprint, {{"k", sample_entry(1)}}, nullptr);
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (const std::string& broken : {text.substr(0, text.size() / 2), std::string("\x00\x01garbage", 9), std::string("[1, 2]"),
+                                     std::string("{\"schema_version\": 99}")}) {
+    {
+      std::ofstream out(path, std::ios::trunc | std::ios::binary);
+      out << broken;
+    }
+    const LoadedRecords loaded = load_tuning_file(path);
+    EXPECT_FALSE(loaded.file.has_value());
+    EXPECT_NE(loaded.warning.find("unusable"), std::string::npos) << loaded.warning;
+    std::string warning;
+    merge_into_tuning_file(path, fingerprint, {{"fresh", sample_entry(2)}}, &warning);
+    EXPECT_NE(warning.find("rebuilt"), std::string::npos);
+    const LoadedRecords rebuilt = load_tuning_file(path);
+    ASSERT_TRUE(rebuilt.file.has_value());
+    EXPECT_EQ(rebuilt.file->entries.size(), 1u);
+  }
+}
+
+TEST(TuningRecords, AnotherDevicesRecordsAreNotUsedAndNotOverwritten) {
+  const std::string path = temporary_path("other_device.json");
+  std::filesystem::remove(path);
+  DeviceFingerprint other = cpu_fingerprint();
+  other.device = "Some Other CPU";
+  merge_into_tuning_file(path, other, {{"k", sample_entry(1)}}, nullptr);
+  const auto reason = cpu_fingerprint().mismatch(other);
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_NE(reason->find("device differs"), std::string::npos) << *reason;
+  EXPECT_THROW(merge_into_tuning_file(path, cpu_fingerprint(), {{"k2", sample_entry(2)}}, nullptr), std::runtime_error);
+  EXPECT_EQ(load_tuning_file(path).file->entries.size(), 1u);  // untouched
+  // The runtime lookup reports why it does not use them.
+  ::setenv("ORTHOJIT_TUNING_FILE", path.c_str(), 1);
+  const dsl::Program program = kernels::load_program_by_name_or_path("jordan_ns5");
+  const TunedChoice choice = lookup_tuned(program, 64, 256, 1, std::nullopt);
+  EXPECT_FALSE(choice.winner.has_value());
+  EXPECT_NE(choice.reason.find("not used"), std::string::npos) << choice.reason;
+  EXPECT_NE(describe_tuning_records().find("NOT used"), std::string::npos);
+  ::unsetenv("ORTHOJIT_TUNING_FILE");
+}
+
+TEST(Tuner, TiesGoToTheEarlierCandidateAndOnlyCorrectOnesWin) {
+  // Within 2% of the fastest: the earliest wins.
+  EXPECT_EQ(pick_winner({10.0, 9.9, 9.85}, {true, true, true}, 0.02), 0u);
+  EXPECT_EQ(pick_winner({10.0, 9.0, 9.1}, {true, true, true}, 0.02), 1u);
+  // A wrong (or failed) candidate never wins, however fast.
+  EXPECT_EQ(pick_winner({10.0, 1.0}, {true, false}, 0.02), 0u);
+  EXPECT_FALSE(pick_winner({1.0, 2.0}, {false, false}, 0.02).has_value());
+}
+
+TEST(Tuner, AWrongResultCandidateIsRecordedAndNeverWins) {
+  const dsl::Program program = kernels::load_program_by_name_or_path("jordan_ns5_f32");
+  TuneProblem problem;
+  problem.program = &program;
+  problem.program_name = "jordan_ns5_f32";
+  problem.rows = 48;
+  problem.cols = 200;
+  TuneSettings settings;
+  settings.budget_seconds = 2;
+  // The default candidate (first in order, the tie winner) returns a slightly wrong result.
+  const Candidate spoiled = default_candidate(program, problem.rows, problem.cols, std::nullopt, nullptr);
+  settings.tamper_output = [&](const Candidate& candidate, float* output, size_t count) {
+    if (candidate == spoiled)
+      for (size_t i = 0; i < count; i += 7) output[i] *= 1.01f;
+  };
+  const nlohmann::json entry = tune_shape(problem, settings);
+  bool found = false;
+  for (const auto& candidate : entry["candidates"]) {
+    if (Candidate::from_json(candidate["config"]) == spoiled) {
+      found = true;
+      EXPECT_EQ(candidate["status"], "wrong_result");
+      EXPECT_NE(candidate["message"].get<std::string>().find("relative error"), std::string::npos);
+    } else if (candidate["status"] != "pruned" && candidate["status"] != "skipped_budget") {
+      EXPECT_EQ(candidate["status"], "ok") << candidate.dump();
+      EXPECT_LT(candidate["error"].get<double>(), 5e-4);
+    }
+  }
+  EXPECT_TRUE(found);
+  ASSERT_FALSE(entry["winner"].is_null());
+  EXPECT_NE(Candidate::from_json(entry["winner"]["config"]), spoiled);
+}
+
+TEST(Tuner, CandidatesAreCheckedAgainstTheReferenceAndTimed) {
+  const dsl::Program program = kernels::load_program_by_name_or_path("jordan_ns5");  // bf16 policy
+  TuneProblem problem;
+  problem.program = &program;
+  problem.program_name = "jordan_ns5";
+  problem.rows = 40;
+  problem.cols = 130;
+  problem.batch = 3;
+  TuneSettings settings;
+  settings.budget_seconds = 2;
+  const nlohmann::json entry = tune_shape(problem, settings);
+  int ok = 0;
+  for (const auto& candidate : entry["candidates"]) {
+    if (candidate["status"] != "ok") continue;
+    ++ok;
+    EXPECT_LT(candidate["error"].get<double>(), 3e-2);  // bf16 policy tolerance
+    EXPECT_GT(candidate["p50_ms"].get<double>(), 0);
+    EXPECT_LE(candidate["p20_ms"].get<double>(), candidate["p50_ms"].get<double>());
+    EXPECT_LE(candidate["p50_ms"].get<double>(), candidate["p80_ms"].get<double>());
+  }
+  EXPECT_GE(ok, 2);
+  EXPECT_EQ(entry["storage"], "bf16");
+  EXPECT_FALSE(entry["winner"].is_null());
+  // gram is impossible at 40 columns? No: gram needs recognized steps, not a size; both ran.
+  EXPECT_EQ(entry["key"], problem_key(program, 130, 40, 3, std::nullopt).key) << "a shape and its transpose share the record";
+}
+
+TEST(SearchSpace, PrunesImpossibleAndRedundantCandidatesWithReasons) {
+  const SearchSpace& space = search_space("cpu");
+  Candidate gram;
+  gram.strategy = "gram";
+  auto reason = prune_reason(gram, 64, 256, "step 1 is not an odd polynomial", {});
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_NE(reason->find("gram is impossible"), std::string::npos);
+  // At 32x64 every blocking with KC >= 64 and the same MC/NC rounding is the same kernel.
+  Candidate a, b;
+  b.kc = 512;
+  reason = prune_reason(b, 32, 64, "", {a});
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_NE(reason->find("same effective configuration"), std::string::npos);
+  EXPECT_FALSE(prune_reason(b, 1024, 4096, "", {a}).has_value());
+  EXPECT_GE(stage_one_candidates(space).size(), 4u);
+  EXPECT_THROW(search_space("tpu"), std::invalid_argument);
+  EXPECT_THROW(Candidate::from_json({{"engine", "mkl"}, {"strategy", "standard"}, {"triangular", true}}), std::invalid_argument);
+}
+
+// Shapes of the example configurations, worked out by hand from each model's published layout.
+nlohmann::json read_example(const std::string& name) {
+  std::ifstream in(std::string(ORTHOJIT_SOURCE_DIR) + "/examples/models/" + name);
+  return nlohmann::json::parse(in);
+}
+
+std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> unique_counts(const ModelShapes& shapes) {
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> counts;
+  for (const auto& shape : unique_muon_shapes(shapes)) counts[{shape.rows, shape.cols, shape.batch}] = shape.count;
+  return counts;
+}
+
+TEST(ModelShapes, Llama3_8B) {
+  const ModelShapes shapes = derive_model_matrices(read_example("llama-3-8b.json"));
+  // q, o: 4096x4096; k, v: 1024x4096 (8 KV heads x 128); gate, up: 14336x4096; down: 4096x14336; x32 layers.
+  const std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> expected = {{{4096, 4096, 1}, 64}, {{1024, 4096, 1}, 64}, {{4096, 14336, 1}, 96}};
+  EXPECT_EQ(unique_counts(shapes), expected);
+  EXPECT_EQ(shapes.parameters(true), 32LL * (2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096));
+  EXPECT_EQ(shapes.parameters(false), 2LL * 128256 * 4096);  // embed_tokens and an untied lm_head
+}
+
+TEST(ModelShapes, Qwen25_3B) {
+  const ModelShapes shapes = derive_model_matrices(read_example("qwen2.5-3b.json"));
+  // 16 heads x 128 = 2048; 2 KV heads x 128 = 256; MLP 11008; 36 layers; tied embeddings.
+  const std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> expected = {{{2048, 2048, 1}, 72}, {{256, 2048, 1}, 72}, {{2048, 11008, 1}, 108}};
+  EXPECT_EQ(unique_counts(shapes), expected);
+  EXPECT_EQ(shapes.parameters(false), 151936LL * 2048);  // counted once
+}
+
+TEST(ModelShapes, Gpt2SmallAndPerHeadSplit) {
+  const ModelShapes shapes = derive_model_matrices(read_example("gpt2-small.json"));
+  const std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> expected = {{{768, 2304, 1}, 12}, {{768, 768, 1}, 12}, {{768, 3072, 1}, 24}};
+  EXPECT_EQ(unique_counts(shapes), expected);
+  ModelShapeOptions per_head;
+  per_head.per_head = true;
+  const auto split = unique_counts(derive_model_matrices(read_example("gpt2-small.json"), per_head));
+  EXPECT_EQ(split.at({64, 768, 36}), 12);  // q, k, v of 12 heads: a batch of 36 blocks of 768x64 per layer
+}
+
+TEST(ModelShapes, DeepSeekV2LiteMoeWithMla) {
+  const ModelShapes shapes = derive_model_matrices(read_example("deepseek-v2-lite.json"));
+  // MLA: q_proj 16x(128+64)=3072 x 2048; kv_a 512+64=576 x 2048; kv_b 16x(128+128)=4096 x 512; o 2048x2048.
+  // Layer 0 dense (10944); 26 MoE layers: 64 experts of 1408 (batches), router 64x2048, shared 2x1408=2816.
+  const std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> expected = {
+      {{2048, 3072, 1}, 27}, {{576, 2048, 1}, 27}, {{512, 4096, 1}, 27}, {{2048, 2048, 1}, 27}, {{2048, 10944, 1}, 3},
+      {{64, 2048, 1}, 26},   {{1408, 2048, 64}, 78}, {{2048, 2816, 1}, 78}};
+  EXPECT_EQ(unique_counts(shapes), expected);
+}
+
+TEST(ModelShapes, MissingKeysAreNamed) {
+  try {
+    derive_model_matrices({{"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}});
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("vocab_size"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(derive_model_matrices({{"n_embd", 64}, {"n_layer", -1}, {"n_head", 4}, {"vocab_size", 10}}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace orthojit::autotune
