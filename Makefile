@@ -21,8 +21,14 @@ build: deps $(BUILD)/build.ninja
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The shipped programs on a random matrix, then the embedded default model (a small Llama-style
+# config) tuned and benchmarked: standard vs Gram vs OpenBLAS. Records go to build/demo-cache.
 demo: build
 	@$(BUILD)/bin/orthojit demo
+	@echo
+	@ORTHOJIT_CACHE_DIR=$(BUILD)/demo-cache $(BUILD)/bin/orthojit tune --model default --budget 20
+	@echo
+	@ORTHOJIT_CACHE_DIR=$(BUILD)/demo-cache $(BUILD)/bin/orthojit bench --model default --budget 15
 
 # Baselines side by side (OpenBLAS on its AVX-512 kernel; see bench/RESULTS.md).
 bench: build

@@ -112,6 +112,10 @@ CheckResult check_against_reference(const ir::Function& function, const std::vec
 
 }  // namespace
 
+std::unique_ptr<cpu::CpuExecutable> build_candidate(const TuneProblem& problem, const Candidate& candidate, int threads) {
+  return std::make_unique<cpu::CpuExecutable>(compile_for(problem, candidate, problem.rows, problem.cols, problem.batch), cpu_options_for(candidate, threads));
+}
+
 ProblemKey problem_key(const dsl::Program& program, int64_t rows, int64_t cols, int64_t batch, std::optional<ScalarType> precision) {
   ProblemKey key;
   key.program_hash = sha256_hex(ir::print_function(ir::lower_program(program))).substr(0, 16);

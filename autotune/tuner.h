@@ -6,11 +6,13 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "autotune/search_space.h"
+#include "cpu/cpu_executable.h"
 #include "dsl/ast.h"
 #include "support/scalar_type.h"
 
@@ -53,6 +55,11 @@ double check_tolerance(ScalarType storage);
 std::optional<size_t> pick_winner(const std::vector<double>& p50_ms, const std::vector<bool>& ok, double tie_tolerance);
 
 nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settings);
+
+// A candidate compiled for a problem (its strategy, triangular products, blocking and engine),
+// ready to run: what the tuner times, for `orthojit bench --model` to time side by side.
+// Throws CompileError / std::invalid_argument when the candidate cannot be built.
+std::unique_ptr<cpu::CpuExecutable> build_candidate(const TuneProblem& problem, const Candidate& candidate, int threads);
 
 // The heuristic default configuration (what an untuned run uses) for this problem.
 Candidate default_candidate(const dsl::Program& program, int64_t rows, int64_t cols, std::optional<ScalarType> precision, std::string* reason);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/arguments.h"
+#include "cli/bench_model.h"
 #include "cli/commands.h"
 #include "cpu/cpu_isa.h"
 #include "kernels/program_library.h"
@@ -20,6 +21,8 @@
 namespace orthojit::cli {
 
 const char* const kBenchHelp = R"(usage: orthojit bench --program NAME|FILE --shape MxN[xB] [options]
+       orthojit bench --model CONFIG.json | --shape MxN[xB] --compare  [--program P] [--budget S]
+                      [--precision P] [--per-head] [--threads T] [--plot FILE.png] [--json]
 
 Times the program on a random Gaussian input (seed 1) and prints the median, p20 and p80 time
 over the repeats, the achieved GFLOP/s and the fraction of this machine's peak.
@@ -40,6 +43,11 @@ options:
   --threads T           cpu: worker threads (default: one per logical core)
   --repeat N            timed runs after one warm-up (default 7)
   --json                print one JSON object instead of the table
+
+With --model (every distinct matrix shape of a Hugging Face config.json) or --compare, it times
+standard Newton–Schulz, Gram Newton–Schulz and the vendor library (OpenBLAS, the standard
+iteration with ssyrk) side by side in one run, with the tuner's harness (caches flushed, medians
+of repeats within --budget seconds, default 60), prints the speedups and with --plot draws them.
 )";
 
 namespace {
@@ -64,6 +72,8 @@ double dense_flops(const ir::Function& standard) {
 }  // namespace
 
 int bench_command(const std::vector<std::string>& args) {
+  for (const auto& arg : args)
+    if (arg == "--model" || arg.rfind("--model=", 0) == 0 || arg == "--compare") return bench_model_command(args);
   Arguments arguments(args, {"program", "shape", "backend", "strategy", "restarts", "precision", "isa", "threads", "repeat"}, {"json"});
   const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
   const ParsedShape shape = parse_shape(arguments.require("shape"));

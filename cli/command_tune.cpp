@@ -1,4 +1,6 @@
 // `orthojit tune`: tunes every matrix shape of a model (or one shape) and writes tuning records.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +15,7 @@
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/model_config.h"
+#include "cpu/vendor_gemm.h"
 #include "kernels/program_library.h"
 
 namespace orthojit::cli {
@@ -52,6 +55,12 @@ double shape_cost(const autotune::UniqueShape& shape) {
 
 std::string shape_text(int64_t rows, int64_t cols, int64_t batch) {
   return std::to_string(rows) + "x" + std::to_string(cols) + (batch > 1 ? "x" + std::to_string(batch) : "");
+}
+
+std::string format_ms(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, ms < 10 ? "%.3f" : "%.1f", ms);
+  return text;
 }
 
 }  // namespace
@@ -120,6 +129,9 @@ int tune_command(const std::vector<std::string>& args) {
     std::printf("\n");
   }
 
+  if (const std::string warning = cpu::openblas_kernel_warning(); !warning.empty() && !json) std::fprintf(stderr, "warning: %s\n", warning.c_str());
+  const bool interactive = ::isatty(::fileno(stderr)) != 0;
+  std::fflush(stdout);
   double total_cost = 0;
   for (const auto& shape : shapes) total_cost += shape_cost(shape);
   const auto started = std::chrono::steady_clock::now();
@@ -146,14 +158,17 @@ int tune_command(const std::vector<std::string>& args) {
       settings.budget_seconds = std::max(1.0, budget * shape_cost(shape) / total_cost);
       const std::string label = "[" + std::to_string(index + 1) + "/" + std::to_string(shapes.size()) + "] " + shape_text(shape.rows, shape.cols, shape.batch);
       settings.progress = [&](const autotune::TuneProgress& progress) {
-        if (json) return;
+        if (json || !interactive) return;  // a progress bar only on a terminal; logs get one line per shape
         const int width = 20, filled = progress.candidates ? width * (progress.candidate - 1) / progress.candidates : 0;
         std::fprintf(stderr, "\r%-24s [%s%s] %2d/%-2d %-6s %-36s", label.c_str(), std::string(static_cast<size_t>(filled), '#').c_str(),
                      std::string(static_cast<size_t>(width - filled), '.').c_str(), progress.candidate, progress.candidates, progress.phase.c_str(),
                      progress.label.c_str());
       };
       entry = autotune::tune_shape(problem, settings);
-      if (!json) std::fprintf(stderr, "\r%-24s done in %.1f s%60s\n", label.c_str(), entry["bench"]["elapsed_s"].get<double>(), "");
+      if (!json) {
+        if (interactive) std::fprintf(stderr, "\r%100s\r", "");
+        std::fprintf(stderr, "%-24s tuned in %.1f s\n", label.c_str(), entry["bench"]["elapsed_s"].get<double>());
+      }
       std::string warning;
       autotune::merge_into_tuning_file(path, fingerprint, {{key.key, entry}}, &warning);
       if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
@@ -175,7 +190,7 @@ int tune_command(const std::vector<std::string>& args) {
     std::printf("%s\n", nlohmann::json({{"records", path}, {"elapsed_s", elapsed}, {"shapes", rows}}).dump(2).c_str());
     return 0;
   }
-  std::printf("\n%-16s %6s %6s  %-32s %10s %12s %12s\n", "shape", "batch", "count", "winner", "time ms", "vs default", "vs OpenBLAS");
+  std::printf("\n%-16s %6s %6s  %-46s %10s %12s %12s\n", "shape", "batch", "count", "winner", "time ms", "vs default", "vs OpenBLAS");
   for (const auto& row : rows) {
     auto ratio = [&](const char* name) {
       if (!row.contains(name)) return std::string("-");
@@ -187,9 +202,9 @@ int tune_command(const std::vector<std::string>& args) {
     if (row["cached"].get<bool>()) winner += " (record)";
     const int skipped = row["skipped_for_budget"].get<int>();
     if (skipped > 0) winner += " [" + std::to_string(skipped) + " over budget]";
-    std::printf("%-16s %6lld %6lld  %-32s %10s %12s %12s\n", shape_text(row["rows"], row["cols"], 1).c_str(), static_cast<long long>(row["batch"].get<int64_t>()),
+    std::printf("%-16s %6lld %6lld  %-46s %10s %12s %12s\n", shape_text(row["rows"], row["cols"], 1).c_str(), static_cast<long long>(row["batch"].get<int64_t>()),
                 static_cast<long long>(row["count"].get<int64_t>()), winner.c_str(),
-                row.contains("winner_ms") ? std::to_string(row["winner_ms"].get<double>()).substr(0, 7).c_str() : "-", ratio("speedup_over_default").c_str(),
+                row.contains("winner_ms") ? format_ms(row["winner_ms"].get<double>()).c_str() : "-", ratio("speedup_over_default").c_str(),
                 ratio("speedup_over_vendor").c_str());
   }
   std::printf("\ntuned in %.1f s; records in %s\n", elapsed, path.c_str());

@@ -8,11 +8,17 @@
 
 namespace orthojit::cli {
 
+extern const char* const kDefaultModelJson;  // examples/models/tiny-llama-demo.json, embedded by cli/CMakeLists.txt
+
 autotune::ModelShapes load_model_matrices(const std::string& path, const autotune::ModelShapeOptions& options) {
-  std::ifstream in(path);
-  if (!in) throw runtime::UsageError("cannot read the model configuration " + path);
   std::stringstream text;
-  text << in.rdbuf();
+  if (path == "default") {
+    text << kDefaultModelJson;
+  } else {
+    std::ifstream in(path);
+    if (!in) throw runtime::UsageError("cannot read the model configuration " + path + " (or use --model default, a small embedded Llama-style model)");
+    text << in.rdbuf();
+  }
   nlohmann::json config;
   try {
     config = nlohmann::json::parse(text.str());

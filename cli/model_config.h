@@ -7,7 +7,8 @@
 
 namespace orthojit::cli {
 
-// Reads and parses CONFIG.json; throws runtime::UsageError naming the file and the problem.
+// Reads and parses CONFIG.json ("default": the embedded examples/models/tiny-llama-demo.json);
+// throws runtime::UsageError naming the file and the problem.
 autotune::ModelShapes load_model_matrices(const std::string& path, const autotune::ModelShapeOptions& options);
 
 }  // namespace orthojit::cli

@@ -11,6 +11,7 @@ packages=(
   llvm-19-dev                              # the CPU backend: LLVM IR + ORC JIT (one pinned major)
   libopenblas-dev libdnnl-dev              # CPU baselines in bench/ (OpenBLAS f32, oneDNN bf16)
   python3-numpy                            # tests/npy_interop_test.sh: .npy files written by NumPy itself
+  python3-matplotlib                       # `orthojit bench --model ... --plot FILE.png`
 )
 
 missing=()

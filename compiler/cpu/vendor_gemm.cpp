@@ -8,6 +8,7 @@
 
 #include "cpu/aligned_buffer.h"
 #include "cpu/element_types.h"
+#include "support/host_cpu.h"
 
 extern "C" char* openblas_get_corename(void);
 extern "C" void openblas_set_num_threads(int threads);
@@ -42,6 +43,18 @@ BlasOperand as_blas_operand(const MatrixView& view, std::vector<float>& scratch)
 const char* to_string(ProductEngine engine) { return engine == ProductEngine::Jit ? "jit" : "openblas"; }
 
 const char* openblas_kernel_name() { return openblas_get_corename(); }
+
+std::string openblas_kernel_warning() {
+  const std::string name = openblas_kernel_name();
+  const bool avx512_kernel = name == "SkylakeX" || name == "Cooperlake" || name == "SapphireRapids";
+  const bool avx2_kernel = avx512_kernel || name == "Haswell" || name == "Zen";
+  const HostCpu& cpu = host_cpu();
+  if ((cpu.avx512f && !avx512_kernel) || (cpu.avx2 && cpu.fma && !avx2_kernel))
+    return "OpenBLAS runs its " + name + " kernel on this " + (cpu.avx512f ? "AVX-512" : "AVX2") +
+           " CPU, so the vendor baseline is slower than it can be; for a fair comparison run with OPENBLAS_CORETYPE=" +
+           (cpu.avx512f ? "SkylakeX" : "Haswell") + " (and OPENBLAS_L2_SIZE unset)";
+  return "";
+}
 
 void run_openblas_product(const GemmProblem& problem, int threads) {
   const int64_t m = problem.a.rows, k = problem.a.cols, n = problem.b.cols;

@@ -4,6 +4,8 @@
 // user wrote, with the same strategy, storage rounding and epilogue semantics.
 #pragma once
 
+#include <string>
+
 #include "cpu/gemm_driver.h"
 
 namespace orthojit::cpu {
@@ -22,5 +24,10 @@ void run_openblas_product(const GemmProblem& problem, int threads);
 
 // The name OpenBLAS gives its kernel for this CPU ("SkylakeX", "Haswell", "Prescott", ...).
 const char* openblas_kernel_name();
+
+// A warning when OpenBLAS runs a kernel below what this CPU can do (Debian's 0.3.21 does not know
+// recent Xeons and falls back to Prescott, SSE3), which makes every comparison with it flatter
+// orthojit; empty when its kernel matches the CPU's vector width.
+std::string openblas_kernel_warning();
 
 }  // namespace orthojit::cpu

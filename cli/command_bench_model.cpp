@@ -1,0 +1,177 @@
+// `orthojit bench --model CONFIG.json` (or --shape with --compare): standard Newton–Schulz, Gram
+// Newton–Schulz and the vendor library (OpenBLAS, standard iteration with ssyrk) for each shape,
+// timed in one run with the tuner's harness; medians and speedups; optionally a plot.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "autotune/model_shapes.h"
+#include "autotune/timing_harness.h"
+#include "autotune/tuner.h"
+#include "cli/arguments.h"
+#include "cli/bench_model.h"
+#include "cli/model_config.h"
+#include "cpu/vendor_gemm.h"
+#include "kernels/program_library.h"
+#include "reference/random_matrix.h"
+
+namespace orthojit::cli {
+namespace {
+
+// Draws the speedups with matplotlib (Debian's python3-matplotlib; scripts/install-deps.sh): one
+// group of bars per shape, Gram over standard and orthojit's best over OpenBLAS, a line at 1.
+const char* const kPlotScript = R"PY(
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+data = json.load(open(sys.argv[1]))
+rows = data["shapes"]
+labels = [f'{r["label"]}\n({r["count"]} per step)' for r in rows]
+series = [("Gram NS / standard NS", "gram_speedup", "#4C72B0"), ("orthojit best / OpenBLAS NS", "vendor_speedup", "#DD8452")]
+width = 0.38
+fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows) + 2), 4.5))
+for i, (name, key, color) in enumerate(series):
+    xs = [j + (i - 0.5) * width for j in range(len(rows))]
+    ys = [r.get(key) or 0 for r in rows]
+    bars = ax.bar(xs, ys, width, label=name, color=color)
+    for x, y in zip(xs, ys):
+        if y:
+            ax.text(x, y, f"{y:.2f}x", ha="center", va="bottom", fontsize=8)
+ax.axhline(1.0, color="black", linewidth=0.8)
+top = max([r.get(k) or 0 for r in rows for k in ("gram_speedup", "vendor_speedup")] + [1.0])
+ax.set_ylim(0, top * 1.3)
+ax.set_xticks(range(len(rows)))
+ax.set_xticklabels(labels, fontsize=8)
+ax.set_ylabel("speedup (median time ratio)")
+ax.set_title(data["title"], fontsize=10)
+ax.legend(fontsize=9, loc="upper left", ncol=2)
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=130)
+)PY";
+
+void plot(const nlohmann::json& data, const std::string& png) {
+  const std::string stem = (std::filesystem::temp_directory_path() / ("orthojit-plot-" + std::to_string(::getpid()))).string();
+  {
+    std::ofstream(stem + ".json") << data.dump();
+    std::ofstream(stem + ".py") << kPlotScript;
+  }
+  const std::string command = "/usr/bin/python3 '" + stem + ".py' '" + stem + ".json' '" + png + "'";
+  const int status = std::system(command.c_str());
+  std::filesystem::remove(stem + ".json");
+  std::filesystem::remove(stem + ".py");
+  if (status != 0)
+    throw runtime::UsageError("plotting failed (" + command + "); it needs Debian's python3 with python3-matplotlib (scripts/install-deps.sh)");
+}
+
+std::string shape_label(int64_t rows, int64_t cols, int64_t batch) {
+  return std::to_string(rows) + "x" + std::to_string(cols) + (batch > 1 ? "x" + std::to_string(batch) : "");
+}
+
+}  // namespace
+
+int bench_model_command(const std::vector<std::string>& args) {
+  Arguments arguments(args, {"model", "shape", "program", "precision", "budget", "threads", "plot", "backend"}, {"per-head", "compare", "json"});
+  if (arguments.get("backend").value_or("cpu") != "cpu") throw runtime::UsageError("bench --model compares on the cpu backend (cuda arrives with its backend)");
+  const std::string program_name = arguments.get("program").value_or("jordan_ns5");
+  const dsl::Program program = kernels::load_program_by_name_or_path(program_name);
+  std::optional<ScalarType> precision;
+  if (auto text = arguments.get("precision")) {
+    precision = parse_scalar_type(*text);
+    if (!precision || *precision == ScalarType::F64) throw runtime::UsageError("unknown precision '" + *text + "'; expected bf16, f16 or f32");
+  }
+  double budget = 60;
+  if (auto text = arguments.get("budget")) {
+    char* end = nullptr;
+    budget = std::strtod(text->c_str(), &end);
+    if (end == text->c_str() || *end != '\0' || !(budget > 0)) throw runtime::UsageError("--budget must be a positive number of seconds");
+  }
+  const int threads = arguments.has("threads") ? parse_count(*arguments.get("threads"), "threads") : 0;
+  std::vector<autotune::UniqueShape> shapes;
+  std::string title;
+  if (auto model = arguments.get("model")) {
+    autotune::ModelShapeOptions options;
+    options.per_head = arguments.has("per-head");
+    const autotune::ModelShapes derived = load_model_matrices(*model, options);
+    shapes = autotune::unique_muon_shapes(derived);
+    title = std::filesystem::path(*model).filename().string();
+  } else {
+    const ParsedShape shape = parse_shape(arguments.require("shape"));
+    shapes.push_back({std::min(shape.rows, shape.cols), std::max(shape.rows, shape.cols), shape.batch, 1, {"--shape"}});
+    title = shape_label(shape.rows, shape.cols, shape.batch);
+  }
+  title = program.name + " on " + title + ", cpu, OpenBLAS " + cpu::openblas_kernel_name();
+  const bool json = arguments.has("json");
+  if (const std::string warning = cpu::openblas_kernel_warning(); !warning.empty() && !json) std::fprintf(stderr, "warning: %s\n", warning.c_str());
+
+  const bool interactive = ::isatty(::fileno(stderr)) != 0;
+  double total = 0;
+  for (const auto& shape : shapes) total += static_cast<double>(shape.rows * shape.rows * shape.cols * shape.batch);
+  nlohmann::json rows = nlohmann::json::array();
+  if (!json)
+    std::printf("%-18s %6s %6s %12s %12s %12s %10s %10s\n", "shape", "batch", "count", "standard ms", "gram ms", "OpenBLAS ms", "gram/std", "best/BLAS");
+  std::fflush(stdout);
+  for (const auto& shape : shapes) {
+    autotune::TuneProblem problem;
+    problem.program = &program;
+    problem.rows = shape.rows;
+    problem.cols = shape.cols;
+    problem.batch = shape.batch;
+    problem.precision = precision;
+    const auto values = reference::gaussian_values(shape.rows * shape.cols * shape.batch, 5);
+    std::vector<float> input(values.begin(), values.end()), output(input.size());
+    // A third of the shape's share each; at least three repeats unless one run exceeds it.
+    autotune::TimingSettings timing;
+    timing.budget_seconds = std::max(0.5, budget * static_cast<double>(shape.rows * shape.rows * shape.cols * shape.batch) / total / 3);
+    nlohmann::json row = {{"rows", shape.rows}, {"cols", shape.cols}, {"batch", shape.batch}, {"count", shape.count},
+                          {"label", shape_label(shape.rows, shape.cols, shape.batch)}};
+    for (const auto& [name, engine, strategy] : {std::tuple{"standard", "jit", "standard"}, std::tuple{"gram", "jit", "gram"},
+                                                 std::tuple{"openblas", "openblas", "standard"}}) {
+      autotune::Candidate candidate;
+      candidate.engine = engine;
+      candidate.strategy = strategy;
+      if (!json && interactive) std::fprintf(stderr, "\r%-18s timing %-9s ...", row["label"].get<std::string>().c_str(), name);
+      try {
+        const auto executable = autotune::build_candidate(problem, candidate, threads);
+        const autotune::Timing result = autotune::time_repeated([&] { executable->run(input.data(), output.data()); }, timing);
+        row[std::string(name) + "_ms"] = result.p50_ms;
+        row[std::string(name) + "_p20_ms"] = result.p20_ms;
+        row[std::string(name) + "_p80_ms"] = result.p80_ms;
+      } catch (const CompileError& error) {
+        row[std::string(name) + "_error"] = error.what();  // gram impossible for this program
+      }
+    }
+    if (row.contains("gram_ms")) row["gram_speedup"] = row["standard_ms"].get<double>() / row["gram_ms"].get<double>();
+    const double best = row.contains("gram_ms") ? std::min(row["standard_ms"].get<double>(), row["gram_ms"].get<double>()) : row["standard_ms"].get<double>();
+    row["vendor_speedup"] = row["openblas_ms"].get<double>() / best;
+    if (!json) {
+      auto cell = [&](const char* key, const char* format) {
+        if (!row.contains(key)) return std::string("-");
+        char text[32];
+        std::snprintf(text, sizeof text, format, row[key].get<double>());
+        return std::string(text);
+      };
+      if (interactive) std::fprintf(stderr, "\r%60s\r", "");
+      std::fflush(stdout);
+      std::printf("%-18s %6lld %6lld %12s %12s %12s %10s %10s\n", row["label"].get<std::string>().c_str(), static_cast<long long>(shape.batch),
+                  static_cast<long long>(shape.count), cell("standard_ms", "%.2f").c_str(), cell("gram_ms", "%.2f").c_str(), cell("openblas_ms", "%.2f").c_str(),
+                  cell("gram_speedup", "%.2fx").c_str(), cell("vendor_speedup", "%.2fx").c_str());
+      std::fflush(stdout);
+    }
+    rows.push_back(row);
+  }
+  const nlohmann::json data = {{"title", title}, {"shapes", rows}};
+  if (json) std::printf("%s\n", data.dump(2).c_str());
+  else std::printf("medians of repeats with caches flushed; gram/std = standard time / gram time; best/BLAS = OpenBLAS time / the faster of the two\n");
+  if (auto png = arguments.get("plot")) {
+    plot(data, *png);
+    if (!json) std::printf("plot: %s\n", png->c_str());
+  }
+  return 0;
+}
+
+}  // namespace orthojit::cli
