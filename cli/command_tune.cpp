@@ -36,8 +36,9 @@ options:
   --shape MxN[xB]       one shape instead of a model
   --program NAME|FILE   the orthogonalizer (default jordan_ns5)
   --precision P         override the program's storage type: bf16, f16 or f32
-  --budget SECONDS      time for all shapes together (default 90), shared in proportion to
-                        their cost; the untuned default of a shape is always timed
+  --budget SECONDS      time for all shapes together (default 90): each shape gets a quarter
+                        of an even share plus a share of the rest in proportion to its cost;
+                        the untuned default of a shape is always timed, even over budget
   --backend B           cpu (default); cuda arrives with the CUDA backend
   --out FILE            the records file (default: the device's file in the cache directory)
   --per-head            split attention projections into per-head blocks
@@ -154,8 +155,10 @@ int tune_command(const std::vector<std::string>& args) {
       problem.precision = precision;
       autotune::TuneSettings settings;
       settings.threads = threads;
-      // A share of the budget in proportion to the shape's cost, at least a second.
-      settings.budget_seconds = std::max(1.0, budget * shape_cost(shape) / total_cost);
+      // Every shape gets a floor of a quarter of an even split (cheap shapes are cheap to tune and
+      // would otherwise get only their default timed); the rest goes in proportion to cost.
+      const double floor = budget / (4.0 * static_cast<double>(shapes.size()));
+      settings.budget_seconds = floor + (budget - floor * static_cast<double>(shapes.size())) * shape_cost(shape) / total_cost;
       const std::string label = "[" + std::to_string(index + 1) + "/" + std::to_string(shapes.size()) + "] " + shape_text(shape.rows, shape.cols, shape.batch);
       settings.progress = [&](const autotune::TuneProgress& progress) {
         if (json || !interactive) return;  // a progress bar only on a terminal; logs get one line per shape

@@ -102,5 +102,26 @@ expect 2 "unknown precision 'f8'" -- "$orthojit" run --program jordan_ns5 --inpu
 expect 2 "unknown strategy 'fast'" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --strategy fast
 [[ ! -e "$work/z.npy" ]] && echo "ok: failed runs wrote nothing" || { echo "FAIL: a failed run left $work/z.npy"; failures=$((failures + 1)); }
 
+# tune and bench --model (small shapes and budgets; records in the work directory)
+records="$work/records.json"
+expect 0 "usage: orthojit tune" -- "$orthojit" tune --help
+expect 0 "jit" -- "$orthojit" tune --shape 24x96x2 --program jordan_ns5_f32 --budget 1 --out "$records"
+expect 0 "(record)" -- "$orthojit" tune --shape 96x24x2 --program jordan_ns5_f32 --budget 1 --out "$records"   # the transpose shares it
+expect 0 "\"winner\"" -- cat "$records"
+expect 0 "tuned: jit" -- env ORTHOJIT_TUNING_FILE="$records" "$orthojit" bench --program jordan_ns5_f32 --shape 24x96x2 --repeat 1
+expect 0 "1 entries, fingerprint matches" -- env ORTHOJIT_TUNING_FILE="$records" "$orthojit" info
+printf '{"schema_version": 1, "entries": {' > "$work/broken.json"
+expect 0 "unusable" -- env ORTHOJIT_TUNING_FILE="$work/broken.json" "$orthojit" info
+expect 2 "--budget must be a positive number" -- "$orthojit" tune --shape 8x32 --budget -3
+expect 2 "exactly one of --model" -- "$orthojit" tune --budget 3
+expect 2 "no CUDA backend yet" -- "$orthojit" tune --shape 8x32 --backend cuda
+echo '{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}' > "$work/partial.json"
+expect 2 'no "vocab_size"' -- "$orthojit" tune --model "$work/partial.json"
+expect 2 "cannot read the model configuration" -- "$orthojit" tune --model "$work/missing.json"
+expect 0 "AdamW, not tuned" -- "$orthojit" tune --model "$ORTHOJIT_SOURCE_DIR/examples/models/gpt2-small.json" --budget 0.5 --out "$work/gpt2.json" --program jordan_ns5_f32
+expect 0 "gram/std" -- "$orthojit" bench --shape 32x128 --compare --budget 1
+expect 0 "\"vendor_speedup\"" -- "$orthojit" bench --model default --budget 2 --json
+
+
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]
