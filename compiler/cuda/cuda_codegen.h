@@ -1,0 +1,73 @@
+// CUDA C++ generation from scheduled IR (after plan_buffers): one kernel per op with shapes,
+// strides, tile sizes and coefficients baked in, and the launch sequence that runs them. The
+// same schedule the CPU backend executes; host code decides tiles and grids (CUTLASS-style), so
+// the math of the launch plan is tested on the host (tests/cuda_codegen_test.cpp).
+//
+//   gemm:      tensor-core m16n8k16 MMA (bf16/f16 operands, f32 accumulate), CTA tile BM x BN x BK
+//              in shared memory with register-prefetched double buffering, fused epilogue
+//              D = α·A·B + β·C + γ·I; symmetric results launch only the T(T+1)/2 upper tiles and
+//              store each element and its mirror (exactly symmetric); the batch is grid.z.
+//   normalize: per-block f32 (or f64) sums of squares in a fixed order, then one pass that sums
+//              the partials (same order in every block: deterministic), divides and casts.
+//   lincomb / output: element-wise, strides baked in (transposed views cost nothing).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/function.h"
+
+namespace orthojit::cuda {
+
+// A GEMM tile configuration (the autotuner's CUDA search space). Threads = warps_m·warps_n·32;
+// the warp tile (bm/warps_m) x (bn/warps_n) must be a multiple of 16 x 8.
+struct TileConfig {
+  int bm = 128, bn = 128, bk = 32, warps_m = 2, warps_n = 4;
+  int threads() const { return warps_m * warps_n * 32; }
+  std::string label() const;        // "128x128x32/2x4"
+  std::string invalid_reason() const;  // empty when valid
+  int shared_bytes() const { return (bm + bn) * (bk + 8) * 2; }  // 16-bit A and B tiles, padded rows
+};
+
+// The configurations the tests compile and the tuner searches.
+std::vector<TileConfig> tile_configs();
+
+// Which configuration a product of this size uses by default: small products take the 64x64 tile
+// (more CTAs to fill the SMs), large ones 128x128.
+TileConfig default_tile_config(int64_t m, int64_t n);
+
+// Where a kernel argument points: the input (f32), the output (f32), a planned buffer, or the
+// normalization partial sums.
+struct Slot {
+  enum class Kind { Input, Output, Buffer, NormPartials } kind = Kind::Buffer;
+  int buffer = -1;  // for Kind::Buffer
+};
+
+struct Launch {
+  std::string kernel;
+  int64_t grid[3] = {1, 1, 1};
+  int block = 256;
+  int shared_bytes = 0;  // static shared memory (for reporting; the kernels declare it)
+  std::vector<Slot> args;
+  std::string summary;  // "gemm %5 1024x4096x1024 tile 128x128x32/2x4"
+};
+
+struct CudaProgram {
+  std::string source;                 // includes "orthojit_device.cuh" (kernels/cuda, handed to NVRTC by the caller)
+  std::vector<Launch> launches;
+  std::vector<int64_t> buffer_bytes;  // per planned buffer, for the whole batch
+  int64_t norm_partials_bytes = 0;
+  int64_t batch = 1, input_elements = 0, output_elements = 0;  // elements per matrix
+};
+
+struct CodegenOptions {
+  // Per-product tile override (the tuner's choice); empty: default_tile_config per product.
+  std::vector<TileConfig> gemm_tiles;
+};
+
+// Throws std::invalid_argument for IR the CUDA backend does not run (f32 or f64 storage in a
+// product: tensor cores take 16-bit operands here; unplanned IR).
+CudaProgram generate_cuda(const ir::Function& scheduled, const CodegenOptions& options = {});
+
+}  // namespace orthojit::cuda

@@ -1,0 +1,153 @@
+// The CUDA backend without a GPU: every generated kernel of the search space compiles with NVRTC
+// for sm_80 and sm_90, and ptxas's report shows no spills, registers within the launch bounds'
+// budget and shared memory within the static limit. Plus the host-side launch math.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include "cuda/cuda_codegen.h"
+#include "cuda/nvrtc_compiler.h"
+#include "kernels/cuda_device_headers.h"
+#include "kernels/program_library.h"
+#include "dsl/parser.h"
+#include "passes/pipeline.h"
+#include <tuple>
+
+namespace orthojit::cuda {
+namespace {
+
+ir::Function schedule(const std::string& program_name, int64_t rows, int64_t cols, int64_t batch, const char* strategy,
+                      std::optional<ScalarType> precision = std::nullopt) {
+  passes::CompileOptions options;
+  options.rows = rows;
+  options.cols = cols;
+  options.batch = batch;
+  options.strategy = std::string(strategy) == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard;
+  options.precision = precision;
+  return passes::compile_program(kernels::load_program_by_name_or_path(program_name), options);
+}
+
+void expect_clean_resources(const NvrtcOutput& output, const CudaProgram& program) {
+  std::set<std::string> kernels;
+  for (const auto& launch : program.launches) kernels.insert(launch.kernel);
+  EXPECT_EQ(output.resources.size(), kernels.size()) << output.log;
+  for (const auto& launch : program.launches) {
+    auto found = output.resources.find(launch.kernel);
+    ASSERT_NE(found, output.resources.end()) << "no ptxas report for " << launch.kernel << "\n" << output.log;
+    const KernelResources& resources = found->second;
+    SCOPED_TRACE(launch.summary + " on " + output.arch);
+    EXPECT_EQ(resources.spill_store_bytes, 0) << "spills";
+    EXPECT_EQ(resources.spill_load_bytes, 0) << "spills";
+    EXPECT_GT(resources.registers, 0);
+    // __launch_bounds__(threads): 65536 registers per SM shared by at least one CTA.
+    EXPECT_LE(resources.registers * launch.block, 65536);
+    EXPECT_LE(resources.registers, 255);
+    EXPECT_LE(resources.shared_bytes, 48 * 1024);
+  }
+}
+
+// One step of every kind of product the schedules contain: X·Xᵀ (triangular, a k-contiguous B),
+// c·A·A + b·A (triangular, row-major B, a C operand), B·X + a·X (dense, row-major B).
+ir::Function one_step(const char* storage, int64_t rows, int64_t cols, int64_t batch) {
+  const std::string text = std::string("orthogonalizer one_step {\n  precision { storage = ") + storage +
+                           "; accumulate = f32; norm = f32; }\n  normalize frobenius(safety = 1.0, eps = 1e-7);\n"
+                           "  coefficients jordan repeat 1;\n  step {\n    A = X @ X.T;\n    B = b * A + c * A @ A;\n    X = a * X + B @ X;\n  }\n}\n";
+  passes::CompileOptions options;
+  options.rows = rows;
+  options.cols = cols;
+  options.batch = batch;
+  return passes::compile_program(dsl::parse_program(text), options);
+}
+
+TEST(CudaCodegen, EveryTileConfigCompilesForSm80AndSm90WithoutSpills) {
+  const ir::Function function = one_step("bf16", 300, 1000, 2);
+  for (const TileConfig& tile : tile_configs()) {
+    ASSERT_EQ(tile.invalid_reason(), "") << tile.label();
+    CodegenOptions options;
+    options.gemm_tiles.assign(16, tile);
+    const CudaProgram program = generate_cuda(function, options);
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      SCOPED_TRACE(tile.label() + " " + arch);
+      const NvrtcOutput output = compile_cuda(program.source, kernels::cuda_device_headers(), arch);
+      EXPECT_FALSE(output.image.empty());
+      expect_clean_resources(output, program);
+    }
+  }
+}
+
+TEST(CudaCodegen, ShippedProgramsAndStrategiesCompile) {
+  // bf16 and f16 products, both strategies (gram's restarts and m x m chains), per-step coefficients,
+  // a tall input (oriented: transposed views everywhere), odd sizes. NVRTC takes a second or more
+  // per program, so this is a cross-section rather than the full product of all of them.
+  const std::tuple<const char*, const char*, int64_t, int64_t> cases[] = {
+      {"jordan_ns5", "standard", 96, 384}, {"jordan_ns5", "gram", 130, 517}, {"polar_express5", "standard", 300, 64}, {"gram_polar_express5", "gram", 64, 256}};
+  for (const auto& [name, strategy, rows, cols] : cases) {
+    {
+      const ir::Function function = schedule(name, rows, cols, 3, strategy);
+      const CudaProgram program = generate_cuda(function);
+      SCOPED_TRACE(std::string(name) + " " + strategy);
+      const NvrtcOutput output = compile_cuda(program.source, kernels::cuda_device_headers(), "sm_90");
+      expect_clean_resources(output, program);
+    }
+  }
+}
+
+TEST(CudaCodegen, TriangularProductsLaunchTheUpperTilesOnly) {
+  const ir::Function function = schedule("jordan_ns5", 1000, 3000, 1, "standard");
+  const CudaProgram program = generate_cuda(function);
+  int triangular = 0;
+  for (const auto& launch : program.launches) {
+    if (launch.summary.find("triangular") == std::string::npos) continue;
+    ++triangular;
+    // 1000 rows in 128-row tiles: T = 8 tiles per side, T(T+1)/2 = 36 launched instead of 64.
+    EXPECT_EQ(launch.grid[0], 36) << launch.summary;
+    EXPECT_EQ(launch.grid[1], 1);
+  }
+  EXPECT_EQ(triangular, 10);  // X·Xᵀ and c·A·A + b·A in each of the 5 steps
+}
+
+TEST(CudaCodegen, ThirtyTwoBitStorageIsRefusedWithAClearMessage) {
+  const ir::Function function = schedule("jordan_ns5_f32", 64, 128, 1, "standard");
+  try {
+    generate_cuda(function);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("16-bit operands"), std::string::npos) << error.what();
+  }
+}
+
+TEST(CudaCodegen, CompileErrorsCarryTheLogAndTheNumberedSource) {
+  const std::string broken = "extern \"C\" __global__ void k() {\n  int x = ;\n}\n";
+  const std::string dump = ::testing::TempDir() + "orthojit_broken.cu";
+  ::setenv("ORTHOJIT_DUMP_SOURCE_ON_ERROR", dump.c_str(), 1);
+  try {
+    compile_cuda(broken, {}, "sm_90");
+    FAIL() << "expected a compile error";
+  } catch (const CudaCompileError& error) {
+    EXPECT_NE(error.log().find("error"), std::string::npos);
+    EXPECT_NE(error.numbered_source().find("    2 |   int x = ;"), std::string::npos) << error.numbered_source();
+    EXPECT_NE(std::string(error.what()).find(dump), std::string::npos);
+  }
+  ::unsetenv("ORTHOJIT_DUMP_SOURCE_ON_ERROR");
+  std::ifstream written(dump);
+  EXPECT_TRUE(written.good());
+}
+
+TEST(CudaCodegen, PtxasReportParsing) {
+  const std::string log =
+      "ptxas info    : Compiling entry function 'gemm_5' for 'sm_90'\n"
+      "ptxas info    : Function properties for gemm_5\n"
+      "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 1 barriers, 20480 bytes smem, 400 bytes cmem[0]\n";
+  const auto report = parse_ptxas_report(log);
+  ASSERT_EQ(report.count("gemm_5"), 1u);
+  EXPECT_EQ(report.at("gemm_5").registers, 168);
+  EXPECT_EQ(report.at("gemm_5").spill_store_bytes, 4);
+  EXPECT_EQ(report.at("gemm_5").spill_load_bytes, 12);
+  EXPECT_EQ(report.at("gemm_5").shared_bytes, 20480);
+}
+
+}  // namespace
+}  // namespace orthojit::cuda
