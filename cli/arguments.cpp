@@ -1,6 +1,8 @@
 // Command-line option parsing.
 #include "cli/arguments.h"
 
+#include <cstdlib>
+
 #include <cctype>
 #include <sstream>
 
@@ -83,6 +85,21 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
     values.push_back(std::stoi(part));
   }
   return values;
+}
+
+std::optional<ScalarType> parse_tuning_precision(const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  const std::optional<ScalarType> precision = parse_scalar_type(*text);
+  if (!precision || *precision == ScalarType::F64) throw runtime::UsageError("unknown precision '" + *text + "'; expected bf16, f16 or f32");
+  return precision;
+}
+
+double parse_budget(const std::optional<std::string>& text, double fallback) {
+  if (!text) return fallback;
+  char* end = nullptr;
+  const double budget = std::strtod(text->c_str(), &end);
+  if (end == text->c_str() || *end != '\0' || !(budget > 0)) throw runtime::UsageError("--budget must be a positive number of seconds, got '" + *text + "'");
+  return budget;
 }
 
 }  // namespace orthojit::cli

@@ -31,6 +31,12 @@ struct ParsedShape {
 ParsedShape parse_shape(const std::string& text);
 // A non-negative integer option value. Throws UsageError.
 int parse_count(const std::string& text, const std::string& option);
+// --precision for tuning and comparing (bf16, f16 or f32; f64 is the reference's). Throws UsageError.
+std::optional<ScalarType> parse_tuning_precision(const std::optional<std::string>& text);
+
+// --budget SECONDS: a positive number, or `fallback` when absent. Throws UsageError.
+double parse_budget(const std::optional<std::string>& text, double fallback);
+
 // "2" or "2,3" or "" (no restarts). Throws UsageError.
 std::vector<int> parse_int_list(const std::string& text, const std::string& option);
 

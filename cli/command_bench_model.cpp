@@ -79,17 +79,8 @@ int bench_model_command(const std::vector<std::string>& args) {
   if (arguments.get("backend").value_or("cpu") != "cpu") throw runtime::UsageError("bench --model compares on the cpu backend (cuda arrives with its backend)");
   const std::string program_name = arguments.get("program").value_or("jordan_ns5");
   const dsl::Program program = kernels::load_program_by_name_or_path(program_name);
-  std::optional<ScalarType> precision;
-  if (auto text = arguments.get("precision")) {
-    precision = parse_scalar_type(*text);
-    if (!precision || *precision == ScalarType::F64) throw runtime::UsageError("unknown precision '" + *text + "'; expected bf16, f16 or f32");
-  }
-  double budget = 60;
-  if (auto text = arguments.get("budget")) {
-    char* end = nullptr;
-    budget = std::strtod(text->c_str(), &end);
-    if (end == text->c_str() || *end != '\0' || !(budget > 0)) throw runtime::UsageError("--budget must be a positive number of seconds");
-  }
+  const std::optional<ScalarType> precision = parse_tuning_precision(arguments.get("precision"));
+  const double budget = parse_budget(arguments.get("budget"), 60);
   const int threads = arguments.has("threads") ? parse_count(*arguments.get("threads"), "threads") : 0;
   std::vector<autotune::UniqueShape> shapes;
   std::string title;
