@@ -1,8 +1,6 @@
 // The tuner (see tuner.h).
 #include "autotune/tuner.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "autotune/reference_check.h"
 #include "autotune/strategy_heuristic.h"
 #include "autotune/timing_harness.h"
 #include "autotune/tuning_record.h"
@@ -26,35 +25,6 @@ namespace orthojit::autotune {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Above this many f64 FLOPs the reference of the full shape is not computed (it would take longer
-// than tuning): the candidate's configuration is then checked on a reduced shape instead, and its
-// full-shape output only for being finite and bounded.
-constexpr double kFullCheckFlops = 2.5e11;
-
-// The f64 products of the reference through OpenBLAS dgemm (an implementation independent of
-// the JIT kernels being checked).
-void blas_products(int64_t m, int64_t n, int64_t k, const double* a, const double* b_t, double* sums) {
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a, static_cast<int>(k), b_t,
-              static_cast<int>(k), 0.0, sums, static_cast<int>(n));
-}
-
-double relative_error(const std::vector<float>& candidate, const std::vector<double>& reference) {
-  double difference = 0, norm = 0;
-  for (size_t i = 0; i < reference.size(); ++i) {
-    const double delta = static_cast<double>(candidate[i]) - reference[i];
-    difference += delta * delta;
-    norm += reference[i] * reference[i];
-  }
-  return std::sqrt(difference / std::max(norm, 1e-300));
-}
-
-// Dense-equivalent FLOPs of the standard iteration, per matrix (the reference's cost scale).
-double iteration_flops(const ir::Function& function) {
-  const double m = static_cast<double>(std::min(function.input_shape.rows.size, function.input_shape.cols.size));
-  const double n = static_cast<double>(std::max(function.input_shape.rows.size, function.input_shape.cols.size));
-  return static_cast<double>(function.steps.size()) * (4 * m * m * n + 2 * m * m * m);
-}
 
 ir::Function compile_for(const TuneProblem& problem, const Candidate& candidate, int64_t rows, int64_t cols, int64_t batch) {
   passes::CompileOptions options;
@@ -73,41 +43,6 @@ cpu::CpuOptions cpu_options_for(const Candidate& candidate, int threads) {
   options.blocking = candidate.blocking();
   options.engine = candidate.engine == "openblas" ? cpu::ProductEngine::OpenBlas : cpu::ProductEngine::Jit;
   return options;
-}
-
-// Output of `executable` on `input` compared with the f64 reference of `function` (first matrix).
-struct CheckResult {
-  bool ok = false;
-  double error = 0;
-  std::string message;
-};
-
-// The f64 reference of `function` on the first matrix of `input`.
-std::vector<double> reference_of(const ir::Function& function, const std::vector<float>& input) {
-  const int64_t per_matrix = function.input_shape.elements();
-  ir::Function one = function;
-  one.batch = 1;
-  const std::vector<double> first(input.begin(), input.begin() + per_matrix);
-  return reference::interpret(one, first, blas_products);
-}
-
-// The first matrix of `output` against `reference`.
-CheckResult compare(const std::vector<float>& output, const std::vector<double>& reference, double tolerance) {
-  const std::vector<float> candidate(output.begin(), output.begin() + static_cast<int64_t>(reference.size()));
-  CheckResult result;
-  result.error = relative_error(candidate, reference);
-  result.ok = result.error <= tolerance;
-  if (!result.ok) {
-    char text[160];
-    std::snprintf(text, sizeof text, "relative error %.3g against the f64 reference exceeds %.3g", result.error, tolerance);
-    result.message = text;
-  }
-  return result;
-}
-
-CheckResult check_against_reference(const ir::Function& function, const std::vector<float>& input, const std::vector<float>& output,
-                                    double tolerance) {
-  return compare(output, reference_of(function, input), tolerance);
 }
 
 }  // namespace
@@ -271,8 +206,8 @@ nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settin
         check = compare(output, cached->second, tolerance);
       } else {
         // The same configuration on a reduced shape (same aspect class), checked in full.
-        const int64_t small_rows = std::min<int64_t>(problem.rows, problem.rows <= problem.cols ? 192 : 768);
-        const int64_t small_cols = std::min<int64_t>(problem.cols, problem.rows <= problem.cols ? 768 : 192);
+        int64_t small_rows = 0, small_cols = 0;
+        reduced_check_shape(problem.rows, problem.cols, small_rows, small_cols);
         const ir::Function reduced = compile_for(problem, trial.candidate, small_rows, small_cols, 1);
         cpu::CpuExecutable reduced_executable(reduced, cpu_options_for(trial.candidate, settings.threads));
         const auto reduced_values = reference::gaussian_values(small_rows * small_cols, 7);

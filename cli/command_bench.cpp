@@ -35,12 +35,14 @@ cycle of the ISA path (2 f32 FMA pipes, which bf16 and f16 policies run on too):
 options:
   --program NAME|FILE   a shipped program or a .oj file
   --shape MxN[xB]       matrix shape, optionally a batch
-  --backend B           cpu (default) or ref
+  --backend B           cpu (default), ref or cuda (cuda times include the host copies; for
+                        device-side timing with events, build/bin/orthojit_gpu_bench)
   --strategy S          auto (default), standard or gram
   --restarts LIST       gram restart steps
   --precision P         override the storage type: bf16, f16, f32 (or f64 on ref)
   --isa I               cpu: generic, avx2, avx512f or avx512bf16
   --threads T           cpu: worker threads (default: one per logical core)
+  --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small, cublas
   --repeat N            timed runs after one warm-up (default 7)
   --json                print one JSON object instead of the table
 
@@ -74,7 +76,7 @@ double dense_flops(const ir::Function& standard) {
 int bench_command(const std::vector<std::string>& args) {
   for (const auto& arg : args)
     if (arg == "--model" || arg.rfind("--model=", 0) == 0 || arg == "--compare") return bench_model_command(args);
-  Arguments arguments(args, {"program", "shape", "backend", "strategy", "restarts", "precision", "isa", "threads", "repeat"}, {"json"});
+  Arguments arguments(args, {"program", "shape", "backend", "strategy", "restarts", "precision", "isa", "threads", "repeat", "variant"}, {"json"});
   const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
   const ParsedShape shape = parse_shape(arguments.require("shape"));
   runtime::OrthogonalizeOptions options;
@@ -88,6 +90,10 @@ int bench_command(const std::vector<std::string>& args) {
   }
   if (auto isa = arguments.get("isa")) options.cpu_isa = *isa;
   if (auto threads = arguments.get("threads")) options.threads = parse_count(*threads, "threads");
+  if (auto variant = arguments.get("variant")) {
+    if (options.backend != "cuda") throw runtime::UsageError("--variant is an option of --backend cuda");
+    options.cuda_variant = *variant;
+  }
   const int repeat = parse_count(arguments.get("repeat").value_or("7"), "repeat");
   if (repeat < 1) throw runtime::UsageError("--repeat must be at least 1");
   const bool json = arguments.has("json");

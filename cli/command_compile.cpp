@@ -10,6 +10,11 @@
 #include "ir/printer.h"
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
+#include "runtime/orthogonalize.h"
+#ifdef ORTHOJIT_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#include "kernels/cuda_device_headers.h"
+#endif
 
 namespace orthojit::cli {
 
@@ -20,20 +25,89 @@ Lowers the program for one shape and prints its IR (the scheduled IR a backend c
 options:
   --program NAME|FILE   a shipped program or a .oj file
   --shape MxN[xB]       matrix shape, optionally a batch (e.g. 1024x4096 or 128x512x8)
-  --emit ir|llvm        what to print: the scheduled IR, or (--backend cpu) the optimized LLVM IR of
-                        every microkernel the program uses, with the JIT compile time
-                        (cuda and ptx arrive with the CUDA backend)
+  --emit ir|llvm|cuda|ptx
+                        what to print: the scheduled IR; (--backend cpu) the optimized LLVM IR of
+                        every microkernel the program uses, with the JIT compile time; (--backend
+                        cuda) the generated CUDA C++ with its launch plan and ptxas's resource
+                        report, or the PTX NVRTC makes of it. No GPU is needed for cuda and ptx.
   --dump-after PASS     print the IR after PASS instead ('all': after every pass; see --list-passes)
   --strategy S          standard (default) or gram
   --restarts LIST       gram restart steps, e.g. 2 or 2,4
   --precision P         override the storage type: bf16, f16, f32 or f64
-  --backend B           ref (default) or cpu
+  --backend B           ref (default), cpu or cuda
   --isa I               cpu: generic, avx2, avx512f or avx512bf16 (default: the best this CPU runs)
+  --arch A              cuda: the target, sm_80, sm_90, ... (default sm_90)
+  --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small
   --list-passes         list the passes in order and exit
 )";
 
+#ifdef ORTHOJIT_HAVE_CUDA
+namespace {
+
+// --emit cuda: the source, its launch plan and ptxas's report for `arch`; --emit ptx: NVRTC's PTX.
+int emit_cuda(const ir::Function& function, const std::string& emit, const std::string& arch, const std::string& variant_text) {
+  int sm = 0;
+  if (std::sscanf(arch.c_str(), "sm_%d", &sm) != 1 || arch != "sm_" + std::to_string(sm) || sm < 80)
+    throw runtime::UsageError("--arch '" + arch + "' is not a target the CUDA backend compiles for; expected sm_80, sm_86, sm_89, sm_90, ... (up to sm_" +
+                              std::to_string(cuda::newest_supported_sm()) + " with this NVRTC)");
+  if (sm > cuda::newest_supported_sm())
+    throw runtime::UsageError("--arch " + arch + " is newer than this NVRTC (" + cuda::nvrtc_version() + ") supports; newest: sm_" +
+                              std::to_string(cuda::newest_supported_sm()));
+  cuda::CudaVariant variant;
+  try {
+    variant = cuda::CudaVariant::parse(variant_text);
+  } catch (const std::invalid_argument& error) {
+    throw runtime::UsageError(error.what());
+  }
+  if (variant.kind == cuda::CudaVariant::Kind::Cublas) throw runtime::UsageError("--variant cublas calls cuBLAS: it has no generated code to emit");
+  // sm_80 allows 163 KiB of shared memory per block, sm_90 227 KiB (the fused kernel's budget).
+  const int shared_limit = sm >= 90 ? 227 * 1024 : 163 * 1024;
+  if (const std::string why = cuda::variant_unavailable_reason(function, variant, shared_limit); !why.empty())
+    throw runtime::UsageError("--variant " + variant.label() + ": " + why);
+  cuda::CudaProgram program;
+  try {
+    program = cuda::generate_variant(function, variant, shared_limit);
+  } catch (const std::invalid_argument& error) {
+    throw runtime::UsageError(error.what());
+  }
+  if (emit == "ptx") {
+    const cuda::NvrtcOutput ptx = cuda::compile_cuda(program.source, kernels::cuda_device_headers(), "compute_" + std::to_string(sm));
+    // NVRTC's PTX ends with its C-string terminator; print the text only.
+    size_t length = ptx.image.size();
+    while (length > 0 && ptx.image[length - 1] == '\0') --length;
+    std::fwrite(ptx.image.data(), 1, length, stdout);
+    return 0;
+  }
+  std::printf("%s", program.source.c_str());
+  const auto start = std::chrono::steady_clock::now();
+  const cuda::NvrtcOutput cubin = cuda::compile_cuda(program.source, kernels::cuda_device_headers(), arch);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("// ---- launch plan (%s, %zu launch%s, workspace %lld bytes) ----\n", variant.label().c_str(), program.launches.size(),
+              program.launches.size() == 1 ? "" : "es",
+              static_cast<long long>([&] {
+                int64_t total = program.norm_partials_bytes;
+                for (int64_t bytes : program.buffer_bytes) total += bytes;
+                return total;
+              }()));
+  for (const cuda::Launch& launch : program.launches) {
+    const auto found = cubin.resources.find(launch.kernel);
+    std::printf("// %-28s grid %lldx%lldx%lld block %d smem %d+%d  %s", launch.kernel.c_str(), static_cast<long long>(launch.grid[0]),
+                static_cast<long long>(launch.grid[1]), static_cast<long long>(launch.grid[2]), launch.block, launch.shared_bytes, launch.dynamic_shared_bytes,
+                launch.summary.c_str());
+    if (found != cubin.resources.end())
+      std::printf("  [%s: %d registers, %d B spill stores, %d B spill loads]", arch.c_str(), found->second.registers, found->second.spill_store_bytes,
+                  found->second.spill_load_bytes);
+    std::printf("\n");
+  }
+  std::printf("// NVRTC %s compiled it for %s in %.2f s\n", cuda::nvrtc_version().c_str(), arch.c_str(), seconds);
+  return 0;
+}
+
+}  // namespace
+#endif
+
 int compile_command(const std::vector<std::string>& args) {
-  Arguments arguments(args, {"program", "shape", "emit", "dump-after", "strategy", "restarts", "precision", "backend", "isa"}, {"list-passes"});
+  Arguments arguments(args, {"program", "shape", "emit", "dump-after", "strategy", "restarts", "precision", "backend", "isa", "arch", "variant"}, {"list-passes"});
   const auto& passes = passes::pass_list();
   if (arguments.has("list-passes")) {
     for (const auto& pass : passes) std::printf("%-26s %s\n", pass.name.c_str(), pass.summary.c_str());
@@ -41,10 +115,17 @@ int compile_command(const std::vector<std::string>& args) {
   }
   const std::string emit = arguments.get("emit").value_or("ir");
   const std::string backend = arguments.get("backend").value_or("ref");
-  if (backend != "ref" && backend != "cpu") throw runtime::UsageError("backend '" + backend + "' is not available in this build; available: ref, cpu");
-  if (emit == "cuda" || emit == "ptx") throw runtime::UsageError("--emit " + emit + " needs the CUDA backend, which this build does not have yet; available: ir, llvm");
-  if (emit != "ir" && emit != "llvm") throw runtime::UsageError("unknown --emit '" + emit + "'; expected ir or llvm");
+#ifdef ORTHOJIT_HAVE_CUDA
+  const bool have_cuda = true;
+#else
+  const bool have_cuda = false;
+#endif
+  if (backend != "ref" && backend != "cpu" && !(backend == "cuda" && have_cuda))
+    throw runtime::UsageError("backend '" + backend + "' is not available in this build; available: ref, cpu" + (have_cuda ? ", cuda" : ""));
+  if (emit != "ir" && emit != "llvm" && emit != "cuda" && emit != "ptx") throw runtime::UsageError("unknown --emit '" + emit + "'; expected ir, llvm, cuda or ptx");
   if (emit == "llvm" && backend != "cpu") throw runtime::UsageError("--emit llvm is the CPU backend's code: add --backend cpu");
+  if ((emit == "cuda" || emit == "ptx") && backend != "cuda") throw runtime::UsageError("--emit " + emit + " is the CUDA backend's code: add --backend cuda");
+  if ((arguments.get("arch") || arguments.get("variant")) && backend != "cuda") throw runtime::UsageError("--arch and --variant are options of --backend cuda");
   cpu::CpuOptions cpu_options;
   if (auto isa = arguments.get("isa")) {
     auto parsed = cpu::parse_cpu_isa(*isa);
@@ -90,6 +171,9 @@ int compile_command(const std::vector<std::string>& args) {
                 executable.epilogues().size(), std::string(cpu::to_string(cpu_options.isa)).c_str(), seconds * 1e3);
     return 0;
   }
+#ifdef ORTHOJIT_HAVE_CUDA
+  if (emit == "cuda" || emit == "ptx") return emit_cuda(function, emit, arguments.get("arch").value_or("sm_90"), arguments.get("variant").value_or("generated"));
+#endif
   if (dump_after.empty()) std::printf("%s", ir::print_function(function).c_str());
   return 0;
 }

@@ -11,6 +11,10 @@
 #include "kernels/program_library.h"
 #include "runtime/orthogonalize.h"
 #include "support/host_cpu.h"
+#ifdef ORTHOJIT_HAVE_CUDA
+#include "cuda/cuda_driver.h"
+#include "cuda/nvrtc_compiler.h"
+#endif
 
 namespace orthojit::cli {
 
@@ -36,7 +40,12 @@ int info_command(const std::vector<std::string>& args) {
   std::printf("orthojit %s\n", ORTHOJIT_VERSION);
   std::string backends;
   for (const auto& name : runtime::available_backends()) backends += (backends.empty() ? "" : ", ") + name;
-  std::printf("backends:   %s   (cuda: arrives with the NVRTC backend)\n", backends.c_str());
+  std::printf("backends:   %s\n", backends.c_str());
+  if (const std::string why = runtime::cuda_backend_unavailable_reason(); !why.empty()) std::printf("cuda:       unavailable: %s\n", why.c_str());
+#ifdef ORTHOJIT_HAVE_CUDA
+  else std::printf("cuda:       %s\n", cuda::Device::get().info().describe().c_str());
+  std::printf("nvrtc:      %s (cubins up to sm_%d; the CUDA program cache is <cache dir>/cuda)\n", cuda::nvrtc_version().c_str(), cuda::newest_supported_sm());
+#endif
   std::printf("host cpu:   %s, %d logical cores\n", cpu.model.empty() ? "(unknown model)" : cpu.model.c_str(), cpu.logical_cores);
   std::printf("isa:        avx2=%s fma=%s f16c=%s avx512f=%s avx512bf16=%s -> %s\n", cpu.avx2 ? "yes" : "no", cpu.fma ? "yes" : "no",
               cpu.f16c ? "yes" : "no", cpu.avx512f ? "yes" : "no", cpu.avx512bf16 ? "yes" : "no", cpu.best_isa().c_str());

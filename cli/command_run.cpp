@@ -24,15 +24,17 @@ options:
   --precision P         override the storage type: bf16, f16, f32 or f64 (f64 = the exact iteration)
   --backend B           ref (the float64 reference interpreter, emulating the storage rounding)
                         or cpu (LLVM JIT-compiled kernels; bf16, f16 and f32 policies)
+                        or cuda (NVRTC-compiled tensor-core kernels; bf16 and f16 storage)
   --isa I               cpu: generic, avx2, avx512f or avx512bf16 (default: the best this CPU runs)
   --threads T           cpu: worker threads (default: one per logical core)
+  --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small, cublas
   --verbose             print the strategy chosen and the time taken
 
 exit codes: 0 ok, 2 bad input or usage, 1 internal error
 )";
 
 int run_command(const std::vector<std::string>& args) {
-  Arguments arguments(args, {"program", "input", "output", "strategy", "restarts", "precision", "backend", "isa", "threads"}, {"verbose"});
+  Arguments arguments(args, {"program", "input", "output", "strategy", "restarts", "precision", "backend", "isa", "threads", "variant"}, {"verbose"});
   const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
   const std::string input_path = arguments.require("input");
   const std::string output_path = arguments.require("output");
@@ -49,6 +51,10 @@ int run_command(const std::vector<std::string>& args) {
   if (auto backend = arguments.get("backend")) options.backend = *backend;
   if (auto isa = arguments.get("isa")) options.cpu_isa = *isa;
   if (auto threads = arguments.get("threads")) options.threads = parse_count(*threads, "threads");
+  if (auto variant = arguments.get("variant")) {
+    if (options.backend != "cuda") throw runtime::UsageError("--variant is an option of --backend cuda");
+    options.cuda_variant = *variant;
+  }
 
   runtime::NpyArray input = runtime::read_npy(input_path);
   const bool batched = input.shape.size() == 3;

@@ -12,6 +12,11 @@
 #include "autotune/model_shapes.h"
 #include "autotune/tuner.h"
 #include "autotune/tuning_record.h"
+#ifdef ORTHOJIT_HAVE_CUDA
+#include "autotune/cuda_tuner.h"
+#endif
+#include "passes/pipeline.h"
+#include "runtime/orthogonalize.h"
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/model_config.h"
@@ -39,7 +44,9 @@ options:
   --budget SECONDS      time for all shapes together (default 90): each shape gets a quarter
                         of an even share plus a share of the rest in proportion to its cost;
                         the untuned default of a shape is always timed, even over budget
-  --backend B           cpu (default); cuda arrives with the CUDA backend
+  --backend B           cpu (default) or cuda (generated kernels per tile configuration, the
+                        fused small-matrix kernel and the cuBLAS NS, timed with CUDA events;
+                        bf16 or f16 storage, so f32 programs need --precision bf16)
   --out FILE            the records file (default: the device's file in the cache directory)
   --per-head            split attention projections into per-head blocks
   --threads T           worker threads (default: one per logical core)
@@ -69,8 +76,14 @@ std::string format_ms(double ms) {
 int tune_command(const std::vector<std::string>& args) {
   Arguments arguments(args, {"model", "shape", "program", "precision", "budget", "backend", "out", "threads"}, {"per-head", "retune", "json"});
   const std::string backend = arguments.get("backend").value_or("cpu");
-  if (backend == "cuda") throw runtime::UsageError("--backend cuda: this build has no CUDA backend yet; tune with --backend cpu");
-  if (backend != "cpu") throw runtime::UsageError("unknown backend '" + backend + "'; expected cpu (or cuda once built)");
+  if (backend != "cpu" && backend != "cuda") throw runtime::UsageError("unknown backend '" + backend + "'; expected cpu or cuda");
+#ifdef ORTHOJIT_HAVE_CUDA
+  if (backend == "cuda") {
+    if (const std::string why = runtime::cuda_backend_unavailable_reason(); !why.empty()) throw runtime::UsageError("--backend cuda: " + why);
+  }
+#else
+  if (backend == "cuda") throw runtime::UsageError("--backend cuda: " + runtime::cuda_backend_unavailable_reason());
+#endif
   if (arguments.has("model") == arguments.has("shape")) throw runtime::UsageError("give exactly one of --model CONFIG.json or --shape MxN[xB]");
   const std::string program_name = arguments.get("program").value_or("jordan_ns5");
   const dsl::Program program = kernels::load_program_by_name_or_path(program_name);
@@ -96,7 +109,17 @@ int tune_command(const std::vector<std::string>& args) {
     title = "shape " + shape_text(shape.rows, shape.cols, shape.batch);
   }
 
+#ifdef ORTHOJIT_HAVE_CUDA
+  const autotune::DeviceFingerprint fingerprint = backend == "cuda" ? autotune::cuda_fingerprint() : autotune::cpu_fingerprint();
+  if (backend == "cuda") {
+    const ScalarType storage = passes::effective_policy(program.policy, precision).storage;
+    if (storage != ScalarType::BF16 && storage != ScalarType::F16)
+      throw runtime::UsageError("--backend cuda tunes bf16 or f16 storage; " + program.name + " stores " + std::string(to_string(storage)) +
+                                ": add --precision bf16 (or f16)");
+  }
+#else
   const autotune::DeviceFingerprint fingerprint = autotune::cpu_fingerprint();
+#endif
   const std::string path = arguments.get("out").value_or(autotune::default_tuning_path(fingerprint));
   const autotune::LoadedRecords existing = autotune::load_tuning_file(path);
   if (!existing.warning.empty()) std::fprintf(stderr, "warning: %s\n", existing.warning.c_str());
@@ -121,7 +144,7 @@ int tune_command(const std::vector<std::string>& args) {
     std::printf("\n");
   }
 
-  if (const std::string warning = cpu::openblas_kernel_warning(); !warning.empty() && !json) std::fprintf(stderr, "warning: %s\n", warning.c_str());
+  if (const std::string warning = cpu::openblas_kernel_warning(); backend == "cpu" && !warning.empty() && !json) std::fprintf(stderr, "warning: %s\n", warning.c_str());
   const bool interactive = ::isatty(::fileno(stderr)) != 0;
   std::fflush(stdout);
   double total_cost = 0;
@@ -158,7 +181,11 @@ int tune_command(const std::vector<std::string>& args) {
                      std::string(static_cast<size_t>(width - filled), '.').c_str(), progress.candidate, progress.candidates, progress.phase.c_str(),
                      progress.label.c_str());
       };
+#ifdef ORTHOJIT_HAVE_CUDA
+      entry = backend == "cuda" ? autotune::tune_shape_cuda(problem, settings) : autotune::tune_shape(problem, settings);
+#else
       entry = autotune::tune_shape(problem, settings);
+#endif
       if (!json) {
         if (interactive) std::fprintf(stderr, "\r%100s\r", "");
         std::fprintf(stderr, "%-24s tuned in %.1f s\n", label.c_str(), entry["bench"]["elapsed_s"].get<double>());
@@ -184,7 +211,7 @@ int tune_command(const std::vector<std::string>& args) {
     std::printf("%s\n", nlohmann::json({{"records", path}, {"elapsed_s", elapsed}, {"shapes", rows}}).dump(2).c_str());
     return 0;
   }
-  std::printf("\n%-16s %6s %6s  %-46s %10s %12s %12s\n", "shape", "batch", "count", "winner", "time ms", "vs default", "vs OpenBLAS");
+  std::printf("\n%-16s %6s %6s  %-46s %10s %12s %12s\n", "shape", "batch", "count", "winner", "time ms", "vs default", backend == "cuda" ? "vs cuBLAS" : "vs OpenBLAS");
   for (const auto& row : rows) {
     auto ratio = [&](const char* name) {
       if (!row.contains(name)) return std::string("-");

@@ -8,10 +8,17 @@
 
 #include "autotune/record_lookup.h"
 #include "autotune/strategy_heuristic.h"
+#ifdef ORTHOJIT_HAVE_CUDA
+#include "autotune/cuda_tuner.h"
+#endif
 #include "cpu/cpu_executable.h"
 #include "ir/printer.h"
 #include "passes/pipeline.h"
 #include "reference/interpreter.h"
+#ifdef ORTHOJIT_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#include "kernels/cuda_device_headers.h"
+#endif
 
 namespace orthojit::runtime {
 namespace {
@@ -34,6 +41,54 @@ class CpuOrthogonalizer : public CompiledOrthogonalizer {
  private:
   std::shared_ptr<const cpu::CpuExecutable> executable_;
 };
+
+#ifdef ORTHOJIT_HAVE_CUDA
+class CudaOrthogonalizer : public CompiledOrthogonalizer {
+ public:
+  explicit CudaOrthogonalizer(std::shared_ptr<const cuda::CudaRunner> runner) : runner_(std::move(runner)) {}
+  void run(const float* input, float* output) const override { runner_->run(input, output); }
+
+ private:
+  std::shared_ptr<const cuda::CudaRunner> runner_;
+};
+
+// Loaded variants keyed by the scheduled IR's text and the variant (the program cache under them
+// keeps the compiled images across processes).
+std::shared_ptr<const cuda::CudaRunner> cached_cuda_runner(const dsl::Program& program, const ir::Function& function, const cuda::CudaVariant& variant,
+                                                           double& compile_seconds) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const cuda::CudaRunner>> cache;
+  const std::string key = ir::print_function(function) + "\n" + variant.label();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) {
+    compile_seconds = 0;
+    return it->second;
+  }
+  try {
+    std::shared_ptr<const cuda::CudaRunner> runner = cuda::build_cuda_runner(program, function, variant, kernels::cuda_device_headers());
+    compile_seconds = runner->compile_seconds();
+    cache.emplace(key, runner);
+    return runner;
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
+}
+#endif
+
+std::string cuda_unavailable_reason() {
+#ifdef ORTHOJIT_HAVE_CUDA
+  std::string reason;
+  if (!cuda::driver(&reason)) return reason;
+  try {
+    cuda::Device::get();
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  return "";
+#else
+  return "this build has no CUDA backend (the CUDA toolkit was not found when it was configured)";
+#endif
+}
 
 // Executables keyed by the scheduled IR's text and the CPU options: the IR text holds the shape,
 // strategy, types and coefficients; the microkernels below carry their own key (DESIGN.md §3).
@@ -58,7 +113,16 @@ std::shared_ptr<const cpu::CpuExecutable> cached_executable(const ir::Function& 
 
 }  // namespace
 
-std::vector<std::string> available_backends() { return {"ref", "cpu"}; }
+std::vector<std::string> available_backends() {
+  std::vector<std::string> names = {"ref", "cpu"};
+  if (cuda_backend_unavailable_reason().empty()) names.push_back("cuda");
+  return names;
+}
+
+std::string cuda_backend_unavailable_reason() {
+  static const std::string reason = cuda_unavailable_reason();
+  return reason;
+}
 
 std::optional<ir::StrategyKind> parse_strategy_option(const std::string& text) {
   if (text == "auto") return std::nullopt;
@@ -68,7 +132,9 @@ std::optional<ir::StrategyKind> parse_strategy_option(const std::string& text) {
 
 std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Program& program, int64_t batch, int64_t rows, int64_t cols,
                                                                const OrthogonalizeOptions& options) {
-  if (options.backend != "ref" && options.backend != "cpu") {
+  if (options.backend == "cuda") {
+    if (const std::string why = cuda_backend_unavailable_reason(); !why.empty()) throw UsageError("--backend cuda: " + why);
+  } else if (options.backend != "ref" && options.backend != "cpu") {
     std::string names;
     for (const auto& name : available_backends()) names += (names.empty() ? "" : ", ") + name;
     throw UsageError("backend '" + options.backend + "' is not available in this build; available: " + names);
@@ -101,15 +167,31 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
   compile.batch = batch;
   compile.precision = options.precision;
   compile.gram_restarts = options.gram_restarts;
-  std::string reason;
+  std::string reason, tuned_variant;
   if (auto explicit_strategy = parse_strategy_option(options.strategy)) {
     compile.strategy = *explicit_strategy;
     reason = std::string(ir::to_string(compile.strategy)) + ": requested";
   } else {
     autotune::TunedChoice tuned;
+#ifdef ORTHOJIT_HAVE_CUDA
+    if (options.backend == "cuda") {
+      // The GPU's own records: strategy and variant.
+      autotune::TunedCudaChoice tuned_cuda;
+      if (options.use_tuning_records && !options.gram_restarts) tuned_cuda = autotune::lookup_tuned_cuda(program, rows, cols, batch, options.precision);
+      else tuned_cuda.reason = "tuning records not consulted";
+      tuned.reason = tuned_cuda.reason;
+      if (tuned_cuda.winner) {
+        compile.strategy = tuned_cuda.winner->strategy == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard;
+        tuned_variant = tuned_cuda.winner->variant;
+        reason = std::string(ir::to_string(compile.strategy)) + ": " + tuned_cuda.reason;
+      }
+    } else
+#endif
     if (options.use_tuning_records && !options.gram_restarts) tuned = autotune::lookup_tuned(program, rows, cols, batch, options.precision);
     else tuned.reason = "tuning records not consulted";
-    if (tuned.winner) {
+    if (!reason.empty()) {
+      // chosen from the CUDA records above
+    } else if (tuned.winner) {
       const autotune::Candidate& winner = *tuned.winner;
       compile.strategy = winner.strategy == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard;
       compile.triangular_products = winner.triangular;
@@ -134,6 +216,23 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
   if (options.backend == "cpu") {
     compiled = std::make_shared<CpuOrthogonalizer>(cached_executable(function, cpu_options, jit_seconds));
     compiled->target_ = "cpu " + cpu_options.describe();
+#ifdef ORTHOJIT_HAVE_CUDA
+  } else if (options.backend == "cuda") {
+    cuda::CudaVariant variant;
+    try {
+      // An explicit --variant wins over the tuning record's.
+      if (!options.cuda_variant.empty()) variant = cuda::CudaVariant::parse(options.cuda_variant);
+      else if (!tuned_variant.empty()) variant = cuda::CudaVariant::parse(tuned_variant);
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(error.what());
+    }
+    if (function.policy.storage != ScalarType::BF16 && function.policy.storage != ScalarType::F16)
+      throw UsageError("--backend cuda runs bf16 or f16 storage (tensor-core products); " + program.name + " stores " +
+                       std::string(to_string(function.policy.storage)) + ": add --precision bf16 (or f16), or use --backend cpu");
+    auto runner = cached_cuda_runner(program, function, variant, jit_seconds);
+    compiled = std::make_shared<CudaOrthogonalizer>(runner);
+    compiled->target_ = "cuda " + cuda::Device::get().info().name + ", " + runner->description();
+#endif
   } else {
     compiled = std::make_shared<ReferenceOrthogonalizer>();
     compiled->target_ = "ref";

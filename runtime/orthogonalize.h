@@ -1,6 +1,7 @@
 // The calls that turn a program and a batch of matrices into their orthogonalized versions:
 // compile (passes; the strategy explicit or the autotune layer's choice under "auto"), then run
-// on a backend: `ref` (the float64 reference interpreter) or `cpu` (LLVM JIT kernels).
+// on a backend: `ref` (the float64 reference interpreter), `cpu` (LLVM JIT kernels) or `cuda`
+// (NVRTC-compiled kernels, when this build has the CUDA backend and the machine a driver).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,9 @@ struct OrthogonalizeOptions {
   std::string strategy = "auto";  // auto | standard | gram
   std::optional<std::vector<int>> gram_restarts;
   std::optional<ScalarType> precision;
-  std::string backend = "ref";  // ref | cpu
+  std::string backend = "ref";  // ref | cpu | cuda
+  // cuda backend: "" (generated, default tiles), "generated BMxBNxBK/WMxWN", "fused-small", "cublas"
+  std::string cuda_variant;
   // cpu backend
   std::string cpu_isa;  // "" = the best this machine runs; generic | avx2 | avx512f | avx512bf16
   int threads = 0;      // 0 = one per logical core
@@ -65,8 +68,11 @@ struct OrthogonalizeResult {
   double jit_seconds = 0;
 };
 
-// Names of the backends this build can run.
+// Names of the backends this build can run on this machine.
 std::vector<std::string> available_backends();
+// Empty when --backend cuda can run here; else why not ("no CUDA driver: libcuda.so.1 could not
+// be loaded ...", "this build has no CUDA backend ...").
+std::string cuda_backend_unavailable_reason();
 
 // `input` holds `batch` row-major rows x cols matrices. The ref backend computes in f64 from the
 // values as given; the cpu backend reads them as f32.

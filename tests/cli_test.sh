@@ -42,7 +42,7 @@ expect 2 "invalid shape '8x'" -- "$orthojit" compile --program jordan_ns5 --shap
 expect 2 "add --backend cpu" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit llvm
 expect 0 "JIT-compiled in" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit llvm --backend cpu
 expect 0 "define void @orthojit_ukernel_generic_4x8_k8" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit llvm --backend cpu --isa generic
-expect 2 "needs the CUDA backend" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit ptx
+expect 2 "is the CUDA backend's code: add --backend cuda" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit ptx
 expect 2 "unknown option --shapes" -- "$orthojit" compile --program jordan_ns5 --shapes 8x32
 expect 2 "missing required option --shape" -- "$orthojit" compile --program jordan_ns5
 expect 2 "neither a shipped program nor a readable file; shipped programs: classical," -- "$orthojit" compile --program nosuch --shape 4x4
@@ -97,7 +97,29 @@ expect 0 "no tuning record; heuristic" -- "$orthojit" run --program jordan_ns5 -
 expect 2 "cannot open for reading" -- "$orthojit" run --program jordan_ns5 --input "$work/missing.npy" --output "$work/z.npy"
 expect 2 "has 1 dimensions" -- "$orthojit" run --program jordan_ns5 --input "$work/vector.npy" --output "$work/z.npy"
 expect 2 "element type '<i4' is not supported" -- "$orthojit" run --program jordan_ns5 --input "$work/ints.npy" --output "$work/z.npy"
-expect 2 "backend 'cuda' is not available in this build; available: ref, cpu" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --backend cuda
+expect 2 "backend 'tpu' is not available in this build; available: ref, cpu" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --backend tpu
+expect 2 "--variant is an option of --backend cuda" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --variant fused-small
+# Without a usable CUDA driver (CI, this development machine), --backend cuda says why and exits 2.
+if "$orthojit" info | grep -q "^cuda: *unavailable"; then
+  expect 2 "--backend cuda: " -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --backend cuda
+  expect 2 "--backend cuda: " -- "$orthojit" bench --program jordan_ns5 --shape 64x256 --backend cuda
+  expect 2 "--backend cuda: " -- "$orthojit" tune --shape 64x256 --backend cuda
+  [[ -e "$work/z.npy" ]] && { echo "FAIL: a failed cuda run left an output file"; failures=$((failures + 1)); }
+fi
+# The CUDA backend's code needs no GPU: generated CUDA C++ with ptxas's report, and PTX.
+if "$orthojit" info | grep -q "^nvrtc:"; then
+  expect 0 "0 B spill stores" -- "$orthojit" compile --program jordan_ns5 --shape 64x256x2 --backend cuda --emit cuda --arch sm_80
+  expect 0 "triangular" -- "$orthojit" compile --program polar_express5 --shape 256x1024 --backend cuda --emit cuda --strategy gram
+  expect 0 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" -- "$orthojit" compile --program jordan_ns5 --shape 64x256 --backend cuda --emit ptx
+  expect 0 ".target sm_80" -- "$orthojit" compile --program jordan_ns5 --shape 64x256 --backend cuda --emit ptx --arch sm_80
+  expect 0 "1 launch, " -- "$orthojit" compile --program jordan_ns5 --shape 100x300x4 --backend cuda --emit cuda --variant fused-small
+  expect 0 "tile 32x32x32/1x2" -- "$orthojit" compile --program jordan_ns5 --shape 64x256 --backend cuda --emit cuda --variant "generated 32x32x32/1x2"
+  expect 2 "add --precision bf16 or f16" -- "$orthojit" compile --program jordan_ns5_f32 --shape 64x256 --backend cuda --emit cuda
+  expect 2 "unknown CUDA variant 'fast'" -- "$orthojit" compile --program jordan_ns5 --shape 64x256 --backend cuda --emit cuda --variant fast
+  expect 2 "more than the 128" -- "$orthojit" compile --program jordan_ns5 --shape 512x1024 --backend cuda --emit cuda --variant fused-small
+  expect 2 "--arch 'sm_70' is not a target" -- "$orthojit" compile --program jordan_ns5 --shape 64x256 --backend cuda --emit ptx --arch sm_70
+  expect 2 "--arch and --variant are options of --backend cuda" -- "$orthojit" compile --program jordan_ns5 --shape 64x256 --arch sm_90
+fi
 expect 2 "unknown precision 'f8'" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --precision f8
 expect 2 "unknown strategy 'fast'" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --strategy fast
 [[ ! -e "$work/z.npy" ]] && echo "ok: failed runs wrote nothing" || { echo "FAIL: a failed run left $work/z.npy"; failures=$((failures + 1)); }
@@ -114,7 +136,7 @@ printf '{"schema_version": 1, "entries": {' > "$work/broken.json"
 expect 0 "unusable" -- env ORTHOJIT_TUNING_FILE="$work/broken.json" "$orthojit" info
 expect 2 "--budget must be a positive number" -- "$orthojit" tune --shape 8x32 --budget -3
 expect 2 "exactly one of --model" -- "$orthojit" tune --budget 3
-expect 2 "no CUDA backend yet" -- "$orthojit" tune --shape 8x32 --backend cuda
+expect 2 "unknown backend 'gpu'; expected cpu or cuda" -- "$orthojit" tune --shape 8x32 --backend gpu
 echo '{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}' > "$work/partial.json"
 expect 2 'no "vocab_size"' -- "$orthojit" tune --model "$work/partial.json"
 expect 2 "cannot read the model configuration" -- "$orthojit" tune --model "$work/missing.json"

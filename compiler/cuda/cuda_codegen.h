@@ -51,6 +51,7 @@ struct Launch {
   int shared_bytes = 0;  // static shared memory (for reporting; the kernels declare it)
   std::vector<Slot> args;
   std::string summary;  // "gemm %5 1024x4096x1024 tile 128x128x32/2x4"
+  int dynamic_shared_bytes = 0;  // extern __shared__ bytes passed at launch (above 48 KiB the runtime opts in)
 };
 
 struct CudaProgram {

@@ -1,0 +1,51 @@
+// The CUDA search space as data (autotune/search_spaces/cuda.json, embedded): strategy x variant
+// (generated kernels per tile configuration, the fused small-matrix kernel, the cuBLAS NS), and
+// the pruning of candidates that cannot run a problem, each with its reason. Host code only: the
+// candidate list and its pruning are tested without a GPU.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_codegen.h"
+#include "dsl/ast.h"
+#include "ir/function.h"
+
+namespace orthojit::autotune {
+
+// One configuration of the CUDA backend.
+struct CudaCandidate {
+  std::string strategy = "standard";  // standard | gram
+  std::string variant = "generated";  // a cuda::CudaVariant label
+  std::string label() const { return "cuda " + strategy + " " + variant; }
+  nlohmann::json to_json() const { return {{"backend", "cuda"}, {"strategy", strategy}, {"variant", variant}}; }
+  // Throws std::invalid_argument naming the bad field.
+  static CudaCandidate from_json(const nlohmann::json& value);
+  bool operator==(const CudaCandidate& other) const = default;
+};
+
+struct CudaSearchSpace {
+  std::vector<std::string> strategies;
+  std::vector<cuda::TileConfig> tiles;
+  bool fused_small = true, cublas = true;
+  int min_repeats = 5, max_repeats = 50;
+  double tie_tolerance = 0.02;
+  int retime_top = 3;
+};
+
+const CudaSearchSpace& cuda_search_space();
+CudaSearchSpace parse_cuda_search_space(const nlohmann::json& document);  // throws std::invalid_argument
+
+// Every candidate in order: `first` (the untuned default) leads, then per strategy the generated
+// variant with default tiles, each tile, the fused kernel, cuBLAS.
+std::vector<CudaCandidate> cuda_candidates(const CudaSearchSpace& space, const CudaCandidate& first);
+
+// Why `candidate` cannot run `scheduled` (the problem compiled with the candidate's strategy), or
+// nullopt. `strategy_error` is the compiler's reason the strategy is impossible (empty when
+// possible); `shared_memory_limit` the device's opt-in bytes per block.
+std::optional<std::string> cuda_prune_reason(const CudaCandidate& candidate, const ir::Function* scheduled, const std::string& strategy_error,
+                                             int shared_memory_limit);
+
+}  // namespace orthojit::autotune

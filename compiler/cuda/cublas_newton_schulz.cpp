@@ -1,0 +1,294 @@
+// Newton–Schulz from the formula with cuBLAS products (see cublas_newton_schulz.h).
+#include "cuda/cublas_newton_schulz.h"
+
+#include <cublas_v2.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+
+#include "cuda/nvrtc_compiler.h"
+
+namespace orthojit::cuda {
+namespace {
+
+#define ORTHOJIT_STRINGIFY_EXPANDED(x) ORTHOJIT_STRINGIFY(x)
+#define ORTHOJIT_STRINGIFY(x) #x
+
+// The cuBLAS entry points used, resolved by their versioned names (cublasCreate is
+// cublasCreate_v2 in cublas_v2.h).
+#define ORTHOJIT_CUBLAS_FUNCTIONS(X) \
+  X(cublasCreate)                    \
+  X(cublasDestroy)                   \
+  X(cublasSetStream)                 \
+  X(cublasGemmStridedBatchedEx)      \
+  X(cublasGetStatusString)
+
+// cublas_api.h overloads the GEMM for 64-bit sizes in C++, so its type is spelled out (the
+// 32-bit C entry point).
+using GemmStridedBatchedEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
+                                                cudaDataType, int, long long, const void*, cudaDataType, int, long long, const void*, void*,
+                                                cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+
+struct CublasApi {
+  decltype(&::cublasCreate) cublasCreate = nullptr;
+  decltype(&::cublasDestroy) cublasDestroy = nullptr;
+  decltype(&::cublasSetStream) cublasSetStream = nullptr;
+  GemmStridedBatchedEx cublasGemmStridedBatchedEx = nullptr;
+  decltype(&::cublasGetStatusString) cublasGetStatusString = nullptr;
+  std::string reason;  // empty when loaded
+};
+
+const CublasApi& cublas() {
+  static const CublasApi api = [] {
+    CublasApi loaded;
+    void* handle = nullptr;
+    std::string errors;
+    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
+      if ((handle = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+      const char* error = dlerror();
+      errors += std::string(errors.empty() ? "" : "; ") + (error ? error : name);
+    }
+    if (!handle) {
+      loaded.reason = "libcublas could not be loaded (" + errors + "); add the CUDA toolkit's lib64 to LD_LIBRARY_PATH";
+      return loaded;
+    }
+#define ORTHOJIT_LOAD_SYMBOL(name)                                                                         \
+  loaded.name = reinterpret_cast<decltype(loaded.name)>(dlsym(handle, ORTHOJIT_STRINGIFY_EXPANDED(name))); \
+  if (!loaded.name) loaded.reason = std::string("libcublas lacks ") + ORTHOJIT_STRINGIFY_EXPANDED(name);
+    ORTHOJIT_CUBLAS_FUNCTIONS(ORTHOJIT_LOAD_SYMBOL)
+#undef ORTHOJIT_LOAD_SYMBOL
+    return loaded;
+  }();
+  return api;
+}
+
+void check_cublas(cublasStatus_t status, const std::string& what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw std::runtime_error(what + ": " + cublas().cublasGetStatusString(status));
+}
+
+// Normalization and the f32 output, with run-time shapes (the baseline is not specialized).
+// Sum of squares per matrix with atomics: the order is not fixed, as in the frameworks.
+constexpr const char* kHelperSource = R"(#include "orthojit_device.cuh"
+extern "C" __global__ void __launch_bounds__(256) baseline_sum_squares(const float* __restrict__ g, long long per_matrix, float* __restrict__ sums) {
+  __shared__ float scratch[256];
+  const long long z = blockIdx.z;
+  float sum = 0.0f;
+  for (long long e = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x; e < per_matrix; e += static_cast<long long>(gridDim.x) * 256) {
+    const float v = g[z * per_matrix + e];
+    sum += v * v;
+  }
+  sum = oj::block_sum<float, 256>(sum, scratch);
+  if (threadIdx.x == 0) atomicAdd(&sums[z], sum);
+}
+// x (row-major, m x n with m <= n) = cast(g / (safety·‖g‖ + eps)), transposing a tall g.
+extern "C" __global__ void __launch_bounds__(256) baseline_scale_cast(const float* __restrict__ g, int rows, int cols, int transpose,
+    const float* __restrict__ sums, float safety, float eps, int clamp, int f16, unsigned short* __restrict__ x) {
+  const long long z = blockIdx.z, per_matrix = static_cast<long long>(rows) * cols;
+  const float norm = sqrtf(sums[z]) * safety;
+  const float denominator = clamp ? fmaxf(norm, eps) : norm + eps;
+  for (long long e = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x; e < per_matrix; e += static_cast<long long>(gridDim.x) * 256) {
+    const long long i = e / cols, j = e % cols;
+    const float v = g[z * per_matrix + e] / denominator;
+    x[z * per_matrix + (transpose ? j * rows + i : e)] = f16 ? oj::f32_to_f16(v) : oj::f32_to_bf16(v);
+  }
+}
+extern "C" __global__ void __launch_bounds__(256) baseline_output(const unsigned short* __restrict__ x, int rows, int cols, int transpose, int f16,
+    float* __restrict__ out) {
+  const long long z = blockIdx.z, per_matrix = static_cast<long long>(rows) * cols;
+  for (long long e = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x; e < per_matrix; e += static_cast<long long>(gridDim.x) * 256) {
+    const long long i = e / cols, j = e % cols;
+    const unsigned short bits = x[z * per_matrix + (transpose ? j * rows + i : e)];
+    out[z * per_matrix + e] = f16 ? oj::f16_to_f32(bits) : oj::bf16_to_f32(bits);
+  }
+}
+)";
+
+struct HelperModule {
+  CUmodule module = nullptr;
+  CUfunction sum_squares = nullptr, scale_cast = nullptr, output = nullptr;
+};
+
+const HelperModule& helpers(const NamedSources& headers) {
+  static HelperModule module;
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    const Device& device = Device::get();
+    device.make_current();
+    const NvrtcOutput compiled = compile_cuda(kHelperSource, headers, device.compile_target(), "cublas_ns_helpers.cu");
+    std::vector<char> image = compiled.image;
+    image.push_back('\0');
+    check(device.api().cuModuleLoadData(&module.module, image.data()), "cuModuleLoadData(cuBLAS baseline helpers)");
+    check(device.api().cuModuleGetFunction(&module.sum_squares, module.module, "baseline_sum_squares"), "cuModuleGetFunction");
+    check(device.api().cuModuleGetFunction(&module.scale_cast, module.module, "baseline_scale_cast"), "cuModuleGetFunction");
+    check(device.api().cuModuleGetFunction(&module.output, module.module, "baseline_output"), "cuModuleGetFunction");
+  });
+  return module;
+}
+
+unsigned elementwise_blocks(int64_t elements) { return static_cast<unsigned>(std::clamp<int64_t>((elements + 2047) / 2048, 1, 1024)); }
+
+}  // namespace
+
+struct CublasNewtonSchulz::State {
+  int64_t batch = 1, rows = 0, cols = 0, m = 0, n = 0;
+  bool transpose = false;
+  ScalarType storage = ScalarType::BF16;
+  std::vector<dsl::Triple> steps;
+  dsl::Normalization normalization;
+  cublasHandle_t handle = nullptr;
+  NamedSources headers;
+  DeviceBuffer x, x_next, a, b, sums, staging_input, staging_output;
+};
+
+std::string CublasNewtonSchulz::unavailable_reason() { return cublas().reason; }
+
+CublasNewtonSchulz::CublasNewtonSchulz(int64_t batch, int64_t rows, int64_t cols, ScalarType storage, std::vector<dsl::Triple> steps,
+                                       dsl::Normalization normalization, const NamedSources& device_headers)
+    : state_(std::make_unique<State>()) {
+  if (!cublas().reason.empty()) throw std::runtime_error(cublas().reason);
+  if (storage != ScalarType::BF16 && storage != ScalarType::F16)
+    throw std::invalid_argument("the cuBLAS Newton–Schulz baseline runs bf16 or f16 storage, not " + std::string(to_string(storage)));
+  if (batch < 1 || rows < 1 || cols < 1) throw std::invalid_argument("the cuBLAS Newton–Schulz baseline needs a positive batch and shape");
+  State& s = *state_;
+  s.batch = batch;
+  s.rows = rows;
+  s.cols = cols;
+  s.transpose = rows > cols;
+  s.m = std::min(rows, cols);
+  s.n = std::max(rows, cols);
+  s.storage = storage;
+  s.steps = std::move(steps);
+  s.normalization = normalization;
+  s.headers = device_headers;
+  const Device& device = Device::get();
+  device.make_current();
+  check_cublas(cublas().cublasCreate(&s.handle), "cublasCreate");
+  s.x = DeviceBuffer(batch * s.m * s.n * 2);
+  s.x_next = DeviceBuffer(batch * s.m * s.n * 2);
+  s.a = DeviceBuffer(batch * s.m * s.m * 2);
+  s.b = DeviceBuffer(batch * s.m * s.m * 2);
+  s.sums = DeviceBuffer(batch * 4);
+  helpers(s.headers);
+}
+
+CublasNewtonSchulz::~CublasNewtonSchulz() {
+  if (state_ && state_->handle) cublas().cublasDestroy(state_->handle);
+}
+
+void CublasNewtonSchulz::run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const {
+  const State& s = *state_;
+  const Device& device = Device::get();
+  device.make_current();
+  const DriverApi& api = device.api();
+  const HelperModule& kernels = helpers(s.headers);
+  const int rows = static_cast<int>(s.rows), cols = static_cast<int>(s.cols), transpose = s.transpose ? 1 : 0;
+  const int f16 = s.storage == ScalarType::F16 ? 1 : 0;
+  const unsigned blocks = elementwise_blocks(s.rows * s.cols), batch = static_cast<unsigned>(s.batch);
+  long long per_matrix = s.rows * s.cols;
+  CUdeviceptr sums = s.sums.get(), x = s.x.get(), x_next = s.x_next.get(), a = s.a.get(), b = s.b.get();
+  float safety = static_cast<float>(s.normalization.safety), eps = static_cast<float>(s.normalization.eps);
+  int clamp = s.normalization.mode == dsl::Normalization::Mode::Clamp ? 1 : 0;
+  check(api.cuMemsetD32Async(sums, 0, static_cast<size_t>(s.batch), stream), "cuMemsetD32Async");
+  {
+    void* parameters[] = {&input, &per_matrix, &sums};
+    check(api.cuLaunchKernel(kernels.sum_squares, blocks, 1, batch, 256, 1, 1, 0, stream, parameters, nullptr), "baseline_sum_squares");
+  }
+  {
+    void* parameters[] = {&input, const_cast<int*>(&rows), const_cast<int*>(&cols), const_cast<int*>(&transpose), &sums, &safety, &eps, &clamp,
+                          const_cast<int*>(&f16), &x};
+    check(api.cuLaunchKernel(kernels.scale_cast, blocks, 1, batch, 256, 1, 1, 0, stream, parameters, nullptr), "baseline_scale_cast");
+  }
+  const CublasApi& blas = cublas();
+  check_cublas(blas.cublasSetStream(s.handle, reinterpret_cast<cudaStream_t>(stream)), "cublasSetStream");
+  const cudaDataType type = f16 ? CUDA_R_16F : CUDA_R_16BF;
+  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n);
+  const long long mm = s.m * s.m, mn = s.m * s.n;
+  const float one = 1.0f, zero = 0.0f;
+  const size_t mm_bytes = static_cast<size_t>(s.batch * mm * 2), mn_bytes = static_cast<size_t>(s.batch * mn * 2);
+  // cuBLAS is column-major: a row-major m x n X is the column-major n x m matrix Xc = Xᵀ.
+  for (const dsl::Triple& step : s.steps) {
+    const float alpha_c = static_cast<float>(step.c), beta_b = static_cast<float>(step.b), beta_a = static_cast<float>(step.a);
+    // A = X·Xᵀ = Xcᵀ·Xc (m x m)
+    check_cublas(blas.cublasGemmStridedBatchedEx(s.handle, CUBLAS_OP_T, CUBLAS_OP_N, m, m, n, &one, reinterpret_cast<const void*>(x), type, n, mn,
+                                                 reinterpret_cast<const void*>(x), type, n, mn, &zero, reinterpret_cast<void*>(a), type, m, mm,
+                                                 static_cast<int>(s.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmStridedBatchedEx (A = X·Xᵀ)");
+    // B = b·A + c·A·A (β carries b·A: B starts as a copy of A)
+    check(api.cuMemcpyDtoDAsync(b, a, mm_bytes, stream), "cuMemcpyDtoDAsync");
+    check_cublas(blas.cublasGemmStridedBatchedEx(s.handle, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &alpha_c, reinterpret_cast<const void*>(a), type, m, mm,
+                                                 reinterpret_cast<const void*>(a), type, m, mm, &beta_b, reinterpret_cast<void*>(b), type, m, mm,
+                                                 static_cast<int>(s.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmStridedBatchedEx (B = b·A + c·A·A)");
+    // X' = a·X + B·X; column-major X'c = Xc·Bc (Bc = Bᵀ as stored), β carries a·X.
+    check(api.cuMemcpyDtoDAsync(x_next, x, mn_bytes, stream), "cuMemcpyDtoDAsync");
+    check_cublas(blas.cublasGemmStridedBatchedEx(s.handle, CUBLAS_OP_N, CUBLAS_OP_N, n, m, m, &one, reinterpret_cast<const void*>(x), type, n, mn,
+                                                 reinterpret_cast<const void*>(b), type, m, mm, &beta_a, reinterpret_cast<void*>(x_next), type, n, mn,
+                                                 static_cast<int>(s.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmStridedBatchedEx (X = a·X + B·X)");
+    std::swap(x, x_next);
+  }
+  {
+    void* parameters[] = {&x, const_cast<int*>(&rows), const_cast<int*>(&cols), const_cast<int*>(&transpose), const_cast<int*>(&f16), &output};
+    check(api.cuLaunchKernel(kernels.output, blocks, 1, batch, 256, 1, 1, 0, stream, parameters, nullptr), "baseline_output");
+  }
+}
+
+void CublasNewtonSchulz::run(const float* input, float* output) const {
+  State& s = *state_;
+  const int64_t bytes = s.batch * s.rows * s.cols * 4;
+  if (s.staging_input.bytes() != bytes) s.staging_input = DeviceBuffer(bytes);
+  if (s.staging_output.bytes() != bytes) s.staging_output = DeviceBuffer(bytes);
+  s.staging_input.upload(input, bytes);
+  run_device(s.staging_input.get(), s.staging_output.get(), nullptr);
+  check(Device::get().api().cuCtxSynchronize(), "cuBLAS Newton–Schulz");
+  s.staging_output.download(output, bytes);
+}
+
+double CublasNewtonSchulz::measure_gemm_tflops(int64_t n, int repeats) {
+  if (!cublas().reason.empty()) throw std::runtime_error(cublas().reason);
+  const Device& device = Device::get();
+  device.make_current();
+  cublasHandle_t handle = nullptr;
+  check_cublas(cublas().cublasCreate(&handle), "cublasCreate");
+  DeviceBuffer a(n * n * 2), b(n * n * 2), c(n * n * 2);
+  // Random bf16 operands (zeros would flatter the rate: less switching power, higher clocks).
+  std::vector<unsigned short> host(static_cast<size_t>(n * n));
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (auto& bits : host) {
+    const float value = uniform(random);
+    unsigned int word = 0;
+    std::memcpy(&word, &value, 4);
+    bits = static_cast<unsigned short>(word >> 16);
+  }
+  a.upload(host.data(), n * n * 2);
+  b.upload(host.data(), n * n * 2);
+  const float one = 1.0f, zero = 0.0f;
+  const int size = static_cast<int>(n);
+  auto gemm = [&] {
+    check_cublas(cublas().cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, size, size, size, &one, reinterpret_cast<const void*>(a.get()),
+                                                     CUDA_R_16BF, size, 0, reinterpret_cast<const void*>(b.get()), CUDA_R_16BF, size, 0, &zero,
+                                                     reinterpret_cast<void*>(c.get()), CUDA_R_16BF, size, 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmStridedBatchedEx (rate)");
+  };
+  for (int warmup = 0; warmup < 3; ++warmup) gemm();
+  std::vector<float> times;
+  EventTimer timer;
+  for (int repeat = 0; repeat < repeats; ++repeat) {
+    timer.start(nullptr);
+    gemm();
+    times.push_back(timer.stop(nullptr));
+  }
+  cublas().cublasDestroy(handle);
+  std::sort(times.begin(), times.end());
+  const double median_ms = times[times.size() / 2];
+  return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / (median_ms * 1e-3) / 1e12;
+}
+
+}  // namespace orthojit::cuda

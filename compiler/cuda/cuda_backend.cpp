@@ -1,0 +1,152 @@
+// CUDA variants compiled and loaded (see cuda_backend.h).
+#include "cuda/cuda_backend.h"
+
+#include <stdexcept>
+
+#include "cuda/cublas_newton_schulz.h"
+#include "cuda/cuda_executable.h"
+#include "cuda/fused_small_codegen.h"
+
+namespace orthojit::cuda {
+namespace {
+
+class GeneratedRunner : public CudaRunner {
+ public:
+  GeneratedRunner(CudaProgram program, const NvrtcOutput& compiled, std::string description, double compile_seconds)
+      : executable_(std::move(program), compiled) {
+    description_ = std::move(description);
+    compile_seconds_ = compile_seconds;
+  }
+  void run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const override { executable_.run_device(input, output, stream); }
+  void run(const float* input, float* output) const override { executable_.run(input, output); }
+
+ private:
+  CudaExecutable executable_;
+};
+
+// The baseline's per-step (a, b, c) of X ← (a + b·A + c·A²)·X: the polynomial odd-polynomial
+// recognition found in the step body (whatever form the program wrote it in), so the baseline
+// computes the same map as the program. Empty when a step is not of that form.
+std::vector<dsl::Triple> polynomial_steps(const ir::Function& scheduled) {
+  std::vector<dsl::Triple> steps;
+  for (const ir::StepInfo& step : scheduled.steps) {
+    if (!step.recognized || step.polynomial.empty() || step.polynomial.size() > 3) return {};
+    dsl::Triple triple;
+    triple.a = step.polynomial[0];
+    triple.b = step.polynomial.size() > 1 ? step.polynomial[1] : 0.0;
+    triple.c = step.polynomial.size() > 2 ? step.polynomial[2] : 0.0;
+    steps.push_back(triple);
+  }
+  return steps;
+}
+
+class CublasRunner : public CudaRunner {
+ public:
+  CublasRunner(const dsl::Program& program, const ir::Function& scheduled, const NamedSources& headers)
+      : baseline_(scheduled.batch, scheduled.input_shape.rows.size, scheduled.input_shape.cols.size, scheduled.policy.storage,
+                  polynomial_steps(scheduled), program.normalization, headers) {
+    description_ = "cublas (Newton–Schulz from the formula, cublasGemmStridedBatchedEx)";
+  }
+  void run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const override { baseline_.run_device(input, output, stream); }
+  void run(const float* input, float* output) const override { baseline_.run(input, output); }
+
+ private:
+  CublasNewtonSchulz baseline_;
+};
+
+const char* source_name(ProgramCache::Result::Source source) {
+  switch (source) {
+    case ProgramCache::Result::Source::Memory: return "memory cache";
+    case ProgramCache::Result::Source::Disk: return "disk cache";
+    case ProgramCache::Result::Source::Compiled: return "compiled";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string CudaVariant::label() const {
+  switch (kind) {
+    case Kind::Generated: return tile ? "generated " + tile->label() : "generated";
+    case Kind::FusedSmall: return "fused-small";
+    case Kind::Cublas: return "cublas";
+  }
+  return "?";
+}
+
+CudaVariant CudaVariant::parse(const std::string& text) {
+  CudaVariant variant;
+  if (text == "generated") return variant;
+  if (text == "fused-small") {
+    variant.kind = Kind::FusedSmall;
+    return variant;
+  }
+  if (text == "cublas") {
+    variant.kind = Kind::Cublas;
+    return variant;
+  }
+  if (text.rfind("generated ", 0) == 0) {
+    TileConfig tile;
+    if (std::sscanf(text.c_str() + 10, "%dx%dx%d/%dx%d", &tile.bm, &tile.bn, &tile.bk, &tile.warps_m, &tile.warps_n) == 5 && tile.label() == text.substr(10)) {
+      if (const std::string reason = tile.invalid_reason(); !reason.empty()) throw std::invalid_argument("CUDA variant '" + text + "': " + reason);
+      variant.tile = tile;
+      return variant;
+    }
+  }
+  throw std::invalid_argument("unknown CUDA variant '" + text + "'; valid: generated, 'generated BMxBNxBK/WMxWN' (e.g. 'generated 128x128x32/2x4'), fused-small, cublas");
+}
+
+std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit) {
+  const bool sixteen_bit = scheduled.policy.storage == ScalarType::BF16 || scheduled.policy.storage == ScalarType::F16;
+  switch (variant.kind) {
+    case CudaVariant::Kind::Generated:
+      return sixteen_bit ? "" : "the CUDA backend runs products on bf16 or f16 storage; this program stores " + std::string(to_string(scheduled.policy.storage)) + " (add --precision bf16 or f16)";
+    case CudaVariant::Kind::FusedSmall: {
+      FusedSmallOptions options;
+      options.shared_memory_limit = shared_memory_limit;
+      return fused_small_ineligible_reason(scheduled, options);
+    }
+    case CudaVariant::Kind::Cublas:
+      if (scheduled.strategy.kind != ir::StrategyKind::Standard) return "the cuBLAS baseline runs the standard strategy only";
+      if (!sixteen_bit) return "the cuBLAS baseline runs bf16 or f16 storage";
+      if (polynomial_steps(scheduled).empty()) return "a step of the program is not X ← (a + b·A + c·A²)·X, the form the cuBLAS baseline computes";
+      return CublasNewtonSchulz::unavailable_reason();
+  }
+  return "unknown variant";
+}
+
+CudaProgram generate_variant(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit) {
+  switch (variant.kind) {
+    case CudaVariant::Kind::Generated: {
+      CodegenOptions options;
+      if (variant.tile) options.gemm_tiles.assign(scheduled.nodes.size(), *variant.tile);
+      return generate_cuda(scheduled, options);
+    }
+    case CudaVariant::Kind::FusedSmall: {
+      FusedSmallOptions options;
+      options.shared_memory_limit = shared_memory_limit;
+      return generate_fused_small_cuda(scheduled, options);
+    }
+    case CudaVariant::Kind::Cublas: break;
+  }
+  throw std::invalid_argument("the cublas variant has no generated source (it calls cuBLAS)");
+}
+
+std::unique_ptr<CudaRunner> build_cuda_runner(const dsl::Program& program, const ir::Function& scheduled, const CudaVariant& variant,
+                                              const NamedSources& device_headers, ProgramCache* cache) {
+  const Device& device = Device::get();
+  const int shared_limit = device.info().max_shared_per_block_optin;
+  if (const std::string reason = variant_unavailable_reason(scheduled, variant, shared_limit); !reason.empty())
+    throw std::invalid_argument("CUDA variant " + variant.label() + " cannot run " + scheduled.name + ": " + reason);
+  if (variant.kind == CudaVariant::Kind::Cublas) return std::make_unique<CublasRunner>(program, scheduled, device_headers);
+  CudaProgram generated = generate_variant(scheduled, variant, shared_limit);
+  ProgramCache& programs = cache ? *cache : ProgramCache::process_default();
+  const std::string target = device.compile_target();
+  ProgramCache::Result compiled = programs.get_or_compile(generated.source, device_headers, target);
+  const std::string description = variant.label() + ", " + std::to_string(generated.launches.size()) + " launch" +
+                                  (generated.launches.size() == 1 ? "" : "es") + ", " + target + (target.rfind("sm_", 0) == 0 ? " cubin" : " PTX") +
+                                  " (" + source_name(compiled.source) + ")";
+  return std::make_unique<GeneratedRunner>(std::move(generated), compiled.output, description, compiled.compile_seconds);
+}
+
+}  // namespace orthojit::cuda

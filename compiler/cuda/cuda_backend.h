@@ -1,0 +1,61 @@
+// What the runtime, the tuner, the GPU tests and scripts/gpu-check call: a program compiled for
+// one shape as one of the CUDA variants, ready to run on the device.
+//
+//   generated   one kernel per IR op (cuda_codegen.h), every product with the given tile
+//               configuration (or the per-product default)
+//   fused-small the whole iteration in one CTA per matrix (fused_small_codegen.h), m <= 128
+//   cublas      Newton–Schulz from the formula with cuBLAS products (cublas_newton_schulz.h),
+//               the baseline; standard strategy only
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cuda/cuda_codegen.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/nvrtc_compiler.h"
+#include "cuda/program_cache.h"
+#include "dsl/ast.h"
+#include "ir/function.h"
+
+namespace orthojit::cuda {
+
+struct CudaVariant {
+  enum class Kind { Generated, FusedSmall, Cublas } kind = Kind::Generated;
+  std::optional<TileConfig> tile;  // generated: every product's tile; none = default per product
+  std::string label() const;       // "generated", "generated 128x128x32/2x4", "fused-small", "cublas"
+  // Parses label(); throws std::invalid_argument naming the valid forms.
+  static CudaVariant parse(const std::string& text);
+};
+
+// Empty when `variant` can run `scheduled` (fused-small: its eligibility; cublas: standard
+// strategy, 16-bit storage, cuBLAS present); else why not.
+std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit);
+
+// The generated source of a variant (not cublas), for `orthojit compile --emit cuda`.
+CudaProgram generate_variant(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit = 163 * 1024);
+
+class CudaRunner {
+ public:
+  virtual ~CudaRunner() = default;
+  // batch x rows x cols f32 (the user's shape), device memory; enqueued, not synchronized.
+  virtual void run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const = 0;
+  // Host f32 in and out; synchronizes.
+  virtual void run(const float* input, float* output) const = 0;
+  const std::string& description() const { return description_; }  // "generated 128x128x32/2x4, 17 launches, sm_90 cubin (disk cache)"
+  double compile_seconds() const { return compile_seconds_; }
+
+ protected:
+  std::string description_;
+  double compile_seconds_ = 0;
+};
+
+// Compiles (through `cache`, the process default when null) and loads the variant on the
+// device. `program` supplies the coefficients and normalization of the cublas variant.
+// Throws std::invalid_argument for a variant that cannot run the function, CudaCompileError,
+// CudaError or std::runtime_error (no device).
+std::unique_ptr<CudaRunner> build_cuda_runner(const dsl::Program& program, const ir::Function& scheduled, const CudaVariant& variant,
+                                              const NamedSources& device_headers, ProgramCache* cache = nullptr);
+
+}  // namespace orthojit::cuda

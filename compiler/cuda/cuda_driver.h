@@ -1,0 +1,151 @@
+// The CUDA driver API, opened at run time with dlopen (libcuda is never linked): a build with the
+// CUDA backend loads and runs on machines without a GPU or driver, and says why the backend is
+// unavailable instead of failing to start. cuda.h is included for its types and the versioned
+// entry point names only (cuMemAlloc is cuMemAlloc_v2, ...), so the symbols we look up are the
+// ones the header we compiled against documents.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace orthojit::cuda {
+
+// A driver call that failed: names the call and the driver's error name and description.
+class CudaError : public std::runtime_error {
+ public:
+  CudaError(const std::string& message, CUresult code) : std::runtime_error(message), code_(code) {}
+  CUresult code() const { return code_; }
+
+ private:
+  CUresult code_;
+};
+
+// X-macro list of the driver entry points orthojit uses: (name as called, symbol looked up).
+#define ORTHOJIT_CUDA_DRIVER_FUNCTIONS(X) \
+  X(cuInit)                               \
+  X(cuDriverGetVersion)                   \
+  X(cuGetErrorName)                       \
+  X(cuGetErrorString)                     \
+  X(cuDeviceGetCount)                     \
+  X(cuDeviceGet)                          \
+  X(cuDeviceGetName)                      \
+  X(cuDeviceGetAttribute)                 \
+  X(cuDeviceTotalMem)                     \
+  X(cuDevicePrimaryCtxRetain)             \
+  X(cuDevicePrimaryCtxRelease)            \
+  X(cuCtxSetCurrent)                      \
+  X(cuCtxSynchronize)                     \
+  X(cuModuleLoadData)                     \
+  X(cuModuleUnload)                       \
+  X(cuModuleGetFunction)                  \
+  X(cuFuncSetAttribute)                   \
+  X(cuLaunchKernel)                       \
+  X(cuMemAlloc)                           \
+  X(cuMemFree)                            \
+  X(cuMemGetInfo)                         \
+  X(cuMemcpyHtoD)                         \
+  X(cuMemcpyDtoH)                         \
+  X(cuMemcpyDtoDAsync)                    \
+  X(cuMemsetD8Async)                      \
+  X(cuMemsetD32Async)                     \
+  X(cuStreamCreate)                       \
+  X(cuStreamDestroy)                      \
+  X(cuStreamSynchronize)                  \
+  X(cuEventCreate)                        \
+  X(cuEventDestroy)                       \
+  X(cuEventRecord)                        \
+  X(cuEventSynchronize)                   \
+  X(cuEventElapsedTime)
+
+struct DriverApi {
+#define ORTHOJIT_DECLARE_POINTER(name) decltype(&::name) name = nullptr;
+  ORTHOJIT_CUDA_DRIVER_FUNCTIONS(ORTHOJIT_DECLARE_POINTER)
+#undef ORTHOJIT_DECLARE_POINTER
+};
+
+// The driver, or nullptr with the reason in `unavailable_reason` ("libcuda.so.1 not found: ...",
+// "cuInit: CUDA_ERROR_NO_DEVICE ...", "cuInit: CUDA_ERROR_STUB_LIBRARY (the toolkit's stub
+// libcuda, not a driver)"). Loaded and initialized once per process.
+const DriverApi* driver(std::string* unavailable_reason = nullptr);
+
+// Throws CudaError("what: CUDA_ERROR_X (description)") unless result is CUDA_SUCCESS.
+void check(CUresult result, const std::string& what);
+
+// The device orthojit runs on ($ORTHOJIT_CUDA_DEVICE, default 0): its primary context (shared
+// with cuBLAS and every other runtime-API library in the process) and what the tuner and the
+// code generator need to know about it.
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int sm = 0;  // 90 for sm_90
+  int multiprocessors = 0;
+  int l2_bytes = 0;
+  int max_shared_per_block_optin = 0;
+  int64_t total_memory = 0;
+  int driver_version = 0;  // 13000 for 13.0
+  std::string arch() const { return "sm_" + std::to_string(sm); }
+  std::string describe() const;  // "NVIDIA H200 (sm_90, 132 SMs, 141 GiB, driver 13.0)"
+};
+
+class Device {
+ public:
+  // Throws CudaError (or std::runtime_error when there is no driver) when the device is unusable.
+  static Device& get();
+  const DeviceInfo& info() const { return info_; }
+  const DriverApi& api() const { return *api_; }
+  // Makes the primary context current on the calling thread (cheap; every entry point calls it).
+  void make_current() const;
+  // The NVRTC target for this device: its exact sm_XX when NVRTC knows it, else compute_XX of
+  // the newest NVRTC supports (PTX, which the driver JIT-compiles forward).
+  std::string compile_target() const;
+
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+ private:
+  Device();
+  const DriverApi* api_ = nullptr;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  DeviceInfo info_;
+};
+
+// One allocation of device memory, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(int64_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  CUdeviceptr get() const { return pointer_; }
+  int64_t bytes() const { return bytes_; }
+  void upload(const void* host, int64_t bytes, int64_t offset = 0);
+  void download(void* host, int64_t bytes, int64_t offset = 0) const;
+
+ private:
+  CUdeviceptr pointer_ = 0;
+  int64_t bytes_ = 0;
+};
+
+// A pair of events around work on a stream: milliseconds between them.
+class EventTimer {
+ public:
+  EventTimer();
+  ~EventTimer();
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  void start(CUstream stream);
+  // Records the stop event, waits for it, returns the elapsed milliseconds.
+  float stop(CUstream stream);
+
+ private:
+  CUevent start_ = nullptr, stop_ = nullptr;
+};
+
+}  // namespace orthojit::cuda

@@ -1,0 +1,85 @@
+// A generated CUDA program on the device (see cuda_executable.h).
+#include "cuda/cuda_executable.h"
+
+#include <stdexcept>
+
+namespace orthojit::cuda {
+namespace {
+
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+}  // namespace
+
+CudaExecutable::CudaExecutable(CudaProgram program, const NvrtcOutput& compiled) : program_(std::move(program)) {
+  const Device& device = Device::get();
+  device.make_current();
+  const DriverApi& api = device.api();
+  std::vector<char> image = compiled.image;
+  if (compiled.arch.rfind("compute_", 0) == 0) image.push_back('\0');  // PTX is loaded as a C string
+  check(api.cuModuleLoadData(&module_, image.data()), "cuModuleLoadData (" + compiled.arch + " image on " + device.info().describe() + ")");
+  for (const Launch& launch : program_.launches) {
+    CUfunction function = nullptr;
+    check(api.cuModuleGetFunction(&function, module_, launch.kernel.c_str()), "cuModuleGetFunction(" + launch.kernel + ")");
+    if (launch.dynamic_shared_bytes > 48 * 1024) {
+      if (launch.dynamic_shared_bytes > device.info().max_shared_per_block_optin)
+        throw std::invalid_argument(launch.kernel + " needs " + std::to_string(launch.dynamic_shared_bytes) + " bytes of shared memory; " +
+                                    device.info().name + " allows " + std::to_string(device.info().max_shared_per_block_optin) + " per block");
+      check(api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.dynamic_shared_bytes),
+            "cuFuncSetAttribute(" + launch.kernel + ", max dynamic shared memory)");
+    }
+    functions_.push_back(function);
+  }
+  int64_t bytes = 0;
+  for (int64_t buffer : program_.buffer_bytes) {
+    buffer_offsets_.push_back(bytes);
+    bytes = round_up(bytes + buffer, 256);
+  }
+  partials_offset_ = bytes;
+  bytes += program_.norm_partials_bytes;
+  workspace_ = DeviceBuffer(bytes);
+}
+
+CudaExecutable::~CudaExecutable() {
+  if (module_) Device::get().api().cuModuleUnload(module_);
+}
+
+void CudaExecutable::run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const {
+  const Device& device = Device::get();
+  device.make_current();
+  std::vector<CUdeviceptr> pointers;
+  std::vector<void*> parameters;
+  for (size_t index = 0; index < program_.launches.size(); ++index) {
+    const Launch& launch = program_.launches[index];
+    pointers.clear();
+    for (const Slot& slot : launch.args) {
+      switch (slot.kind) {
+        case Slot::Kind::Input: pointers.push_back(input); break;
+        case Slot::Kind::Output: pointers.push_back(output); break;
+        case Slot::Kind::NormPartials: pointers.push_back(workspace_.get() + static_cast<CUdeviceptr>(partials_offset_)); break;
+        case Slot::Kind::Buffer:
+          // A missing operand (a product without C) is passed as a null pointer the kernel ignores.
+          pointers.push_back(slot.buffer < 0 ? 0 : workspace_.get() + static_cast<CUdeviceptr>(buffer_offsets_.at(static_cast<size_t>(slot.buffer))));
+          break;
+      }
+    }
+    parameters.clear();
+    for (CUdeviceptr& pointer : pointers) parameters.push_back(&pointer);
+    check(device.api().cuLaunchKernel(functions_[index], static_cast<unsigned>(launch.grid[0]), static_cast<unsigned>(launch.grid[1]),
+                                      static_cast<unsigned>(launch.grid[2]), static_cast<unsigned>(launch.block), 1, 1,
+                                      static_cast<unsigned>(launch.dynamic_shared_bytes), stream, parameters.data(), nullptr),
+          "cuLaunchKernel(" + launch.summary + ")");
+  }
+}
+
+void CudaExecutable::run(const float* input, float* output) const {
+  const Device& device = Device::get();
+  device.make_current();
+  if (host_input_.bytes() != input_bytes()) host_input_ = DeviceBuffer(input_bytes());
+  if (host_output_.bytes() != output_bytes()) host_output_ = DeviceBuffer(output_bytes());
+  host_input_.upload(input, input_bytes());
+  run_device(host_input_.get(), host_output_.get(), nullptr);
+  check(device.api().cuCtxSynchronize(), "running " + std::to_string(program_.launches.size()) + " kernels");
+  host_output_.download(output, output_bytes());
+}
+
+}  // namespace orthojit::cuda

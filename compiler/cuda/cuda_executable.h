@@ -1,0 +1,45 @@
+// A generated CUDA program loaded on the device: its module, its workspace (the planned buffers
+// and the normalization partial sums) and the launch sequence. run_device enqueues the whole
+// sequence on a stream without synchronizing (what the tuner and the benchmarks time with
+// events); run copies host f32 in and out.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cuda/cuda_codegen.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/nvrtc_compiler.h"
+
+namespace orthojit::cuda {
+
+class CudaExecutable {
+ public:
+  // Loads `compiled.image` (a cubin, or PTX the driver JIT-compiles) and allocates the workspace.
+  CudaExecutable(CudaProgram program, const NvrtcOutput& compiled);
+  ~CudaExecutable();
+  CudaExecutable(const CudaExecutable&) = delete;
+  CudaExecutable& operator=(const CudaExecutable&) = delete;
+
+  // `input`: batch x input_elements f32; `output`: batch x output_elements f32, device memory.
+  void run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const;
+  // Host f32 in and out; synchronizes.
+  void run(const float* input, float* output) const;
+
+  const CudaProgram& program() const { return program_; }
+  int64_t workspace_bytes() const { return workspace_.bytes(); }
+  int64_t input_bytes() const { return program_.batch * program_.input_elements * 4; }
+  int64_t output_bytes() const { return program_.batch * program_.output_elements * 4; }
+
+ private:
+  CudaProgram program_;
+  CUmodule module_ = nullptr;
+  std::vector<CUfunction> functions_;     // per launch
+  DeviceBuffer workspace_;                // every buffer and the partials, 256-byte aligned
+  std::vector<int64_t> buffer_offsets_;   // per planned buffer, into the workspace
+  int64_t partials_offset_ = 0;
+  mutable DeviceBuffer host_input_, host_output_;  // staging for run()
+};
+
+}  // namespace orthojit::cuda

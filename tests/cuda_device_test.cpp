@@ -1,0 +1,241 @@
+// GPU correctness (ctest label `gpu`): every shipped program × strategy × precision (bf16, f16) ×
+// shape × CUDA variant (generated with the default tiles, every tile configuration on one shape,
+// the fused small-matrix kernel where eligible, the cuBLAS baseline for the standard strategy)
+// against the float64 reference interpreter, on fresh random inputs, with the output poisoned
+// (all bits set: NaN) before each run so a kernel that skips an element cannot pass.
+//
+// Tolerance: relative Frobenius distance to the reference, 3e-2 for bf16 storage and 1e-2 for f16.
+// The reference rounds every stored value to the storage type exactly as the kernels do and
+// differs from them only in accumulation order (f64 exact vs f32 tensor-core sums) and the
+// rounding flips that order causes; through five steps of a map that contracts towards the
+// polar factor those stay within a few bf16 (2^-8) or f16 (2^-11) units, the same bound the
+// autotuner checks candidates with (autotune/tuner.cpp).
+//
+// Standalone (no GoogleTest) so it also builds on the GPU machines scripts/gpu-check runs on.
+// Without a usable device it prints why and exits 77, which ctest reports as skipped.
+// Usage: cuda_device_test [--filter TEXT] [--json FILE]   ($ORTHOJIT_GPU_TEST_JSON: default --json)
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/fused_small_codegen.h"
+#include "kernels/cuda_device_headers.h"
+#include "kernels/program_library.h"
+#include "passes/pipeline.h"
+#include "reference/interpreter.h"
+#include "reference/random_matrix.h"
+
+namespace {
+
+using namespace orthojit;
+
+struct Shape {
+  int64_t rows, cols, batch;
+};
+
+struct Case {
+  std::string program;
+  ir::StrategyKind strategy;
+  ScalarType precision;
+  Shape shape;
+  cuda::CudaVariant variant;
+  std::string name() const {
+    return program + " " + ir::to_string(strategy) + " " + std::string(to_string(precision)) + " " + std::to_string(shape.rows) + "x" + std::to_string(shape.cols) +
+           "x" + std::to_string(shape.batch) + " [" + variant.label() + "]";
+  }
+};
+
+struct Outcome {
+  bool ok = false, skipped = false;
+  double error = 0, tolerance = 0;
+  std::string message;
+};
+
+double tolerance_for(ScalarType storage) { return storage == ScalarType::F16 ? 1e-2 : 3e-2; }
+
+ir::Function schedule(const dsl::Program& program, const Case& c) {
+  passes::CompileOptions options;
+  options.rows = c.shape.rows;
+  options.cols = c.shape.cols;
+  options.batch = c.shape.batch;
+  options.strategy = c.strategy;
+  options.precision = c.precision;
+  return passes::compile_program(program, options);
+}
+
+std::string json_escape(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string filter, json_path;
+  if (const char* path = std::getenv("ORTHOJIT_GPU_TEST_JSON"); path && *path) json_path = path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument == "--filter" && i + 1 < argc) filter = argv[++i];
+    else if (argument == "--json" && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: cuda_device_test [--filter TEXT] [--json FILE]\n");
+      return 2;
+    }
+  }
+  std::string reason;
+  if (!cuda::driver(&reason)) {
+    std::printf("SKIP: %s\n", reason.c_str());
+    return 77;
+  }
+  try {
+    cuda::Device::get();
+  } catch (const std::exception& error) {
+    std::printf("SKIP: %s\n", error.what());
+    return 77;
+  }
+  const cuda::DeviceInfo& device = cuda::Device::get().info();
+  std::printf("device: %s\n", device.describe().c_str());
+
+  // The matrix of cases. Shapes: a batch of small ones (the fused kernel's domain), a wide one,
+  // a tall ragged one (orientation, edge guards), a square one.
+  const std::vector<Shape> shapes = {{96, 320, 3}, {256, 1024, 1}, {300, 200, 2}, {192, 192, 1}};
+  std::vector<Case> cases;
+  for (const auto& shipped : kernels::shipped_programs()) {
+    for (ir::StrategyKind strategy : {ir::StrategyKind::Standard, ir::StrategyKind::Gram})
+      for (ScalarType precision : {ScalarType::BF16, ScalarType::F16})
+        for (const Shape& shape : shapes) {
+          for (auto kind : {cuda::CudaVariant::Kind::Generated, cuda::CudaVariant::Kind::FusedSmall, cuda::CudaVariant::Kind::Cublas}) {
+            cuda::CudaVariant variant;
+            variant.kind = kind;
+            cases.push_back({std::string(shipped.name), strategy, precision, shape, variant});
+          }
+        }
+  }
+  // Every tile configuration, on one wide and one ragged shape.
+  for (const cuda::TileConfig& tile : cuda::tile_configs())
+    for (const Shape& shape : {Shape{256, 1024, 1}, Shape{300, 200, 2}})
+      for (ir::StrategyKind strategy : {ir::StrategyKind::Standard, ir::StrategyKind::Gram}) {
+        cuda::CudaVariant variant;
+        variant.tile = tile;
+        cases.push_back({"polar_express5", strategy, ScalarType::BF16, shape, variant});
+      }
+  if (!filter.empty())
+    cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const Case& c) { return c.name().find(filter) == std::string::npos; }), cases.end());
+
+  // Schedules, eligibility, and the reference per distinct (program, strategy, precision, shape)
+  // computed in parallel on the host; the generated programs compiled in parallel (NVRTC is
+  // thread-safe) into the process cache, so the device phase below only loads and runs.
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Outcome> outcomes(cases.size());
+  std::vector<ir::Function> functions(cases.size());
+  std::vector<dsl::Program> programs(cases.size());
+  std::vector<std::vector<double>> inputs(cases.size()), references(cases.size());
+  const uint64_t seed_base = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  std::printf("seed base %llu (fresh inputs each run)\n", static_cast<unsigned long long>(seed_base));
+  const auto& headers = kernels::cuda_device_headers();
+  std::atomic<size_t> next{0};
+  std::mutex print_mutex;
+  auto host_work = [&] {
+    for (size_t index = next++; index < cases.size(); index = next++) {
+      const Case& c = cases[index];
+      try {
+        programs[index] = kernels::load_program_by_name_or_path(c.program);
+        functions[index] = schedule(programs[index], c);
+        if (std::string why = cuda::variant_unavailable_reason(functions[index], c.variant, device.max_shared_per_block_optin); !why.empty()) {
+          outcomes[index].skipped = true;
+          outcomes[index].message = why;
+          continue;
+        }
+        // A fresh input per case: the seed mixes the run's time with the case index.
+        inputs[index] = reference::gaussian_values(c.shape.rows * c.shape.cols * c.shape.batch, seed_base + index * 7919);
+        references[index] = reference::interpret(functions[index], inputs[index]);
+        if (c.variant.kind != cuda::CudaVariant::Kind::Cublas) {
+          const cuda::CudaProgram generated = cuda::generate_variant(functions[index], c.variant, device.max_shared_per_block_optin);
+          cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, cuda::Device::get().compile_target());
+        }
+      } catch (const std::exception& error) {
+        outcomes[index].message = std::string("host phase: ") + error.what();
+      }
+    }
+  };
+  std::vector<std::thread> workers;
+  const unsigned thread_count = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  for (unsigned t = 0; t < thread_count; ++t) workers.emplace_back(host_work);
+  for (auto& worker : workers) worker.join();
+  std::printf("host phase (schedules, references, NVRTC) for %zu cases: %.1f s on %u threads\n", cases.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), thread_count);
+
+  int passed = 0, failed = 0, skipped = 0;
+  for (size_t index = 0; index < cases.size(); ++index) {
+    const Case& c = cases[index];
+    Outcome& outcome = outcomes[index];
+    if (!outcome.skipped && outcome.message.empty()) {
+      try {
+        auto runner = cuda::build_cuda_runner(programs[index], functions[index], c.variant, headers);
+        const int64_t elements = c.shape.rows * c.shape.cols * c.shape.batch;
+        cuda::DeviceBuffer input(elements * 4), output(elements * 4);
+        std::vector<float> host_input(inputs[index].begin(), inputs[index].end()), host_output(static_cast<size_t>(elements));
+        input.upload(host_input.data(), elements * 4);
+        const auto& api = cuda::Device::get().api();
+        cuda::check(api.cuMemsetD8Async(output.get(), 0xff, static_cast<size_t>(elements * 4), nullptr), "poisoning the output");
+        runner->run_device(input.get(), output.get(), nullptr);
+        cuda::check(api.cuCtxSynchronize(), "running " + c.name());
+        output.download(host_output.data(), elements * 4);
+        double difference = 0, norm = 0;
+        bool finite = true;
+        for (int64_t e = 0; e < elements; ++e) {
+          const double value = host_output[static_cast<size_t>(e)], expected = references[index][static_cast<size_t>(e)];
+          if (!std::isfinite(value)) finite = false;
+          difference += (value - expected) * (value - expected);
+          norm += expected * expected;
+        }
+        outcome.tolerance = tolerance_for(c.precision);
+        outcome.error = std::sqrt(difference / std::max(norm, 1e-300));
+        outcome.ok = finite && outcome.error <= outcome.tolerance;
+        if (!finite) outcome.message = "non-finite output (an element was not written, or overflowed)";
+      } catch (const std::exception& error) {
+        outcome.message = error.what();
+      }
+    }
+    if (outcome.skipped) {
+      ++skipped;
+      continue;
+    }
+    if (outcome.ok) ++passed;
+    else ++failed;
+    std::printf("%s %-70s rel %.2e (tol %.0e)%s%s\n", outcome.ok ? "PASS" : "FAIL", c.name().c_str(), outcome.error, outcome.tolerance,
+                outcome.message.empty() ? "" : ": ", outcome.message.c_str());
+  }
+  std::printf("\n%d passed, %d failed, %d not applicable (e.g. fused-small above 128 rows, cublas with gram), %.1f s\n", passed, failed, skipped,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!json_path.empty()) {
+    std::ofstream json(json_path);
+    json << "{\n  \"device\": \"" << json_escape(device.describe()) << "\",\n  \"passed\": " << passed << ", \"failed\": " << failed << ", \"not_applicable\": " << skipped
+         << ",\n  \"cases\": [\n";
+    bool first = true;
+    for (size_t index = 0; index < cases.size(); ++index) {
+      if (outcomes[index].skipped) continue;
+      json << (first ? "" : ",\n") << "    {\"case\": \"" << json_escape(cases[index].name()) << "\", \"ok\": " << (outcomes[index].ok ? "true" : "false")
+           << ", \"relative_error\": " << outcomes[index].error << ", \"tolerance\": " << outcomes[index].tolerance << ", \"message\": \""
+           << json_escape(outcomes[index].message) << "\"}";
+      first = false;
+    }
+    json << "\n  ]\n}\n";
+  }
+  return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,110 @@
+// The CUDA backend's host side, without a GPU: the search space and its pruning (with reasons),
+// candidates and variants round-tripping through their labels and JSON, and the clean refusal
+// when there is no driver.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "autotune/cuda_search_space.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_driver.h"
+#include "kernels/cuda_device_headers.h"
+#include "kernels/program_library.h"
+#include "passes/pipeline.h"
+
+namespace orthojit::autotune {
+namespace {
+
+ir::Function schedule(const char* program, int64_t rows, int64_t cols, int64_t batch, ir::StrategyKind strategy, ScalarType precision) {
+  passes::CompileOptions options;
+  options.rows = rows;
+  options.cols = cols;
+  options.batch = batch;
+  options.strategy = strategy;
+  options.precision = precision;
+  return passes::compile_program(kernels::load_program_by_name_or_path(program), options);
+}
+
+TEST(CudaSearchSpace, EmbeddedSpaceParsesAndEveryTileIsValid) {
+  const CudaSearchSpace& space = cuda_search_space();
+  EXPECT_EQ(space.strategies, (std::vector<std::string>{"standard", "gram"}));
+  ASSERT_FALSE(space.tiles.empty());
+  for (const auto& tile : space.tiles) EXPECT_EQ(tile.invalid_reason(), "") << tile.label();
+  EXPECT_TRUE(space.fused_small);
+  EXPECT_TRUE(space.cublas);
+}
+
+TEST(CudaSearchSpace, BadDocumentsAreRejectedWithTheReason) {
+  nlohmann::json document = {{"backend", "cuda"}, {"strategies", {"standard"}}, {"tiles", {{128, 128, 24, 2, 4}}}};
+  try {
+    parse_cuda_search_space(document);
+    FAIL() << "a BK of 24 was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("BK must be a multiple of 16"), std::string::npos) << error.what();
+  }
+  document["tiles"] = {{128, 128, 32, 2}};
+  EXPECT_THROW(parse_cuda_search_space(document), std::invalid_argument);
+  document["tiles"] = nlohmann::json::array();
+  document["strategies"] = {"newton"};
+  EXPECT_THROW(parse_cuda_search_space(document), std::invalid_argument);
+}
+
+TEST(CudaSearchSpace, DefaultLeadsAndNoCandidateRepeats) {
+  const CudaSearchSpace& space = cuda_search_space();
+  const CudaCandidate first{"gram", "generated"};
+  const auto candidates = cuda_candidates(space, first);
+  ASSERT_FALSE(candidates.empty());
+  EXPECT_EQ(candidates.front(), first);
+  std::set<std::string> labels;
+  for (const auto& candidate : candidates) EXPECT_TRUE(labels.insert(candidate.label()).second) << candidate.label() << " twice";
+  // strategies x (default tiles + each tile + fused + cublas)
+  EXPECT_EQ(candidates.size(), space.strategies.size() * (space.tiles.size() + 3));
+}
+
+TEST(CudaSearchSpace, PruningSaysWhy) {
+  const ir::Function wide = schedule("jordan_ns5", 512, 2048, 1, ir::StrategyKind::Standard, ScalarType::BF16);
+  const ir::Function wide_gram = schedule("jordan_ns5", 512, 2048, 1, ir::StrategyKind::Gram, ScalarType::BF16);
+  const ir::Function heads = schedule("jordan_ns5", 64, 512, 8, ir::StrategyKind::Standard, ScalarType::BF16);
+  const ir::Function f32 = schedule("jordan_ns5", 64, 512, 1, ir::StrategyKind::Standard, ScalarType::F32);
+  const int limit = 227 * 1024;
+  auto reason = [&](const CudaCandidate& candidate, const ir::Function& function, const std::string& error = "") {
+    return cuda_prune_reason(candidate, &function, error, limit).value_or("");
+  };
+  EXPECT_EQ(reason({"standard", "generated"}, wide), "");
+  EXPECT_EQ(reason({"standard", "generated 128x128x32/2x4"}, wide), "");
+  EXPECT_NE(reason({"standard", "fused-small"}, wide).find("512 rows"), std::string::npos);
+  EXPECT_EQ(reason({"standard", "fused-small"}, heads), "");
+  EXPECT_NE(reason({"gram", "cublas"}, wide_gram).find("standard strategy only"), std::string::npos);
+  EXPECT_NE(reason({"standard", "generated"}, f32).find("bf16 or f16"), std::string::npos);
+  // 128x128 tiles on 64-row products: mostly padding.
+  EXPECT_NE(reason({"standard", "generated 128x128x32/2x4"}, heads).find("at least twice"), std::string::npos);
+  EXPECT_NE(reason({"gram", "generated"}, wide_gram, "step 3 is not an odd polynomial").find("cannot compile this program"), std::string::npos);
+}
+
+TEST(CudaSearchSpace, CandidatesAndVariantsRoundTrip) {
+  for (const auto& candidate : cuda_candidates(cuda_search_space(), {"standard", "generated"})) {
+    EXPECT_EQ(CudaCandidate::from_json(candidate.to_json()), candidate);
+    EXPECT_EQ(cuda::CudaVariant::parse(candidate.variant).label(), candidate.variant);
+  }
+  EXPECT_THROW(CudaCandidate::from_json({{"backend", "cpu"}}), std::invalid_argument);
+  EXPECT_THROW(CudaCandidate::from_json({{"backend", "cuda"}, {"strategy", "gram"}, {"variant", "fastest"}}), std::invalid_argument);
+  EXPECT_THROW(cuda::CudaVariant::parse("generated 128x128x24/2x4"), std::invalid_argument);
+  EXPECT_THROW(cuda::CudaVariant::parse("generated 128x128"), std::invalid_argument);
+}
+
+TEST(CudaBackendWithoutDevice, RefusesCleanlyWithTheReason) {
+  std::string reason;
+  if (cuda::driver(&reason)) GTEST_SKIP() << "this machine has a CUDA driver";
+  EXPECT_FALSE(reason.empty());
+  const dsl::Program program = kernels::load_program_by_name_or_path("jordan_ns5");
+  const ir::Function function = schedule("jordan_ns5", 64, 256, 1, ir::StrategyKind::Standard, ScalarType::BF16);
+  try {
+    cuda::build_cuda_runner(program, function, {}, kernels::cuda_device_headers());
+    FAIL() << "a runner was built without a driver";
+  } catch (const std::runtime_error& error) {
+    EXPECT_EQ(std::string(error.what()), reason);
+  }
+}
+
+}  // namespace
+}  // namespace orthojit::autotune
