@@ -43,6 +43,13 @@ std::string literal(double value) {
 
 std::string ll(int64_t value) { return std::to_string(value) + "LL"; }
 
+// A double constant that round-trips (std::to_string would print 1e-7 as 0.000000).
+std::string f64_literal(double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
 // Shared prologue of the element-wise kernels: z, the element index range of this thread.
 std::string elementwise_loop(int64_t rows, int64_t cols) {
   std::ostringstream out;
@@ -152,8 +159,8 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                << "  if (threadIdx.x == 0) {\n"
                << "    " << acc << " total = 0;\n"
                << "    for (int b = 0; b < " << blocks << "; ++b) total += partials[" << ll(partial_offset) << " + blockIdx.z * " << ll(blocks) << " + b];\n"
-               << "    const " << acc << " norm = sqrt(total) * (" << acc << ")" << (f64 ? std::to_string(norm.safety) : literal(norm.safety)) << ";\n"
-               << "    const " << acc << " eps = (" << acc << ")" << (f64 ? std::to_string(norm.eps) : literal(norm.eps)) << ";\n"
+               << "    const " << acc << " norm = sqrt(total) * (" << acc << ")" << (f64 ? f64_literal(norm.safety) : literal(norm.safety)) << ";\n"
+               << "    const " << acc << " eps = (" << acc << ")" << (f64 ? f64_literal(norm.eps) : literal(norm.eps)) << ";\n"
                << "    denominator_shared = (float)("
                << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)") << ");\n"
                << "  }\n  __syncthreads();\n  const float denominator = denominator_shared;\n"
