@@ -247,8 +247,9 @@ std::optional<std::vector<double>> run_on_host_emulation(const CudaProgram& prog
   const size_t fused_part = device_header.find("// ==== the fully fused small-matrix kernel");
   EXPECT_NE(fused_part, std::string::npos);
   std::ofstream(directory / "fused_part.cuh") << device_header.substr(fused_part);
-  std::filesystem::copy_file(std::filesystem::path(ORTHOJIT_SOURCE_DIR) / "tests" / "fused_small_host_emulation.h", directory / "orthojit_device.cuh",
-                             std::filesystem::copy_options::overwrite_existing);
+  const std::filesystem::path tests = std::filesystem::path(ORTHOJIT_SOURCE_DIR) / "tests";
+  std::filesystem::copy_file(tests / "fused_small_host_emulation.h", directory / "orthojit_device.cuh", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(tests / "cuda_host_emulation.h", directory / "cuda_host_emulation.h", std::filesystem::copy_options::overwrite_existing);
   std::ofstream(directory / "kernel.cu") << program.source;
   const Launch& launch = program.launches[0];
   std::ostringstream driver;
@@ -261,13 +262,9 @@ std::optional<std::vector<double>> run_on_host_emulation(const CudaProgram& prog
     driver << "  std::vector<unsigned char> global" << b << "(" << program.buffer_bytes[b] << ", 0xff);  // NaN bits in bf16/f16/f32\n";
     call += ", reinterpret_cast<" + std::string(function.buffers[b].type == ScalarType::F32 ? "float" : "oj::u16") + "*>(global" + std::to_string(b) + ".data())";
   }
-  driver << "  for (unsigned z = 0; z < " << program.batch << "; ++z) {\n    blockIdx.x = z;\n"
-         << "    std::memset(shared_memory, 0xff, sizeof shared_memory);\n"
-         << "    std::barrier<> barrier(" << launch.block << ");\n    cta_barrier = &barrier;\n"
-         << "    oj::warps.reset(new oj::WarpState[" << launch.block / 32 << "]);\n    std::vector<std::thread> threads;\n"
-         << "    for (unsigned tid = 0; tid < " << launch.block << "; ++tid)\n"
-         << "      threads.emplace_back([&, tid] { threadIdx.x = tid; " << launch.kernel << "(" << call << "); });\n"
-         << "    for (auto& thread : threads) thread.join();\n  }\n"
+  // One CTA per matrix (grid.x), shared memory poisoned before each (oj_emu::run_grid).
+  driver << "  const unsigned grid[3] = {" << launch.grid[0] << ", " << launch.grid[1] << ", " << launch.grid[2] << "};\n"
+         << "  oj_emu::run_grid(grid, " << launch.block << ", [&] { " << launch.kernel << "(" << call << "); });\n"
          << "  std::FILE* out = std::fopen(\"output.bin\", \"wb\");\n  std::fwrite(output.data(), 4, output.size(), out);\n  std::fclose(out);\n}\n";
   std::ofstream(directory / "driver.cpp") << driver.str();
   std::ofstream(directory / "input.bin", std::ios::binary).write(reinterpret_cast<const char*>(input.data()), static_cast<std::streamsize>(input.size() * 4));

@@ -1,0 +1,251 @@
+/*
+ * orthojit C API: the hybrid Muon + AdamW optimizer and batched orthogonalization, callable from C
+ * (C99) and anything with a C FFI. Only C types cross this boundary: opaque handles, plain
+ * structs, enums, pointers to caller-owned memory and NUL-terminated UTF-8 strings.
+ *
+ * Errors. Every function that can fail returns an oj_status. On failure, oj_last_error() returns
+ * a message that says what was wrong and what is valid (for example the preset names); the
+ * message is per thread and stays until the next failure on that thread (a success does not
+ * clear it). No C++ exception ever escapes a function of this header. Out-parameters are written
+ * only on success. Passing NULL where a pointer is required, or a value outside an enum, returns
+ * OJ_INVALID_ARGUMENT.
+ *
+ * Threads. Distinct handles may be used from distinct threads at the same time; one handle must
+ * not be used by two threads at once.
+ *
+ * Typical use:
+ *
+ *   oj_optimizer* opt;
+ *   if (oj_optimizer_create("deepspeed", &opt) != OJ_OK) { fprintf(stderr, "%s\n", oj_last_error()); ... }
+ *   oj_optimizer_set_option(opt, "muon.lr", "0.02");
+ *   int64_t shape[2] = {64, 32};
+ *   oj_optimizer_add_parameter(opt, "layer1.weight", 2, shape, OJ_DTYPE_F32, w, OJ_DTYPE_F32, gw, OJ_TAG_AUTO);
+ *   ...
+ *   for (step...) { compute gradients into gw...; oj_optimizer_step(opt, &report); }
+ *   oj_optimizer_destroy(opt);
+ *
+ * The optimizer's formulas, presets and settings are those of the C++ runtime
+ * (runtime/muon/hybrid_optimizer.h and runtime/muon/optimizer_settings.h):
+ *
+ *   Muon:  g → momentum M (ema: M ← M + (1−β)(g − M); sum: M ← β·M + g)
+ *          → U (Nesterov: ema g + β(M − g), sum g + β·M; else M) → O = NS(U) per matrix block
+ *          → p ← p·(1 − lr·wd) − lr·s·O, s the lr adjustment of the block's shape
+ *            (original: sqrt(max(1, rows/cols)))
+ *   AdamW: t ← t+1; m ← m + (1−β1)(g − m); v ← v + (1−β2)(g² − v);
+ *          standard:  p ← p·(1 − lr·wd) − lr · (m/bc1) / (√(v/bc2) + eps)
+ *          moonlight: p ← p·(1 − lr·wd) − (lr·√bc2/bc1) · m / (√v + eps)
+ */
+#ifndef ORTHOJIT_ORTHOJIT_H
+#define ORTHOJIT_ORTHOJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The version of this C API; oj_api_version() returns the one the library was built with. It
+ * changes whenever a declaration of this header changes incompatibly. */
+#define OJ_API_VERSION 1
+
+/* ------------------------------------------------------------------------------------------- */
+/* Status codes and errors                                                                      */
+
+typedef enum oj_status {
+  OJ_OK = 0,
+  OJ_INVALID_ARGUMENT = 1, /* bad input: NULL pointer, bad enum, unknown preset/setting/program/
+                              parameter name, bad shape or tag, inconsistent split, bad value */
+  OJ_UNAVAILABLE = 2,      /* a backend this build or machine cannot run (e.g. "cuda" without a
+                              driver); oj_available_backends() lists the ones it can */
+  OJ_IO_ERROR = 3,         /* a file could not be read or written, or is not a valid state file */
+  OJ_INVALID_STATE = 4,    /* the call is not allowed now (e.g. adding a parameter after build) */
+  OJ_OUT_OF_MEMORY = 5,
+  OJ_INTERNAL = 6          /* a bug in orthojit: please report the oj_last_error() message */
+} oj_status;
+
+/* The message of the last failure on the calling thread; "" when nothing has failed on it. The
+ * pointer stays valid until the next call of this API on the same thread. Never NULL. */
+const char* oj_last_error(void);
+
+/* A constant name for a status ("OJ_OK", "OJ_INVALID_ARGUMENT", ...; "OJ_UNKNOWN_STATUS"). */
+const char* oj_status_name(oj_status status);
+
+/* ------------------------------------------------------------------------------------------- */
+/* Version and capabilities                                                                     */
+
+/* The library's version, "MAJOR.MINOR.PATCH" (static storage). */
+const char* oj_version(void);
+/* The OJ_API_VERSION the library was compiled with. */
+int oj_api_version(void);
+/* The backends this build can run on this machine, comma-separated ("ref,cpu" or
+ * "ref,cpu,cuda"; static storage). */
+const char* oj_available_backends(void);
+
+/* ------------------------------------------------------------------------------------------- */
+/* Element types, tags and layouts                                                              */
+
+typedef enum oj_dtype {
+  OJ_DTYPE_F32 = 0,  /* IEEE binary32 */
+  OJ_DTYPE_BF16 = 1, /* bfloat16 (the upper 16 bits of a binary32), as uint16_t */
+  OJ_DTYPE_F16 = 2   /* IEEE binary16, as uint16_t */
+} oj_dtype;
+
+/* Which group optimizes a parameter. */
+typedef enum oj_tag {
+  OJ_TAG_AUTO = 0,   /* the rule: Muon iff ndim >= 2 and the lower-cased name contains neither
+                        "embed" nor "lm_head"; else AdamW */
+  OJ_TAG_MUON = 1,   /* Muon (ndim must be >= 2) */
+  OJ_TAG_ADAMW = 2,  /* AdamW */
+  OJ_TAG_FROZEN = 3  /* not optimized at all (requires_grad = false); no state */
+} oj_tag;
+
+/* How a Muon tensor of 3 or more dimensions becomes matrices. */
+typedef enum oj_layout {
+  OJ_LAYOUT_AUTO = 0,    /* the "experts_as_batch" option: BATCH when true, else FLATTEN */
+  OJ_LAYOUT_FLATTEN = 1, /* (d0, d1·d2·…): one matrix */
+  OJ_LAYOUT_BATCH = 2    /* d0 matrices of (d1, d2·…) (experts), orthogonalized in one batch */
+} oj_layout;
+
+/* ------------------------------------------------------------------------------------------- */
+/* The hybrid Muon + AdamW optimizer                                                            */
+
+typedef struct oj_optimizer oj_optimizer; /* opaque */
+
+/* Creates an optimizer with the settings of a preset: "deepspeed", "keller", "moonlight" or
+ * "torch" (an unknown name: OJ_INVALID_ARGUMENT, the message lists the presets). The handle starts
+ * in the collecting phase: options and parameters may be added until it is built. */
+oj_status oj_optimizer_create(const char* preset, oj_optimizer** out);
+
+/* Creates an optimizer from the optimizer section of a DeepSpeed JSON config file
+ * ({"optimizer": {"type": "Muon", "params": {...}}}); OJ_IO_ERROR when the file cannot be read,
+ * OJ_INVALID_ARGUMENT when it is not a valid config. */
+oj_status oj_optimizer_create_from_deepspeed_config(const char* path, oj_optimizer** out);
+
+/* Frees the handle and its state (never the trainer's data or gradients). NULL is a no-op. */
+void oj_optimizer_destroy(oj_optimizer* optimizer);
+
+/* Sets one option by key and value, both strings, e.g. ("muon.lr", "0.02"),
+ * ("muon.backend", "cpu"), ("adam.formula", "moonlight"). Keys: muon.lr, muon.momentum,
+ * muon.nesterov, muon.weight_decay, muon.momentum_kind, muon.lr_adjust, muon.program,
+ * muon.strategy, muon.precision, muon.ns_steps, muon.ns_eps, muon.norm_clamp, muon.backend,
+ * muon.threads, adam.lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.formula,
+ * experts_as_batch. An unknown key or bad value: OJ_INVALID_ARGUMENT naming what is valid.
+ * After the optimizer is built only "muon.lr" and "adam.lr" may change (OJ_INVALID_STATE for the
+ * others); oj_optimizer_set_learning_rates does the same. */
+oj_status oj_optimizer_set_option(oj_optimizer* optimizer, const char* key, const char* value);
+
+/* The current settings, one "key = value" per line. The string is owned by the handle and valid
+ * until the next call on it. */
+oj_status oj_optimizer_describe(oj_optimizer* optimizer, const char** out);
+
+/* Adds a parameter (collecting phase only; OJ_INVALID_STATE after build). The optimizer keeps
+ * the pointers and never copies or frees the memory behind them:
+ *   name        unique, non-empty (e.g. "layers.0.mlp.up_proj.weight")
+ *   ndim, shape ndim >= 1 dimensions, each > 0; row-major
+ *   dtype, data the parameter's element type and values, updated in place by each step
+ *   grad_dtype, grad  the gradient, same shape; grad may be NULL (no gradient yet: the parameter
+ *               is left alone by a step until oj_optimizer_set_gradient gives it one)
+ *   tag         OJ_TAG_AUTO (the rule), OJ_TAG_MUON, OJ_TAG_ADAMW or OJ_TAG_FROZEN.
+ * A Muon-tagged parameter with ndim < 2 is OJ_INVALID_ARGUMENT. */
+oj_status oj_optimizer_add_parameter(oj_optimizer* optimizer, const char* name, int32_t ndim, const int64_t* shape,
+                                     oj_dtype dtype, void* data, oj_dtype grad_dtype, const void* grad, oj_tag tag);
+
+/* How Muon cuts an added parameter into matrices (collecting phase only):
+ *   layout          OJ_LAYOUT_AUTO / FLATTEN / BATCH (tensors of 3 or more dimensions)
+ *   row_splits      n_row_splits consecutive row blocks summing to the matrix's rows (QKV of a
+ *                   fused projection), each orthogonalized on its own; n_row_splits 0 (and
+ *                   row_splits may be NULL): no split
+ *   head_rows       per-head split: each row block cut into blocks of head_rows rows; 0: none.
+ * The consistency with the shape is checked when the optimizer is built. */
+oj_status oj_optimizer_set_parameter_split(oj_optimizer* optimizer, const char* name, oj_layout layout, int32_t n_row_splits,
+                                           const int64_t* row_splits, int64_t head_rows);
+
+/* Ends the collecting phase: tags and validates every parameter and allocates the state (zeros).
+ * Called by the first oj_optimizer_step (or any call that needs the built optimizer) when the
+ * trainer has not called it. On failure the handle stays in the collecting phase, so the problem
+ * may be fixed (e.g. with oj_optimizer_set_parameter_split or an option) and the build retried.
+ * OJ_INVALID_ARGUMENT names the offending parameter; OJ_UNAVAILABLE: muon.backend cannot run
+ * here. Building a built optimizer is a no-op. */
+oj_status oj_optimizer_build(oj_optimizer* optimizer);
+
+/* Re-points a parameter's gradient (grad may be NULL: no gradient for the next steps) or data,
+ * before or after build. Unknown name: OJ_INVALID_ARGUMENT. */
+oj_status oj_optimizer_set_gradient(oj_optimizer* optimizer, const char* name, const void* grad, oj_dtype grad_dtype);
+oj_status oj_optimizer_set_data(oj_optimizer* optimizer, const char* name, void* data);
+
+/* What one step did. */
+typedef struct oj_step_report {
+  int32_t skipped;           /* 1: a gradient held a NaN or an infinity; nothing changed (no
+                                parameter, no state); oj_optimizer_skip_reason says which */
+  int32_t muon_updated;      /* parameters updated by Muon */
+  int32_t adam_updated;      /* parameters updated by AdamW */
+  int32_t without_gradient;  /* parameters left alone for lack of a gradient */
+  double orthogonalize_seconds;
+  int64_t steps_taken;       /* steps taken so far, this one included (skipped ones excluded) */
+} oj_step_report;
+
+/* One optimizer step over every parameter with a gradient (builds first if needed). A skipped
+ * step is not an error: it returns OJ_OK with report->skipped = 1. report may be NULL. */
+oj_status oj_optimizer_step(oj_optimizer* optimizer, oj_step_report* report);
+
+/* Why the last step was skipped ("" when it was not, or before the first step). Owned by the
+ * handle, valid until the next step or destroy. NULL handle: "". */
+const char* oj_optimizer_skip_reason(const oj_optimizer* optimizer);
+
+/* The group learning rates (for schedulers; the lr adjustments apply on top). Both >= 0 and
+ * finite. Allowed before and after build. */
+oj_status oj_optimizer_set_learning_rates(oj_optimizer* optimizer, double muon_lr, double adam_lr);
+
+/* Optimizer state held, in bytes, per group (f32 buffers: Muon 4 per element, AdamW 8 per
+ * element plus the step count). Either pointer may be NULL. Builds first if needed. */
+oj_status oj_optimizer_state_bytes(oj_optimizer* optimizer, int64_t* muon_bytes, int64_t* adam_bytes);
+
+/* Steps taken so far. */
+oj_status oj_optimizer_steps_taken(oj_optimizer* optimizer, int64_t* out);
+
+/* What the optimizer decided for each parameter (builds first if needed). */
+typedef struct oj_parameter_info {
+  const char* name;     /* owned by the handle; valid until destroy */
+  int32_t uses_muon;    /* 1: Muon; 0: AdamW or frozen */
+  int32_t optimized;    /* 0: frozen (OJ_TAG_FROZEN) */
+  int64_t state_bytes;
+  /* Muon only: `batch` matrices of rows x cols, each cut into `blocks` row blocks. */
+  int64_t batch, rows, cols, blocks;
+} oj_parameter_info;
+
+oj_status oj_optimizer_parameter_count(oj_optimizer* optimizer, int64_t* out);
+oj_status oj_optimizer_parameter_info(oj_optimizer* optimizer, int64_t index, oj_parameter_info* out);
+
+/* QK-clip (MuonClip, Kimi K2), after a step: for each of the n_heads heads h,
+ * γ = min(1, tau / s_max[h]), and head h's rows (head_rows each) of the parameters q_name and
+ * k_name are scaled by √γ. */
+oj_status oj_optimizer_qk_clip(oj_optimizer* optimizer, const char* q_name, const char* k_name, int64_t head_rows,
+                               const double* s_max, int64_t n_heads, double tau);
+
+/* The optimizer state (momentum buffers, AdamW moments and step counts; not the parameters,
+ * which the trainer owns) to a safetensors file, written atomically, and back. Loading checks
+ * every tensor against this optimizer's parameters before changing anything (a mismatch:
+ * OJ_INVALID_ARGUMENT or OJ_IO_ERROR, nothing changed). Both build first if needed. */
+oj_status oj_optimizer_save_state(oj_optimizer* optimizer, const char* path);
+oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path);
+
+/* ------------------------------------------------------------------------------------------- */
+/* Orthogonalization                                                                            */
+
+/* Orthogonalizes `batch` row-major rows x cols f32 matrices from `input` into `output` (which
+ * may be the same buffer):
+ *   program   a shipped program ("jordan_ns5", "polar_express5", "gram_polar_express5", ...) or a
+ *             path to a .oj file
+ *   backend   "ref" (the float64 reference interpreter, emulating the program's storage rounding),
+ *             "cpu" or "cuda"; NULL: "ref"
+ *   strategy  "auto", "standard" or "gram"; NULL: "auto"
+ * A backend that cannot run here: OJ_UNAVAILABLE. */
+oj_status oj_orthogonalize(const char* program, const char* backend, const char* strategy, int64_t batch, int64_t rows, int64_t cols,
+                           const float* input, float* output);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ORTHOJIT_ORTHOJIT_H */

@@ -1,0 +1,532 @@
+// The C API (include/orthojit/orthojit.h) over the C++ runtime. Every entry point runs its body
+// inside `guarded`, which turns every exception into a status and the thread's last-error message:
+// nothing C++ crosses the boundary.
+#include "orthojit/orthojit.h"
+
+#include <cmath>
+#include <filesystem>
+#include <ios>
+#include <limits>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/program_library.h"
+#include "runtime/muon/hybrid_optimizer.h"
+#include "runtime/muon/optimizer_settings.h"
+#include "runtime/muon/parameter.h"
+#include "runtime/muon/parameter_tagging.h"
+#include "runtime/muon/safetensors_file.h"
+#include "runtime/npy_file.h"
+#include "runtime/orthogonalize.h"
+#include "support/source_location.h"
+#if ORTHOJIT_HAVE_DEEPSPEED_CONFIG
+#include "runtime/muon/deepspeed_config.h"
+#endif
+
+#ifndef ORTHOJIT_VERSION
+#define ORTHOJIT_VERSION "unknown"
+#endif
+
+namespace rt = orthojit::runtime;
+
+struct oj_optimizer {
+  rt::OptimizerSettings settings;
+  std::vector<rt::Parameter> parameters;  // everything added, in order (kept after build for the info)
+  std::unique_ptr<rt::HybridOptimizer> built;
+  std::vector<rt::ParameterInfo> infos;   // of `built`, in its order
+  std::string skip_reason, description;
+};
+
+namespace {
+
+// An error the C layer itself detects, with its status.
+struct ApiError {
+  oj_status status;
+  std::string message;
+};
+
+[[noreturn]] void throw_api(oj_status status, std::string message) { throw ApiError{status, std::move(message)}; }
+
+thread_local std::string t_last_error;
+thread_local bool t_last_error_lost = false;  // the message could not be stored (out of memory)
+
+oj_status fail(oj_status status, const char* function, const char* message) noexcept {
+  try {
+    t_last_error = std::string(function) + ": " + message;
+    t_last_error_lost = false;
+  } catch (...) {
+    t_last_error_lost = true;
+  }
+  return status;
+}
+
+// Runs `body` (which returns OJ_OK or throws); `runtime_error_status` is what a plain
+// std::runtime_error means for this entry point (file I/O for save/load, else a bug).
+template <class Body>
+oj_status guarded(const char* function, Body&& body, oj_status runtime_error_status = OJ_INTERNAL) noexcept {
+  try {
+    return body();
+  } catch (const ApiError& error) {
+    return fail(error.status, function, error.message.c_str());
+  } catch (const orthojit::CompileError& error) {
+    return fail(OJ_INVALID_ARGUMENT, function, error.what());
+  } catch (const rt::UsageError& error) {
+    return fail(OJ_INVALID_ARGUMENT, function, error.what());
+  } catch (const std::invalid_argument& error) {
+    return fail(OJ_INVALID_ARGUMENT, function, error.what());
+  } catch (const std::out_of_range& error) {
+    return fail(OJ_INVALID_ARGUMENT, function, error.what());
+  } catch (const rt::SafetensorsError& error) {
+    return fail(OJ_IO_ERROR, function, error.what());
+  } catch (const rt::NpyError& error) {
+    return fail(OJ_IO_ERROR, function, error.what());
+  } catch (const std::filesystem::filesystem_error& error) {
+    return fail(OJ_IO_ERROR, function, error.what());
+  } catch (const std::ios_base::failure& error) {
+    return fail(OJ_IO_ERROR, function, error.what());
+  } catch (const std::bad_alloc&) {
+    return fail(OJ_OUT_OF_MEMORY, function, "out of memory");
+  } catch (const std::runtime_error& error) {
+    return fail(runtime_error_status, function, error.what());
+  } catch (const std::exception& error) {
+    return fail(OJ_INTERNAL, function, error.what());
+  } catch (...) {
+    return fail(OJ_INTERNAL, function, "unknown exception");
+  }
+}
+
+void require(const void* pointer, const char* what) {
+  if (!pointer) throw_api(OJ_INVALID_ARGUMENT, std::string(what) + " is NULL");
+}
+
+std::string require_string(const char* text, const char* what) {
+  require(text, what);
+  if (!*text) throw_api(OJ_INVALID_ARGUMENT, std::string(what) + " is empty");
+  return text;
+}
+
+rt::DType to_dtype(oj_dtype dtype, const char* what) {
+  switch (static_cast<int>(dtype)) {
+    case OJ_DTYPE_F32: return rt::DType::F32;
+    case OJ_DTYPE_BF16: return rt::DType::BF16;
+    case OJ_DTYPE_F16: return rt::DType::F16;
+    default: break;
+  }
+  throw_api(OJ_INVALID_ARGUMENT, std::string(what) + ": " + std::to_string(static_cast<int>(dtype)) +
+                                     " is not an oj_dtype (OJ_DTYPE_F32 = 0, OJ_DTYPE_BF16 = 1, OJ_DTYPE_F16 = 2)");
+}
+
+rt::MatrixLayout to_layout(oj_layout layout) {
+  switch (static_cast<int>(layout)) {
+    case OJ_LAYOUT_AUTO: return rt::MatrixLayout::Auto;
+    case OJ_LAYOUT_FLATTEN: return rt::MatrixLayout::Flatten;
+    case OJ_LAYOUT_BATCH: return rt::MatrixLayout::Batch;
+    default: break;
+  }
+  throw_api(OJ_INVALID_ARGUMENT, "layout: " + std::to_string(static_cast<int>(layout)) +
+                                     " is not an oj_layout (OJ_LAYOUT_AUTO = 0, OJ_LAYOUT_FLATTEN = 1, OJ_LAYOUT_BATCH = 2)");
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+// OJ_UNAVAILABLE for a known backend this build or machine cannot run (the runtime reports an
+// unknown name itself, as a usage error).
+void check_backend_available(const std::string& backend) {
+  const std::vector<std::string> available = rt::available_backends();
+  for (const auto& name : available)
+    if (name == backend) return;
+  if (backend == "cuda") throw_api(OJ_UNAVAILABLE, "backend 'cuda' cannot run here: " + rt::cuda_backend_unavailable_reason() + "; available: " + join(available));
+  if (backend == "ref" || backend == "cpu") throw_api(OJ_UNAVAILABLE, "backend '" + backend + "' is not available in this build; available: " + join(available));
+  throw_api(OJ_INVALID_ARGUMENT, "unknown backend '" + backend + "'; backends: ref, cpu, cuda (available here: " + join(available) + ")");
+}
+
+void check_handle(const oj_optimizer* optimizer) { require(optimizer, "optimizer"); }
+
+rt::Parameter* find_parameter(oj_optimizer* optimizer, const std::string& name) {
+  for (auto& parameter : optimizer->parameters)
+    if (parameter.name == name) return &parameter;
+  return nullptr;
+}
+
+rt::Parameter& require_parameter(oj_optimizer* optimizer, const char* name) {
+  const std::string text = require_string(name, "name");
+  if (rt::Parameter* parameter = find_parameter(optimizer, text)) return *parameter;
+  throw_api(OJ_INVALID_ARGUMENT, "no parameter named '" + text + "' was added");
+}
+
+void require_collecting(const oj_optimizer* optimizer, const std::string& what) {
+  if (optimizer->built) throw_api(OJ_INVALID_STATE, what + " is only possible before the optimizer is built (oj_optimizer_build or the first step)");
+}
+
+void build(oj_optimizer* optimizer) {
+  if (optimizer->built) return;
+  bool any_muon = false;
+  for (const auto& parameter : optimizer->parameters)
+    if (parameter.requires_grad && parameter.use_muon.value_or(rt::default_use_muon(parameter.name, parameter.shape))) any_muon = true;
+  if (any_muon) check_backend_available(optimizer->settings.muon.backend);
+  auto built = std::make_unique<rt::HybridOptimizer>(optimizer->parameters, optimizer->settings);
+  optimizer->infos = built->parameters();
+  optimizer->built = std::move(built);
+}
+
+void check_learning_rate(double lr, const char* what) {
+  if (!std::isfinite(lr) || lr < 0) throw_api(OJ_INVALID_ARGUMENT, std::string(what) + " must be finite and >= 0 (got " + std::to_string(lr) + ")");
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* oj_last_error(void) {
+  if (t_last_error_lost) return "out of memory (the error message could not be stored)";
+  return t_last_error.c_str();
+}
+
+const char* oj_status_name(oj_status status) {
+  switch (static_cast<int>(status)) {
+    case OJ_OK: return "OJ_OK";
+    case OJ_INVALID_ARGUMENT: return "OJ_INVALID_ARGUMENT";
+    case OJ_UNAVAILABLE: return "OJ_UNAVAILABLE";
+    case OJ_IO_ERROR: return "OJ_IO_ERROR";
+    case OJ_INVALID_STATE: return "OJ_INVALID_STATE";
+    case OJ_OUT_OF_MEMORY: return "OJ_OUT_OF_MEMORY";
+    case OJ_INTERNAL: return "OJ_INTERNAL";
+    default: return "OJ_UNKNOWN_STATUS";
+  }
+}
+
+const char* oj_version(void) { return ORTHOJIT_VERSION; }
+
+int oj_api_version(void) { return OJ_API_VERSION; }
+
+const char* oj_available_backends(void) {
+  static const std::string names = [] {
+    try {
+      std::string text;
+      for (const auto& name : rt::available_backends()) text += (text.empty() ? "" : ",") + name;
+      return text;
+    } catch (...) {
+      return std::string("ref,cpu");
+    }
+  }();
+  return names.c_str();
+}
+
+oj_status oj_optimizer_create(const char* preset, oj_optimizer** out) {
+  return guarded("oj_optimizer_create", [&] {
+    const std::string name = require_string(preset, "preset");
+    require(out, "out");
+    auto optimizer = std::make_unique<oj_optimizer>();
+    optimizer->settings = rt::preset_settings(name);  // std::invalid_argument naming the presets
+    *out = optimizer.release();
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_create_from_deepspeed_config(const char* path, oj_optimizer** out) {
+  return guarded(
+      "oj_optimizer_create_from_deepspeed_config",
+      [&]() -> oj_status {
+        const std::string file = require_string(path, "path");
+        require(out, "out");
+#if ORTHOJIT_HAVE_DEEPSPEED_CONFIG
+        auto optimizer = std::make_unique<oj_optimizer>();
+        optimizer->settings = rt::load_deepspeed_config(file).optimizer;
+        *out = optimizer.release();
+        return OJ_OK;
+#else
+        throw_api(OJ_UNAVAILABLE, "this build has no DeepSpeed config reader (" + file + " was not read)");
+#endif
+      },
+      OJ_IO_ERROR);
+}
+
+void oj_optimizer_destroy(oj_optimizer* optimizer) { delete optimizer; }
+
+oj_status oj_optimizer_set_option(oj_optimizer* optimizer, const char* key, const char* value) {
+  return guarded("oj_optimizer_set_option", [&] {
+    check_handle(optimizer);
+    const std::string name = require_string(key, "key");
+    require(value, "value");
+    if (!optimizer->built) {
+      rt::apply_setting(optimizer->settings, name, value);
+      return OJ_OK;
+    }
+    rt::OptimizerSettings changed = optimizer->built->settings();
+    rt::apply_setting(changed, name, value);  // validates key and value first
+    if (name != "muon.lr" && name != "adam.lr")
+      throw_api(OJ_INVALID_STATE, "'" + name + "' cannot change after the optimizer is built; only muon.lr and adam.lr can");
+    optimizer->built->set_learning_rates(changed.muon.lr, changed.adam.lr);
+    optimizer->settings = changed;
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_describe(oj_optimizer* optimizer, const char** out) {
+  return guarded("oj_optimizer_describe", [&] {
+    check_handle(optimizer);
+    require(out, "out");
+    optimizer->description = rt::describe(optimizer->built ? optimizer->built->settings() : optimizer->settings);
+    *out = optimizer->description.c_str();
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_add_parameter(oj_optimizer* optimizer, const char* name, int32_t ndim, const int64_t* shape, oj_dtype dtype, void* data,
+                                     oj_dtype grad_dtype, const void* grad, oj_tag tag) {
+  return guarded("oj_optimizer_add_parameter", [&] {
+    check_handle(optimizer);
+    rt::Parameter parameter;
+    parameter.name = require_string(name, "name");
+    require_collecting(optimizer, "adding a parameter ('" + parameter.name + "')");
+    if (find_parameter(optimizer, parameter.name)) throw_api(OJ_INVALID_ARGUMENT, "parameter '" + parameter.name + "' was already added");
+    if (ndim < 1 || ndim > 16) throw_api(OJ_INVALID_ARGUMENT, "parameter '" + parameter.name + "': ndim " + std::to_string(ndim) + " is not in 1..16");
+    require(shape, "shape");
+    int64_t elements = 1;
+    for (int32_t d = 0; d < ndim; ++d) {
+      if (shape[d] <= 0) throw_api(OJ_INVALID_ARGUMENT, "parameter '" + parameter.name + "': dimension " + std::to_string(d) + " is " + std::to_string(shape[d]) + "; every dimension must be > 0");
+      if (elements > std::numeric_limits<int64_t>::max() / shape[d]) throw_api(OJ_INVALID_ARGUMENT, "parameter '" + parameter.name + "': the shape's element count overflows");
+      elements *= shape[d];
+      parameter.shape.push_back(shape[d]);
+    }
+    parameter.dtype = to_dtype(dtype, "dtype");
+    parameter.grad_dtype = to_dtype(grad_dtype, "grad_dtype");
+    require(data, "data");
+    parameter.data = data;
+    parameter.grad = grad;
+    switch (static_cast<int>(tag)) {
+      case OJ_TAG_AUTO: break;
+      case OJ_TAG_MUON:
+        if (ndim < 2)
+          throw_api(OJ_INVALID_ARGUMENT, "parameter '" + parameter.name + "' is tagged OJ_TAG_MUON but has " + std::to_string(ndim) +
+                                             " dimension; Muon needs a matrix (ndim >= 2); tag it OJ_TAG_ADAMW or OJ_TAG_AUTO");
+        parameter.use_muon = true;
+        break;
+      case OJ_TAG_ADAMW: parameter.use_muon = false; break;
+      case OJ_TAG_FROZEN: parameter.requires_grad = false; break;
+      default:
+        throw_api(OJ_INVALID_ARGUMENT, "tag: " + std::to_string(static_cast<int>(tag)) +
+                                           " is not an oj_tag (OJ_TAG_AUTO = 0, OJ_TAG_MUON = 1, OJ_TAG_ADAMW = 2, OJ_TAG_FROZEN = 3)");
+    }
+    optimizer->parameters.push_back(std::move(parameter));
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_set_parameter_split(oj_optimizer* optimizer, const char* name, oj_layout layout, int32_t n_row_splits, const int64_t* row_splits,
+                                           int64_t head_rows) {
+  return guarded("oj_optimizer_set_parameter_split", [&] {
+    check_handle(optimizer);
+    rt::Parameter& parameter = require_parameter(optimizer, name);
+    require_collecting(optimizer, "changing a parameter's split");
+    const rt::MatrixLayout matrix_layout = to_layout(layout);
+    if (n_row_splits < 0) throw_api(OJ_INVALID_ARGUMENT, "n_row_splits must be >= 0 (got " + std::to_string(n_row_splits) + ")");
+    if (n_row_splits > 0) require(row_splits, "row_splits");
+    if (head_rows < 0) throw_api(OJ_INVALID_ARGUMENT, "head_rows must be >= 0 (got " + std::to_string(head_rows) + ")");
+    std::vector<int64_t> splits;
+    for (int32_t i = 0; i < n_row_splits; ++i) {
+      if (row_splits[i] <= 0) throw_api(OJ_INVALID_ARGUMENT, "row_splits[" + std::to_string(i) + "] is " + std::to_string(row_splits[i]) + "; every block must have rows");
+      splits.push_back(row_splits[i]);
+    }
+    parameter.layout = matrix_layout;
+    parameter.row_splits = std::move(splits);
+    parameter.head_rows = head_rows;
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_build(oj_optimizer* optimizer) {
+  return guarded("oj_optimizer_build", [&] {
+    check_handle(optimizer);
+    build(optimizer);
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_set_gradient(oj_optimizer* optimizer, const char* name, const void* grad, oj_dtype grad_dtype) {
+  return guarded("oj_optimizer_set_gradient", [&] {
+    check_handle(optimizer);
+    rt::Parameter& parameter = require_parameter(optimizer, name);
+    const rt::DType type = to_dtype(grad_dtype, "grad_dtype");
+    if (optimizer->built && parameter.requires_grad) optimizer->built->set_gradient(parameter.name, grad, type);
+    parameter.grad = grad;
+    parameter.grad_dtype = type;
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_set_data(oj_optimizer* optimizer, const char* name, void* data) {
+  return guarded("oj_optimizer_set_data", [&] {
+    check_handle(optimizer);
+    rt::Parameter& parameter = require_parameter(optimizer, name);
+    require(data, "data");
+    if (optimizer->built && parameter.requires_grad) optimizer->built->set_data(parameter.name, data);
+    parameter.data = data;
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_step(oj_optimizer* optimizer, oj_step_report* report) {
+  return guarded("oj_optimizer_step", [&] {
+    check_handle(optimizer);
+    build(optimizer);
+    optimizer->skip_reason.clear();
+    const rt::StepReport result = optimizer->built->step();
+    if (result.skipped) optimizer->skip_reason = result.reason;
+    if (report) {
+      report->skipped = result.skipped ? 1 : 0;
+      report->muon_updated = result.muon_updated;
+      report->adam_updated = result.adam_updated;
+      report->without_gradient = result.without_gradient;
+      report->orthogonalize_seconds = result.orthogonalize_seconds;
+      report->steps_taken = optimizer->built->steps_taken();
+    }
+    return OJ_OK;
+  });
+}
+
+const char* oj_optimizer_skip_reason(const oj_optimizer* optimizer) { return optimizer ? optimizer->skip_reason.c_str() : ""; }
+
+oj_status oj_optimizer_set_learning_rates(oj_optimizer* optimizer, double muon_lr, double adam_lr) {
+  return guarded("oj_optimizer_set_learning_rates", [&] {
+    check_handle(optimizer);
+    check_learning_rate(muon_lr, "muon_lr");
+    check_learning_rate(adam_lr, "adam_lr");
+    if (optimizer->built) optimizer->built->set_learning_rates(muon_lr, adam_lr);
+    optimizer->settings.muon.lr = muon_lr;
+    optimizer->settings.adam.lr = adam_lr;
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_state_bytes(oj_optimizer* optimizer, int64_t* muon_bytes, int64_t* adam_bytes) {
+  return guarded("oj_optimizer_state_bytes", [&] {
+    check_handle(optimizer);
+    build(optimizer);
+    const rt::StateBytes bytes = optimizer->built->state_bytes();
+    if (muon_bytes) *muon_bytes = bytes.muon;
+    if (adam_bytes) *adam_bytes = bytes.adam;
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_steps_taken(oj_optimizer* optimizer, int64_t* out) {
+  return guarded("oj_optimizer_steps_taken", [&] {
+    check_handle(optimizer);
+    require(out, "out");
+    *out = optimizer->built ? optimizer->built->steps_taken() : 0;
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_parameter_count(oj_optimizer* optimizer, int64_t* out) {
+  return guarded("oj_optimizer_parameter_count", [&] {
+    check_handle(optimizer);
+    require(out, "out");
+    *out = static_cast<int64_t>(optimizer->parameters.size());
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_parameter_info(oj_optimizer* optimizer, int64_t index, oj_parameter_info* out) {
+  return guarded("oj_optimizer_parameter_info", [&] {
+    check_handle(optimizer);
+    require(out, "out");
+    const int64_t count = static_cast<int64_t>(optimizer->parameters.size());
+    if (index < 0 || index >= count)
+      throw_api(OJ_INVALID_ARGUMENT, "index " + std::to_string(index) + " is not in 0.." + std::to_string(count - 1) + " (" + std::to_string(count) + " parameters)");
+    build(optimizer);
+    const rt::Parameter& parameter = optimizer->parameters[static_cast<size_t>(index)];
+    oj_parameter_info info{};
+    info.name = parameter.name.c_str();
+    for (const rt::ParameterInfo& built : optimizer->infos) {
+      if (built.name != parameter.name) continue;
+      info.optimized = 1;
+      info.uses_muon = built.muon ? 1 : 0;
+      info.state_bytes = built.state_bytes;
+      if (built.muon) {
+        info.batch = built.matrices.batch;
+        info.rows = built.matrices.rows;
+        info.cols = built.matrices.cols;
+        info.blocks = static_cast<int64_t>(built.matrices.blocks.size());
+      }
+    }
+    *out = info;
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_qk_clip(oj_optimizer* optimizer, const char* q_name, const char* k_name, int64_t head_rows, const double* s_max, int64_t n_heads,
+                               double tau) {
+  return guarded("oj_optimizer_qk_clip", [&] {
+    check_handle(optimizer);
+    const std::string q = require_string(q_name, "q_name"), k = require_string(k_name, "k_name");
+    require(s_max, "s_max");
+    if (n_heads <= 0) throw_api(OJ_INVALID_ARGUMENT, "n_heads must be > 0 (got " + std::to_string(n_heads) + ")");
+    build(optimizer);
+    optimizer->built->qk_clip(q, k, head_rows, std::vector<double>(s_max, s_max + n_heads), tau);
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_save_state(oj_optimizer* optimizer, const char* path) {
+  return guarded(
+      "oj_optimizer_save_state",
+      [&] {
+        check_handle(optimizer);
+        const std::string file = require_string(path, "path");
+        build(optimizer);
+        optimizer->built->save_state(file);
+        return OJ_OK;
+      },
+      OJ_IO_ERROR);
+}
+
+oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path) {
+  return guarded(
+      "oj_optimizer_load_state",
+      [&] {
+        check_handle(optimizer);
+        const std::string file = require_string(path, "path");
+        build(optimizer);
+        optimizer->built->load_state(file);
+        return OJ_OK;
+      },
+      OJ_IO_ERROR);
+}
+
+oj_status oj_orthogonalize(const char* program, const char* backend, const char* strategy, int64_t batch, int64_t rows, int64_t cols, const float* input,
+                           float* output) {
+  return guarded("oj_orthogonalize", [&] {
+    const std::string program_name = require_string(program, "program");
+    require(input, "input");
+    require(output, "output");
+    if (batch <= 0 || rows <= 0 || cols <= 0)
+      throw_api(OJ_INVALID_ARGUMENT, "batch, rows and cols must be > 0 (got " + std::to_string(batch) + ", " + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+    const int64_t limit = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(sizeof(float));
+    if (rows > limit / cols || batch > limit / (rows * cols)) throw_api(OJ_INVALID_ARGUMENT, "batch x rows x cols overflows");
+    rt::OrthogonalizeOptions options;
+    options.backend = backend ? backend : "ref";
+    options.strategy = strategy ? strategy : "auto";
+    rt::parse_strategy_option(options.strategy);  // UsageError naming the strategies
+    check_backend_available(options.backend);
+    const orthojit::dsl::Program loaded = orthojit::kernels::load_program_by_name_or_path(program_name);
+    auto compiled = rt::compile_orthogonalizer(loaded, batch, rows, cols, options);
+    if (input == output) {
+      const std::vector<float> copy(input, input + batch * rows * cols);
+      compiled->run(copy.data(), output);
+    } else {
+      compiled->run(input, output);
+    }
+    return OJ_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,210 @@
+// Presets and settings (see optimizer_settings.h).
+#include "runtime/muon/optimizer_settings.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+
+namespace orthojit::runtime {
+
+const char* to_string(MomentumKind kind) { return kind == MomentumKind::Ema ? "ema" : "sum"; }
+
+const char* to_string(LrAdjust adjust) {
+  switch (adjust) {
+    case LrAdjust::None: return "none";
+    case LrAdjust::Original: return "original";
+    case LrAdjust::MatchRmsAdamW: return "match_rms_adamw";
+    case LrAdjust::Spectral: return "spectral";
+  }
+  return "?";
+}
+
+const char* to_string(AdamFormula formula) { return formula == AdamFormula::Standard ? "standard" : "moonlight"; }
+
+std::optional<MomentumKind> parse_momentum_kind(const std::string& text) {
+  if (text == "ema" || text == "lerp") return MomentumKind::Ema;
+  if (text == "sum") return MomentumKind::Sum;
+  return std::nullopt;
+}
+
+std::optional<LrAdjust> parse_lr_adjust(const std::string& text) {
+  if (text == "none") return LrAdjust::None;
+  if (text == "original") return LrAdjust::Original;
+  if (text == "match_rms_adamw") return LrAdjust::MatchRmsAdamW;
+  if (text == "spectral") return LrAdjust::Spectral;
+  return std::nullopt;
+}
+
+std::optional<AdamFormula> parse_adam_formula(const std::string& text) {
+  if (text == "standard") return AdamFormula::Standard;
+  if (text == "moonlight") return AdamFormula::Moonlight;
+  return std::nullopt;
+}
+
+std::vector<std::string> preset_names() { return {"deepspeed", "keller", "moonlight", "torch"}; }
+
+OptimizerSettings preset_settings(const std::string& name) {
+  OptimizerSettings settings;
+  settings.preset = name;
+  MuonGroupSettings& muon = settings.muon;
+  AdamGroupSettings& adam = settings.adam;
+  if (name == "deepspeed") {
+    // deepspeed/runtime/zero/muon: EMA momentum, Nesterov by lerp, ns_method "gram" by default
+    // (f16, restart after step 2, square matrices through the bf16 standard iteration).
+    muon.lr = 0.02;
+    muon.momentum = 0.95;
+    muon.weight_decay = 0;
+    muon.momentum_kind = MomentumKind::Ema;
+    muon.lr_adjust = LrAdjust::Original;
+    muon.strategy = "gram";
+    muon.precision = ScalarType::F16;
+    muon.gram_restarts = std::vector<int>{2};
+    muon.square_uses_standard = true;
+    muon.square_precision = ScalarType::BF16;
+    adam = {3e-4, 0.9, 0.95, 1e-10, 0.0, AdamFormula::Standard};
+  } else if (name == "keller") {
+    // Keller Jordan's Muon as in modded-nanogpt: buf ← μ·buf + g, Nesterov g + μ·buf.
+    muon.lr = 0.02;
+    muon.momentum = 0.95;
+    muon.weight_decay = 0;
+    muon.momentum_kind = MomentumKind::Sum;
+    muon.lr_adjust = LrAdjust::Original;
+    muon.strategy = "standard";
+    muon.precision = ScalarType::BF16;
+    adam = {3e-4, 0.9, 0.95, 1e-10, 0.0, AdamFormula::Standard};
+  } else if (name == "moonlight") {
+    // Moonshot's Muon: summed momentum, lr · 0.2·sqrt(max(A, B)), one lr and wd for both groups,
+    // AdamW with eps outside the bias correction.
+    muon.lr = 1e-3;
+    muon.momentum = 0.95;
+    muon.weight_decay = 0.1;
+    muon.momentum_kind = MomentumKind::Sum;
+    muon.lr_adjust = LrAdjust::MatchRmsAdamW;
+    muon.strategy = "standard";
+    muon.precision = ScalarType::BF16;
+    adam = {1e-3, 0.95, 0.95, 1e-8, 0.1, AdamFormula::Moonlight};
+  } else if (name == "torch") {
+    // torch.optim.Muon (PyTorch >= 2.9): EMA, Nesterov, norm clamped at eps = 1e-7; the AdamW
+    // group takes torch.optim.AdamW's defaults.
+    muon.lr = 1e-3;
+    muon.momentum = 0.95;
+    muon.weight_decay = 0.1;
+    muon.momentum_kind = MomentumKind::Ema;
+    muon.lr_adjust = LrAdjust::Original;
+    muon.strategy = "standard";
+    muon.precision = ScalarType::BF16;
+    muon.ns_eps = 1e-7;
+    muon.norm_clamp = true;
+    adam = {1e-3, 0.9, 0.999, 1e-8, 0.01, AdamFormula::Standard};
+  } else {
+    std::string names;
+    for (const auto& preset : preset_names()) names += (names.empty() ? "" : ", ") + preset;
+    throw std::invalid_argument("unknown optimizer preset '" + name + "'; presets: " + names);
+  }
+  return settings;
+}
+
+std::string describe(const OptimizerSettings& settings) {
+  const MuonGroupSettings& m = settings.muon;
+  const AdamGroupSettings& a = settings.adam;
+  std::ostringstream out;
+  out << "preset = " << settings.preset << "\n"
+      << "muon.lr = " << m.lr << "\nmuon.momentum = " << m.momentum << "\nmuon.nesterov = " << (m.nesterov ? "true" : "false")
+      << "\nmuon.weight_decay = " << m.weight_decay << "\nmuon.momentum_kind = " << to_string(m.momentum_kind) << "\nmuon.lr_adjust = " << to_string(m.lr_adjust)
+      << "\nmuon.program = " << m.program << "\nmuon.strategy = " << m.strategy
+      << "\nmuon.precision = " << (m.precision ? to_string(*m.precision) : "(the program's)")
+      << "\nmuon.ns_steps = " << (m.ns_steps ? std::to_string(*m.ns_steps) : "(the program's)")
+      << "\nmuon.norm = " << (m.norm_clamp ? "X / max(|X|, eps)" : "X / (|X| + eps)") << "\nmuon.backend = " << m.backend << "\nadam.lr = " << a.lr
+      << "\nadam.betas = (" << a.beta1 << ", " << a.beta2 << ")\nadam.eps = " << a.eps << "\nadam.weight_decay = " << a.weight_decay
+      << "\nadam.formula = " << to_string(a.formula) << "\nexperts_as_batch = " << (settings.experts_as_batch ? "true" : "false") << "\n";
+  return out.str();
+}
+
+namespace {
+
+double parse_number(const std::string& key, const std::string& value) {
+  char* end = nullptr;
+  const double number = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !std::isfinite(number)) throw std::invalid_argument(key + ": '" + value + "' is not a finite number");
+  return number;
+}
+
+double parse_non_negative(const std::string& key, const std::string& value) {
+  const double number = parse_number(key, value);
+  if (number < 0) throw std::invalid_argument(key + " must be >= 0 (got " + value + ")");
+  return number;
+}
+
+double parse_unit_interval(const std::string& key, const std::string& value) {
+  const double number = parse_number(key, value);
+  if (number < 0 || number >= 1) throw std::invalid_argument(key + " must be in [0, 1) (got " + value + ")");
+  return number;
+}
+
+bool parse_bool(const std::string& key, const std::string& value) {
+  if (value == "true" || value == "1") return true;
+  if (value == "false" || value == "0") return false;
+  throw std::invalid_argument(key + ": '" + value + "' is not true or false");
+}
+
+}  // namespace
+
+void apply_setting(OptimizerSettings& settings, const std::string& key, const std::string& value) {
+  MuonGroupSettings& m = settings.muon;
+  AdamGroupSettings& a = settings.adam;
+  if (key == "muon.lr") m.lr = parse_non_negative(key, value);
+  else if (key == "muon.momentum") m.momentum = parse_unit_interval(key, value);
+  else if (key == "muon.nesterov") m.nesterov = parse_bool(key, value);
+  else if (key == "muon.weight_decay") m.weight_decay = parse_non_negative(key, value);
+  else if (key == "muon.momentum_kind") {
+    auto kind = parse_momentum_kind(value);
+    if (!kind) throw std::invalid_argument(key + ": '" + value + "' is not ema or sum");
+    m.momentum_kind = *kind;
+  } else if (key == "muon.lr_adjust") {
+    auto adjust = parse_lr_adjust(value);
+    if (!adjust) throw std::invalid_argument(key + ": '" + value + "' is not none, original, match_rms_adamw or spectral");
+    m.lr_adjust = *adjust;
+  } else if (key == "muon.program") {
+    if (value.empty()) throw std::invalid_argument(key + ": empty program name");
+    m.program = value;
+  } else if (key == "muon.strategy") {
+    if (value != "standard" && value != "gram" && value != "auto") throw std::invalid_argument(key + ": '" + value + "' is not standard, gram or auto");
+    m.strategy = value;
+  } else if (key == "muon.precision") {
+    auto type = parse_scalar_type(value);
+    if (!type || *type == ScalarType::F64) throw std::invalid_argument(key + ": '" + value + "' is not bf16, f16 or f32");
+    m.precision = *type;
+  } else if (key == "muon.ns_steps") {
+    const double steps = parse_number(key, value);
+    if (steps < 1 || steps > 100 || steps != std::floor(steps)) throw std::invalid_argument(key + " must be an integer in 1..100 (got " + value + ")");
+    m.ns_steps = static_cast<int>(steps);
+  } else if (key == "muon.ns_eps") {
+    const double eps = parse_number(key, value);
+    if (eps <= 0) throw std::invalid_argument(key + " must be > 0 (got " + value + ")");
+    m.ns_eps = eps;
+  } else if (key == "muon.norm_clamp") m.norm_clamp = parse_bool(key, value);
+  else if (key == "muon.backend") {
+    if (value != "ref" && value != "cpu" && value != "cuda") throw std::invalid_argument(key + ": '" + value + "' is not ref, cpu or cuda");
+    m.backend = value;
+  } else if (key == "muon.threads") m.threads = static_cast<int>(parse_non_negative(key, value));
+  else if (key == "adam.lr") a.lr = parse_non_negative(key, value);
+  else if (key == "adam.beta1") a.beta1 = parse_unit_interval(key, value);
+  else if (key == "adam.beta2") a.beta2 = parse_unit_interval(key, value);
+  else if (key == "adam.eps") {
+    a.eps = parse_number(key, value);
+    if (a.eps <= 0) throw std::invalid_argument(key + " must be > 0 (got " + value + ")");
+  } else if (key == "adam.weight_decay") a.weight_decay = parse_non_negative(key, value);
+  else if (key == "adam.formula") {
+    auto formula = parse_adam_formula(value);
+    if (!formula) throw std::invalid_argument(key + ": '" + value + "' is not standard or moonlight");
+    a.formula = *formula;
+  } else if (key == "experts_as_batch") settings.experts_as_batch = parse_bool(key, value);
+  else
+    throw std::invalid_argument("unknown optimizer setting '" + key +
+                                "'; settings: muon.lr, muon.momentum, muon.nesterov, muon.weight_decay, muon.momentum_kind, muon.lr_adjust, muon.program, "
+                                "muon.strategy, muon.precision, muon.ns_steps, muon.ns_eps, muon.norm_clamp, muon.backend, muon.threads, adam.lr, "
+                                "adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.formula, experts_as_batch");
+}
+
+}  // namespace orthojit::runtime

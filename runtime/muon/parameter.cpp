@@ -1,0 +1,35 @@
+// Parameter helpers (see parameter.h).
+#include "runtime/muon/parameter.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace orthojit::runtime {
+
+const char* to_string(DType type) {
+  switch (type) {
+    case DType::F32: return "f32";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+  }
+  return "?";
+}
+
+std::optional<DType> parse_dtype(const std::string& text) {
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == "f32" || lower == "float32" || lower == "float") return DType::F32;
+  if (lower == "bf16" || lower == "bfloat16") return DType::BF16;
+  if (lower == "f16" || lower == "float16" || lower == "half") return DType::F16;
+  return std::nullopt;
+}
+
+int dtype_bytes(DType type) { return type == DType::F32 ? 4 : 2; }
+
+int64_t Parameter::elements() const {
+  int64_t count = 1;
+  for (int64_t extent : shape) count *= extent;
+  return count;
+}
+
+}  // namespace orthojit::runtime

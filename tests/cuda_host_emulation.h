@@ -1,0 +1,237 @@
+// Host emulation of the CUDA that orthojit generates, for the tests that run generated kernels on
+// the CPU (tests/cuda_fused_small_test.cpp through fused_small_host_emulation.h, and
+// tests/cuda_host_emulator.cpp for the per-op kernels of generate_cuda). Generated source compiles
+// as plain C++ against this header instead of kernels/cuda/orthojit_device.cuh:
+//
+//   * CTAs run one at a time; a CTA is one std::thread per CUDA thread, __syncthreads() a
+//     std::barrier. threadIdx and blockIdx are thread_local, gridDim and blockDim global.
+//   * Static `__shared__` arrays (the per-op kernels' tiles and scratch) become function-local
+//     statics: one object that the CTA's threads share, right because CTAs run one at a time.
+//     `extern __shared__` (the fused kernel's dynamic shared memory) cannot be `static`; a source
+//     that declares only that defines OJ_EMULATION_DYNAMIC_SHARED_ONLY first, and the declaration
+//     binds to `shared_memory` below (poisoned before every CTA).
+//   * Only the PTX-backed vocabulary is replaced (conversions, mma, upper_tile, block_sum), with the
+//     same rounding (to nearest even); the m16n8k16 MMA is a warp collective: every lane posts its
+//     fragments, then computes its own four outputs from the whole warp's (f32 sums in k order).
+//   * uint4 checks the 16-byte alignment of every vector load and store: on the GPU a misaligned
+//     one is a fault, here it aborts with a message.
+//
+// oj_emu::launch runs a whole grid of a kernel whose parameters are all pointers, from an array of
+// untyped pointers (see its comment). Not part of the build: the tests compile it with `c++`.
+#pragma once
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#ifdef OJ_EMULATION_DYNAMIC_SHARED_ONLY
+#define __shared__
+#else
+#define __shared__ static
+#endif
+#define __restrict__
+
+struct Dim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+inline thread_local Dim3 threadIdx;
+inline thread_local Dim3 blockIdx;
+inline Dim3 gridDim, blockDim;
+inline std::barrier<>* cta_barrier;  // the running CTA's
+inline void __syncthreads() { cta_barrier->arrive_and_wait(); }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+using std::sqrt;
+// The kernel's `extern __shared__ unsigned char shared_memory[]` binds to this (one translation
+// unit includes this header: the generated source's).
+alignas(16) unsigned char shared_memory[256 * 1024];
+
+struct alignas(16) uint4 {
+  unsigned x = 0, y = 0, z = 0, w = 0;
+  uint4() = default;
+  uint4(unsigned a, unsigned b, unsigned c, unsigned d) : x(a), y(b), z(c), w(d) {}
+  // Every copy from or to memory is a 16-byte vector access on the GPU: check its alignment.
+  uint4(const uint4& other) : x(other.x), y(other.y), z(other.z), w(other.w) { check(&other); }
+  uint4& operator=(const uint4& other) {
+    check(this);
+    check(&other);
+    x = other.x, y = other.y, z = other.z, w = other.w;
+    return *this;
+  }
+  static void check(const void* at) {
+    if (reinterpret_cast<std::uintptr_t>(at) % 16 != 0) {
+      std::fprintf(stderr, "misaligned 16-byte access at %p (block %u,%u,%u thread %u)\n", at, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
+      std::abort();
+    }
+  }
+};
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4(x, y, z, w); }
+
+namespace oj {
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+inline float bf16_to_f32(u16 bits) { return __uint_as_float(static_cast<u32>(bits) << 16); }
+inline u16 f32_to_bf16(float value) {
+  if (std::isnan(value)) return 0x7fc0;
+  u32 bits;
+  std::memcpy(&bits, &value, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
+  return static_cast<u16>(bits >> 16);
+}
+inline float f16_to_f32(u16 bits) {
+  _Float16 half;
+  std::memcpy(&half, &bits, 2);
+  return static_cast<float>(half);
+}
+inline u16 f32_to_f16(float value) {
+  const _Float16 half = static_cast<_Float16>(value);  // round to nearest even
+  u16 bits;
+  std::memcpy(&bits, &half, 2);
+  return bits;
+}
+
+struct Bf16 {
+  typedef u16 storage;
+  static float load(u16 bits) { return bf16_to_f32(bits); }
+  static u16 store(float value) { return f32_to_bf16(value); }
+};
+struct F16 {
+  typedef u16 storage;
+  static float load(u16 bits) { return f16_to_f32(bits); }
+  static u16 store(float value) { return f32_to_f16(value); }
+};
+struct F32 {
+  typedef float storage;
+  static float load(float value) { return value; }
+  static float store(float value) { return value; }
+};
+
+// One warp's MMA exchange: the lanes' fragments (two sets, alternating between calls) and a
+// barrier that makes it a collective. One barrier per MMA suffices: a lane can post call n + 2's
+// fragments into the set call n used only after every lane arrived at call n + 1, that is, after
+// every lane finished reading call n's.
+struct WarpState {
+  std::barrier<> barrier{32};
+  u32 a[2][32][4], b[2][32][2];
+};
+inline std::unique_ptr<WarpState[]> warps;  // one per warp of the running CTA
+inline thread_local unsigned mma_calls;     // this lane's MMAs in the running CTA
+
+// D(16x8) += A(16x16)·B(16x8) with the fragment layout documented at oj::mma_bf16.
+inline void mma_16x8x16(bool bf16, float* c, const u32* a, const u32* b) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  WarpState& state = warps[warp];
+  const unsigned set = mma_calls++ % 2;
+  for (int q = 0; q < 4; ++q) state.a[set][lane][q] = a[q];
+  for (int q = 0; q < 2; ++q) state.b[set][lane][q] = b[q];
+  state.barrier.arrive_and_wait();
+  auto value = [&](u32 pair, int k) {
+    const u16 bits = static_cast<u16>(k % 2 ? pair >> 16 : pair & 0xffffu);
+    return bf16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+  };
+  // A[r][k] is in lane (r % 8)·4 + (k % 8)/2, register (r >= 8) + 2·(k >= 8); B[k][n] in lane
+  // n·4 + (k % 8)/2, register (k >= 8).
+  auto a_at = [&](int r, int k) { return value(state.a[set][(r % 8) * 4 + (k % 8) / 2][(r < 8 ? 0 : 1) + (k < 8 ? 0 : 2)], k); };
+  auto b_at = [&](int k, int n) { return value(state.b[set][n * 4 + (k % 8) / 2][k < 8 ? 0 : 1], k); };
+  for (int q = 0; q < 4; ++q) {
+    const int row = g + (q / 2) * 8, col = 2 * t + q % 2;
+    float sum = c[q];
+    for (int k = 0; k < 16; ++k) sum += a_at(row, k) * b_at(k, col);
+    c[q] = sum;
+  }
+}
+inline void mma_bf16(float* c, const u32* a, const u32* b) { mma_16x8x16(true, c, a, b); }
+inline void mma_f16(float* c, const u32* a, const u32* b) { mma_16x8x16(false, c, a, b); }
+
+inline void upper_tile(int index, int& ti, int& tj) {
+  int column = static_cast<int>((std::sqrt(8.0f * static_cast<float>(index) + 1.0f) - 1.0f) * 0.5f);
+  while (column * (column + 1) / 2 > index) --column;
+  while ((column + 1) * (column + 2) / 2 <= index) ++column;
+  tj = column;
+  ti = index - column * (column + 1) / 2;
+}
+
+template <typename T, int THREADS>
+T block_sum(T value, T* scratch) {
+  scratch[threadIdx.x] = value;
+  __syncthreads();
+  for (int width = THREADS / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) scratch[threadIdx.x] += scratch[threadIdx.x + width];
+    __syncthreads();
+  }
+  const T total = scratch[0];
+  __syncthreads();
+  return total;
+}
+
+}  // namespace oj
+
+namespace oj_emu {
+
+// Runs `body` (one CUDA thread's work, reading threadIdx and blockIdx) for every thread of every
+// CTA of `grid` x `block`, CTAs in order x fastest, then y, then z. The threads live for the whole
+// grid and meet at a barrier between CTAs (whose completion resets the per-CTA state). A thread
+// that returns early leaves the CTA's barrier (arrive_and_drop), as an exited CUDA thread no
+// longer holds up bar.sync.
+template <class Body>
+void run_grid(const unsigned grid[3], unsigned block, Body body) {
+  gridDim = {grid[0], grid[1], grid[2]};
+  blockDim = {block, 1, 1};
+  std::optional<std::barrier<>> cta;
+  auto next_cta = [&]() noexcept {
+    cta.emplace(static_cast<std::ptrdiff_t>(block));
+    cta_barrier = &*cta;
+    oj::warps.reset(new oj::WarpState[(block + 31) / 32]);
+    std::memset(shared_memory, 0xff, sizeof shared_memory);  // NaN bits in bf16, f16, f32 and f64
+  };
+  next_cta();
+  std::barrier between(static_cast<std::ptrdiff_t>(block), next_cta);
+  std::vector<std::thread> threads;
+  threads.reserve(block);
+  for (unsigned tid = 0; tid < block; ++tid)
+    threads.emplace_back([&, tid] {
+      threadIdx = {tid, 0, 0};
+      for (unsigned z = 0; z < grid[2]; ++z)
+        for (unsigned y = 0; y < grid[1]; ++y)
+          for (unsigned x = 0; x < grid[0]; ++x) {
+            blockIdx = {x, y, z};
+            oj::mma_calls = 0;
+            body();
+            cta_barrier->arrive_and_drop();
+            between.arrive_and_wait();
+          }
+    });
+  for (auto& thread : threads) thread.join();
+  cta_barrier = nullptr;
+}
+
+// A kernel whose parameters are all pointers, called with args[k] converted to the k-th
+// parameter's type (deduced from the kernel's own declaration, so no signature is parsed or
+// repeated). Returns -1, running nothing, when the argument count is not the kernel's arity.
+template <class... Params>
+int launch(void (*kernel)(Params...), void* const* args, int count, const unsigned grid[3], unsigned block) {
+  static_assert((std::is_pointer_v<Params> && ...), "every kernel parameter is a pointer");
+  if (count != static_cast<int>(sizeof...(Params))) return -1;
+  run_grid(grid, block, [&] { [&]<std::size_t... I>(std::index_sequence<I...>) { kernel(static_cast<Params>(args[I])...); }(std::index_sequence_for<Params...>{}); });
+  return 0;
+}
+
+}  // namespace oj_emu

@@ -1,0 +1,74 @@
+// Runs a generated CUDA program (generate_cuda's per-op kernels and launch sequence) on the CPU,
+// for tests without a GPU. Test infrastructure, not product code.
+//
+// The program's source is compiled with the host `c++` into a shared library, against
+// tests/cuda_host_emulation.h in place of the device vocabulary (one std::thread per CUDA thread,
+// a std::barrier for __syncthreads, the MMA as a warp collective, conversions rounding as the PTX
+// ones do), plus one trampoline per kernel:
+//
+//   extern "C" int oj_emu_launch_<kernel>(void* const* args, int count, const unsigned grid[3], unsigned block)
+//
+// which runs the kernel's whole grid with args[k] converted to the kernel's k-th parameter type.
+// Every generated kernel parameter is a pointer, so one untyped array carries any kernel's
+// arguments; the types come from the kernel's declaration by template deduction (oj_emu::launch),
+// so nothing parses the source or repeats a signature, and a kernel whose arity differs from its
+// Launch's argument list is reported instead of called with garbage. (Casting the kernel to
+// `void(*)(void*, ...)` of the right arity would work on x86-64 too, but calls through a
+// mismatched function type are undefined behavior and would hide an arity mismatch.)
+//
+// Memory is laid out as CudaExecutable lays it out on the device: one workspace with every planned
+// buffer at 256-byte aligned offsets, then the normalization partial sums; input and output
+// separate. Everything but the input starts poisoned (0xFF bytes: NaN in bf16, f16, f32 and f64),
+// and poisoned red zones follow the input, the output and the workspace, and fill the alignment gaps
+// between buffers; a run reports any of them written.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_codegen.h"
+
+namespace orthojit::cuda::emulation {
+
+// Whether a host C++ compiler (`c++`) is at hand.
+bool host_compiler_available();
+
+class HostEmulator {
+ public:
+  // Writes the source, the emulation header and the trampolines into `directory` (created),
+  // compiles and loads them. Throws std::runtime_error with the compiler's log on failure (the
+  // directory is kept then; otherwise the destructor removes it).
+  HostEmulator(CudaProgram program, std::filesystem::path directory);
+  ~HostEmulator();
+  HostEmulator(const HostEmulator&) = delete;
+  HostEmulator& operator=(const HostEmulator&) = delete;
+
+  struct Result {
+    std::vector<float> output;  // batch x output_elements
+    std::string memory_errors;  // red zones or alignment gaps that were written; empty when none
+  };
+  // `launch` index -> called before and after that launch runs (null: nothing).
+  using Hook = std::function<void(size_t launch)>;
+  // Runs the launch sequence in order on `input` (batch x input_elements f32). A kernel with the
+  // wrong arity throws std::runtime_error.
+  Result run(const std::vector<float>& input, const Hook& before = {}, const Hook& after = {});
+
+  // During a run (in the hooks) and after it: where a slot lives, as CudaExecutable binds it
+  // (a Buffer slot with buffer -1 is nullptr).
+  void* address(const Slot& slot) const;
+  const CudaProgram& program() const { return program_; }
+
+ private:
+  struct Memory;
+  CudaProgram program_;
+  std::filesystem::path directory_;
+  void* library_ = nullptr;
+  std::vector<void*> trampolines_;  // per launch
+  std::unique_ptr<Memory> memory_;
+};
+
+}  // namespace orthojit::cuda::emulation
