@@ -21,6 +21,7 @@
 
 #include "runtime/muon/hybrid_optimizer.h"
 #include "runtime/muon/parameter_tagging.h"
+#include "reference/singular_values.h"
 #include "support/rounding.h"
 
 namespace orthojit::runtime {
@@ -414,6 +415,31 @@ TEST(HybridOptimizer, Bf16ParametersAreRoundedOnceFromTheF64Update) {
     const double m = f32((1 - a.beta1) * g), v = f32((1 - a.beta2) * g * g);
     const double expected = round_to(ScalarType::BF16, p0 - a.lr * (m / (1 - a.beta1)) / (std::sqrt(v / (1 - a.beta2)) + a.eps));
     EXPECT_EQ(std::bit_cast<float>(static_cast<uint32_t>(bias[i]) << 16), static_cast<float>(expected)) << i;
+  }
+}
+
+// Each preset as shipped (16-bit NS on the CPU backend, gram for deepspeed): one step from zero
+// momentum moves a matrix by lr·s·O with O's singular values in the band the quintic maps into
+// (jordan: about 0.68..1.14 after 5 steps; 0.5..1.3 leaves room for bf16/f16 rounding).
+TEST(HybridOptimizer, PresetsAsShippedOrthogonalizeOnTheCpuBackend) {
+  std::mt19937 random(std::random_device{}());
+  for (const std::string& preset : preset_names()) {
+    SCOPED_TRACE(preset);
+    OptimizerSettings settings = preset_settings(preset);
+    settings.muon.weight_decay = 0;
+    settings.muon.lr_adjust = LrAdjust::None;
+    std::vector<float> p = random_values(24 * 96, random), g = random_values(24 * 96, random);
+    const std::vector<float> before = p;
+    HybridOptimizer optimizer({make("w", {24, 96}, p, g)}, settings);
+    const StepReport report = optimizer.step();
+    ASSERT_EQ(report.muon_updated, 1);
+    std::vector<double> update(p.size());
+    for (size_t i = 0; i < p.size(); ++i) update[i] = (static_cast<double>(before[i]) - p[i]) / settings.muon.lr;
+    const auto sigma = reference::singular_values(update, 24, 96);
+    for (double value : sigma) {
+      EXPECT_GT(value, 0.5);
+      EXPECT_LT(value, 1.3);
+    }
   }
 }
 

@@ -18,6 +18,11 @@ CudaExecutable::CudaExecutable(CudaProgram program, const NvrtcOutput& compiled)
   if (compiled.arch.rfind("compute_", 0) == 0) image.push_back('\0');  // PTX is loaded as a C string
   check(api.cuModuleLoadData(&module_, image.data()), "cuModuleLoadData (" + compiled.arch + " image on " + device.info().describe() + ")");
   for (const Launch& launch : program_.launches) {
+    // The hardware's grid limits: x up to 2^31 - 1, y and z up to 65535 (the batch is grid.z in
+    // the per-op kernels: larger batches must be split by the caller).
+    if (launch.grid[0] < 1 || launch.grid[0] > 2147483647 || launch.grid[1] < 1 || launch.grid[1] > 65535 || launch.grid[2] < 1 || launch.grid[2] > 65535)
+      throw std::invalid_argument(launch.kernel + ": grid " + std::to_string(launch.grid[0]) + "x" + std::to_string(launch.grid[1]) + "x" +
+                                  std::to_string(launch.grid[2]) + " exceeds the CUDA limits (x < 2^31, y and z <= 65535; a batch above 65535 must be split)");
     CUfunction function = nullptr;
     check(api.cuModuleGetFunction(&function, module_, launch.kernel.c_str()), "cuModuleGetFunction(" + launch.kernel + ")");
     if (launch.dynamic_shared_bytes > 48 * 1024) {
