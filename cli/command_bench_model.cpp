@@ -1,8 +1,6 @@
 // `orthojit bench --model CONFIG.json` (or --shape with --compare): standard Newton–Schulz, Gram
 // Newton–Schulz and the vendor library (OpenBLAS, standard iteration with ssyrk) for each shape,
 // timed in one run with the tuner's harness; medians and speedups; optionally a plot.
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +13,7 @@
 #include "cli/arguments.h"
 #include "cli/bench_model.h"
 #include "cli/model_config.h"
+#include "cli/python_plot.h"
 #include "cpu/vendor_gemm.h"
 #include "kernels/program_library.h"
 #include "reference/random_matrix.h"
@@ -54,19 +53,7 @@ fig.tight_layout()
 fig.savefig(sys.argv[2], dpi=130)
 )PY";
 
-void plot(const nlohmann::json& data, const std::string& png) {
-  const std::string stem = (std::filesystem::temp_directory_path() / ("orthojit-plot-" + std::to_string(::getpid()))).string();
-  {
-    std::ofstream(stem + ".json") << data.dump();
-    std::ofstream(stem + ".py") << kPlotScript;
-  }
-  const std::string command = "/usr/bin/python3 '" + stem + ".py' '" + stem + ".json' '" + png + "'";
-  const int status = std::system(command.c_str());
-  std::filesystem::remove(stem + ".json");
-  std::filesystem::remove(stem + ".py");
-  if (status != 0)
-    throw runtime::UsageError("plotting failed (" + command + "); it needs Debian's python3 with python3-matplotlib (scripts/install-deps.sh)");
-}
+void plot(const nlohmann::json& data, const std::string& png) { run_plot_script(kPlotScript, data, png); }
 
 std::string shape_label(int64_t rows, int64_t cols, int64_t batch) {
   return std::to_string(rows) + "x" + std::to_string(cols) + (batch > 1 ? "x" + std::to_string(batch) : "");

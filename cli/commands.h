@@ -13,6 +13,8 @@ int info_command(const std::vector<std::string>& args);
 int demo_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
 int tune_command(const std::vector<std::string>& args);
+int memory_command(const std::vector<std::string>& args);
+int plan_command(const std::vector<std::string>& args);
 
 extern const char* const kRunHelp;
 extern const char* const kCompileHelp;
@@ -20,5 +22,7 @@ extern const char* const kInfoHelp;
 extern const char* const kDemoHelp;
 extern const char* const kBenchHelp;
 extern const char* const kTuneHelp;
+extern const char* const kMemoryHelp;
+extern const char* const kPlanHelp;
 
 }  // namespace orthojit::cli

@@ -25,6 +25,8 @@ commands:
   bench     time a program on a shape and backend: median/p20/p80, GFLOP/s, fraction of peak;
             with --model: NS vs Gram vs the vendor library for every shape of a model
   tune      tune every matrix shape of a model (or one shape) and write tuning records
+  memory    optimizer-state memory of a model: AdamW alone vs hybrid Muon + AdamW
+  plan      ZeRO partition plan of a model for N ranks: straddling matrices, NS work, bytes moved
 
 Run `orthojit <command> --help` for a command's options. Programs are written in the orthojit
 DSL (docs/dsl.md); the shipped ones are listed by `orthojit info`.
@@ -61,7 +63,9 @@ int main(int argc, char** argv) {
                            {"info", cli::info_command, cli::kInfoHelp},
                            {"demo", cli::demo_command, cli::kDemoHelp},
                            {"bench", cli::bench_command, cli::kBenchHelp},
-                           {"tune", cli::tune_command, cli::kTuneHelp}};
+                           {"tune", cli::tune_command, cli::kTuneHelp},
+                           {"memory", cli::memory_command, cli::kMemoryHelp},
+                           {"plan", cli::plan_command, cli::kPlanHelp}};
   for (const auto& entry : entries) {
     if (command != entry.name) continue;
     if (wants_help(args)) {
@@ -84,6 +88,6 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::fprintf(stderr, "orthojit: unknown command '%s'; expected run, compile, info, demo or bench (see `orthojit --help`)\n", command.c_str());
+  std::fprintf(stderr, "orthojit: unknown command '%s'; expected run, compile, info, demo, bench, tune or memory (see `orthojit --help`)\n", command.c_str());
   return 2;
 }

@@ -3,8 +3,11 @@
 // nothing C++ crosses the boundary.
 #include "orthojit/orthojit.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <ios>
 #include <limits>
 #include <memory>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "kernels/program_library.h"
+#include "runtime/muon/deepspeed_config.h"
 #include "runtime/muon/hybrid_optimizer.h"
 #include "runtime/muon/optimizer_settings.h"
 #include "runtime/muon/parameter.h"
@@ -22,9 +26,6 @@
 #include "runtime/npy_file.h"
 #include "runtime/orthogonalize.h"
 #include "support/source_location.h"
-#if ORTHOJIT_HAVE_DEEPSPEED_CONFIG
-#include "runtime/muon/deepspeed_config.h"
-#endif
 
 #ifndef ORTHOJIT_VERSION
 #define ORTHOJIT_VERSION "unknown"
@@ -236,14 +237,11 @@ oj_status oj_optimizer_create_from_deepspeed_config(const char* path, oj_optimiz
       [&]() -> oj_status {
         const std::string file = require_string(path, "path");
         require(out, "out");
-#if ORTHOJIT_HAVE_DEEPSPEED_CONFIG
+        if (!std::ifstream(file)) throw_api(OJ_IO_ERROR, "cannot read " + file + ": " + std::strerror(errno));
         auto optimizer = std::make_unique<oj_optimizer>();
         optimizer->settings = rt::load_deepspeed_config(file).optimizer;
         *out = optimizer.release();
         return OJ_OK;
-#else
-        throw_api(OJ_UNAVAILABLE, "this build has no DeepSpeed config reader (" + file + " was not read)");
-#endif
       },
       OJ_IO_ERROR);
 }

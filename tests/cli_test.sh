@@ -144,6 +144,31 @@ expect 0 "AdamW, not tuned" -- "$orthojit" tune --model "$ORTHOJIT_SOURCE_DIR/ex
 expect 0 "gram/std" -- "$orthojit" bench --shape 32x128 --compare --budget 1
 expect 0 "\"vendor_speedup\"" -- "$orthojit" bench --model default --budget 2 --json
 
+# memory: optimizer-state bytes, AdamW alone vs Muon + AdamW
+models="$ORTHOJIT_SOURCE_DIR/examples/models"
+expect 0 "usage: orthojit memory" -- "$orthojit" memory --help
+expect 0 "124,439,808 parameters; embeddings tied" -- "$orthojit" memory --model "$models/gpt2-small.json"
+expect 0 "34.1% less optimizer state" -- "$orthojit" memory --model "$models/gpt2-small.json" --per-head
+expect 0 "lm_head" -- "$orthojit" memory --model "$models/gpt2-small.json" --tied-embeddings no
+expect 0 "43.5% less optimizer state" -- "$orthojit" memory --model "$models/llama-3-8b.json"
+expect 0 '"reduction_percent"' -- "$orthojit" memory --model "$models/qwen2.5-3b.json" --json
+expect 0 "q, k, v biases (Qwen2, per layer)" -- "$orthojit" memory --model "$models/qwen2.5-3b.json"
+expect 0 "Muon: hidden matrices" -- "$orthojit" memory --model default
+if "$orthojit" memory --model "$models/llama-3-8b.json" --json | /usr/bin/python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+s = r["optimizer_state_bytes"]
+assert r["parameters"]["total"] == 8030261248, r["parameters"]
+assert s["adamw_only"]["total"] == 8 * 8030261248
+assert s["hybrid"]["total"] == 4 * r["parameters"]["muon_matrices"] + 8 * (r["parameters"]["adamw_matrices"] + r["parameters"]["one_dimensional"])
+assert 40 < r["reduction_percent"] < 50
+'; then echo "ok: memory --json is valid JSON with consistent totals"; else echo "FAIL: memory --json"; failures=$((failures + 1)); fi
+expect 2 "invalid --tied-embeddings 'maybe'; expected auto, yes or no" -- "$orthojit" memory --model "$models/gpt2-small.json" --tied-embeddings maybe
+expect 2 "missing required option --model" -- "$orthojit" memory
+expect 2 "cannot read the model configuration" -- "$orthojit" memory --model "$work/missing.json"
+expect 2 'no "vocab_size"' -- "$orthojit" memory --model "$work/partial.json"
+echo '{"hidden_size": ' > "$work/truncated.json"
+expect 2 "is not valid JSON" -- "$orthojit" memory --model "$work/truncated.json"
 
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]

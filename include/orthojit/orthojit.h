@@ -10,8 +10,9 @@
  * only on success. Passing NULL where a pointer is required, or a value outside an enum, returns
  * OJ_INVALID_ARGUMENT.
  *
- * Threads. Distinct handles may be used from distinct threads at the same time; one handle must
- * not be used by two threads at once.
+ * Threads. One handle must not be used by two threads at once. Handles share the runtime's
+ * compiled kernels (through locked caches); running distinct handles on distinct threads at the
+ * same time is not yet covered by a test.
  *
  * Typical use:
  *
@@ -118,8 +119,10 @@ typedef struct oj_optimizer oj_optimizer; /* opaque */
 oj_status oj_optimizer_create(const char* preset, oj_optimizer** out);
 
 /* Creates an optimizer from the optimizer section of a DeepSpeed JSON config file
- * ({"optimizer": {"type": "Muon", "params": {...}}}); OJ_IO_ERROR when the file cannot be read,
- * OJ_INVALID_ARGUMENT when it is not a valid config. */
+ * ({"optimizer": {"type": "muon", "params": {"lr": ..., "momentum": ..., ...}}}, read as
+ * runtime/muon/deepspeed_config.h documents; the other sections are validated, not used here).
+ * OJ_IO_ERROR when the file cannot be read; OJ_INVALID_ARGUMENT, naming the JSON path, when it
+ * is not a valid config. */
 oj_status oj_optimizer_create_from_deepspeed_config(const char* path, oj_optimizer** out);
 
 /* Frees the handle and its state (never the trainer's data or gradients). NULL is a no-op. */
@@ -197,8 +200,8 @@ const char* oj_optimizer_skip_reason(const oj_optimizer* optimizer);
  * finite. Allowed before and after build. */
 oj_status oj_optimizer_set_learning_rates(oj_optimizer* optimizer, double muon_lr, double adam_lr);
 
-/* Optimizer state held, in bytes, per group (f32 buffers: Muon 4 per element, AdamW 8 per
- * element plus the step count). Either pointer may be NULL. Builds first if needed. */
+/* Optimizer state held, in bytes, per group (f32 buffers: Muon 4 per element, the momentum;
+ * AdamW 8 per element, the two moments). Either pointer may be NULL. Builds first if needed. */
 oj_status oj_optimizer_state_bytes(oj_optimizer* optimizer, int64_t* muon_bytes, int64_t* adam_bytes);
 
 /* Steps taken so far. */
@@ -223,10 +226,11 @@ oj_status oj_optimizer_parameter_info(oj_optimizer* optimizer, int64_t index, oj
 oj_status oj_optimizer_qk_clip(oj_optimizer* optimizer, const char* q_name, const char* k_name, int64_t head_rows,
                                const double* s_max, int64_t n_heads, double tau);
 
-/* The optimizer state (momentum buffers, AdamW moments and step counts; not the parameters,
- * which the trainer owns) to a safetensors file, written atomically, and back. Loading checks
- * every tensor against this optimizer's parameters before changing anything (a mismatch:
- * OJ_INVALID_ARGUMENT or OJ_IO_ERROR, nothing changed). Both build first if needed. */
+/* The optimizer state (momentum buffers, AdamW moments and step counts, the steps taken; not
+ * the parameters, which the trainer owns) to a safetensors file, written atomically, and back.
+ * Loading checks every tensor against this optimizer's parameters (names, shapes, types, tags)
+ * before changing anything: a file that cannot be read, is not an orthojit optimizer state or
+ * does not match is OJ_IO_ERROR, and nothing changes. Both build first if needed. */
 oj_status oj_optimizer_save_state(oj_optimizer* optimizer, const char* path);
 oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path);
 

@@ -70,7 +70,7 @@ uint64_t read_u64_le(const std::string& bytes) {
   return value;
 }
 
-int64_t read_nonnegative(const nlohmann::json& value, const std::string& origin, const std::string& what) {
+int64_t read_nonnegative(const nlohmann::ordered_json& value, const std::string& origin, const std::string& what) {
   if (!value.is_number_unsigned()) fail(origin, what + " must be a non-negative integer, found " + value.dump());
   const uint64_t number = value.get<uint64_t>();
   if (number > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) fail(origin, what + " is too large: " + value.dump());
@@ -187,18 +187,19 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& o
   // Parse, noticing duplicate names (nlohmann's parser would keep only the last).
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
-  const nlohmann::json::parser_callback_t track = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::object_start) open_objects.emplace_back();
-    else if (event == nlohmann::json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
-    else if (event == nlohmann::json::parse_event_t::key && depth == 1 && !open_objects.empty() && duplicate.empty() &&
+  using Json = nlohmann::ordered_json;  // the header's order breaks ties between empty tensors at one offset
+  const Json::parser_callback_t track = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
+    else if (event == Json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    else if (event == Json::parse_event_t::key && depth == 1 && !open_objects.empty() && duplicate.empty() &&
              !open_objects.back().insert(parsed.get<std::string>()).second)
       duplicate = parsed.get<std::string>();
     return true;
   };
-  nlohmann::json header;
+  Json header;
   try {
-    header = nlohmann::json::parse(header_text.begin(), header_text.end(), track);
-  } catch (const nlohmann::json::exception& error) {
+    header = Json::parse(header_text.begin(), header_text.end(), track);
+  } catch (const Json::exception& error) {
     fail(origin, std::string("the header is not valid JSON: ") + error.what());
   }
   if (!header.is_object()) fail(origin, "the header is not a JSON object");

@@ -1,0 +1,158 @@
+// The ZeRO partition planner (see partition_plan.h).
+#include "runtime/zero/partition_plan.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+namespace orthojit::runtime {
+
+const char* to_string(OrthogonalizationMode mode) { return mode == OrthogonalizationMode::DeepSpeed ? "deepspeed" : "balanced"; }
+
+double PartitionPlan::ideal_cost() const {
+  // Each matrix once, spread evenly (deepspeed mode computes straddlers more than once).
+  double once = 0;
+  for (const PlannedTensor& tensor : tensors) once += tensor.cost;
+  return ranks.empty() ? 0 : once / static_cast<double>(ranks.size());
+}
+
+double PartitionPlan::max_cost() const {
+  double most = 0;
+  for (const RankSummary& rank : ranks) most = std::max(most, rank.orthogonalization_cost);
+  return most;
+}
+
+double PartitionPlan::mean_cost() const {
+  if (ranks.empty()) return 0;
+  double total = 0;
+  for (const RankSummary& rank : ranks) total += rank.orthogonalization_cost;
+  return total / static_cast<double>(ranks.size());
+}
+
+PartitionPlan plan_partitions(const std::vector<PlanTensor>& tensors, const PlanSettings& settings) {
+  if (settings.world < 1) throw std::invalid_argument("the world size must be at least 1 (got " + std::to_string(settings.world) + ")");
+  if (settings.stage < 1 || settings.stage > 3) throw std::invalid_argument("ZeRO stage must be 1, 2 or 3 (got " + std::to_string(settings.stage) + ")");
+  if (settings.alignment < 1) throw std::invalid_argument("the alignment must be at least 1 element");
+  PartitionPlan plan;
+  plan.settings = settings;
+  const int64_t world = settings.world, alignment = settings.alignment;
+  int64_t offset = 0;
+  for (const PlanTensor& tensor : tensors) {
+    if (tensor.elements <= 0) throw std::invalid_argument("tensor '" + tensor.name + "' has no elements");
+    if (tensor.muon && tensor.batch * tensor.rows * tensor.cols != tensor.elements)
+      throw std::invalid_argument("tensor '" + tensor.name + "': " + std::to_string(tensor.batch) + " x " + std::to_string(tensor.rows) + " x " +
+                                  std::to_string(tensor.cols) + " matrices do not make its " + std::to_string(tensor.elements) + " elements");
+    offset = (offset + alignment - 1) / alignment * alignment;
+    PlannedTensor planned;
+    planned.tensor = tensor;
+    planned.offset = offset;
+    if (tensor.muon) {
+      const double m = static_cast<double>(std::min(tensor.rows, tensor.cols)), n = static_cast<double>(std::max(tensor.rows, tensor.cols));
+      planned.cost = static_cast<double>(tensor.batch) * m * m * n;
+    }
+    plan.tensors.push_back(planned);
+    offset += tensor.elements;
+  }
+  const int64_t unit = world * alignment;
+  plan.padded_elements = std::max<int64_t>(unit, (offset + unit - 1) / unit * unit);
+  plan.partition_elements = plan.padded_elements / world;
+  plan.ranks.resize(static_cast<size_t>(world));
+  for (int64_t rank = 0; rank < world; ++rank) {
+    plan.ranks[static_cast<size_t>(rank)].begin = rank * plan.partition_elements;
+    plan.ranks[static_cast<size_t>(rank)].end = (rank + 1) * plan.partition_elements;
+  }
+  auto slice = [&](const PlannedTensor& tensor, int rank) {  // elements of `tensor` in `rank`'s partition
+    const RankSummary& summary = plan.ranks[static_cast<size_t>(rank)];
+    return std::max<int64_t>(0, std::min(summary.end, tensor.offset + tensor.tensor.elements) - std::max(summary.begin, tensor.offset));
+  };
+  for (PlannedTensor& tensor : plan.tensors) {
+    const int first = static_cast<int>(tensor.offset / plan.partition_elements);
+    const int last = static_cast<int>((tensor.offset + tensor.tensor.elements - 1) / plan.partition_elements);
+    for (int rank = first; rank <= last; ++rank) tensor.owners.push_back(rank);
+  }
+  // Who orthogonalizes what.
+  if (settings.mode == OrthogonalizationMode::DeepSpeed) {
+    for (PlannedTensor& tensor : plan.tensors)
+      if (tensor.tensor.muon) tensor.orthogonalizers = tensor.owners;
+  } else {
+    // Longest processing time first, the costliest matrix first. A matrix goes to its least
+    // loaded owner when that keeps the owner within 5% of the ideal share (nothing to move:
+    // the owner holds the gradient and keeps the momentum), else to the least loaded rank
+    // (LPT proper). Ties go to the lower rank, so every rank computes the same plan.
+    std::vector<size_t> order;
+    double total_cost = 0;
+    for (size_t i = 0; i < plan.tensors.size(); ++i)
+      if (plan.tensors[i].tensor.muon) {
+        order.push_back(i);
+        total_cost += plan.tensors[i].cost;
+      }
+    const double ideal = total_cost / static_cast<double>(world);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return plan.tensors[a].cost > plan.tensors[b].cost; });
+    std::vector<double> load(static_cast<size_t>(world), 0.0);
+    for (size_t index : order) {
+      PlannedTensor& tensor = plan.tensors[index];
+      int owner = tensor.owners.front();
+      for (int rank : tensor.owners)
+        if (load[static_cast<size_t>(rank)] < load[static_cast<size_t>(owner)]) owner = rank;
+      int best = owner;
+      if (load[static_cast<size_t>(owner)] + tensor.cost > 1.05 * ideal) {
+        best = 0;
+        for (int rank = 1; rank < world; ++rank)
+          if (load[static_cast<size_t>(rank)] < load[static_cast<size_t>(best)]) best = rank;
+      }
+      tensor.orthogonalizers = {best};
+      load[static_cast<size_t>(best)] += tensor.cost;
+    }
+  }
+  // Per-rank work and memory.
+  const bool deepspeed = settings.mode == OrthogonalizationMode::DeepSpeed;
+  int64_t straddling_gather = 0, balanced_gather = 0, balanced_scatter = 0;
+  for (const PlannedTensor& tensor : plan.tensors) {
+    if (!tensor.tensor.muon) {
+      for (int rank : tensor.owners) plan.ranks[static_cast<size_t>(rank)].optimizer_bytes += settings.state_bytes_adam * slice(tensor, rank);
+      continue;
+    }
+    for (int rank : tensor.orthogonalizers) {
+      plan.ranks[static_cast<size_t>(rank)].orthogonalization_cost += tensor.cost;
+      plan.ranks[static_cast<size_t>(rank)].matrices += 1;
+    }
+    for (int rank : tensor.owners) {
+      // deepspeed: a full momentum copy on every owner; balanced: momentum of the slice only.
+      plan.ranks[static_cast<size_t>(rank)].optimizer_bytes += settings.state_bytes_muon * (deepspeed ? tensor.tensor.elements : slice(tensor, rank));
+      // deepspeed, stages 2-3: every owner of a straddler receives the pieces it lacks.
+      if (deepspeed && tensor.straddles()) straddling_gather += tensor.tensor.elements - slice(tensor, rank);
+    }
+    if (!deepspeed) {
+      const int target = tensor.orthogonalizers.front();
+      balanced_gather += tensor.tensor.elements - slice(tensor, target);  // U pieces to the orthogonalizer
+      balanced_scatter += tensor.tensor.elements - slice(tensor, target);  // O pieces back to the owners
+    }
+  }
+  const int64_t partition = plan.partition_elements, padded = plan.padded_elements;
+  for (RankSummary& rank : plan.ranks) {
+    rank.gradient_bytes = settings.gradient_bytes * (settings.stage >= 2 ? partition : padded);
+    rank.parameter_bytes = settings.parameter_bytes * (settings.stage >= 3 ? partition : padded);
+  }
+  // Bytes on the wire per step, summed over ranks (ring collectives: a reduce-scatter or an
+  // all-gather of S bytes sends (N−1)/N·S per rank, an all-reduce twice that).
+  const int64_t n = world;
+  const int64_t gradient_total = settings.gradient_bytes * padded, parameter_total = settings.parameter_bytes * padded;
+  if (settings.stage == 1)
+    plan.collectives.push_back({"all-reduce gradients", 2 * (n - 1) * gradient_total, "2·(N−1)·G"});
+  else
+    plan.collectives.push_back({"reduce-scatter gradients", (n - 1) * gradient_total, "(N−1)·G"});
+  if (deepspeed && settings.stage >= 2)
+    plan.collectives.push_back({"gather straddling Muon gradients to their owners", settings.gradient_bytes * straddling_gather,
+                                "Σ straddlers Σ owners (elements − own slice)·g"});
+  if (!deepspeed) {
+    plan.collectives.push_back({"gather Muon updates U to their orthogonalizer (f32)", 4 * balanced_gather, "Σ matrices (elements − slice on the orthogonalizer)·4"});
+    plan.collectives.push_back({"scatter orthogonalized O to the owners (f32)", 4 * balanced_scatter, "Σ matrices (elements − slice on the orthogonalizer)·4"});
+  }
+  if (settings.stage <= 2)
+    plan.collectives.push_back({"all-gather updated parameters", (n - 1) * parameter_total, "(N−1)·P"});
+  else
+    plan.collectives.push_back({"all-gather parameters for forward and backward", 2 * (n - 1) * parameter_total, "2·(N−1)·P"});
+  return plan;
+}
+
+}  // namespace orthojit::runtime

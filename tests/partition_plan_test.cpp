@@ -1,0 +1,123 @@
+// The ZeRO partition planner: partitions cover the padded flat buffer, owners and straddlers are
+// what the offsets say (checked against a brute-force walk over every element), deepspeed mode
+// orthogonalizes on every owner, balanced mode once per matrix within 15% of the ideal on the
+// example models, and the bytes each collective moves match the ring formulas.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "autotune/model_shapes.h"
+#include "runtime/zero/model_layout.h"
+#include "runtime/zero/partition_plan.h"
+
+namespace orthojit::runtime {
+namespace {
+
+std::vector<PlanTensor> random_model(std::mt19937& random, int count) {
+  std::uniform_int_distribution<int64_t> extent(1, 40);
+  std::vector<PlanTensor> tensors;
+  for (int i = 0; i < count; ++i) {
+    PlanTensor tensor;
+    tensor.name = "t" + std::to_string(i);
+    tensor.muon = random() % 3 != 0;
+    tensor.rows = extent(random);
+    tensor.cols = tensor.muon ? extent(random) : 1;
+    tensor.batch = tensor.muon && random() % 4 == 0 ? 3 : 1;
+    tensor.elements = tensor.batch * tensor.rows * tensor.cols;
+    tensors.push_back(tensor);
+  }
+  return tensors;
+}
+
+TEST(PartitionPlan, OwnersAndStraddlersMatchAnElementWalk) {
+  std::mt19937 random(std::random_device{}());
+  for (int trial = 0; trial < 40; ++trial) {
+    PlanSettings settings;
+    settings.world = 1 + static_cast<int>(random() % 7);
+    settings.stage = 1 + static_cast<int>(random() % 3);
+    settings.alignment = std::vector<int64_t>{1, 2, 8, 16}[random() % 4];
+    settings.mode = random() % 2 ? OrthogonalizationMode::DeepSpeed : OrthogonalizationMode::Balanced;
+    const auto tensors = random_model(random, 1 + static_cast<int>(random() % 30));
+    const PartitionPlan plan = plan_partitions(tensors, settings);
+    SCOPED_TRACE("world " + std::to_string(settings.world) + " alignment " + std::to_string(settings.alignment));
+    ASSERT_EQ(plan.ranks.size(), static_cast<size_t>(settings.world));
+    EXPECT_EQ(plan.padded_elements % (settings.world * settings.alignment), 0);
+    EXPECT_EQ(plan.ranks.front().begin, 0);
+    EXPECT_EQ(plan.ranks.back().end, plan.padded_elements);
+    for (size_t r = 1; r < plan.ranks.size(); ++r) EXPECT_EQ(plan.ranks[r].begin, plan.ranks[r - 1].end);
+    int64_t previous_end = 0;
+    for (const PlannedTensor& tensor : plan.tensors) {
+      EXPECT_EQ(tensor.offset % settings.alignment, 0);
+      EXPECT_GE(tensor.offset, previous_end);  // no overlap
+      previous_end = tensor.offset + tensor.tensor.elements;
+      std::set<int> owners;
+      for (int64_t e = tensor.offset; e < previous_end; ++e)
+        for (int r = 0; r < settings.world; ++r)
+          if (e >= plan.ranks[static_cast<size_t>(r)].begin && e < plan.ranks[static_cast<size_t>(r)].end) owners.insert(r);
+      EXPECT_EQ(std::vector<int>(owners.begin(), owners.end()), tensor.owners) << tensor.tensor.name;
+      if (!tensor.tensor.muon) {
+        EXPECT_TRUE(tensor.orthogonalizers.empty());
+      } else if (settings.mode == OrthogonalizationMode::DeepSpeed) {
+        EXPECT_EQ(tensor.orthogonalizers, tensor.owners);
+      } else {
+        EXPECT_EQ(tensor.orthogonalizers.size(), 1u);
+      }
+    }
+    EXPECT_LE(previous_end, plan.padded_elements);
+  }
+}
+
+TEST(PartitionPlan, BalancedModeIsWithinFifteenPercentOfIdealOnTheExampleModels) {
+  for (const char* model : {"gpt2-small", "qwen2.5-3b", "llama-3-8b", "deepseek-v2-lite"}) {
+    std::ifstream file(std::string(ORTHOJIT_SOURCE_DIR) + "/examples/models/" + model + ".json");
+    const auto shapes = autotune::derive_model_matrices(nlohmann::json::parse(file));
+    const auto tensors = model_plan_tensors(shapes);
+    for (int world : {2, 4, 8}) {
+      PlanSettings settings;
+      settings.world = world;
+      settings.stage = 2;
+      settings.mode = OrthogonalizationMode::Balanced;
+      const PartitionPlan plan = plan_partitions(tensors, settings);
+      EXPECT_LE(plan.max_cost(), 1.15 * plan.ideal_cost()) << model << " on " << world << " ranks";
+      double assigned = 0;
+      for (const auto& rank : plan.ranks) assigned += rank.orthogonalization_cost;
+      EXPECT_NEAR(assigned, plan.ideal_cost() * world, 1e-6 * assigned) << "every matrix exactly once";
+    }
+  }
+}
+
+TEST(PartitionPlan, CollectiveBytesFollowTheRingFormulas) {
+  // Two Muon matrices of 6 x 10 and an AdamW vector of 20: 140 elements, world 4, alignment 1:
+  // padded to 140, partitions of 35. The first matrix [0, 60) straddles ranks 0 and 1, the second
+  // [60, 120) ranks 1, 2 and 3.
+  std::vector<PlanTensor> tensors = {{"a", 60, true, 1, 6, 10}, {"b", 60, true, 1, 6, 10}, {"bias", 20, false, 1, 20, 1}};
+  PlanSettings settings;
+  settings.world = 4;
+  settings.stage = 2;
+  settings.gradient_bytes = 2;
+  settings.parameter_bytes = 2;
+  const PartitionPlan plan = plan_partitions(tensors, settings);
+  ASSERT_EQ(plan.partition_elements, 35);
+  EXPECT_EQ(plan.tensors[0].owners, (std::vector<int>{0, 1}));
+  EXPECT_EQ(plan.tensors[1].owners, (std::vector<int>{1, 2, 3}));
+  ASSERT_EQ(plan.collectives.size(), 3u);
+  EXPECT_EQ(plan.collectives[0].bytes, 3 * 2 * 140);  // reduce-scatter: (N−1)·G
+  // Straddler gathers: a: rank 0 holds 35 and lacks 25, rank 1 holds 25 and lacks 35; b: rank 1
+  // holds 10 (lacks 50), rank 2 holds 35 (lacks 25), rank 3 holds 15 (lacks 45).
+  EXPECT_EQ(plan.collectives[1].bytes, 2 * (25 + 35 + 50 + 25 + 45));
+  EXPECT_EQ(plan.collectives[2].bytes, 3 * 2 * 140);  // all-gather parameters
+  // Muon momentum: a full copy on every owner in deepspeed mode.
+  EXPECT_EQ(plan.ranks[1].optimizer_bytes, 4 * (60 + 60));
+  EXPECT_EQ(plan.ranks[3].optimizer_bytes, 4 * 60 + 8 * 20);
+  settings.mode = OrthogonalizationMode::Balanced;
+  const PartitionPlan balanced = plan_partitions(tensors, settings);
+  EXPECT_EQ(balanced.ranks[1].optimizer_bytes, 4 * 35);  // slices only
+  EXPECT_THROW(plan_partitions(tensors, PlanSettings{0, 1}), std::invalid_argument);
+  EXPECT_THROW(plan_partitions(tensors, PlanSettings{2, 4}), std::invalid_argument);
+  EXPECT_THROW(plan_partitions({{"bad", 10, true, 1, 3, 3}}, settings), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace orthojit::runtime

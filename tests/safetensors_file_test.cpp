@@ -1,0 +1,291 @@
+// The safetensors format: bit-exact round trips, files built by hand from the specification (so
+// we read what other tools write, not only what we write), the checksum in "__metadata__", a
+// specific error for every structural problem, and atomic writes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/muon/safetensors_file.h"
+
+namespace orthojit {
+namespace {
+
+using runtime::NamedTensor;
+using runtime::SafetensorsError;
+
+namespace fs = std::filesystem;
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "orthojit_st_" + name; }
+
+std::vector<unsigned char> as_bytes(const void* data, size_t size) {
+  const auto* first = static_cast<const unsigned char*>(data);
+  return {first, first + size};
+}
+
+NamedTensor f32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& values) {
+  return {name, "F32", std::move(shape), as_bytes(values.data(), values.size() * sizeof(float))};
+}
+
+// A file as the specification describes it: the 8-byte little-endian length, the header as
+// given (padded with spaces to a multiple of 8 when `pad`), the data.
+std::string build_file(const std::string& header, const std::string& data, bool pad = true) {
+  std::string text = header;
+  while (pad && text.size() % 8 != 0) text.push_back(' ');
+  std::string file;
+  uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i) {
+    file.push_back(static_cast<char>(length & 0xff));
+    length >>= 8;
+  }
+  return file + text + data;
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string read_error(const std::string& path) {
+  try {
+    runtime::read_safetensors(path);
+  } catch (const SafetensorsError& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+std::string error_of(const std::string& name, const std::string& header, const std::string& data) {
+  const std::string path = temp_path(name);
+  write_file(path, build_file(header, data));
+  return read_error(path);
+}
+
+std::string floats(const std::vector<float>& values) { return {reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)}; }
+
+TEST(SafetensorsFile, RoundTripsBitExactWithEmptyTensorsAndMetadata) {
+  const std::vector<float> weights = {1.0f, -0.0f, 3.5e-41f /* subnormal */, std::numeric_limits<float>::infinity(), std::nanf("0x123"), 7.25f};
+  const int64_t step = 123456789012345;
+  const std::vector<uint16_t> halves = {0x3c00, 0x7e01, 0x8001};
+  std::vector<NamedTensor> tensors = {
+      f32_tensor("layers.0.weight.momentum_buffer", {2, 3}, weights),
+      {"layers.0.bias.step", "I64", {}, as_bytes(&step, sizeof step)},
+      {"empty_bf16", "BF16", {0}, {}},
+      {"empty_2d", "F16", {4, 0}, {}},
+      {"halves", "F16", {3}, as_bytes(halves.data(), 6)},
+      {"brains", "BF16", {1, 3}, as_bytes(halves.data(), 6)},
+  };
+  const std::map<std::string, std::string> metadata = {{"orthojit.format", "hybrid-optimizer-state/1"}, {"note", "ünïcode \"quoted\""}, {"empty", ""}};
+  const std::string path = temp_path("roundtrip.safetensors");
+  runtime::write_safetensors(path, tensors, metadata);
+
+  const runtime::SafetensorsFile file = runtime::read_safetensors(path);
+  ASSERT_EQ(file.tensors.size(), tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {  // in the written order (the order of the data)
+    EXPECT_EQ(file.tensors[i].name, tensors[i].name);
+    EXPECT_EQ(file.tensors[i].dtype, tensors[i].dtype);
+    EXPECT_EQ(file.tensors[i].shape, tensors[i].shape);
+    EXPECT_EQ(file.tensors[i].bytes, tensors[i].bytes) << tensors[i].name;
+  }
+  EXPECT_EQ(file.metadata, metadata);
+  ASSERT_TRUE(file.checksum.has_value());
+  EXPECT_EQ(file.checksum->size(), 64u);
+  ASSERT_NE(file.find("halves"), nullptr);
+  EXPECT_EQ(file.find("nope"), nullptr);
+
+  // The layout of the specification: the header length, a header padded to a multiple of 8.
+  const std::string bytes = read_file(path);
+  uint64_t header_length = 0;
+  for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  EXPECT_EQ(header_length % 8, 0u);
+  EXPECT_EQ(bytes[8], '{');
+  EXPECT_EQ(bytes.size(), 8 + header_length + 6 * 4 + 8 + 6 + 6);
+  // Nothing but the file itself in the directory (the temporary file was renamed).
+  for (const auto& entry : fs::directory_iterator(fs::path(path).parent_path()))
+    EXPECT_EQ(entry.path().filename().string().find("orthojit_st_roundtrip.safetensors.tmp"), std::string::npos) << entry.path();
+
+  // No tensors at all is a valid file too.
+  runtime::write_safetensors(path, {}, {});
+  EXPECT_TRUE(runtime::read_safetensors(path).tensors.empty());
+}
+
+TEST(SafetensorsFile, ReadsAFileBuiltByHandFromTheSpecification) {
+  // Header entries in any order (here not the data's), no checksum (another tool's file),
+  // "__metadata__" first as the reference writer puts it.
+  const std::vector<float> weight = {1.5f, -2.0f, 0.25f, 8.0f};
+  const int64_t bias = -7;
+  const std::string header = R"({"__metadata__":{"format":"pt"},)"
+                             R"("model.bias":{"dtype":"I64","shape":[1],"data_offsets":[16,24]},)"
+                             R"("model.weight":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+  const std::string data = floats(weight) + std::string(reinterpret_cast<const char*>(&bias), sizeof bias);
+  for (bool pad : {true, false}) {  // unpadded headers (older writers) are read too
+    const std::string path = temp_path("handbuilt.safetensors");
+    write_file(path, build_file(header, data, pad));
+    const runtime::SafetensorsFile file = runtime::read_safetensors(path);
+    ASSERT_EQ(file.tensors.size(), 2u);
+    EXPECT_EQ(file.tensors[0].name, "model.weight");  // ordered by data offset
+    EXPECT_EQ(file.tensors[0].dtype, "F32");
+    EXPECT_EQ(file.tensors[0].shape, (std::vector<int64_t>{2, 2}));
+    std::vector<float> read(4);
+    std::memcpy(read.data(), file.tensors[0].bytes.data(), 16);
+    EXPECT_EQ(read, weight);
+    EXPECT_EQ(file.tensors[1].name, "model.bias");
+    int64_t read_bias = 0;
+    std::memcpy(&read_bias, file.tensors[1].bytes.data(), 8);
+    EXPECT_EQ(read_bias, -7);
+    EXPECT_EQ(file.metadata, (std::map<std::string, std::string>{{"format", "pt"}}));
+    EXPECT_FALSE(file.checksum.has_value());
+  }
+}
+
+TEST(SafetensorsFile, AFlippedDataByteFailsTheChecksum) {
+  const std::string path = temp_path("flipped.safetensors");
+  runtime::write_safetensors(path, {f32_tensor("w", {2, 2}, {1, 2, 3, 4})}, {});
+  std::string bytes = read_file(path);
+  bytes[bytes.size() - 3] = static_cast<char>(bytes[bytes.size() - 3] ^ 0x10);
+  write_file(path, bytes);
+  const std::string error = read_error(path);
+  EXPECT_NE(error.find(path), std::string::npos) << error;
+  EXPECT_NE(error.find("the data is corrupt: its SHA-256 is"), std::string::npos) << error;
+  EXPECT_NE(error.find("orthojit.sha256"), std::string::npos) << error;
+}
+
+TEST(SafetensorsFile, NamesEachStructuralProblem) {
+  const std::string path = temp_path("truncated.safetensors");
+  runtime::write_safetensors(path, {f32_tensor("w", {2, 2}, {1, 2, 3, 4})}, {});
+  const std::string good = read_file(path);
+
+  // Truncated: the data ends early; then so early that the header is cut; then not even 8 bytes.
+  write_file(path, good.substr(0, good.size() - 5));
+  std::string error = read_error(path);
+  EXPECT_NE(error.find(path + ": not a valid safetensors file: tensor \"w\" has data_offsets [0, 16] beyond the data buffer's 11 bytes"), std::string::npos)
+      << error;
+  write_file(path, good.substr(0, 20));
+  EXPECT_NE(read_error(path).find("goes beyond the end of the file"), std::string::npos) << read_error(path);
+  write_file(path, good.substr(0, 5));
+  EXPECT_NE(read_error(path).find("the file has 5 bytes, fewer than the 8 of the header length"), std::string::npos) << read_error(path);
+
+  // A header length larger than the file.
+  std::string bad_length = good;
+  bad_length[5] = '\x01';  // 2^40 + ...
+  write_file(path, bad_length);
+  error = read_error(path);
+  EXPECT_NE(error.find("the header length 1099511627"), std::string::npos) << error;
+  EXPECT_NE(error.find("goes beyond the end of the file"), std::string::npos) << error;
+
+  const std::string data = floats({1, 2, 3, 4});
+  error = error_of("overlap.safetensors", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                   data);
+  EXPECT_NE(error.find("tensor \"b\" has data_offsets [4, 12] that overlap those of \"a\""), std::string::npos) << error;
+
+  error = error_of("gap.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data);
+  EXPECT_NE(error.find("there is a gap of 4 bytes in the data buffer before tensor \"b\""), std::string::npos) << error;
+
+  error = error_of("tail.safetensors", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})", data);
+  EXPECT_NE(error.find("the data buffer has 16 bytes but the tensors cover 12"), std::string::npos) << error;
+
+  error = error_of("dtype.safetensors", R"({"a":{"dtype":"Q4","shape":[4],"data_offsets":[0,16]}})", data);
+  EXPECT_NE(error.find("tensor \"a\" has unknown dtype \"Q4\"; expected one of F64, F32, F16, BF16, I64"), std::string::npos) << error;
+
+  error = error_of("count.safetensors", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", data);
+  EXPECT_NE(error.find("tensor \"a\" of shape [3] and dtype F32 needs 12 bytes, but its data_offsets [0, 16] hold 16"), std::string::npos) << error;
+
+  error = error_of("duplicate.safetensors",
+                   R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data);
+  EXPECT_NE(error.find("the header names \"a\" twice"), std::string::npos) << error;
+
+  error = error_of("json.safetensors", R"({"a":{"dtype":"F32",)", data);
+  EXPECT_NE(error.find("the header is not valid JSON"), std::string::npos) << error;
+
+  error = error_of("negative.safetensors", R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", data);
+  EXPECT_NE(error.find("a dimension must be a non-negative integer, found -4"), std::string::npos) << error;
+
+  error = error_of("metadata.safetensors", R"({"__metadata__":{"k":3},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", data);
+  EXPECT_NE(error.find("\"__metadata__\" value of \"k\" must be a string"), std::string::npos) << error;
+
+  error = error_of("missing.safetensors", R"({"a":{"dtype":"F32","shape":[4]}})", data);
+  EXPECT_NE(error.find("tensor \"a\" has no \"data_offsets\""), std::string::npos) << error;
+
+  EXPECT_NE(read_error(temp_path("does-not-exist.safetensors")).find("cannot open for reading"), std::string::npos);
+}
+
+TEST(SafetensorsFile, RefusesInvalidTensorsOnWriting) {
+  const std::string path = temp_path("invalid-write.safetensors");
+  auto write_error = [&](const std::vector<NamedTensor>& tensors, const std::map<std::string, std::string>& metadata = {}) -> std::string {
+    try {
+      runtime::write_safetensors(path, tensors, metadata);
+    } catch (const SafetensorsError& error) {
+      return error.what();
+    }
+    return "(no error)";
+  };
+  std::remove(path.c_str());
+  EXPECT_NE(write_error({{"a", "F32", {3}, std::vector<unsigned char>(8)}}).find("needs 12 bytes, has 8"), std::string::npos);
+  EXPECT_NE(write_error({{"a", "F24", {1}, std::vector<unsigned char>(3)}}).find("unknown dtype \"F24\""), std::string::npos);
+  EXPECT_NE(write_error({f32_tensor("a", {1}, {1}), f32_tensor("a", {1}, {2})}).find("two tensors are named \"a\""), std::string::npos);
+  EXPECT_NE(write_error({f32_tensor("__metadata__", {1}, {1})}).find("cannot be named"), std::string::npos);
+  EXPECT_NE(write_error({}, {{"orthojit.sha256", "x"}}).find("is reserved"), std::string::npos);
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST(SafetensorsFile, AFailedWriteLeavesNothingBehind) {
+  const std::vector<NamedTensor> tensors = {f32_tensor("w", {2}, {1, 2})};
+  // A directory that does not exist.
+  const std::string missing = temp_path("no-such-dir") + "/state.safetensors";
+  EXPECT_THROW(runtime::write_safetensors(missing, tensors, {}), SafetensorsError);
+  EXPECT_FALSE(fs::exists(fs::path(missing).parent_path()));
+
+  // The rename fails (the target is a non-empty directory): the temporary file is removed.
+  const fs::path dir = temp_path("atomic-dir");
+  fs::remove_all(dir);
+  fs::create_directories(dir / "target.safetensors" / "occupied");
+  try {
+    runtime::write_safetensors((dir / "target.safetensors").string(), tensors, {});
+    ADD_FAILURE() << "writing over a directory succeeded";
+  } catch (const SafetensorsError& error) {
+    EXPECT_NE(std::string(error.what()).find("cannot rename the temporary file into place"), std::string::npos) << error.what();
+  }
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir)) left.push_back(entry.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"target.safetensors"});
+
+  // An existing file survives a failed write untouched.
+  const std::string existing = (dir / "existing.safetensors").string();
+  runtime::write_safetensors(existing, tensors, {{"version", "1"}});
+  const std::string before = read_file(existing);
+  EXPECT_THROW(runtime::write_safetensors(existing, {{"bad", "F32", {5}, {}}}, {}), SafetensorsError);
+  EXPECT_EQ(read_file(existing), before);
+
+  // A directory without write permission (meaningless for root, which may write anywhere).
+  if (::geteuid() != 0) {
+    const fs::path locked = dir / "locked";
+    fs::create_directories(locked);
+    fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+    const std::string target = (locked / "state.safetensors").string();
+    try {
+      runtime::write_safetensors(target, tensors, {});
+      ADD_FAILURE() << "writing into a read-only directory succeeded";
+    } catch (const SafetensorsError& error) {
+      EXPECT_NE(std::string(error.what()).find(target + ": cannot create a temporary file next to it"), std::string::npos) << error.what();
+    }
+    EXPECT_TRUE(fs::is_empty(locked));
+    fs::permissions(locked, fs::perms::owner_all);
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace orthojit
