@@ -32,9 +32,12 @@ namespace {
 
 using emulation::HostEmulator;
 
+bool triangular(const ir::Function& function, const ir::Node& node);
+
 ir::Function schedule(const dsl::Program& program, int64_t rows, int64_t cols, int64_t batch, ir::StrategyKind strategy,
-                      std::optional<ScalarType> precision = std::nullopt) {
+                      std::optional<ScalarType> precision = std::nullopt, std::optional<std::vector<int>> gram_restarts = std::nullopt) {
   passes::CompileOptions options;
+  options.gram_restarts = gram_restarts;
   options.rows = rows;
   options.cols = cols;
   options.batch = batch;
@@ -45,13 +48,14 @@ ir::Function schedule(const dsl::Program& program, int64_t rows, int64_t cols, i
 
 dsl::Program shipped(const char* name) { return kernels::load_program_by_name_or_path(name); }
 
-// Two Jordan steps, every kind of product the standard schedule makes: X·Xᵀ (triangular, B read
+// Jordan steps, every kind of product the standard schedule makes: X·Xᵀ (triangular, B read
 // k-contiguous), c·A·A + b·A (triangular, with C), B·X + a·X (dense, row-major B); the gram
 // strategy turns them into m x m chains.
-dsl::Program two_steps(const char* storage) {
-  return dsl::parse_program(std::string("orthogonalizer two_steps {\n  precision { storage = ") + storage +
+dsl::Program steps(const char* storage, int count) {
+  return dsl::parse_program(std::string("orthogonalizer steps {\n  precision { storage = ") + storage +
                             "; accumulate = f32; norm = f32; }\n  normalize frobenius(safety = 1.0, eps = 1e-7);\n"
-                            "  coefficients jordan repeat 2;\n  step {\n    A = X @ X.T;\n    B = b * A + c * A @ A;\n    X = a * X + B @ X;\n  }\n}\n");
+                            "  coefficients jordan repeat " + std::to_string(count) +
+                            ";\n  step {\n    A = X @ X.T;\n    B = b * A + c * A @ A;\n    X = a * X + B @ X;\n  }\n}\n");
 }
 
 struct Case {
@@ -389,22 +393,44 @@ TEST(CudaGeneratedEmulation, ShippedProgramsMatchTheReference) {
   run_cases(cases);
 }
 
-// Every tile configuration of the search space for every product, on a wide shape that is ragged
-// for every tile (48 and 80 rows/columns, k = 80 or 48: a partial last k-step for BK 32 and 64),
-// both strategies. Triangular products with a non-square tile take the default (square) tile.
+// Every tile configuration of the search space on every kind of product, on a wide shape that is
+// ragged for every tile (48 and 80 rows/columns, k = 80 or 48: a partial last k-step for BK 32 and
+// 64), both strategies, six steps per program (so that it builds and runs in seconds). Dense
+// products take the configurations in turn, and so do triangular products among the square ones
+// (generate_cuda gives a triangular product with a non-square tile the default tile). The standard
+// schedule has one dense and two triangular products per step; the gram one restarts after every
+// step here, so that it has a dense product (Q·X) per step too, between its m x m chains.
+CodegenOptions rotating_tiles(const ir::Function& function) {
+  std::vector<TileConfig> all = tile_configs(), square;
+  std::copy_if(all.begin(), all.end(), std::back_inserter(square), [](const TileConfig& tile) { return tile.bm == tile.bn; });
+  CodegenOptions options;
+  size_t dense = 0, upper = 0;
+  for (const ir::Node& node : function.nodes)
+    if (node.kind == ir::OpKind::Gemm)
+      options.gemm_tiles.push_back(triangular(function, node) ? square[upper++ % square.size()] : all[dense++ % all.size()]);
+  return options;
+}
+
 TEST(CudaGeneratedEmulation, EveryTileConfigMatchesTheReference) {
   std::vector<Case> cases;
-  for (const TileConfig& tile : tile_configs())
-    for (const auto strategy : {kStandard, kGram}) {
-      CodegenOptions options;
-      options.gemm_tiles.assign(64, tile);
-      cases.push_back(make_case("two_steps bf16 " + std::string(ir::to_string(strategy)) + " 48x80x2 tile " + tile.label(),
-                                schedule(two_steps("bf16"), 48, 80, 2, strategy), options));
-    }
+  for (const auto strategy : {kStandard, kGram}) {
+    ir::Function function = schedule(steps("bf16", 6), 48, 80, 2, strategy, std::nullopt, std::vector<int>{1, 2, 3, 4, 5});
+    CodegenOptions options = rotating_tiles(function);
+    cases.push_back(make_case("six_steps bf16 " + std::string(ir::to_string(strategy)) + " 48x80x2, all tiles", std::move(function), std::move(options)));
+  }
   // Several 128-row tiles per side (triangular: three upper tiles of four), f16, BK 64.
   CodegenOptions big;
   big.gemm_tiles.assign(64, TileConfig{128, 128, 64, 2, 4});
-  cases.push_back(make_case("two_steps f16 standard 136x200 tile 128x128x64/2x4", schedule(two_steps("f16"), 136, 200, 1, kStandard), big));
+  cases.push_back(make_case("two_steps f16 standard 136x200 tile 128x128x64/2x4", schedule(steps("f16", 2), 136, 200, 1, kStandard), big));
+  // Coverage: every configuration ran a dense product, every square one a triangular product.
+  for (const Case& c : {cases[0], cases[1]})
+    for (const TileConfig& tile : tile_configs()) {
+      bool dense = false, upper = false;
+      for (const Launch& launch : c.program.launches)
+        if (launch.summary.find("tile " + tile.label()) != std::string::npos) (launch.summary.ends_with("triangular") ? upper : dense) = true;
+      EXPECT_TRUE(dense) << c.name << ": no dense product with " << tile.label();
+      EXPECT_TRUE(upper || tile.bm != tile.bn) << c.name << ": no triangular product with " << tile.label();
+    }
   run_cases(cases);
 }
 
