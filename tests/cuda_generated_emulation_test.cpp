@@ -422,6 +422,7 @@ TEST(CudaGeneratedEmulation, EveryTileConfigMatchesTheReference) {
   CodegenOptions big;
   big.gemm_tiles.assign(64, TileConfig{128, 128, 64, 2, 4});
   cases.push_back(make_case("two_steps f16 standard 136x200 tile 128x128x64/2x4", schedule(steps("f16", 2), 136, 200, 1, kStandard), big));
+  if (std::getenv("DUMP")) for (const Launch& l : cases[1].program.launches) std::printf("%s\n", l.summary.c_str());
   // Coverage: every configuration ran a dense product, every square one a triangular product.
   for (const Case& c : {cases[0], cases[1]})
     for (const TileConfig& tile : tile_configs()) {
