@@ -16,69 +16,10 @@
 namespace orthojit::runtime {
 namespace {
 
-double load(DType type, const void* base, int64_t index) {
-  switch (type) {
-    case DType::F32: return static_cast<const float*>(base)[index];
-    case DType::BF16: return std::bit_cast<float>(static_cast<uint32_t>(static_cast<const uint16_t*>(base)[index]) << 16);
-    case DType::F16: return static_cast<double>(std::bit_cast<_Float16>(static_cast<const uint16_t*>(base)[index]));
-  }
-  return 0;
-}
-
-// Rounds `value` once (to nearest even) to the parameter's type.
-void store(DType type, void* base, int64_t index, double value) {
-  switch (type) {
-    case DType::F32: static_cast<float*>(base)[index] = static_cast<float>(value); return;
-    case DType::BF16: {
-      const float rounded = static_cast<float>(round_to(ScalarType::BF16, value));  // exact in f32
-      static_cast<uint16_t*>(base)[index] = static_cast<uint16_t>(std::bit_cast<uint32_t>(rounded) >> 16);
-      return;
-    }
-    case DType::F16:
-      static_cast<uint16_t*>(base)[index] = std::bit_cast<uint16_t>(static_cast<_Float16>(round_to(ScalarType::F16, value)));
-      return;
-  }
-}
-
-double lr_scale(LrAdjust adjust, int64_t rows, int64_t cols) {
-  const double r = static_cast<double>(rows), c = static_cast<double>(cols);
-  switch (adjust) {
-    case LrAdjust::None: return 1.0;
-    case LrAdjust::Original: return std::sqrt(std::max(1.0, r / c));
-    case LrAdjust::MatchRmsAdamW: return 0.2 * std::sqrt(std::max(r, c));
-    case LrAdjust::Spectral: return std::sqrt(r / c);
-  }
-  return 1.0;
-}
-
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "(";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + ")";
-}
-
-// The orthogonalizer program with the settings' schedule and normalization overrides applied.
-dsl::Program muon_program(const MuonGroupSettings& muon) {
-  dsl::Program program = kernels::load_program_by_name_or_path(muon.program);
-  if (muon.coefficients) {
-    const int steps = muon.ns_steps.value_or(static_cast<int>(program.steps.size()));
-    program.steps.assign(static_cast<size_t>(steps), *muon.coefficients);
-    program.coefficient_set.clear();
-  } else if (muon.ns_steps && static_cast<size_t>(*muon.ns_steps) != program.steps.size()) {
-    // A constant schedule (jordan) repeats; a per-step one (polar express) has no natural extension.
-    const bool constant = std::all_of(program.steps.begin(), program.steps.end(), [&](const dsl::Triple& t) { return t == program.steps.front(); });
-    if (!constant || program.steps.empty())
-      throw std::invalid_argument("muon.ns_steps = " + std::to_string(*muon.ns_steps) + ": " + program.name + " has " + std::to_string(program.steps.size()) +
-                                  " steps with different coefficients; give muon coefficients too, or a program with that many steps");
-    program.steps.assign(static_cast<size_t>(*muon.ns_steps), program.steps.front());
-  }
-  if (muon.ns_eps) program.normalization.eps = *muon.ns_eps;
-  if (muon.norm_clamp) program.normalization.mode = dsl::Normalization::Mode::Clamp;
-  // Gram restarts must lie inside the (possibly changed) schedule.
-  program.gram_restarts.erase(std::remove_if(program.gram_restarts.begin(), program.gram_restarts.end(),
-                                             [&](int step) { return step < 1 || static_cast<size_t>(step) >= program.steps.size(); }),
-                              program.gram_restarts.end());
-  return program;
 }
 
 }  // namespace
@@ -89,7 +30,8 @@ struct HybridOptimizer::Entry {
   MatrixPlan plan;
 };
 
-HybridOptimizer::HybridOptimizer(std::vector<Parameter> parameters, OptimizerSettings settings) : settings_(std::move(settings)) {
+HybridOptimizer::HybridOptimizer(std::vector<Parameter> parameters, OptimizerSettings settings)
+    : settings_(std::move(settings)), orthogonalizer_(std::make_unique<BlockOrthogonalizer>(settings_.muon)) {
   std::map<std::string, bool> seen;
   for (Parameter& parameter : parameters) {
     if (parameter.name.empty()) throw std::invalid_argument("a parameter has an empty name");
@@ -117,26 +59,6 @@ HybridOptimizer::HybridOptimizer(std::vector<Parameter> parameters, OptimizerSet
 
 HybridOptimizer::~HybridOptimizer() = default;
 
-std::shared_ptr<CompiledOrthogonalizer> HybridOptimizer::orthogonalizer(int64_t batch, int64_t rows, int64_t cols) {
-  const std::string key = std::to_string(batch) + "x" + std::to_string(rows) + "x" + std::to_string(cols);
-  if (auto found = orthogonalizers_.find(key); found != orthogonalizers_.end()) return found->second;
-  const MuonGroupSettings& muon = settings_.muon;
-  OrthogonalizeOptions options;
-  options.strategy = muon.strategy;
-  options.precision = muon.precision;
-  options.gram_restarts = muon.gram_restarts;
-  options.backend = muon.backend;
-  options.threads = muon.threads;
-  if (muon.strategy == "gram" && rows == cols && muon.square_uses_standard) {
-    options.strategy = "standard";
-    options.gram_restarts.reset();
-    if (muon.square_precision) options.precision = muon.square_precision;
-  }
-  auto compiled = compile_orthogonalizer(muon_program(muon), batch, rows, cols, options);
-  orthogonalizers_.emplace(key, compiled);
-  return compiled;
-}
-
 StepReport HybridOptimizer::step() {
   StepReport report;
   // Every gradient is checked before anything changes: a non-finite value skips the whole step.
@@ -145,7 +67,7 @@ StepReport HybridOptimizer::step() {
     if (!p.grad) continue;
     const int64_t count = p.elements();
     for (int64_t i = 0; i < count; ++i) {
-      const double value = load(p.grad_dtype, p.grad, i);
+      const double value = load_element(p.grad_dtype, p.grad, i);
       if (!std::isfinite(value)) {
         report.skipped = true;
         report.reason = "parameter '" + p.name + "': gradient element " + std::to_string(i) + " is " + (std::isnan(value) ? "NaN" : "infinite") +
@@ -162,7 +84,7 @@ StepReport HybridOptimizer::step() {
       continue;
     }
     gradient.resize(static_cast<size_t>(p.elements()));
-    for (size_t i = 0; i < gradient.size(); ++i) gradient[i] = static_cast<float>(load(p.grad_dtype, p.grad, static_cast<int64_t>(i)));
+    for (size_t i = 0; i < gradient.size(); ++i) gradient[i] = static_cast<float>(load_element(p.grad_dtype, p.grad, static_cast<int64_t>(i)));
     if (entry.muon) {
       muon_update(entry, gradient, report);
       ++report.muon_updated;
@@ -176,72 +98,23 @@ StepReport HybridOptimizer::step() {
 }
 
 void HybridOptimizer::muon_update(Entry& entry, const std::vector<float>& gradient, StepReport& report) {
-  const MuonGroupSettings& muon = settings_.muon;
   const Parameter& p = entry.parameter;
   State& state = state_.at(p.name);
-  const double beta = muon.momentum;
-  std::vector<float> update(gradient.size());
-  for (size_t i = 0; i < gradient.size(); ++i) {
-    const double g = gradient[i], m = state.momentum[i];
-    const float momentum = static_cast<float>(muon.momentum_kind == MomentumKind::Ema ? m + (1.0 - beta) * (g - m) : beta * m + g);
-    state.momentum[i] = momentum;
-    double u = momentum;
-    if (muon.nesterov) u = muon.momentum_kind == MomentumKind::Ema ? g + beta * (static_cast<double>(momentum) - g) : g + beta * momentum;
-    update[i] = static_cast<float>(u);
-  }
-  // Orthogonalize every block: blocks of equal height go through one batched call.
-  const MatrixPlan& plan = entry.plan;
-  const int64_t cols = plan.cols, matrix_elements = plan.rows * plan.cols;
-  std::vector<float> orthogonal(update.size());
-  std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> by_height;  // rows -> (matrix, row offset)
-  for (int64_t matrix = 0; matrix < plan.batch; ++matrix)
-    for (const MatrixBlock& block : plan.blocks) by_height[block.rows].push_back({matrix, block.row_offset});
-  const auto started = std::chrono::steady_clock::now();
-  std::vector<float> staging, result;
-  for (const auto& [rows, blocks] : by_height) {
-    const int64_t block_elements = rows * cols;
-    staging.resize(static_cast<size_t>(block_elements) * blocks.size());
-    result.resize(staging.size());
-    for (size_t b = 0; b < blocks.size(); ++b)
-      std::memcpy(staging.data() + static_cast<int64_t>(b) * block_elements, update.data() + blocks[b].first * matrix_elements + blocks[b].second * cols,
-                  static_cast<size_t>(block_elements) * sizeof(float));
-    orthogonalizer(static_cast<int64_t>(blocks.size()), rows, cols)->run(staging.data(), result.data());
-    for (size_t b = 0; b < blocks.size(); ++b)
-      std::memcpy(orthogonal.data() + blocks[b].first * matrix_elements + blocks[b].second * cols, result.data() + static_cast<int64_t>(b) * block_elements,
-                  static_cast<size_t>(block_elements) * sizeof(float));
-  }
-  report.orthogonalize_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  // p ← p·(1 − lr·wd) − lr·s·O, s from each block's own shape.
-  const double decay = 1.0 - muon.lr * muon.weight_decay;
-  for (int64_t matrix = 0; matrix < plan.batch; ++matrix)
-    for (const MatrixBlock& block : plan.blocks) {
-      const double step = muon.lr * lr_scale(muon.lr_adjust, block.rows, cols);
-      const int64_t begin = matrix * matrix_elements + block.row_offset * cols, end = begin + block.rows * cols;
-      for (int64_t i = begin; i < end; ++i)
-        store(p.dtype, p.data, i, load(p.dtype, p.data, i) * decay - step * static_cast<double>(orthogonal[static_cast<size_t>(i)]));
-    }
+  const int64_t count = static_cast<int64_t>(gradient.size());
+  std::vector<float> update(gradient.size()), orthogonal(gradient.size());
+  muon_momentum(settings_.muon, gradient.data(), state.momentum.data(), update.data(), count);
+  const double before = orthogonalizer_->seconds();
+  orthogonalizer_->orthogonalize(entry.plan, update.data(), orthogonal.data());
+  report.orthogonalize_seconds += orthogonalizer_->seconds() - before;
+  apply_muon(settings_.muon, entry.plan, p.dtype, p.data, orthogonal.data(), 0, count);
 }
 
 void HybridOptimizer::adam_update(Entry& entry, const std::vector<float>& gradient) {
-  const AdamGroupSettings& adam = settings_.adam;
   const Parameter& p = entry.parameter;
   State& state = state_.at(p.name);
   state.step += 1;
-  const double t = static_cast<double>(state.step);
-  const double bias1 = 1.0 - std::pow(adam.beta1, t), bias2 = 1.0 - std::pow(adam.beta2, t);
-  const double decay = 1.0 - adam.lr * adam.weight_decay;
-  for (size_t i = 0; i < gradient.size(); ++i) {
-    const double g = gradient[i];
-    const float m = static_cast<float>(state.exp_avg[i] + (1.0 - adam.beta1) * (g - state.exp_avg[i]));
-    const float v = static_cast<float>(state.exp_avg_sq[i] + (1.0 - adam.beta2) * (g * g - state.exp_avg_sq[i]));
-    state.exp_avg[i] = m;
-    state.exp_avg_sq[i] = v;
-    double step;
-    if (adam.formula == AdamFormula::Standard) step = adam.lr * (m / bias1) / (std::sqrt(v / bias2) + adam.eps);
-    else step = adam.lr * std::sqrt(bias2) / bias1 * (m / (adam.eps + std::sqrt(static_cast<double>(v))));
-    const int64_t index = static_cast<int64_t>(i);
-    store(p.dtype, p.data, index, load(p.dtype, p.data, index) * decay - step);
-  }
+  adam_step(settings_.adam, state.step, gradient.data(), state.exp_avg.data(), state.exp_avg_sq.data(), p.dtype, p.data, 0,
+            static_cast<int64_t>(gradient.size()));
 }
 
 void HybridOptimizer::set_learning_rates(double muon_lr, double adam_lr) {
@@ -249,6 +122,7 @@ void HybridOptimizer::set_learning_rates(double muon_lr, double adam_lr) {
     throw std::invalid_argument("learning rates must be finite and >= 0");
   settings_.muon.lr = muon_lr;
   settings_.adam.lr = adam_lr;
+  // The orthogonalizers do not depend on the lr: the cache stays valid.
 }
 
 namespace {
@@ -310,7 +184,7 @@ void HybridOptimizer::qk_clip(const std::string& q_name, const std::string& k_na
       if (gamma >= 1.0) continue;  // below the threshold: untouched (not even rounded)
       const double factor = std::sqrt(gamma);
       const int64_t begin = static_cast<int64_t>(head) * head_rows * row_length, end = begin + head_rows * row_length;
-      for (int64_t i = begin; i < end; ++i) store(p.dtype, p.data, i, load(p.dtype, p.data, i) * factor);
+      for (int64_t i = begin; i < end; ++i) store_element(p.dtype, p.data, i, load_element(p.dtype, p.data, i) * factor);
     }
   }
 }

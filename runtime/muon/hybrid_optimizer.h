@@ -27,10 +27,9 @@
 #include "runtime/muon/optimizer_settings.h"
 #include "runtime/muon/parameter.h"
 #include "runtime/muon/parameter_tagging.h"
+#include "runtime/muon/update_rules.h"
 
 namespace orthojit::runtime {
-
-class CompiledOrthogonalizer;
 
 struct StepReport {
   bool skipped = false;
@@ -99,12 +98,11 @@ class HybridOptimizer {
   struct Entry;
   void muon_update(Entry& entry, const std::vector<float>& gradient, StepReport& report);
   void adam_update(Entry& entry, const std::vector<float>& gradient);
-  std::shared_ptr<CompiledOrthogonalizer> orthogonalizer(int64_t batch, int64_t rows, int64_t cols);
 
   OptimizerSettings settings_;
   std::vector<Entry> entries_;
   std::map<std::string, State> state_;
-  std::map<std::string, std::shared_ptr<CompiledOrthogonalizer>> orthogonalizers_;
+  std::unique_ptr<BlockOrthogonalizer> orthogonalizer_;
   int64_t steps_ = 0;
 };
 

@@ -1,0 +1,160 @@
+// Update rules (see update_rules.h).
+#include "runtime/muon/update_rules.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/program_library.h"
+#include "runtime/orthogonalize.h"
+#include "support/rounding.h"
+
+namespace orthojit::runtime {
+
+double load_element(DType type, const void* base, int64_t index) {
+  switch (type) {
+    case DType::F32: return static_cast<const float*>(base)[index];
+    case DType::BF16: return std::bit_cast<float>(static_cast<uint32_t>(static_cast<const uint16_t*>(base)[index]) << 16);
+    case DType::F16: return static_cast<double>(std::bit_cast<_Float16>(static_cast<const uint16_t*>(base)[index]));
+  }
+  return 0;
+}
+
+void store_element(DType type, void* base, int64_t index, double value) {
+  switch (type) {
+    case DType::F32: static_cast<float*>(base)[index] = static_cast<float>(value); return;
+    case DType::BF16: {
+      const float rounded = static_cast<float>(round_to(ScalarType::BF16, value));  // exact in f32
+      static_cast<uint16_t*>(base)[index] = static_cast<uint16_t>(std::bit_cast<uint32_t>(rounded) >> 16);
+      return;
+    }
+    case DType::F16:
+      static_cast<uint16_t*>(base)[index] = std::bit_cast<uint16_t>(static_cast<_Float16>(round_to(ScalarType::F16, value)));
+      return;
+  }
+}
+
+double lr_scale(LrAdjust adjust, int64_t rows, int64_t cols) {
+  const double r = static_cast<double>(rows), c = static_cast<double>(cols);
+  switch (adjust) {
+    case LrAdjust::None: return 1.0;
+    case LrAdjust::Original: return std::sqrt(std::max(1.0, r / c));
+    case LrAdjust::MatchRmsAdamW: return 0.2 * std::sqrt(std::max(r, c));
+    case LrAdjust::Spectral: return std::sqrt(r / c);
+  }
+  return 1.0;
+}
+
+void muon_momentum(const MuonGroupSettings& muon, const float* gradient, float* momentum, float* update, int64_t count) {
+  const double beta = muon.momentum;
+  for (int64_t i = 0; i < count; ++i) {
+    const double g = gradient[i], m = momentum[i];
+    const float next = static_cast<float>(muon.momentum_kind == MomentumKind::Ema ? m + (1.0 - beta) * (g - m) : beta * m + g);
+    momentum[i] = next;
+    double u = next;
+    if (muon.nesterov) u = muon.momentum_kind == MomentumKind::Ema ? g + beta * (static_cast<double>(next) - g) : g + beta * next;
+    update[i] = static_cast<float>(u);
+  }
+}
+
+void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType type, void* data, const float* orthogonal, int64_t begin, int64_t end) {
+  // The step of each row of a matrix: lr·s with s from the row's block.
+  std::vector<double> row_step(static_cast<size_t>(plan.rows), 0.0);
+  for (const MatrixBlock& block : plan.blocks)
+    for (int64_t row = block.row_offset; row < block.row_offset + block.rows; ++row)
+      row_step[static_cast<size_t>(row)] = muon.lr * lr_scale(muon.lr_adjust, block.rows, plan.cols);
+  const double decay = 1.0 - muon.lr * muon.weight_decay;
+  const int64_t matrix_elements = plan.rows * plan.cols;
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t row = (i % matrix_elements) / plan.cols;
+    store_element(type, data, i, load_element(type, data, i) * decay - row_step[static_cast<size_t>(row)] * static_cast<double>(orthogonal[i]));
+  }
+}
+
+void adam_step(const AdamGroupSettings& adam, int64_t step, const float* gradient, float* exp_avg, float* exp_avg_sq, DType type, void* data,
+               int64_t begin, int64_t count) {
+  const double t = static_cast<double>(step);
+  const double bias1 = 1.0 - std::pow(adam.beta1, t), bias2 = 1.0 - std::pow(adam.beta2, t);
+  const double decay = 1.0 - adam.lr * adam.weight_decay;
+  for (int64_t i = 0; i < count; ++i) {
+    const double g = gradient[i];
+    const float m = static_cast<float>(exp_avg[i] + (1.0 - adam.beta1) * (g - exp_avg[i]));
+    const float v = static_cast<float>(exp_avg_sq[i] + (1.0 - adam.beta2) * (g * g - exp_avg_sq[i]));
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    double delta;
+    if (adam.formula == AdamFormula::Standard) delta = adam.lr * (m / bias1) / (std::sqrt(v / bias2) + adam.eps);
+    else delta = adam.lr * std::sqrt(bias2) / bias1 * (m / (adam.eps + std::sqrt(static_cast<double>(v))));
+    store_element(type, data, begin + i, load_element(type, data, begin + i) * decay - delta);
+  }
+}
+
+dsl::Program muon_program(const MuonGroupSettings& muon) {
+  dsl::Program program = kernels::load_program_by_name_or_path(muon.program);
+  if (muon.coefficients) {
+    const int steps = muon.ns_steps.value_or(static_cast<int>(program.steps.size()));
+    program.steps.assign(static_cast<size_t>(steps), *muon.coefficients);
+    program.coefficient_set.clear();
+  } else if (muon.ns_steps && static_cast<size_t>(*muon.ns_steps) != program.steps.size()) {
+    // A constant schedule (jordan) repeats; a per-step one (polar express) has no natural extension.
+    const bool constant = std::all_of(program.steps.begin(), program.steps.end(), [&](const dsl::Triple& t) { return t == program.steps.front(); });
+    if (!constant || program.steps.empty())
+      throw std::invalid_argument("muon.ns_steps = " + std::to_string(*muon.ns_steps) + ": " + program.name + " has " + std::to_string(program.steps.size()) +
+                                  " steps with different coefficients; give muon coefficients too, or a program with that many steps");
+    program.steps.assign(static_cast<size_t>(*muon.ns_steps), program.steps.front());
+  }
+  if (muon.ns_eps) program.normalization.eps = *muon.ns_eps;
+  if (muon.norm_clamp) program.normalization.mode = dsl::Normalization::Mode::Clamp;
+  // Gram restarts must lie inside the (possibly changed) schedule.
+  program.gram_restarts.erase(std::remove_if(program.gram_restarts.begin(), program.gram_restarts.end(),
+                                             [&](int step) { return step < 1 || static_cast<size_t>(step) >= program.steps.size(); }),
+                              program.gram_restarts.end());
+  return program;
+}
+
+std::shared_ptr<CompiledOrthogonalizer> BlockOrthogonalizer::compiled(int64_t batch, int64_t rows, int64_t cols) {
+  const std::string key = std::to_string(batch) + "x" + std::to_string(rows) + "x" + std::to_string(cols);
+  if (auto found = cache_.find(key); found != cache_.end()) return found->second;
+  OrthogonalizeOptions options;
+  options.strategy = muon_.strategy;
+  options.precision = muon_.precision;
+  options.gram_restarts = muon_.gram_restarts;
+  options.backend = muon_.backend;
+  options.threads = muon_.threads;
+  if (muon_.strategy == "gram" && rows == cols && muon_.square_uses_standard) {
+    options.strategy = "standard";
+    options.gram_restarts.reset();
+    if (muon_.square_precision) options.precision = muon_.square_precision;
+  }
+  auto result = compile_orthogonalizer(muon_program(muon_), batch, rows, cols, options);
+  cache_.emplace(key, result);
+  return result;
+}
+
+void BlockOrthogonalizer::orthogonalize(const MatrixPlan& plan, const float* update, float* orthogonal) {
+  const int64_t cols = plan.cols, matrix_elements = plan.rows * plan.cols;
+  std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> by_height;  // rows -> (matrix, row offset)
+  for (int64_t matrix = 0; matrix < plan.batch; ++matrix)
+    for (const MatrixBlock& block : plan.blocks) by_height[block.rows].push_back({matrix, block.row_offset});
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<float> staging, result;
+  for (const auto& [rows, blocks] : by_height) {
+    const int64_t block_elements = rows * cols;
+    staging.resize(static_cast<size_t>(block_elements) * blocks.size());
+    result.resize(staging.size());
+    for (size_t b = 0; b < blocks.size(); ++b)
+      std::memcpy(staging.data() + static_cast<int64_t>(b) * block_elements, update + blocks[b].first * matrix_elements + blocks[b].second * cols,
+                  static_cast<size_t>(block_elements) * sizeof(float));
+    compiled(static_cast<int64_t>(blocks.size()), rows, cols)->run(staging.data(), result.data());
+    for (size_t b = 0; b < blocks.size(); ++b)
+      std::memcpy(orthogonal + blocks[b].first * matrix_elements + blocks[b].second * cols, result.data() + static_cast<int64_t>(b) * block_elements,
+                  static_cast<size_t>(block_elements) * sizeof(float));
+  }
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+}
+
+}  // namespace orthojit::runtime

@@ -1,0 +1,60 @@
+// The update rules of the hybrid optimizer, element by element and block by block, shared by the
+// single-rank optimizer (hybrid_optimizer.h) and the distributed one (runtime/zero/): the same
+// functions on the same inputs give the same bits, which is how a partitioned run is
+// bit-identical to a single-rank one. Formulas: hybrid_optimizer.h.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "dsl/ast.h"
+#include "runtime/muon/optimizer_settings.h"
+#include "runtime/muon/parameter.h"
+#include "runtime/muon/parameter_tagging.h"
+
+namespace orthojit::runtime {
+
+class CompiledOrthogonalizer;
+
+// Parameter and gradient elements as f64, and back with one rounding (to nearest even).
+double load_element(DType type, const void* base, int64_t index);
+void store_element(DType type, void* base, int64_t index, double value);
+
+// The lr adjustment s of a (block) matrix of rows x cols.
+double lr_scale(LrAdjust adjust, int64_t rows, int64_t cols);
+
+// Momentum and the Nesterov update for `count` elements: momentum is updated in place (f32),
+// `update` receives U (f32).
+void muon_momentum(const MuonGroupSettings& muon, const float* gradient, float* momentum, float* update, int64_t count);
+
+// p ← p·(1 − lr·wd) − lr·s·O for the parameter's elements [begin, end); `orthogonal` holds O for
+// the whole parameter (indexed like the parameter), s from the block each element is in.
+void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType type, void* data, const float* orthogonal, int64_t begin, int64_t end);
+
+// One AdamW step (step count `step`, already incremented) for the parameter's elements
+// [begin, begin + count); gradient and moments are indexed from 0 for element `begin`.
+void adam_step(const AdamGroupSettings& adam, int64_t step, const float* gradient, float* exp_avg, float* exp_avg_sq, DType type, void* data,
+               int64_t begin, int64_t count);
+
+// The orthogonalizer program with the settings' schedule and normalization overrides applied.
+dsl::Program muon_program(const MuonGroupSettings& muon);
+
+// O = NS(U) for every block of a parameter (blocks of equal height batched), with the compiled
+// orthogonalizers cached per (batch, rows, cols).
+class BlockOrthogonalizer {
+ public:
+  explicit BlockOrthogonalizer(MuonGroupSettings muon) : muon_(std::move(muon)) {}
+  // `update` and `orthogonal` hold the whole parameter (plan.batch x plan.rows x plan.cols).
+  void orthogonalize(const MatrixPlan& plan, const float* update, float* orthogonal);
+  std::shared_ptr<CompiledOrthogonalizer> compiled(int64_t batch, int64_t rows, int64_t cols);
+  double seconds() const { return seconds_; }
+
+ private:
+  MuonGroupSettings muon_;
+  std::map<std::string, std::shared_ptr<CompiledOrthogonalizer>> cache_;
+  double seconds_ = 0;
+};
+
+}  // namespace orthojit::runtime
