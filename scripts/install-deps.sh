@@ -12,6 +12,7 @@ packages=(
   libopenblas-dev libdnnl-dev              # CPU baselines in bench/ (OpenBLAS f32, oneDNN bf16)
   python3-numpy                            # tests/npy_interop_test.sh: .npy files written by NumPy itself
   python3-matplotlib                       # `orthojit bench --model ... --plot FILE.png`
+  libopenmpi-dev openmpi-bin               # the distributed optimizer's MPI engine and its mpirun tests
 )
 
 missing=()

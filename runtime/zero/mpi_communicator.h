@@ -1,0 +1,44 @@
+// The MPI engine of the communicator (Open MPI on Debian; any MPI-3 library): CPU processes,
+// host buffers. Construct it on MPI_COMM_WORLD (after MPI_Init) or on the trainer's own
+// communicator; it duplicates the communicator, so its traffic never mixes with the trainer's.
+#pragma once
+
+// The C API only (Open MPI's deprecated C++ bindings would otherwise come along).
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <memory>
+
+#include "runtime/zero/communicator.h"
+
+namespace orthojit::runtime {
+
+class MpiCommunicator : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm communicator);
+  // On MPI_COMM_WORLD.
+  static std::unique_ptr<MpiCommunicator> on_world();
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  std::string describe() const override;
+  void all_reduce_sum(float* data, int64_t count) override;
+  void reduce_scatter_sum(const float* send, float* receive, int64_t count) override;
+  void all_gather(const void* send, int64_t bytes, void* receive) override;
+  void all_gather_v(const void* send, void* receive, const std::vector<int64_t>& bytes) override;
+  void broadcast(void* data, int64_t bytes, int root) override;
+  void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) override;
+
+  MPI_Comm handle() const { return communicator_; }
+
+ private:
+  MPI_Comm communicator_ = MPI_COMM_NULL;
+  int rank_ = 0, world_ = 1;
+};
+
+}  // namespace orthojit::runtime

@@ -1,0 +1,44 @@
+// The NCCL engine of the communicator: GPUs. libnccl is opened with dlopen (like libcuda), so the
+// library is always compiled and linked, and says why when NCCL or a device is missing. Buffers
+// may be device memory (used directly) or host memory (staged through a device buffer, which is
+// what the host-resident optimizer state uses: the "offload" configuration).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/zero/communicator.h"
+
+namespace orthojit::runtime {
+
+class NcclCommunicator : public Communicator {
+ public:
+  // Creates the NCCL communicator of `bootstrap`'s ranks (rank 0's unique id is broadcast over
+  // it): one GPU per rank, ORTHOJIT_CUDA_DEVICE or rank % devices. Throws std::runtime_error
+  // naming what is missing (libnccl.so.2, a CUDA driver, a device).
+  static std::unique_ptr<NcclCommunicator> create(Communicator& bootstrap);
+  // Wraps the trainer's own communicator (an ncclComm_t as void*), which it keeps owning.
+  static std::unique_ptr<NcclCommunicator> wrap(void* nccl_comm, int rank, int world);
+  ~NcclCommunicator() override;
+
+  // Empty when libnccl can be loaded; else why not.
+  static std::string unavailable_reason();
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  std::string describe() const override;
+  void all_reduce_sum(float* data, int64_t count) override;
+  void reduce_scatter_sum(const float* send, float* receive, int64_t count) override;
+  void all_gather(const void* send, int64_t bytes, void* receive) override;
+  void all_gather_v(const void* send, void* receive, const std::vector<int64_t>& bytes) override;
+  void broadcast(void* data, int64_t bytes, int root) override;
+  void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) override;
+
+ private:
+  NcclCommunicator() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0, world_ = 1;
+};
+
+}  // namespace orthojit::runtime

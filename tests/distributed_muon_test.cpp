@@ -1,0 +1,308 @@
+// The distributed optimizer's contract, run under mpirun with 1 to 4 processes (ctest starts it
+// with each): for random models whose layouts force matrices across partition boundaries, every
+// ZeRO stage and both orthogonalization modes,
+//   * given the same reduced gradients (rank 0 supplies the gradient, the others zeros, summed
+//     without averaging: the reduction is exact), the parameters after several steps are
+//     bit-identical to the single-rank optimizer's, on every rank;
+//   * through real reductions (every rank its own gradients, averaged) they agree with the
+//     single-rank optimizer on the f64-averaged gradients within f32 reduction-order tolerance;
+//   * in deepspeed mode the momentum of a straddling matrix is identical on all its owners;
+//   * accumulated micro-batches give one Muon application on their sum;
+//   * the bytes each rank sends match the plan's formulas;
+//   * a non-finite gradient on one rank skips the step on all.
+// GoogleTest runs on every rank (the same collectives in the same order); only rank 0 prints,
+// and the exit code is nonzero on every rank when any rank failed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "runtime/muon/hybrid_optimizer.h"
+#include "runtime/zero/distributed_optimizer.h"
+#include "runtime/zero/mpi_communicator.h"
+
+#pragma GCC diagnostic ignored "-Wold-style-cast"  // MPI's C macros (MPI_COMM_WORLD, MPI_INT, ...)
+
+namespace orthojit::runtime {
+namespace {
+
+MpiCommunicator* world_communicator = nullptr;
+
+struct Model {
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<bool> muon;
+};
+
+// A random model: matrices of awkward sizes (so partitions cut through them), a 3-D expert
+// tensor, biases; the same on every rank (shared seed).
+Model random_model(uint32_t seed) {
+  std::mt19937 random(seed);
+  std::uniform_int_distribution<int64_t> extent(2, 13);
+  Model model;
+  const int count = 4 + static_cast<int>(random() % 5);
+  for (int i = 0; i < count; ++i) {
+    const int kind = static_cast<int>(random() % 4);
+    model.names.push_back("layer" + std::to_string(i) + (kind == 0 ? ".bias" : kind == 3 ? ".experts" : ".weight"));
+    if (kind == 0) model.shapes.push_back({extent(random)});
+    else if (kind == 3) model.shapes.push_back({2, extent(random), extent(random)});
+    else model.shapes.push_back({extent(random), extent(random)});
+    model.muon.push_back(kind != 0);
+  }
+  return model;
+}
+
+int64_t elements(const std::vector<int64_t>& shape) {
+  int64_t count = 1;
+  for (int64_t extent : shape) count *= extent;
+  return count;
+}
+
+struct Buffers {
+  std::vector<std::vector<float>> data, grad;
+  std::vector<Parameter> parameters(const Model& model) {
+    std::vector<Parameter> result;
+    for (size_t i = 0; i < model.names.size(); ++i) {
+      Parameter p;
+      p.name = model.names[i];
+      p.shape = model.shapes[i];
+      p.data = data[i].data();
+      p.grad = grad[i].data();
+      p.use_muon = model.muon[i];
+      if (model.shapes[i].size() == 3) p.layout = MatrixLayout::Batch;
+      result.push_back(p);
+    }
+    return result;
+  }
+};
+
+Buffers make_buffers(const Model& model, uint32_t seed) {
+  std::mt19937 random(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Buffers buffers;
+  for (const auto& shape : model.shapes) {
+    std::vector<float> values(static_cast<size_t>(elements(shape)));
+    for (float& v : values) v = normal(random);
+    buffers.data.push_back(values);
+    buffers.grad.emplace_back(values.size(), 0.0f);
+  }
+  return buffers;
+}
+
+void fill_gradients(Buffers& buffers, std::mt19937& random) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& g : buffers.grad)
+    for (float& v : g) v = normal(random);
+}
+
+OptimizerSettings optimizer_settings() {
+  OptimizerSettings settings = preset_settings("keller");
+  settings.muon.backend = "ref";
+  settings.muon.precision = ScalarType::F32;
+  settings.muon.weight_decay = 0.01;
+  settings.adam.weight_decay = 0.01;
+  return settings;
+}
+
+std::string label(int stage, OrthogonalizationMode mode) { return "stage " + std::to_string(stage) + ", " + to_string(mode) + " mode"; }
+
+class Distributed : public ::testing::TestWithParam<std::tuple<int, OrthogonalizationMode>> {};
+
+TEST_P(Distributed, SameReducedGradientsGiveBitIdenticalParameters) {
+  auto [stage, mode] = GetParam();
+  Communicator& communicator = *world_communicator;
+  for (uint32_t trial = 0; trial < 3; ++trial) {
+    const uint32_t seed = 1000 * static_cast<uint32_t>(stage) + 100 * static_cast<uint32_t>(mode) + trial;
+    const Model model = random_model(seed);
+    Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
+    DistributedSettings settings;
+    settings.stage = stage;
+    settings.mode = mode;
+    settings.alignment = 1 + trial;  // 1, 2, 3: boundaries move
+    settings.average_gradients = false;
+    DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
+    HybridOptimizer reference(single.parameters(model), optimizer_settings());
+    std::mt19937 random(seed + 2);
+    for (int step = 0; step < 3; ++step) {
+      fill_gradients(single, random);
+      for (size_t t = 0; t < model.names.size(); ++t)
+        if (communicator.rank() == 0) distributed.grad[t] = single.grad[t];
+        else std::fill(distributed.grad[t].begin(), distributed.grad[t].end(), 0.0f);
+      const StepReport report = optimizer.step();
+      EXPECT_FALSE(report.skipped) << report.reason;
+      if (stage == 3) optimizer.gather_parameters();
+      reference.step();
+      for (size_t t = 0; t < model.names.size(); ++t)
+        EXPECT_EQ(std::memcmp(distributed.data[t].data(), single.data[t].data(), distributed.data[t].size() * 4), 0)
+            << model.names[t] << " after step " << step << " on rank " << communicator.rank() << " (" << label(stage, mode) << ")";
+    }
+    // deepspeed mode: every owner of a straddling matrix holds the same momentum.
+    if (mode == OrthogonalizationMode::DeepSpeed)
+      for (const PlannedTensor& tensor : optimizer.plan().tensors) {
+        if (!tensor.tensor.muon || !tensor.straddles()) continue;
+        std::vector<float> first(static_cast<size_t>(tensor.tensor.elements), 0.0f);
+        const int root = tensor.owners.front();
+        if (communicator.rank() == root) first = *optimizer.momentum(tensor.tensor.name);
+        communicator.broadcast(first.data(), tensor.tensor.elements * 4, root);
+        if (const auto* mine = optimizer.momentum(tensor.tensor.name)) {
+          EXPECT_EQ(std::memcmp(mine->data(), first.data(), first.size() * 4), 0) << tensor.tensor.name << " momentum differs on rank " << communicator.rank();
+        }
+      }
+  }
+}
+
+TEST_P(Distributed, RealReductionsAgreeWithinF32Tolerance) {
+  auto [stage, mode] = GetParam();
+  Communicator& communicator = *world_communicator;
+  const int world = communicator.world();
+  const uint32_t seed = 77 + static_cast<uint32_t>(stage) * 7 + static_cast<uint32_t>(mode);
+  const Model model = random_model(seed);
+  Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
+  DistributedSettings settings;
+  settings.stage = stage;
+  settings.mode = mode;
+  DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
+  HybridOptimizer reference(single.parameters(model), optimizer_settings());
+  for (int step = 0; step < 3; ++step) {
+    // Every rank's gradients (rank r uses seed r), and their f64 average for the reference.
+    std::vector<std::vector<double>> average(model.names.size());
+    for (size_t t = 0; t < model.names.size(); ++t) average[t].assign(distributed.grad[t].size(), 0.0);
+    for (int r = 0; r < world; ++r) {
+      std::mt19937 random(seed * 31 + static_cast<uint32_t>(step) * 977 + static_cast<uint32_t>(r));
+      Buffers local = make_buffers(model, 0);
+      fill_gradients(local, random);
+      for (size_t t = 0; t < model.names.size(); ++t) {
+        for (size_t i = 0; i < average[t].size(); ++i) average[t][i] += local.grad[t][i] / static_cast<double>(world);
+        if (r == communicator.rank()) distributed.grad[t] = local.grad[t];
+      }
+    }
+    for (size_t t = 0; t < model.names.size(); ++t)
+      for (size_t i = 0; i < average[t].size(); ++i) single.grad[t][i] = static_cast<float>(average[t][i]);
+    optimizer.step();
+    if (stage == 3) optimizer.gather_parameters();
+    reference.step();
+  }
+  // The reductions' order changes the f32 gradient by a few ulps; Newton–Schulz and three steps
+  // of lr 0.02 carry that into the parameters at well under 1e-4.
+  for (size_t t = 0; t < model.names.size(); ++t)
+    for (size_t i = 0; i < single.data[t].size(); ++i)
+      EXPECT_NEAR(distributed.data[t][i], single.data[t][i], 1e-4) << model.names[t] << "[" << i << "] (" << label(stage, mode) << ")";
+}
+
+TEST_P(Distributed, AccumulatedMicroBatchesAreOneStepOnTheirSum) {
+  auto [stage, mode] = GetParam();
+  Communicator& communicator = *world_communicator;
+  const uint32_t seed = 555 + static_cast<uint32_t>(stage);
+  const Model model = random_model(seed);
+  Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
+  DistributedSettings settings;
+  settings.stage = stage;
+  settings.mode = mode;
+  settings.average_gradients = false;
+  DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
+  HybridOptimizer reference(single.parameters(model), optimizer_settings());
+  std::mt19937 random(seed);
+  Buffers first = make_buffers(model, 0), second = make_buffers(model, 0);
+  fill_gradients(first, random);
+  fill_gradients(second, random);
+  for (const Buffers* micro : {&first, &second}) {
+    for (size_t t = 0; t < model.names.size(); ++t)
+      if (communicator.rank() == 0) distributed.grad[t] = micro->grad[t];
+      else std::fill(distributed.grad[t].begin(), distributed.grad[t].end(), 0.0f);
+    optimizer.accumulate_gradients();
+  }
+  optimizer.step();
+  if (stage == 3) optimizer.gather_parameters();
+  for (size_t t = 0; t < model.names.size(); ++t)
+    for (size_t i = 0; i < single.grad[t].size(); ++i) single.grad[t][i] = 0.0f + first.grad[t][i] + second.grad[t][i];  // the order accumulate uses
+  reference.step();
+  for (size_t t = 0; t < model.names.size(); ++t)
+    EXPECT_EQ(std::memcmp(distributed.data[t].data(), single.data[t].data(), distributed.data[t].size() * 4), 0) << model.names[t] << " (" << label(stage, mode) << ")";
+}
+
+TEST_P(Distributed, BytesSentMatchThePlan) {
+  auto [stage, mode] = GetParam();
+  Communicator& communicator = *world_communicator;
+  const int world = communicator.world();
+  const Model model = random_model(4242 + static_cast<uint32_t>(stage));
+  Buffers buffers = make_buffers(model, 1);
+  DistributedSettings settings;
+  settings.stage = stage;
+  settings.mode = mode;
+  DistributedOptimizer optimizer(buffers.parameters(model), optimizer_settings(), settings, communicator);
+  std::mt19937 random(9);
+  fill_gradients(buffers, random);
+  optimizer.step();
+  float sent = static_cast<float>(optimizer.bytes_sent_last_step());
+  communicator.all_reduce_sum(&sent, 1);
+  int64_t expected = 0;
+  for (const CollectiveBytes& collective : optimizer.plan().collectives)
+    if (collective.name.find("forward and backward") == std::string::npos) expected += collective.bytes;
+  expected += 2 * (world - 1) * 4;  // the all-reduce of the non-finite flag (one f32)
+  // Per-rank counts of the ring collectives are rounded to whole bytes: allow one byte per rank
+  // per collective.
+  EXPECT_NEAR(static_cast<double>(sent), static_cast<double>(expected), 4.0 * world) << label(stage, mode);
+}
+
+TEST_P(Distributed, NonFiniteGradientOnOneRankSkipsEverywhere) {
+  auto [stage, mode] = GetParam();
+  Communicator& communicator = *world_communicator;
+  const Model model = random_model(99);
+  Buffers buffers = make_buffers(model, 2);
+  DistributedSettings settings;
+  settings.stage = stage;
+  settings.mode = mode;
+  DistributedOptimizer optimizer(buffers.parameters(model), optimizer_settings(), settings, communicator);
+  const auto before = buffers.data;
+  std::mt19937 random(3);
+  fill_gradients(buffers, random);
+  if (communicator.rank() == communicator.world() - 1) buffers.grad.back().back() = std::numeric_limits<float>::quiet_NaN();
+  const StepReport report = optimizer.step();
+  EXPECT_TRUE(report.skipped);
+  EXPECT_NE(report.reason.find("skipped on every rank"), std::string::npos) << report.reason;
+  for (size_t t = 0; t < model.names.size(); ++t) EXPECT_EQ(buffers.data[t], before[t]) << model.names[t];
+}
+
+INSTANTIATE_TEST_SUITE_P(StagesAndModes, Distributed,
+                         ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(OrthogonalizationMode::DeepSpeed, OrthogonalizationMode::Balanced)));
+
+TEST(DistributedSettingsTest, OffloadNeedsAHostBackendAndStagesAreChecked) {
+  const Model model = random_model(5);
+  Buffers buffers = make_buffers(model, 1);
+  OptimizerSettings settings = optimizer_settings();
+  settings.muon.backend = "cuda";
+  DistributedSettings distributed;
+  distributed.offload_optimizer = true;
+  EXPECT_THROW(DistributedOptimizer(buffers.parameters(model), settings, distributed, *world_communicator), std::invalid_argument);
+  distributed.offload_optimizer = false;
+  distributed.stage = 4;
+  EXPECT_THROW(DistributedOptimizer(buffers.parameters(model), optimizer_settings(), distributed, *world_communicator), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace orthojit::runtime
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {  // one report: rank 0's (failures elsewhere still fail the run below)
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = 0;
+  {
+    auto communicator = orthojit::runtime::MpiCommunicator::on_world();
+    orthojit::runtime::world_communicator = communicator.get();
+    if (rank == 0) std::printf("%s\n", communicator->describe().c_str());
+    failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+    int any = 0;
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any && !failed) std::fprintf(stderr, "rank %d passed, but another rank failed\n", rank);
+    failed = any;
+  }
+  MPI_Finalize();
+  return failed;
+}
