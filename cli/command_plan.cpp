@@ -60,7 +60,8 @@ ax.invert_yaxis()
 ax.set_xlabel("offset in the rank's partition (elements)")
 ax.set_title(data["title"], fontsize=10)
 ax.legend(handles=[Patch(color="#4C72B0", label="Muon matrix"), Patch(color="#DD8452", label="AdamW tensor"),
-                   Patch(facecolor="white", edgecolor="red", label="straddles a boundary")], fontsize=8, loc="lower right")
+                   Patch(facecolor="white", edgecolor="red", label="straddles a boundary")], fontsize=8, loc="upper left",
+          bbox_to_anchor=(1.01, 1.0))
 costs = [r["orthogonalization_cost"] for r in ranks]
 bx.bar(range(len(ranks)), costs, color="#55A868")
 bx.axhline(data["ideal_cost"], color="black", linewidth=0.8, linestyle="--", label="ideal (each matrix once, even split)")

@@ -124,6 +124,16 @@ expect 2 "unknown precision 'f8'" -- "$orthojit" run --program jordan_ns5 --inpu
 expect 2 "unknown strategy 'fast'" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/z.npy" --strategy fast
 [[ ! -e "$work/z.npy" ]] && echo "ok: failed runs wrote nothing" || { echo "FAIL: a failed run left $work/z.npy"; failures=$((failures + 1)); }
 
+# plan
+expect 0 "straddling a partition boundary" -- "$orthojit" plan --model default --world 4 --stage 2
+expect 0 "reduce-scatter gradients" -- "$orthojit" plan --model default --world 3 --stage 3 --mode balanced
+expect 0 '"partition_elements"' -- "$orthojit" plan --model default --world 2 --stage 1 --json
+expect 2 "--stage must be 1, 2 or 3" -- "$orthojit" plan --model default --world 2 --stage 4
+expect 2 "unknown --mode 'fastest'" -- "$orthojit" plan --model default --world 2 --stage 1 --mode fastest
+expect 2 "missing required option --world" -- "$orthojit" plan --model default --stage 1
+expect 0 "plot: $work/plan.png" -- "$orthojit" plan --model default --world 4 --stage 2 --plot "$work/plan.png"
+[[ -s "$work/plan.png" ]] || { echo "FAIL: plan --plot wrote no image"; failures=$((failures + 1)); }
+
 # tune and bench --model (small shapes and budgets; records in the work directory)
 records="$work/records.json"
 expect 0 "usage: orthojit tune" -- "$orthojit" tune --help

@@ -81,11 +81,12 @@ HostEmulator::HostEmulator(CudaProgram program, std::filesystem::path directory)
   std::ofstream(directory_ / "trampolines.cpp") << trampolines.str();
   // -O1: fast enough to build, and threads stay cheap. -fno-strict-aliasing: the kernels move
   // 16-bit values as u32 and uint4 (fine in CUDA, type punning in C++). -ffp-contract=off: the
-  // same f32 arithmetic on every host. Hidden visibility and no GNU-unique symbols: each program's
-  // library keeps its own emulation state (gridDim, the barriers) and can be unloaded.
+  // same f32 arithmetic on every host. Hidden visibility (the trampolines excepted): each
+  // program's library keeps its own emulation state (gridDim, the barriers are local symbols, not
+  // shared between libraries loaded side by side) and its calls bind to its own kernels.
   const std::string command = "cd " + shell_quote(directory_.string()) +
                               " && c++ -std=c++20 -O1 -fPIC -shared -pthread -w -fno-strict-aliasing -ffp-contract=off -fvisibility=hidden"
-                              " -fno-gnu-unique -I. -o kernels.so trampolines.cpp > build.log 2>&1";
+                              " -I. -o kernels.so trampolines.cpp > build.log 2>&1";
   if (std::system(command.c_str()) != 0) {
     std::ifstream log(directory_ / "build.log");
     std::ostringstream text;

@@ -9,6 +9,8 @@
 #include <set>
 
 #include "autotune/model_shapes.h"
+#include "runtime/muon/deepspeed_config.h"
+#include "runtime/zero/distributed_optimizer.h"
 #include "runtime/zero/model_layout.h"
 #include "runtime/zero/partition_plan.h"
 
@@ -117,6 +119,25 @@ TEST(PartitionPlan, CollectiveBytesFollowTheRingFormulas) {
   EXPECT_THROW(plan_partitions(tensors, PlanSettings{0, 1}), std::invalid_argument);
   EXPECT_THROW(plan_partitions(tensors, PlanSettings{2, 4}), std::invalid_argument);
   EXPECT_THROW(plan_partitions({{"bad", 10, true, 1, 3, 3}}, settings), std::invalid_argument);
+}
+
+TEST(PartitionPlan, DeepSpeedZeroSectionsBecomeDistributedSettings) {
+  auto config = [](const char* zero) {
+    return nlohmann::json::parse(std::string(R"({"optimizer": {"type": "muon", "params": {}}, "zero_optimization": )") + zero + "}");
+  };
+  const DistributedSettings stage2 = distributed_settings(parse_deepspeed_config(config(R"({"stage": 2})")));
+  EXPECT_EQ(stage2.stage, 2);
+  EXPECT_FALSE(stage2.offload_optimizer);
+  const DistributedSettings offload =
+      distributed_settings(parse_deepspeed_config(config(R"({"stage": 2, "reduce_scatter": false, "offload_optimizer": {"device": "cpu"}})")));
+  EXPECT_TRUE(offload.offload_optimizer);
+  EXPECT_THROW(distributed_settings(parse_deepspeed_config(config(R"({"stage": 0})"))), std::invalid_argument);
+  try {
+    distributed_settings(parse_deepspeed_config(config(R"({"stage": 3, "reduce_scatter": false, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}})")));
+    FAIL() << "nvme offload was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("host memory"), std::string::npos) << error.what();
+  }
 }
 
 }  // namespace

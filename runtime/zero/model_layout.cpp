@@ -23,7 +23,7 @@ std::vector<PlanTensor> model_plan_tensors(const autotune::ModelShapes& shapes) 
   std::vector<PlanTensor> ordered;
   // Embeddings (not per layer) first, the unembedding last.
   for (const auto& matrix : shapes.matrices)
-    if (matrix.name.find('*') == std::string::npos && matrix.name.find("lm_head") == std::string::npos)
+    if (matrix.name.find('*') == std::string::npos && matrix.name.rfind("lm_head", 0) != 0)
       for (int64_t copy = 0; copy < matrix.count; ++copy) ordered.push_back(tensor(matrix, matrix.count > 1 ? matrix.name + "." + std::to_string(copy) : matrix.name));
   for (int64_t layer = 0; layer < layers; ++layer)
     for (const auto& matrix : shapes.matrices) {
@@ -39,7 +39,7 @@ std::vector<PlanTensor> model_plan_tensors(const autotune::ModelShapes& shapes) 
       ordered.push_back(tensor(matrix, name));
     }
   for (const auto& matrix : shapes.matrices)
-    if (matrix.name.find('*') == std::string::npos && matrix.name.find("lm_head") != std::string::npos)
+    if (matrix.name.find('*') == std::string::npos && matrix.name.rfind("lm_head", 0) == 0)
       for (int64_t copy = 0; copy < matrix.count; ++copy) ordered.push_back(tensor(matrix, matrix.name));
   return ordered;
 }
