@@ -409,8 +409,11 @@ TEST_F(ProgramCacheTest, AtomicWritesNeverShowAPartOrAMixOfFiles) {
   }
   threads.emplace_back([&] {
     while (writers_left > 0) {
+      // Before the first rename there is no file; once there is one, a rename only ever replaces
+      // it, so from then on every read must open a whole file. (Checking existence after a failed
+      // read would race with the first rename.)
+      if (!fs::exists(target)) continue;
       const std::string bytes = read_bytes(target);
-      if (bytes.empty() && !fs::exists(target)) continue;  // before the first rename
       const bool whole = bytes.size() == kSize && bytes.find_first_not_of(bytes[0]) == std::string::npos;
       ++(whole ? whole_reads : torn_reads);
     }
