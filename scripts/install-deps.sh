@@ -13,6 +13,8 @@ packages=(
   python3-numpy                            # tests/npy_interop_test.sh: .npy files written by NumPy itself
   python3-matplotlib                       # `orthojit bench --model ... --plot FILE.png`
   libopenmpi-dev openmpi-bin               # the distributed optimizer's MPI engine and its mpirun tests
+  python3-dev python3-pip python3-pytest   # the Python bindings (built with nanobind from PyPI, tested with pytest)
+  python3-torch                            # PyTorch (CPU) for orthojit.Muon and its tests
 )
 
 missing=()
@@ -20,18 +22,27 @@ for package in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=("$package")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
-
-echo "orthojit: installing missing Debian packages: ${missing[*]}"
-if [[ $(id -u) -eq 0 ]]; then
-  sudo=()
-elif command -v sudo >/dev/null; then
-  sudo=(sudo)
-else
-  echo "orthojit: need root (or sudo) to install: ${missing[*]}" >&2
-  exit 1
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "orthojit: installing missing Debian packages: ${missing[*]}"
+  if [[ $(id -u) -eq 0 ]]; then
+    sudo=()
+  elif command -v sudo >/dev/null; then
+    sudo=(sudo)
+  else
+    echo "orthojit: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "orthojit: installed ${missing[*]}"
 fi
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "orthojit: installed ${missing[*]}"
+
+# nanobind (the Python bindings' binding library) is not packaged by Debian 12: from PyPI, for
+# Debian's python3 (the one with python3-numpy and python3-torch).
+if ! /usr/bin/python3 -c "import nanobind" 2>/dev/null; then
+  echo "orthojit: installing nanobind from PyPI for /usr/bin/python3"
+  pip_user=()
+  [[ $(id -u) -eq 0 ]] || pip_user=(--user)
+  /usr/bin/python3 -m pip install -q --break-system-packages "${pip_user[@]}" "nanobind>=2.0" >/dev/null
+fi
