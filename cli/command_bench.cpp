@@ -11,6 +11,7 @@
 #include "cli/arguments.h"
 #include "cli/bench_model.h"
 #include "cli/commands.h"
+#include "cli/records.h"
 #include "cpu/cpu_isa.h"
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
@@ -52,27 +53,6 @@ iteration with ssyrk) side by side in one run, with the tuner's harness (caches 
 of repeats within --budget seconds, default 60), prints the speedups and with --plot draws them.
 )";
 
-namespace {
-
-double percentile(std::vector<double> values, double fraction) {
-  std::sort(values.begin(), values.end());
-  const double position = fraction * static_cast<double>(values.size() - 1);
-  const size_t low = static_cast<size_t>(position);
-  const size_t high = std::min(low + 1, values.size() - 1);
-  return values[low] + (values[high] - values[low]) * (position - static_cast<double>(low));
-}
-
-double dense_flops(const ir::Function& standard) {
-  double flops = 0;
-  for (const auto& node : standard.nodes)
-    if (node.kind == ir::OpKind::Gemm)
-      flops += 2.0 * static_cast<double>(node.shape.rows.size) * static_cast<double>(node.shape.cols.size) *
-               static_cast<double>(standard.node(node.operands[0]).shape.cols.size);
-  return flops * static_cast<double>(standard.batch);
-}
-
-}  // namespace
-
 int bench_command(const std::vector<std::string>& args) {
   for (const auto& arg : args)
     if (arg == "--model" || arg.rfind("--model=", 0) == 0 || arg == "--compare") return bench_model_command(args);
@@ -98,70 +78,22 @@ int bench_command(const std::vector<std::string>& args) {
   if (repeat < 1) throw runtime::UsageError("--repeat must be at least 1");
   const bool json = arguments.has("json");
 
-  auto compiled = runtime::compile_orthogonalizer(program, shape.batch, shape.rows, shape.cols, options);
-  passes::CompileOptions standard_options;
-  standard_options.rows = shape.rows;
-  standard_options.cols = shape.cols;
-  standard_options.batch = shape.batch;
-  standard_options.precision = options.precision;
-  const double flops = dense_flops(passes::compile_program(program, standard_options));
-
-  const int64_t count = shape.batch * shape.rows * shape.cols;
-  const auto values = reference::gaussian_values(count, 1);
-  std::vector<float> input(values.begin(), values.end()), output(static_cast<size_t>(count));
-  if (!json) std::fprintf(stderr, "orthojit bench: %s %lldx%lldx%lld on %s, %s; warm-up...\n", program.name.c_str(), static_cast<long long>(shape.rows),
-                          static_cast<long long>(shape.cols), static_cast<long long>(shape.batch), compiled->describe_target().c_str(),
-                          compiled->strategy_reason().c_str());
-  compiled->run(input.data(), output.data());
-  std::vector<double> seconds;
-  for (int run = 0; run < repeat; ++run) {
-    const auto start = std::chrono::steady_clock::now();
-    compiled->run(input.data(), output.data());
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    if (!json) std::fprintf(stderr, "\r  run %d/%d: %.2f ms   ", run + 1, repeat, seconds.back() * 1e3);
-  }
-  if (!json) std::fprintf(stderr, "\n");
-  const double median = percentile(seconds, 0.5), p20 = percentile(seconds, 0.2), p80 = percentile(seconds, 0.8);
-  const double gflops = flops / median * 1e-9;
-
-  const std::string isa = options.backend == "cpu" ? std::string(cpu::to_string(options.cpu_isa.empty() ? cpu::best_host_isa()
-                                                                                                          : *cpu::parse_cpu_isa(options.cpu_isa)))
-                                                   : "generic";
-  const int threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const PeakEstimate peak = estimate_peak(isa, options.backend == "cpu" ? threads : 1);
-  // Every policy runs on f32 FMAs (bf16/f16 operands are widened while packing): the f32 peak.
-  const double peak_gflops = peak.f32_gflops();
+  const nlohmann::json record = bench_record({&program, shape, options, repeat}, !json);
   if (json) {
-    nlohmann::json record = {{"program", program.name},
-                             {"shape", {shape.rows, shape.cols, shape.batch}},
-                             {"backend", options.backend},
-                             {"target", compiled->describe_target()},
-                             {"strategy", ir::to_string(compiled->strategy())},
-                             {"storage", std::string(to_string(compiled->function().policy.storage))},
-                             {"median_s", median},
-                             {"p20_s", p20},
-                             {"p80_s", p80},
-                             {"repeat", repeat},
-                             {"jit_s", compiled->jit_seconds()},
-                             {"dense_equivalent_gflop", flops * 1e-9},
-                             {"gflops", gflops},
-                             {"peak_gflops", peak_gflops},
-                             {"fraction_of_peak", gflops / peak_gflops},
-                             {"peak", peak.describe()}};
     std::printf("%s\n", record.dump(2).c_str());
     return 0;
   }
+  const double median = record["median_s"], p20 = record["p20_s"], p80 = record["p80_s"], gflops = record["gflops"];
+  const double peak_gflops = record["peak_gflops"], gflop = record["dense_equivalent_gflop"], jit_s = record["jit_s"];
   std::printf("%-22s %-14s %-9s %-7s %10s %10s %10s %12s %8s\n", "program", "shape", "strategy", "storage", "median ms", "p20 ms", "p80 ms",
               "GFLOP/s*", "of peak");
   char shape_text[64];
   std::snprintf(shape_text, sizeof shape_text, "%lldx%lldx%lld", static_cast<long long>(shape.rows), static_cast<long long>(shape.cols),
                 static_cast<long long>(shape.batch));
-  std::printf("%-22s %-14s %-9s %-7s %10.2f %10.2f %10.2f %12.1f %7.1f%%\n", program.name.c_str(), shape_text, ir::to_string(compiled->strategy()),
-              std::string(to_string(compiled->function().policy.storage)).c_str(), median * 1e3, p20 * 1e3, p80 * 1e3, gflops,
-              100.0 * gflops / peak_gflops);
-  std::printf("* dense-equivalent (%.2f GFLOP per call: the standard strategy's products, counted densely). JIT %.1f ms.\n", flops * 1e-9,
-              compiled->jit_seconds() * 1e3);
-  std::printf("peak: %s (fraction of the f32 FMA peak: every policy runs on f32 FMAs)\n", peak.describe().c_str());
+  std::printf("%-22s %-14s %-9s %-7s %10.2f %10.2f %10.2f %12.1f %7.1f%%\n", program.name.c_str(), shape_text, record["strategy"].get<std::string>().c_str(),
+              record["storage"].get<std::string>().c_str(), median * 1e3, p20 * 1e3, p80 * 1e3, gflops, 100.0 * gflops / peak_gflops);
+  std::printf("* dense-equivalent (%.2f GFLOP per call: the standard strategy's products, counted densely). JIT %.1f ms.\n", gflop, jit_s * 1e3);
+  std::printf("peak: %s (fraction of the f32 FMA peak: every policy runs on f32 FMAs)\n", record["peak"].get<std::string>().c_str());
   return 0;
 }
 

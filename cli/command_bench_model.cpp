@@ -14,6 +14,7 @@
 #include "cli/bench_model.h"
 #include "cli/model_config.h"
 #include "cli/python_plot.h"
+#include "cli/records.h"
 #include "cpu/vendor_gemm.h"
 #include "kernels/program_library.h"
 #include "reference/random_matrix.h"
@@ -79,70 +80,30 @@ int bench_model_command(const std::vector<std::string>& args) {
     title = std::filesystem::path(*model).filename().string();
   } else {
     const ParsedShape shape = parse_shape(arguments.require("shape"));
-    shapes.push_back({std::min(shape.rows, shape.cols), std::max(shape.rows, shape.cols), shape.batch, 1, {"--shape"}});
+    shapes.push_back(single_tuning_shape(shape));
     title = shape_label(shape.rows, shape.cols, shape.batch);
   }
-  title = program.name + " on " + title + ", cpu, OpenBLAS " + cpu::openblas_kernel_name();
   const bool json = arguments.has("json");
   if (const std::string warning = cpu::openblas_kernel_warning(); !warning.empty() && !json) std::fprintf(stderr, "warning: %s\n", warning.c_str());
 
-  const bool interactive = ::isatty(::fileno(stderr)) != 0;
-  double total = 0;
-  for (const auto& shape : shapes) total += static_cast<double>(shape.rows * shape.rows * shape.cols * shape.batch);
-  nlohmann::json rows = nlohmann::json::array();
   if (!json)
     std::printf("%-18s %6s %6s %12s %12s %12s %10s %10s\n", "shape", "batch", "count", "standard ms", "gram ms", "OpenBLAS ms", "gram/std", "best/BLAS");
   std::fflush(stdout);
-  for (const auto& shape : shapes) {
-    autotune::TuneProblem problem;
-    problem.program = &program;
-    problem.rows = shape.rows;
-    problem.cols = shape.cols;
-    problem.batch = shape.batch;
-    problem.precision = precision;
-    const auto values = reference::gaussian_values(shape.rows * shape.cols * shape.batch, 5);
-    std::vector<float> input(values.begin(), values.end()), output(input.size());
-    // A third of the shape's share each; at least three repeats unless one run exceeds it.
-    autotune::TimingSettings timing;
-    timing.budget_seconds = std::max(0.5, budget * static_cast<double>(shape.rows * shape.rows * shape.cols * shape.batch) / total / 3);
-    nlohmann::json row = {{"rows", shape.rows}, {"cols", shape.cols}, {"batch", shape.batch}, {"count", shape.count},
-                          {"label", shape_label(shape.rows, shape.cols, shape.batch)}};
-    for (const auto& [name, engine, strategy] : {std::tuple{"standard", "jit", "standard"}, std::tuple{"gram", "jit", "gram"},
-                                                 std::tuple{"openblas", "openblas", "standard"}}) {
-      autotune::Candidate candidate;
-      candidate.engine = engine;
-      candidate.strategy = strategy;
-      if (!json && interactive) std::fprintf(stderr, "\r%-18s timing %-9s ...", row["label"].get<std::string>().c_str(), name);
-      try {
-        const auto executable = autotune::build_candidate(problem, candidate, threads);
-        const autotune::Timing result = autotune::time_repeated([&] { executable->run(input.data(), output.data()); }, timing);
-        row[std::string(name) + "_ms"] = result.p50_ms;
-        row[std::string(name) + "_p20_ms"] = result.p20_ms;
-        row[std::string(name) + "_p80_ms"] = result.p80_ms;
-      } catch (const CompileError& error) {
-        row[std::string(name) + "_error"] = error.what();  // gram impossible for this program
-      }
-    }
-    if (row.contains("gram_ms")) row["gram_speedup"] = row["standard_ms"].get<double>() / row["gram_ms"].get<double>();
-    const double best = row.contains("gram_ms") ? std::min(row["standard_ms"].get<double>(), row["gram_ms"].get<double>()) : row["standard_ms"].get<double>();
-    row["vendor_speedup"] = row["openblas_ms"].get<double>() / best;
-    if (!json) {
-      auto cell = [&](const char* key, const char* format) {
-        if (!row.contains(key)) return std::string("-");
-        char text[32];
-        std::snprintf(text, sizeof text, format, row[key].get<double>());
-        return std::string(text);
-      };
-      if (interactive) std::fprintf(stderr, "\r%60s\r", "");
-      std::fflush(stdout);
-      std::printf("%-18s %6lld %6lld %12s %12s %12s %10s %10s\n", row["label"].get<std::string>().c_str(), static_cast<long long>(shape.batch),
-                  static_cast<long long>(shape.count), cell("standard_ms", "%.2f").c_str(), cell("gram_ms", "%.2f").c_str(), cell("openblas_ms", "%.2f").c_str(),
-                  cell("gram_speedup", "%.2fx").c_str(), cell("vendor_speedup", "%.2fx").c_str());
-      std::fflush(stdout);
-    }
-    rows.push_back(row);
-  }
-  const nlohmann::json data = {{"title", title}, {"shapes", rows}};
+  CompareRequest request{&program, shapes, title, precision, budget, threads};
+  const nlohmann::json data = compare_record(request, [&](const nlohmann::json& row) {
+    if (json) return;
+    auto cell = [&](const char* key, const char* format) {
+      if (!row.contains(key)) return std::string("-");
+      char text[32];
+      std::snprintf(text, sizeof text, format, row[key].get<double>());
+      return std::string(text);
+    };
+    std::fflush(stdout);
+    std::printf("%-18s %6lld %6lld %12s %12s %12s %10s %10s\n", row["label"].get<std::string>().c_str(), static_cast<long long>(row["batch"].get<int64_t>()),
+                static_cast<long long>(row["count"].get<int64_t>()), cell("standard_ms", "%.2f").c_str(), cell("gram_ms", "%.2f").c_str(), cell("openblas_ms", "%.2f").c_str(),
+                cell("gram_speedup", "%.2fx").c_str(), cell("vendor_speedup", "%.2fx").c_str());
+    std::fflush(stdout);
+  }, !json);
   if (json) std::printf("%s\n", data.dump(2).c_str());
   else std::printf("medians of repeats with caches flushed; gram/std = standard time / gram time; best/BLAS = OpenBLAS time / the faster of the two\n");
   if (auto png = arguments.get("plot")) {

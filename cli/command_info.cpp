@@ -6,6 +6,7 @@
 #include "autotune/record_lookup.h"
 #include "cli/arguments.h"
 #include "cli/commands.h"
+#include "cli/records.h"
 #include "cpu/cpu_isa.h"
 #include "dsl/coefficient_sets.h"
 #include "kernels/program_library.h"
@@ -25,14 +26,6 @@ this device's tuning records (where, how many, and whether they apply to this ma
 shipped programs with their precision and step count.
 )";
 
-namespace {
-std::string cache_directory() {
-  if (const char* dir = std::getenv("ORTHOJIT_CACHE_DIR"); dir && *dir) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/orthojit";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/orthojit";
-  return "(none: set ORTHOJIT_CACHE_DIR)";
-}
-}  // namespace
 
 int info_command(const std::vector<std::string>& args) {
   Arguments arguments(args, {}, {});

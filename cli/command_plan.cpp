@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/model_config.h"
 #include "cli/python_plot.h"
+#include "cli/records.h"
 #include "runtime/orthogonalize.h"
 #include "runtime/zero/model_layout.h"
 #include "runtime/zero/partition_plan.h"
@@ -94,9 +95,7 @@ int plan_command(const std::vector<std::string>& args) {
   if (settings.world < 1) throw runtime::UsageError("--world must be at least 1");
   if (settings.stage < 1 || settings.stage > 3) throw runtime::UsageError("--stage must be 1, 2 or 3 (got " + std::to_string(settings.stage) + ")");
   const std::string mode = arguments.get("mode").value_or("deepspeed");
-  if (mode == "deepspeed") settings.mode = runtime::OrthogonalizationMode::DeepSpeed;
-  else if (mode == "balanced") settings.mode = runtime::OrthogonalizationMode::Balanced;
-  else throw runtime::UsageError("unknown --mode '" + mode + "'; expected deepspeed or balanced");
+  settings.mode = parse_plan_mode(mode);
   if (auto alignment = arguments.get("alignment")) {
     settings.alignment = parse_count(*alignment, "alignment");
     if (settings.alignment < 1) throw runtime::UsageError("--alignment must be at least 1");
@@ -113,32 +112,8 @@ int plan_command(const std::vector<std::string>& args) {
   const autotune::ModelShapes shapes = load_model_matrices(model, shape_options);
   const runtime::PartitionPlan plan = runtime::plan_partitions(runtime::model_plan_tensors(shapes), settings);
 
-  nlohmann::json data;
-  data["title"] = model + ": ZeRO-" + std::to_string(settings.stage) + ", " + std::to_string(settings.world) + " ranks, " + mode + " mode";
-  data["world"] = settings.world;
-  data["stage"] = settings.stage;
-  data["mode"] = mode;
-  data["padded_elements"] = plan.padded_elements;
-  data["partition_elements"] = plan.partition_elements;
-  data["ideal_cost"] = plan.ideal_cost();
-  data["max_cost"] = plan.max_cost();
-  data["mean_cost"] = plan.mean_cost();
-  nlohmann::json tensors = nlohmann::json::array(), ranks = nlohmann::json::array(), collectives = nlohmann::json::array();
-  int straddlers = 0;
-  for (const auto& tensor : plan.tensors) {
-    straddlers += tensor.straddles() && tensor.tensor.muon ? 1 : 0;
-    tensors.push_back({{"name", tensor.tensor.name}, {"offset", tensor.offset}, {"elements", tensor.tensor.elements}, {"muon", tensor.tensor.muon},
-                       {"owners", tensor.owners}, {"orthogonalizers", tensor.orthogonalizers}, {"cost", tensor.cost}});
-  }
-  for (const auto& rank : plan.ranks)
-    ranks.push_back({{"begin", rank.begin}, {"end", rank.end}, {"orthogonalization_cost", rank.orthogonalization_cost}, {"matrices", rank.matrices},
-                     {"optimizer_bytes", rank.optimizer_bytes}, {"gradient_bytes", rank.gradient_bytes}, {"parameter_bytes", rank.parameter_bytes}});
-  for (const auto& collective : plan.collectives)
-    collectives.push_back({{"name", collective.name}, {"bytes", collective.bytes}, {"bytes_per_rank", collective.bytes / settings.world}, {"formula", collective.formula}});
-  data["tensors"] = tensors;
-  data["ranks"] = ranks;
-  data["collectives"] = collectives;
-  data["straddling_muon_matrices"] = straddlers;
+  const nlohmann::json data = plan_record(model, plan);
+  const int straddlers = data["straddling_muon_matrices"].get<int>();
   if (auto png = arguments.get("plot")) run_plot_script(kPlanPlotScript, data, *png);
   if (arguments.has("json")) {
     std::printf("%s\n", data.dump(2).c_str());

@@ -20,6 +20,7 @@
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/model_config.h"
+#include "cli/records.h"
 #include "cpu/vendor_gemm.h"
 #include "kernels/program_library.h"
 
@@ -56,11 +57,6 @@ options:
 
 namespace {
 
-double shape_cost(const autotune::UniqueShape& shape) {
-  const double m = static_cast<double>(shape.rows), n = static_cast<double>(shape.cols);
-  return (20 * m * m * n + 10 * m * m * m) * static_cast<double>(shape.batch);
-}
-
 std::string shape_text(int64_t rows, int64_t cols, int64_t batch) {
   return std::to_string(rows) + "x" + std::to_string(cols) + (batch > 1 ? "x" + std::to_string(batch) : "");
 }
@@ -75,64 +71,50 @@ std::string format_ms(double ms) {
 
 int tune_command(const std::vector<std::string>& args) {
   Arguments arguments(args, {"model", "shape", "program", "precision", "budget", "backend", "out", "threads"}, {"per-head", "retune", "json"});
-  const std::string backend = arguments.get("backend").value_or("cpu");
+  TuneRequest request;
+  request.backend = arguments.get("backend").value_or("cpu");
+  const std::string& backend = request.backend;
   if (backend != "cpu" && backend != "cuda") throw runtime::UsageError("unknown backend '" + backend + "'; expected cpu or cuda");
-#ifdef ORTHOJIT_HAVE_CUDA
   if (backend == "cuda") {
     if (const std::string why = runtime::cuda_backend_unavailable_reason(); !why.empty()) throw runtime::UsageError("--backend cuda: " + why);
   }
-#else
-  if (backend == "cuda") throw runtime::UsageError("--backend cuda: " + runtime::cuda_backend_unavailable_reason());
-#endif
   if (arguments.has("model") == arguments.has("shape")) throw runtime::UsageError("give exactly one of --model CONFIG.json or --shape MxN[xB]");
   const std::string program_name = arguments.get("program").value_or("jordan_ns5");
   const dsl::Program program = kernels::load_program_by_name_or_path(program_name);
-  const std::optional<ScalarType> precision = parse_tuning_precision(arguments.get("precision"));
-  const double budget = parse_budget(arguments.get("budget"), 90);
-  const int threads = arguments.has("threads") ? parse_count(*arguments.get("threads"), "threads") : 0;
+  request.program = &program;
+  request.precision = parse_tuning_precision(arguments.get("precision"));
+  request.budget = parse_budget(arguments.get("budget"), 90);
+  request.threads = arguments.has("threads") ? parse_count(*arguments.get("threads"), "threads") : 0;
+  request.out = arguments.get("out");
+  request.retune = arguments.has("retune");
   const bool json = arguments.has("json");
 
-  std::vector<autotune::UniqueShape> shapes;
   std::vector<autotune::ModelMatrix> adamw;
   std::string title;
   if (auto model = arguments.get("model")) {
     autotune::ModelShapeOptions shape_options;
     shape_options.per_head = arguments.has("per-head");
     const autotune::ModelShapes derived = load_model_matrices(*model, shape_options);
-    shapes = autotune::unique_muon_shapes(derived);
+    request.shapes = autotune::unique_muon_shapes(derived);
     for (const auto& matrix : derived.matrices)
       if (!matrix.muon) adamw.push_back(matrix);
     title = *model + " (" + derived.model_type + ")";
   } else {
     const ParsedShape shape = parse_shape(*arguments.get("shape"));
-    shapes.push_back({std::min(shape.rows, shape.cols), std::max(shape.rows, shape.cols), shape.batch, 1, {"--shape"}});
+    request.shapes.push_back(single_tuning_shape(shape));
     title = "shape " + shape_text(shape.rows, shape.cols, shape.batch);
   }
 
-#ifdef ORTHOJIT_HAVE_CUDA
-  const autotune::DeviceFingerprint fingerprint = backend == "cuda" ? autotune::cuda_fingerprint() : autotune::cpu_fingerprint();
-  if (backend == "cuda") {
-    const ScalarType storage = passes::effective_policy(program.policy, precision).storage;
-    if (storage != ScalarType::BF16 && storage != ScalarType::F16)
-      throw runtime::UsageError("--backend cuda tunes bf16 or f16 storage; " + program.name + " stores " + std::string(to_string(storage)) +
-                                ": add --precision bf16 (or f16)");
-  }
-#else
-  const autotune::DeviceFingerprint fingerprint = autotune::cpu_fingerprint();
-#endif
-  const std::string path = arguments.get("out").value_or(autotune::default_tuning_path(fingerprint));
-  const autotune::LoadedRecords existing = autotune::load_tuning_file(path);
-  if (!existing.warning.empty()) std::fprintf(stderr, "warning: %s\n", existing.warning.c_str());
-  if (existing.file) {
-    if (auto reason = fingerprint.mismatch(existing.file->fingerprint))
-      throw runtime::UsageError(path + " holds tuning records of another device (" + *reason + "); choose another file with --out");
-  }
+  const TuneTarget target = prepare_tuning(request);
+  const autotune::DeviceFingerprint& fingerprint = target.fingerprint;
+  const std::string& path = target.path;
+  if (!target.existing.warning.empty()) std::fprintf(stderr, "warning: %s\n", target.existing.warning.c_str());
 
   if (!json) {
     std::printf("tuning %s with %s on %s (%s, %d cores); records: %s\n", title.c_str(), program.name.c_str(), fingerprint.device.c_str(),
                 fingerprint.isa.c_str(), fingerprint.cores, path.c_str());
     std::printf("\n%-22s %7s %8s  %s\n", "matrix shape (oriented)", "batch", "count", "parameters");
-    for (const auto& shape : shapes) {
+    for (const auto& shape : request.shapes) {
       std::string names;
       for (const auto& name : shape.names) names += (names.empty() ? "" : ", ") + name;
       std::printf("%-22s %7lld %8lld  %s\n", shape_text(shape.rows, shape.cols, 1).c_str(), static_cast<long long>(shape.batch),
@@ -145,68 +127,10 @@ int tune_command(const std::vector<std::string>& args) {
   }
 
   if (const std::string warning = cpu::openblas_kernel_warning(); backend == "cpu" && !warning.empty() && !json) std::fprintf(stderr, "warning: %s\n", warning.c_str());
-  const bool interactive = ::isatty(::fileno(stderr)) != 0;
   std::fflush(stdout);
-  double total_cost = 0;
-  for (const auto& shape : shapes) total_cost += shape_cost(shape);
-  const auto started = std::chrono::steady_clock::now();
-  nlohmann::json rows = nlohmann::json::array();
-  for (size_t index = 0; index < shapes.size(); ++index) {
-    const auto& shape = shapes[index];
-    const autotune::ProblemKey key = autotune::problem_key(program, shape.rows, shape.cols, shape.batch, precision);
-    nlohmann::json entry;
-    bool cached = false;
-    if (existing.file && existing.file->entries.contains(key.key) && !arguments.has("retune")) {
-      entry = existing.file->entries.at(key.key);
-      cached = true;
-    } else {
-      autotune::TuneProblem problem;
-      problem.program = &program;
-      problem.program_name = program.name;
-      problem.rows = shape.rows;
-      problem.cols = shape.cols;
-      problem.batch = shape.batch;
-      problem.precision = precision;
-      autotune::TuneSettings settings;
-      settings.threads = threads;
-      // Every shape gets a floor of a quarter of an even split (cheap shapes are cheap to tune and
-      // would otherwise get only their default timed); the rest goes in proportion to cost.
-      const double floor = budget / (4.0 * static_cast<double>(shapes.size()));
-      settings.budget_seconds = floor + (budget - floor * static_cast<double>(shapes.size())) * shape_cost(shape) / total_cost;
-      const std::string label = "[" + std::to_string(index + 1) + "/" + std::to_string(shapes.size()) + "] " + shape_text(shape.rows, shape.cols, shape.batch);
-      settings.progress = [&](const autotune::TuneProgress& progress) {
-        if (json || !interactive) return;  // a progress bar only on a terminal; logs get one line per shape
-        const int width = 20, filled = progress.candidates ? width * (progress.candidate - 1) / progress.candidates : 0;
-        std::fprintf(stderr, "\r%-24s [%s%s] %2d/%-2d %-6s %-36s", label.c_str(), std::string(static_cast<size_t>(filled), '#').c_str(),
-                     std::string(static_cast<size_t>(width - filled), '.').c_str(), progress.candidate, progress.candidates, progress.phase.c_str(),
-                     progress.label.c_str());
-      };
-#ifdef ORTHOJIT_HAVE_CUDA
-      entry = backend == "cuda" ? autotune::tune_shape_cuda(problem, settings) : autotune::tune_shape(problem, settings);
-#else
-      entry = autotune::tune_shape(problem, settings);
-#endif
-      if (!json) {
-        if (interactive) std::fprintf(stderr, "\r%100s\r", "");
-        std::fprintf(stderr, "%-24s tuned in %.1f s\n", label.c_str(), entry["bench"]["elapsed_s"].get<double>());
-      }
-      std::string warning;
-      autotune::merge_into_tuning_file(path, fingerprint, {{key.key, entry}}, &warning);
-      if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
-    }
-    nlohmann::json row = {{"rows", shape.rows}, {"cols", shape.cols}, {"batch", shape.batch}, {"count", shape.count}, {"cached", cached}};
-    if (!entry["winner"].is_null()) {
-      row["winner"] = entry["winner"]["label"];
-      row["winner_ms"] = entry["winner"]["p50_ms"];
-      if (entry["default"].contains("p50_ms")) row["speedup_over_default"] = entry["default"]["p50_ms"].get<double>() / entry["winner"]["p50_ms"].get<double>();
-      if (entry.contains("vendor_p50_ms")) row["speedup_over_vendor"] = entry["vendor_p50_ms"].get<double>() / entry["winner"]["p50_ms"].get<double>();
-    }
-    int skipped = 0;
-    for (const auto& candidate : entry["candidates"]) skipped += candidate["status"] == "skipped_budget" ? 1 : 0;
-    row["skipped_for_budget"] = skipped;
-    rows.push_back(row);
-  }
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const TuneOutcome outcome = run_tuning(request, target, !json);
+  const nlohmann::json& rows = outcome.shapes;
+  const double elapsed = outcome.elapsed_s;
   if (json) {
     std::printf("%s\n", nlohmann::json({{"records", path}, {"elapsed_s", elapsed}, {"shapes", rows}}).dump(2).c_str());
     return 0;

@@ -19,9 +19,13 @@ autotune::ModelShapes load_model_matrices(const std::string& path, const autotun
     if (!in) throw runtime::UsageError("cannot read the model configuration " + path + " (or use --model default, a small embedded Llama-style model)");
     text << in.rdbuf();
   }
+  return parse_model_matrices(text.str(), path, options);
+}
+
+autotune::ModelShapes parse_model_matrices(const std::string& text, const std::string& path, const autotune::ModelShapeOptions& options) {
   nlohmann::json config;
   try {
-    config = nlohmann::json::parse(text.str());
+    config = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& error) {
     throw runtime::UsageError(path + " is not valid JSON: " + error.what());
   }

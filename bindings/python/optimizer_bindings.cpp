@@ -1,6 +1,355 @@
-// (being written)
+// The hybrid Muon + AdamW update rules on tensors (orthojit.Muon, orthojit/muon.py): the same C++
+// functions the single-rank and the distributed optimizers run (runtime/muon/update_rules.h), on
+// the memory of NumPy arrays and PyTorch tensors (DLPack, zero-copy, updated in place), so a
+// Python step gives the bits a C++ step gives. The optimizer state lives in the caller's tensors
+// (f32), which keeps torch's state_dict native.
+//
+//   MuonSettings(preset, overrides)   OptimizerSettings + the block orthogonalizer (compiled
+//                                     kernels cached per shape); .set(key, value), .values()
+//   plan_matrices(name, shape, ...)   MatrixPlan: how Muon sees a parameter (experts, splits)
+//   default_use_muon(name, shape)     DeepSpeed's tagging rule
+//   find_nonfinite(grad)              the first NaN / infinity, as the C++ step reports it
+//   muon_update(...), adam_update(...), qk_clip(...)
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 #include "bindings/python/bindings.h"
+#include "runtime/muon/optimizer_settings.h"
+#include "runtime/muon/parameter.h"
+#include "runtime/muon/parameter_tagging.h"
+#include "runtime/muon/update_rules.h"
+#include "runtime/orthogonalize.h"
+
+namespace nb = nanobind;
 
 namespace orthojit::python {
-void register_optimizer(nanobind::module_&) {}
+namespace {
+
+using runtime::DType;
+
+// OptimizerSettings with the orthogonalizer it implies (rebuilt when a setting changes).
+struct MuonSettings {
+  runtime::OptimizerSettings settings;
+  std::unique_ptr<runtime::BlockOrthogonalizer> orthogonalizer;
+
+  runtime::BlockOrthogonalizer& blocks() {
+    if (!orthogonalizer) orthogonalizer = std::make_unique<runtime::BlockOrthogonalizer>(settings.muon);
+    return *orthogonalizer;
+  }
+};
+
+std::string value_text(const std::string& key, nb::handle value) {
+  if (nb::isinstance<nb::bool_>(value)) return nb::cast<bool>(value) ? "true" : "false";
+  if (nb::isinstance<nb::int_>(value)) return std::to_string(nb::cast<long long>(value));
+  if (nb::isinstance<nb::float_>(value)) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.17g", nb::cast<double>(value));
+    return text;
+  }
+  if (nb::isinstance<nb::str>(value)) return nb::cast<std::string>(value);
+  throw nb::type_error(("optimizer setting '" + key + "': expected a number, a bool or a string, got " +
+                        nb::cast<std::string>(nb::str(value.type().attr("__name__"))))
+                           .c_str());
+}
+
+// apply_setting, plus what only the tests and experts need: "muon.precision" = "f64" (the exact
+// iteration, ref backend), "muon.square_precision" (DeepSpeed's storage for square matrices under
+// gram), "muon.coefficients" (a, b, c for every step); a cuda backend is checked for here.
+void set_setting(MuonSettings& self, const std::string& key, nb::handle value) {
+  runtime::MuonGroupSettings& muon = self.settings.muon;
+  if (key == "muon.coefficients") {
+    std::vector<double> abc = nb::cast<std::vector<double>>(value);
+    if (abc.size() != 3) throw std::invalid_argument("muon.coefficients: expected three numbers (a, b, c)");
+    muon.coefficients = dsl::Triple{abc[0], abc[1], abc[2]};
+  } else {
+    const std::string text = value_text(key, value);
+    if (key == "muon.precision" && (text == "f64" || text == "float64")) {
+      muon.precision = ScalarType::F64;
+    } else if (key == "muon.square_precision") {
+      auto type = parse_scalar_type(text);
+      if (!type) throw std::invalid_argument(key + ": '" + text + "' is not bf16, f16, f32 or f64");
+      muon.square_precision = *type;
+    } else {
+      if (key == "muon.backend" && text == "cuda") {
+        const std::string why = runtime::cuda_backend_unavailable_reason();
+        if (!why.empty()) throw std::invalid_argument("muon.backend = cuda: " + why);
+      }
+      runtime::apply_setting(self.settings, key, text);
+    }
+  }
+  self.orthogonalizer.reset();  // compiled for the old settings
+}
+
+nb::dict setting_values(const MuonSettings& self) {
+  const runtime::MuonGroupSettings& m = self.settings.muon;
+  const runtime::AdamGroupSettings& a = self.settings.adam;
+  auto type_name = [](const std::optional<ScalarType>& type) -> nb::object {
+    if (!type) return nb::none();
+    return nb::str(std::string(to_string(*type)).c_str());
+  };
+  nb::dict values;
+  values["preset"] = self.settings.preset;
+  values["muon.lr"] = m.lr;
+  values["muon.momentum"] = m.momentum;
+  values["muon.nesterov"] = m.nesterov;
+  values["muon.weight_decay"] = m.weight_decay;
+  values["muon.momentum_kind"] = std::string(to_string(m.momentum_kind));
+  values["muon.lr_adjust"] = std::string(to_string(m.lr_adjust));
+  values["muon.program"] = m.program;
+  values["muon.strategy"] = m.strategy;
+  values["muon.precision"] = type_name(m.precision);
+  values["muon.square_precision"] = type_name(m.square_precision);
+  values["muon.ns_steps"] = m.ns_steps ? nb::object(nb::int_(*m.ns_steps)) : nb::none();
+  values["muon.ns_eps"] = m.ns_eps ? nb::object(nb::float_(*m.ns_eps)) : nb::none();
+  values["muon.norm_clamp"] = m.norm_clamp;
+  values["muon.coefficients"] = m.coefficients ? nb::object(nb::make_tuple(m.coefficients->a, m.coefficients->b, m.coefficients->c)) : nb::none();
+  values["muon.backend"] = m.backend;
+  values["muon.threads"] = m.threads;
+  values["adam.lr"] = a.lr;
+  values["adam.beta1"] = a.beta1;
+  values["adam.beta2"] = a.beta2;
+  values["adam.eps"] = a.eps;
+  values["adam.weight_decay"] = a.weight_decay;
+  values["adam.formula"] = std::string(to_string(a.formula));
+  values["experts_as_batch"] = self.settings.experts_as_batch;
+  return values;
+}
+
+// A tensor's memory as the update rules see it: CPU, C-contiguous, f32 / bf16 / f16.
+struct Elements {
+  void* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t count = 1;
+  std::vector<int64_t> shape;
+};
+
+std::string dtype_name(nb::dlpack::dtype type) {
+  const char* kind = "?";
+  switch (static_cast<nb::dlpack::dtype_code>(type.code)) {
+    case nb::dlpack::dtype_code::Int: kind = "int"; break;
+    case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
+    case nb::dlpack::dtype_code::Float: kind = "float"; break;
+    case nb::dlpack::dtype_code::Bfloat: kind = "bfloat"; break;
+    case nb::dlpack::dtype_code::Complex: kind = "complex"; break;
+    case nb::dlpack::dtype_code::Bool: return "bool";
+    default: break;
+  }
+  return std::string(kind) + std::to_string(type.bits);
+}
+
+Elements elements(const nb::ndarray<>& array, const std::string& what, bool f32_only = false) {
+  Elements result;
+  if (array.device_type() != nb::device::cpu::value)
+    throw std::invalid_argument(what + " is not in CPU memory (DLPack device type " + std::to_string(array.device_type()) +
+                                "); the Muon update rules run on the host (muon.backend = cuda moves only the orthogonalization to the GPU)");
+  const nb::dlpack::dtype type = array.dtype();
+  const auto code = static_cast<nb::dlpack::dtype_code>(type.code);
+  if (type.lanes == 1 && code == nb::dlpack::dtype_code::Float && type.bits == 32) result.dtype = DType::F32;
+  else if (!f32_only && type.lanes == 1 && code == nb::dlpack::dtype_code::Bfloat && type.bits == 16) result.dtype = DType::BF16;
+  else if (!f32_only && type.lanes == 1 && code == nb::dlpack::dtype_code::Float && type.bits == 16) result.dtype = DType::F16;
+  else
+    throw nb::type_error((what + " has dtype " + dtype_name(type) + "; expected " + (f32_only ? "float32" : "float32, bfloat16 or float16")).c_str());
+  int64_t expected_stride = 1;
+  for (size_t d = array.ndim(); d-- > 0;) {
+    const int64_t extent = static_cast<int64_t>(array.shape(d));
+    if (extent != 1 && array.stride(d) != expected_stride) throw std::invalid_argument(what + " is not contiguous (row-major); pass a contiguous tensor");
+    expected_stride *= extent;
+  }
+  for (size_t d = 0; d < array.ndim(); ++d) result.shape.push_back(static_cast<int64_t>(array.shape(d)));
+  result.count = static_cast<int64_t>(array.size());
+  result.data = array.data();
+  return result;
+}
+
+void expect_count(const Elements& e, int64_t count, const std::string& what, const std::string& of) {
+  if (e.count != count)
+    throw std::invalid_argument(what + " has " + std::to_string(e.count) + " elements but " + of + " has " + std::to_string(count));
+}
+
+std::string label(const std::string& name) { return name.empty() ? std::string("the parameter") : "parameter '" + name + "'"; }
+
+double muon_update(MuonSettings& self, const runtime::MatrixPlan& plan, const nb::ndarray<>& param, const nb::ndarray<>& grad,
+                   const nb::ndarray<>& momentum_buffer, double lr, double momentum, double weight_decay, bool nesterov, const std::string& name) {
+  const std::string who = label(name);
+  const Elements p = elements(param, who), g = elements(grad, who + ": the gradient"),
+                 m = elements(momentum_buffer, who + ": momentum_buffer", /*f32_only=*/true);
+  const int64_t count = plan.batch * plan.rows * plan.cols;
+  expect_count(p, count, who, "its matrix plan (" + std::to_string(plan.batch) + " x " + std::to_string(plan.rows) + " x " + std::to_string(plan.cols) + ")");
+  expect_count(g, count, who + ": the gradient", "the parameter");
+  expect_count(m, count, who + ": momentum_buffer", "the parameter");
+  if (!(lr >= 0) || !std::isfinite(lr)) throw std::invalid_argument(who + ": lr must be finite and >= 0");
+  if (!(momentum >= 0 && momentum < 1)) throw std::invalid_argument(who + ": momentum must be in [0, 1)");
+  if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) throw std::invalid_argument(who + ": weight_decay must be finite and >= 0");
+  runtime::MuonGroupSettings muon = self.settings.muon;  // the group's hyperparameters on the settings' formulas
+  muon.lr = lr;
+  muon.momentum = momentum;
+  muon.weight_decay = weight_decay;
+  muon.nesterov = nesterov;
+  runtime::BlockOrthogonalizer& orthogonalizer = self.blocks();
+  const double before = orthogonalizer.seconds();
+  {
+    nb::gil_scoped_release release;
+    // HybridOptimizer::muon_update: g → f32, momentum and U, O = NS(U) per block, p update.
+    std::vector<float> gradient(static_cast<size_t>(count)), update(gradient.size()), orthogonal(gradient.size());
+    for (int64_t i = 0; i < count; ++i) gradient[static_cast<size_t>(i)] = static_cast<float>(runtime::load_element(g.dtype, g.data, i));
+    runtime::muon_momentum(muon, gradient.data(), static_cast<float*>(m.data), update.data(), count);
+    orthogonalizer.orthogonalize(plan, update.data(), orthogonal.data());
+    runtime::apply_muon(muon, plan, p.dtype, p.data, orthogonal.data(), 0, count);
+  }
+  return orthogonalizer.seconds() - before;
+}
+
+void adam_update(MuonSettings& self, int64_t step, const nb::ndarray<>& param, const nb::ndarray<>& grad, const nb::ndarray<>& exp_avg,
+                 const nb::ndarray<>& exp_avg_sq, double lr, double beta1, double beta2, double eps, double weight_decay, const std::string& name) {
+  const std::string who = label(name);
+  const Elements p = elements(param, who), g = elements(grad, who + ": the gradient"), m = elements(exp_avg, who + ": exp_avg", true),
+                 v = elements(exp_avg_sq, who + ": exp_avg_sq", true);
+  expect_count(g, p.count, who + ": the gradient", "the parameter");
+  expect_count(m, p.count, who + ": exp_avg", "the parameter");
+  expect_count(v, p.count, who + ": exp_avg_sq", "the parameter");
+  if (step < 1) throw std::invalid_argument(who + ": the AdamW step count must be >= 1 (incremented before the update)");
+  if (!(lr >= 0) || !std::isfinite(lr)) throw std::invalid_argument(who + ": lr must be finite and >= 0");
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) throw std::invalid_argument(who + ": betas must be in [0, 1)");
+  if (!(eps > 0) || !std::isfinite(eps)) throw std::invalid_argument(who + ": eps must be finite and > 0");
+  if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) throw std::invalid_argument(who + ": weight_decay must be finite and >= 0");
+  runtime::AdamGroupSettings adam = self.settings.adam;
+  adam.lr = lr;
+  adam.beta1 = beta1;
+  adam.beta2 = beta2;
+  adam.eps = eps;
+  adam.weight_decay = weight_decay;
+  nb::gil_scoped_release release;
+  std::vector<float> gradient(static_cast<size_t>(p.count));
+  for (int64_t i = 0; i < p.count; ++i) gradient[static_cast<size_t>(i)] = static_cast<float>(runtime::load_element(g.dtype, g.data, i));
+  runtime::adam_step(adam, step, gradient.data(), static_cast<float*>(m.data), static_cast<float*>(v.data), p.dtype, p.data, 0, p.count);
+}
+
+// HybridOptimizer::step's check: the first NaN or infinity of a gradient, as it reports it.
+std::optional<std::string> find_nonfinite(const nb::ndarray<>& grad, const std::string& name) {
+  const Elements g = elements(grad, label(name) + ": the gradient");
+  for (int64_t i = 0; i < g.count; ++i) {
+    const double value = runtime::load_element(g.dtype, g.data, i);
+    if (!std::isfinite(value))
+      return label(name) + ": gradient element " + std::to_string(i) + " is " + (std::isnan(value) ? "NaN" : "infinite") +
+             "; the step was skipped and no parameter or state changed";
+  }
+  return std::nullopt;
+}
+
+// HybridOptimizer::qk_clip on tensors: γ = min(1, τ / S_max[h]); head h's rows of W_q and W_k
+// scaled by √γ (heads at or below τ untouched, not even rounded).
+void qk_clip(const nb::ndarray<>& q, const nb::ndarray<>& k, int64_t head_rows, const std::vector<double>& s_max, double tau,
+             const std::string& q_name, const std::string& k_name) {
+  if (!(tau > 0) || !std::isfinite(tau)) throw std::invalid_argument("QK-clip: tau must be a positive number");
+  if (head_rows <= 0) throw std::invalid_argument("QK-clip: head_rows must be positive");
+  const Elements tensors[2] = {elements(q, "QK-clip: " + label(q_name)), elements(k, "QK-clip: " + label(k_name))};
+  const std::string names[2] = {q_name, k_name};
+  for (int i = 0; i < 2; ++i) {
+    const Elements& p = tensors[i];
+    if (p.shape.size() < 2 || p.shape[0] % head_rows != 0 || p.shape[0] / head_rows != static_cast<int64_t>(s_max.size())) {
+      std::string shape = "(";
+      for (size_t d = 0; d < p.shape.size(); ++d) shape += (d ? ", " : "") + std::to_string(p.shape[d]);
+      throw std::invalid_argument("QK-clip: " + label(names[i]) + " " + shape + ") does not split into " + std::to_string(s_max.size()) + " heads of " +
+                                  std::to_string(head_rows) + " rows");
+    }
+  }
+  if (tensors[0].data == tensors[1].data) throw std::invalid_argument("QK-clip: W_q and W_k are the same tensor");
+  for (double s : s_max)
+    if (!std::isfinite(s) || s < 0) throw std::invalid_argument("QK-clip: every S_max must be finite and >= 0");
+  for (const Elements& p : tensors) {
+    const int64_t row_length = p.count / p.shape[0];
+    for (size_t head = 0; head < s_max.size(); ++head) {
+      const double gamma = s_max[head] > tau ? tau / s_max[head] : 1.0;
+      if (gamma >= 1.0) continue;
+      const double factor = std::sqrt(gamma);
+      const int64_t begin = static_cast<int64_t>(head) * head_rows * row_length, end = begin + head_rows * row_length;
+      for (int64_t i = begin; i < end; ++i) runtime::store_element(p.dtype, p.data, i, runtime::load_element(p.dtype, p.data, i) * factor);
+    }
+  }
+}
+
+runtime::MatrixPlan plan_matrices(const std::string& name, const std::vector<int64_t>& shape, const std::string& layout,
+                                  const std::vector<int64_t>& row_splits, int64_t head_rows, bool experts_as_batch) {
+  runtime::Parameter parameter;
+  parameter.name = name;
+  parameter.shape = shape;
+  if (layout == "auto") parameter.layout = runtime::MatrixLayout::Auto;
+  else if (layout == "flatten") parameter.layout = runtime::MatrixLayout::Flatten;
+  else if (layout == "batch" || layout == "experts") parameter.layout = runtime::MatrixLayout::Batch;
+  else throw std::invalid_argument("parameter '" + name + "': layout '" + layout + "' is not auto, flatten or batch");
+  parameter.row_splits = row_splits;
+  parameter.head_rows = head_rows;
+  return runtime::plan_matrices(parameter, experts_as_batch);
+}
+
+}  // namespace
+
+void register_optimizer(nb::module_& m) {
+  nb::class_<runtime::MatrixPlan>(m, "MatrixPlan", "How Muon sees one parameter: batch matrices of rows x cols, cut into row blocks.")
+      .def_ro("batch", &runtime::MatrixPlan::batch)
+      .def_ro("rows", &runtime::MatrixPlan::rows)
+      .def_ro("cols", &runtime::MatrixPlan::cols)
+      .def_prop_ro(
+          "blocks",
+          [](const runtime::MatrixPlan& plan) {
+            std::vector<std::pair<int64_t, int64_t>> blocks;
+            for (const runtime::MatrixBlock& block : plan.blocks) blocks.push_back({block.row_offset, block.rows});
+            return blocks;
+          },
+          "(row_offset, rows) of every block")
+      .def("__repr__", [](const runtime::MatrixPlan& plan) {
+        std::string text = "MatrixPlan(batch=" + std::to_string(plan.batch) + ", rows=" + std::to_string(plan.rows) + ", cols=" + std::to_string(plan.cols) + ", blocks=[";
+        for (size_t i = 0; i < plan.blocks.size(); ++i)
+          text += (i ? ", " : "") + std::string("(") + std::to_string(plan.blocks[i].row_offset) + ", " + std::to_string(plan.blocks[i].rows) + ")";
+        return text + "])";
+      });
+
+  nb::class_<MuonSettings>(m, "MuonSettings",
+                           "The hybrid optimizer's settings (a preset plus overrides, the keys of apply_setting) and the block "
+                           "orthogonalizer they imply, with its compiled kernels cached per shape.")
+      .def(
+          "__init__",
+          [](MuonSettings* self, const std::string& preset, nb::dict overrides) {
+            new (self) MuonSettings{runtime::preset_settings(preset), nullptr};
+            for (auto [key, value] : overrides) set_setting(*self, nb::cast<std::string>(key), value);
+          },
+          nb::arg("preset") = "deepspeed", nb::arg("overrides") = nb::dict())
+      .def("set", &set_setting, nb::arg("key"), nb::arg("value"),
+           "Applies one setting (muon.lr, muon.backend, adam.formula, ...; also muon.precision = f64, muon.square_precision, "
+           "muon.coefficients); raises ValueError naming the key and what is valid.")
+      .def("values", &setting_values, "Every setting as a dict (key -> value).")
+      .def("describe", [](const MuonSettings& self) { return runtime::describe(self.settings); })
+      .def_prop_ro("preset", [](const MuonSettings& self) { return self.settings.preset; })
+      .def_prop_ro("orthogonalize_seconds", [](const MuonSettings& self) { return self.orthogonalizer ? self.orthogonalizer->seconds() : 0.0; });
+
+  m.def("optimizer_presets", &runtime::preset_names, "The optimizer presets: deepspeed, keller, moonlight, torch.");
+  m.def("default_use_muon", &runtime::default_use_muon, nb::arg("name"), nb::arg("shape"),
+        "DeepSpeed's rule: Muon iff ndim >= 2 and the lower-cased name contains neither 'embed' nor 'lm_head'.");
+  m.def("plan_matrices", &plan_matrices, nb::arg("name"), nb::arg("shape"), nb::arg("layout") = "auto", nb::arg("row_splits") = std::vector<int64_t>{},
+        nb::arg("head_rows") = 0, nb::arg("experts_as_batch") = false,
+        "How Muon sees a parameter (layout auto | flatten | batch; QKV row_splits; per-head head_rows); raises ValueError naming the parameter.");
+  m.def("find_nonfinite", &find_nonfinite, nb::arg("grad"), nb::arg("name") = "",
+        "None when every gradient element is finite, else the C++ step's report of the first NaN or infinity.");
+  m.def("muon_update", &muon_update, nb::arg("settings"), nb::arg("plan"), nb::arg("param"), nb::arg("grad"), nb::arg("momentum_buffer"), nb::arg("lr"),
+        nb::arg("momentum"), nb::arg("weight_decay"), nb::arg("nesterov"), nb::arg("name") = "",
+        "One Muon step in place: momentum (f32 buffer), Nesterov, O = NS(U) per block, p <- p(1 - lr wd) - lr s O. Returns the "
+        "orthogonalization's seconds.");
+  m.def("adam_update", &adam_update, nb::arg("settings"), nb::arg("step"), nb::arg("param"), nb::arg("grad"), nb::arg("exp_avg"), nb::arg("exp_avg_sq"),
+        nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"), nb::arg("name") = "",
+        "One AdamW step in place (step already incremented), with the settings' formula (standard | moonlight).");
+  m.def("qk_clip", &qk_clip, nb::arg("q"), nb::arg("k"), nb::arg("head_rows"), nb::arg("s_max"), nb::arg("tau"), nb::arg("q_name") = "",
+        nb::arg("k_name") = "", "QK-clip (MuonClip): head h's rows of W_q and W_k scaled by sqrt(min(1, tau / s_max[h])).");
+}
+
 }  // namespace orthojit::python

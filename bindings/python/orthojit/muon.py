@@ -1,0 +1,403 @@
+"""orthojit.Muon: the hybrid Muon + AdamW optimizer as a torch.optim.Optimizer.
+
+Muon takes the hidden matrices, AdamW the rest (DeepSpeed's rule: ndim >= 2 and a name without
+"embed" or "lm_head"; overridable). The arithmetic is the C++ runtime's (runtime/muon/update_rules.h,
+the code the C++ and distributed optimizers run) applied to the tensors' memory in place, so a step
+gives the bits a C++ step gives; the state lives in ordinary torch tensors (f32 momentum_buffer;
+f32 exp_avg, exp_avg_sq and an int64 step), so state_dict() is native. See docs/muon.md.
+
+    opt = orthojit.Muon(model.named_parameters(), preset="deepspeed", muon_lr=0.02, adam_lr=3e-4)
+    for batch in data:
+        loss = model(batch); loss.backward(); opt.step(); opt.zero_grad()
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import _orthojit
+
+__all__ = ["Muon", "StepReport"]
+
+_PARAM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_MATRIX_KEYS = ("layout", "row_splits", "head_rows")
+_MUON_ONLY = ("momentum", "nesterov", "muon_lr")
+_ADAM_ONLY = ("betas", "eps", "adam_lr")
+_STATE_FORMAT = "hybrid-optimizer-state/1"
+
+
+@dataclass
+class StepReport:
+    """What the last step() did (the C++ runtime's StepReport)."""
+
+    skipped: bool = False
+    reason: str = ""  # why the step was skipped (the first NaN or infinity, naming the parameter)
+    muon_updated: int = 0
+    adam_updated: int = 0
+    without_gradient: int = 0
+    orthogonalize_seconds: float = 0.0
+
+
+def _label(name: str) -> str:
+    return f"parameter '{name}'"
+
+
+class Muon(torch.optim.Optimizer):
+    """Hybrid Muon + AdamW with the runtime's presets: ``deepspeed`` (default), ``keller``,
+    ``moonlight``, ``torch`` (docs/muon.md has their formulas).
+
+    Args:
+        params: ``model.named_parameters()`` (names drive the tagging), a module, tensors, or
+            param-group dicts. A group may hold tensors or ``(name, tensor)`` pairs (or give
+            ``"param_names"``) and may set ``use_muon`` (True/False: the whole group), ``lr``,
+            ``muon_lr`` / ``adam_lr`` (override ``lr`` in their part), ``momentum``,
+            ``nesterov``, ``weight_decay``, ``betas``, ``eps``, and the matrix options
+            ``layout`` ("auto" | "flatten" | "batch": experts as a batch), ``row_splits``
+            (QKV split) and ``head_rows`` (per-head split). A group without ``use_muon`` is split
+            by the tagging rule into a "muon-params" and an "adam-params" group (DeepSpeed's
+            names; empty parts are dropped).
+        preset: the starting point of every setting.
+        lr: both groups' lr; ``muon_lr`` / ``adam_lr`` replace it in their group (DeepSpeed).
+        momentum, nesterov: Muon's; betas, eps: AdamW's; weight_decay: both (decoupled).
+        use_muon: explicit tags by parameter name, a mapping name -> bool or a callable
+            (name, tensor) -> bool | None (None: the rule); wins over a group's ``use_muon``.
+        matrix_options: per-name matrix options, e.g.
+            ``{"attn.qkv.weight": {"row_splits": [q, k, v], "head_rows": 64},
+            "moe.experts.w1": {"layout": "batch"}}``.
+        settings: overrides of the runtime's settings, keys as in optimizer_settings.h
+            (``{"muon.lr_adjust": "spectral", "muon.backend": "ref", "muon.precision": "f64",
+            "adam.formula": "moonlight", "experts_as_batch": True}``).
+        backend: the orthogonalization backend ("cpu", "cuda", "ref"); parameters stay in CPU
+            memory either way.
+
+    Unset hyperparameters come from the preset (after ``settings``); the values in
+    ``param_groups`` are read at every step, so LR schedulers work. A NaN or infinity in any
+    gradient skips the whole step (nothing changes); ``last_report`` says so.
+    """
+
+    def __init__(
+        self,
+        params: Any,
+        preset: str = "deepspeed",
+        *,
+        lr: Optional[float] = None,
+        muon_lr: Optional[float] = None,
+        adam_lr: Optional[float] = None,
+        momentum: Optional[float] = None,
+        nesterov: Optional[bool] = None,
+        weight_decay: Optional[float] = None,
+        betas: Optional[Tuple[float, float]] = None,
+        eps: Optional[float] = None,
+        use_muon: Union[None, Mapping[str, bool], Callable[[str, torch.Tensor], Optional[bool]]] = None,
+        matrix_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
+        settings: Optional[Mapping[str, Any]] = None,
+        backend: Optional[str] = None,
+    ):
+        overrides = dict(settings or {})
+        if backend is not None:
+            overrides["muon.backend"] = backend
+        self._settings = _orthojit.MuonSettings(preset, overrides)
+        self._explicit = dict(lr=lr, muon_lr=muon_lr, adam_lr=adam_lr, momentum=momentum, nesterov=nesterov,
+                              weight_decay=weight_decay, betas=betas, eps=eps)
+        if use_muon is not None and not callable(use_muon) and not isinstance(use_muon, Mapping):
+            raise TypeError("use_muon must be a mapping name -> bool or a callable (name, tensor) -> bool | None")
+        self._use_muon = use_muon
+        self._matrix_options = {k: dict(v) for k, v in (matrix_options or {}).items()}
+        self._plans: Dict[int, Any] = {}  # id(param) -> MatrixPlan (Muon parameters)
+        self._next_index = 0
+        self.steps_taken = 0
+        self.last_report = StepReport()
+        if isinstance(params, torch.nn.Module):
+            params = params.named_parameters()
+        super().__init__(params, {})
+        unused = set(self._matrix_options) - {n for g in self.param_groups for n in g["param_names"]}
+        if unused:
+            raise ValueError(f"orthojit.Muon: matrix_options name parameters it was not given: {sorted(unused)}")
+
+    # ----------------------------------------------------------------------------- groups
+    def _defaults(self) -> Dict[str, Any]:
+        values = self._settings.values()
+        e = self._explicit
+        pick = lambda given, fallback: fallback if given is None else given  # noqa: E731
+        return {
+            "muon": {
+                "lr": pick(e["muon_lr"], pick(e["lr"], values["muon.lr"])),
+                "momentum": pick(e["momentum"], values["muon.momentum"]),
+                "nesterov": pick(e["nesterov"], values["muon.nesterov"]),
+                "weight_decay": pick(e["weight_decay"], values["muon.weight_decay"]),
+            },
+            "adam": {
+                "lr": pick(e["adam_lr"], pick(e["lr"], values["adam.lr"])),
+                "betas": tuple(pick(e["betas"], (values["adam.beta1"], values["adam.beta2"]))),
+                "eps": pick(e["eps"], values["adam.eps"]),
+                "weight_decay": pick(e["weight_decay"], values["adam.weight_decay"]),
+            },
+        }
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        """Adds a group; without ``use_muon`` it is split into its Muon and its AdamW part."""
+        if not isinstance(param_group, dict):
+            raise TypeError("param group must be a dict")
+        group = dict(param_group)
+        params = group.pop("params")
+        if isinstance(params, torch.Tensor):
+            params = [params]
+        elif isinstance(params, set):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, but the ordering of "
+                            "tensors in sets will change between runs. Please use a list instead.")
+        params = list(params)
+        names = group.pop("param_names", None)
+        if names is None:
+            names = group.pop("names", None)
+        tensors: List[torch.Tensor] = []
+        given: List[Optional[str]] = []
+        for item in params:
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+                given.append(item[0])
+                tensors.append(item[1])
+            else:
+                given.append(None)
+                tensors.append(item)
+        if names is not None:
+            names = list(names)
+            if len(names) != len(tensors):
+                raise ValueError(f"param_names has {len(names)} names for {len(tensors)} parameters")
+        else:
+            names = given
+        for i, name in enumerate(names):
+            if name is None:
+                names[i] = f"params.{self._next_index}"
+            self._next_index += 1
+        for name, p in zip(names, tensors):
+            self._check_parameter(name, p)
+
+        group_tag = group.pop("use_muon", None)
+        matrix = {k: group.pop(k) for k in _MATRIX_KEYS if k in group}
+        defaults = self._defaults()
+        parts = []
+        for is_muon in (True, False):
+            chosen = [(n, p) for n, p in zip(names, tensors) if self._tag(n, p, group_tag) == is_muon]
+            if not chosen:  # empty groups are dropped (DeepSpeed)
+                continue
+            part = {k: v for k, v in group.items() if k not in (_ADAM_ONLY if is_muon else _MUON_ONLY)}
+            lr = part.pop("muon_lr" if is_muon else "adam_lr", None)
+            part.pop("adam_lr" if is_muon else "muon_lr", None)
+            if lr is None:
+                lr = part.get("lr")
+            for key, value in defaults["muon" if is_muon else "adam"].items():
+                part.setdefault(key, value)
+            if lr is not None:
+                part["lr"] = lr
+            if "betas" in part:
+                part["betas"] = tuple(part["betas"])
+            part.setdefault("name", "muon-params" if is_muon else "adam-params")
+            part["use_muon"] = is_muon
+            part["params"] = [p for _, p in chosen]
+            part["param_names"] = [n for n, _ in chosen]
+            if is_muon:
+                for n, p in chosen:
+                    self._plans[id(p)] = self._plan(n, p, matrix)
+            parts.append(part)
+        for part in parts:
+            super().add_param_group(part)
+
+    def _check_parameter(self, name: str, p: Any) -> None:
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(f"orthojit.Muon: {_label(name)} is a {type(p).__name__}, not a torch.Tensor")
+        if p.dtype not in _PARAM_DTYPES:
+            raise TypeError(f"orthojit.Muon: {_label(name)} has dtype {p.dtype}; the runtime updates "
+                            "torch.float32, torch.bfloat16 and torch.float16 parameters")
+        if p.device.type != "cpu":
+            raise ValueError(f"orthojit.Muon: {_label(name)} is on {p.device}; the update rules run on parameters in "
+                             "CPU memory (backend='cuda' moves only the orthogonalization to the GPU)")
+        if p.layout != torch.strided or not p.is_contiguous():
+            raise ValueError(f"orthojit.Muon: {_label(name)} is not a contiguous dense tensor")
+
+    def _tag(self, name: str, p: torch.Tensor, group_tag: Optional[bool]) -> bool:
+        tag = None
+        if callable(self._use_muon):
+            tag = self._use_muon(name, p)
+        elif self._use_muon is not None:
+            tag = self._use_muon.get(name)
+        if tag is None:
+            tag = group_tag
+        if tag is None:
+            return bool(_orthojit.default_use_muon(name, list(p.shape)))
+        return bool(tag)
+
+    def _plan(self, name: str, p: torch.Tensor, group_matrix: Mapping[str, Any]):
+        options = dict(group_matrix)
+        options.update(self._matrix_options.get(name, {}))
+        unknown = set(options) - set(_MATRIX_KEYS)
+        if unknown:
+            raise ValueError(f"orthojit.Muon: {_label(name)}: unknown matrix options {sorted(unknown)}; "
+                             f"valid: {list(_MATRIX_KEYS)}")
+        shape = list(p.shape) if p.dim() > 0 else [1]
+        return _orthojit.plan_matrices(name, shape, layout=str(options.get("layout", "auto")),
+                                       row_splits=[int(r) for r in options.get("row_splits", [])],
+                                       head_rows=int(options.get("head_rows", 0)),
+                                       experts_as_batch=bool(self._settings.values()["experts_as_batch"]))
+
+    # ----------------------------------------------------------------------------- step
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None):
+        """One step of every parameter with a gradient; returns the closure's loss (if any).
+        A NaN or infinity in any gradient skips the whole step: see ``last_report``."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        report = StepReport()
+        work = []
+        for group in self.param_groups:
+            for name, p in zip(group["param_names"], group["params"]):
+                if p.grad is None:
+                    report.without_gradient += 1
+                    continue
+                g = p.grad
+                if g.is_sparse:
+                    raise RuntimeError(f"orthojit.Muon: {_label(name)} has a sparse gradient; Muon and AdamW need dense ones")
+                work.append((group, name, p, g.detach().contiguous()))
+        for _, name, _, g in work:  # everything is checked before anything changes
+            problem = _orthojit.find_nonfinite(g, name)
+            if problem is not None:
+                self.last_report = StepReport(skipped=True, reason=problem)
+                return loss
+        for group, name, p, g in work:
+            state = self.state[p]
+            data = p.detach()
+            if group["use_muon"]:
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros(p.shape, dtype=torch.float32)
+                report.orthogonalize_seconds += _orthojit.muon_update(
+                    self._settings, self._plans[id(p)], data, g, state["momentum_buffer"], float(group["lr"]),
+                    float(group["momentum"]), float(group["weight_decay"]), bool(group["nesterov"]), name)
+                report.muon_updated += 1
+            else:
+                if "step" not in state:
+                    state["step"] = torch.zeros((), dtype=torch.int64)
+                    state["exp_avg"] = torch.zeros(p.shape, dtype=torch.float32)
+                    state["exp_avg_sq"] = torch.zeros(p.shape, dtype=torch.float32)
+                beta1, beta2 = group["betas"]
+                _orthojit.adam_update(self._settings, int(state["step"]) + 1, data, g, state["exp_avg"], state["exp_avg_sq"],
+                                      float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
+                                      float(group["weight_decay"]), name)
+                state["step"] += 1
+                report.adam_updated += 1
+        self.steps_taken += 1
+        self.last_report = report
+        return loss
+
+    @property
+    def step_skipped(self) -> bool:
+        """Whether the last step() was skipped for a non-finite gradient."""
+        return self.last_report.skipped
+
+    # ----------------------------------------------------------------------------- QK-clip
+    def _resolve(self, which: Union[str, torch.Tensor]) -> Tuple[str, torch.Tensor]:
+        for group in self.param_groups:
+            for name, p in zip(group["param_names"], group["params"]):
+                if (isinstance(which, str) and which == name) or (isinstance(which, torch.Tensor) and which is p):
+                    return name, p
+        if isinstance(which, str):
+            raise ValueError(f"no optimized parameter named '{which}'")
+        raise ValueError("QK-clip: the tensor is not a parameter of this optimizer")
+
+    @torch.no_grad()
+    def qk_clip(self, q_param: Union[str, torch.Tensor], k_param: Union[str, torch.Tensor], head_rows: int,
+                s_max: Union[Sequence[float], torch.Tensor], tau: float) -> None:
+        """QK-clip (MuonClip, Kimi K2), after a step: for each head h, gamma = min(1, tau / s_max[h])
+        and head h's rows (head_rows each) of W_q and W_k are scaled by sqrt(gamma)."""
+        q_name, q = self._resolve(q_param)
+        k_name, k = self._resolve(k_param)
+        if isinstance(s_max, torch.Tensor):
+            s_max = s_max.detach().double().cpu().reshape(-1).tolist()
+        _orthojit.qk_clip(q.detach(), k.detach(), int(head_rows), [float(s) for s in s_max], float(tau), q_name, k_name)
+
+    # ----------------------------------------------------------------------------- state
+    def state_dict(self) -> Dict[str, Any]:
+        """torch's layout (state by parameter index, param_groups) with copies of the state
+        tensors, plus ``orthojit`` (format, preset, steps_taken)."""
+        packed = super().state_dict()
+        packed["state"] = {k: {n: (v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)) for n, v in s.items()}
+                           for k, s in packed["state"].items()}
+        packed["param_groups"] = copy.deepcopy(packed["param_groups"])
+        packed["orthojit"] = {"format": _STATE_FORMAT, "preset": self._settings.preset, "steps_taken": self.steps_taken}
+        return packed
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Loads a state_dict() bit-exactly: f32 state stays f32 (torch's own load casts it to the
+        parameter's dtype). Every group, name, shape and dtype is checked before anything changes."""
+        groups = self.param_groups
+        saved_groups = state_dict["param_groups"]
+        problem = lambda what: ValueError(f"optimizer state does not match this optimizer: {what}; nothing was loaded")  # noqa: E731
+        if len(groups) != len(saved_groups):
+            raise problem(f"it has {len(saved_groups)} parameter groups, this optimizer {len(groups)}")
+        index_to_param: Dict[Any, Tuple[str, torch.Tensor, bool]] = {}
+        for i, (group, saved) in enumerate(zip(groups, saved_groups)):
+            if len(group["params"]) != len(saved["params"]):
+                raise problem(f"group {i} has {len(saved['params'])} parameters, this optimizer's {len(group['params'])}")
+            if "use_muon" in saved and bool(saved["use_muon"]) != group["use_muon"]:
+                raise problem(f"group {i} is {'Muon' if saved['use_muon'] else 'AdamW'} there, "
+                              f"{'Muon' if group['use_muon'] else 'AdamW'} here")
+            saved_names = saved.get("param_names")
+            for j, (index, name, p) in enumerate(zip(saved["params"], group["param_names"], group["params"])):
+                if saved_names is not None and saved_names[j] != name:
+                    raise problem(f"group {i} position {j} is '{saved_names[j]}' there, '{name}' here")
+                index_to_param[index] = (name, p, group["use_muon"])
+        state: Dict[Any, Dict[str, Any]] = defaultdict(dict)
+        for index, values in state_dict["state"].items():
+            if index not in index_to_param:
+                raise problem(f"it holds state for parameter index {index!r}, which this optimizer does not have")
+            name, p, is_muon = index_to_param[index]
+            expected = {"momentum_buffer": torch.float32} if is_muon else \
+                {"exp_avg": torch.float32, "exp_avg_sq": torch.float32, "step": torch.int64}
+            if set(values) != set(expected):
+                raise problem(f"{_label(name)} has state {sorted(values)}, expected {sorted(expected)}")
+            for key, dtype in expected.items():
+                value = values[key]
+                shape = torch.Size([]) if key == "step" else p.shape
+                if not isinstance(value, torch.Tensor) or value.dtype != dtype or value.shape != shape:
+                    what = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+                    raise problem(f"'{name}.{key}' is {what}, expected {dtype} {tuple(shape)}")
+                state[p][key] = value.detach().to("cpu").clone().contiguous()
+        new_groups = []
+        for group, saved in zip(groups, saved_groups):
+            merged = copy.deepcopy({k: v for k, v in saved.items() if k != "params"})
+            merged["params"] = group["params"]
+            merged["param_names"] = group["param_names"]
+            merged["use_muon"] = group["use_muon"]
+            new_groups.append(merged)
+        meta = state_dict.get("orthojit", {})
+        self.__setstate__({"state": state, "param_groups": new_groups})
+        self.steps_taken = int(meta.get("steps_taken", 0))
+
+    # ----------------------------------------------------------------------------- info
+    @property
+    def settings(self) -> Dict[str, Any]:
+        """The runtime settings (preset plus overrides); group hyperparameters live in param_groups."""
+        return self._settings.values()
+
+    def describe(self) -> str:
+        return self._settings.describe()
+
+    def parameter_info(self) -> List[Dict[str, Any]]:
+        """One dict per parameter: name, shape, muon, plan (Muon: MatrixPlan), group, state_bytes."""
+        info = []
+        for group in self.param_groups:
+            for name, p in zip(group["param_names"], group["params"]):
+                muon = group["use_muon"]
+                info.append({"name": name, "shape": tuple(p.shape), "muon": muon, "plan": self._plans.get(id(p)),
+                             "group": group.get("name"), "state_bytes": p.numel() * (4 if muon else 8)})
+        return info
+
+    def state_bytes(self) -> Dict[str, int]:
+        """Optimizer state bytes per group (Muon 4 per element, AdamW 8) and in total."""
+        muon = sum(i["state_bytes"] for i in self.parameter_info() if i["muon"])
+        adam = sum(i["state_bytes"] for i in self.parameter_info() if not i["muon"])
+        return {"muon": muon, "adam": adam, "total": muon + adam}

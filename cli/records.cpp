@@ -1,0 +1,355 @@
+// The structured results of tune, bench and plan (cli/records.h).
+#include "cli/records.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <tuple>
+
+#include "autotune/record_lookup.h"
+#include "autotune/timing_harness.h"
+#include "autotune/tuner.h"
+#ifdef ORTHOJIT_HAVE_CUDA
+#include "autotune/cuda_tuner.h"
+#include "cuda/cuda_driver.h"
+#endif
+#include "cpu/cpu_isa.h"
+#include "cpu/vendor_gemm.h"
+#include "kernels/program_library.h"
+#include "passes/pipeline.h"
+#include "reference/random_matrix.h"
+#include "support/cpu_peak.h"
+#include "support/host_cpu.h"
+
+namespace orthojit::cli {
+
+namespace {
+
+double shape_cost(const autotune::UniqueShape& shape) {
+  const double m = static_cast<double>(shape.rows), n = static_cast<double>(shape.cols);
+  return (20 * m * m * n + 10 * m * m * m) * static_cast<double>(shape.batch);
+}
+
+std::string shape_text(int64_t rows, int64_t cols, int64_t batch) {
+  return std::to_string(rows) + "x" + std::to_string(cols) + (batch > 1 ? "x" + std::to_string(batch) : "");
+}
+
+double percentile(std::vector<double> values, double fraction) {
+  std::sort(values.begin(), values.end());
+  const double position = fraction * static_cast<double>(values.size() - 1);
+  const size_t low = static_cast<size_t>(position);
+  const size_t high = std::min(low + 1, values.size() - 1);
+  return values[low] + (values[high] - values[low]) * (position - static_cast<double>(low));
+}
+
+double dense_flops(const ir::Function& standard) {
+  double flops = 0;
+  for (const auto& node : standard.nodes)
+    if (node.kind == ir::OpKind::Gemm)
+      flops += 2.0 * static_cast<double>(node.shape.rows.size) * static_cast<double>(node.shape.cols.size) *
+               static_cast<double>(standard.node(node.operands[0]).shape.cols.size);
+  return flops * static_cast<double>(standard.batch);
+}
+
+}  // namespace
+
+// ---- info ---------------------------------------------------------------------------------
+
+std::string cache_directory() {
+  if (const char* dir = std::getenv("ORTHOJIT_CACHE_DIR"); dir && *dir) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/orthojit";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/orthojit";
+  return "(none: set ORTHOJIT_CACHE_DIR)";
+}
+
+nlohmann::json info_record() {
+  const HostCpu& cpu = host_cpu();
+  nlohmann::json cuda = {{"available", false}};
+  if (const std::string why = runtime::cuda_backend_unavailable_reason(); !why.empty()) {
+    cuda["reason"] = why;
+  } else {
+    cuda["available"] = true;
+#ifdef ORTHOJIT_HAVE_CUDA
+    cuda["device"] = cuda::Device::get().info().describe();
+#endif
+  }
+  nlohmann::json paths = nlohmann::json::array();
+  for (cpu::CpuIsa isa : cpu::supported_isas()) paths.push_back(std::string(cpu::to_string(isa)));
+  nlohmann::json programs = nlohmann::json::array();
+  for (const auto& shipped : kernels::shipped_programs()) {
+    const dsl::Program program = kernels::load_program_by_name_or_path(std::string(shipped.name));
+    programs.push_back({{"name", program.name},
+                        {"storage", std::string(to_string(program.policy.storage))},
+                        {"steps", program.steps.size()},
+                        {"coefficients", program.coefficient_set.empty() ? "custom" : program.coefficient_set},
+                        {"safety", program.coefficient_safety}});
+  }
+  return {{"version", ORTHOJIT_VERSION},
+          {"backends", runtime::available_backends()},
+          {"cuda", cuda},
+          {"host_cpu", {{"model", cpu.model}, {"logical_cores", cpu.logical_cores}, {"avx2", cpu.avx2}, {"fma", cpu.fma}, {"f16c", cpu.f16c},
+                        {"avx512f", cpu.avx512f}, {"avx512bf16", cpu.avx512bf16}, {"best_isa", cpu.best_isa()}}},
+          {"cpu_paths", paths},
+          {"cpu_default_path", std::string(cpu::to_string(cpu::best_host_isa()))},
+          {"cache_dir", cache_directory()},
+          {"tuning", autotune::describe_tuning_records()},
+          {"programs", programs}};
+}
+
+// ---- tune ----------------------------------------------------------------------------------
+
+autotune::UniqueShape single_tuning_shape(const ParsedShape& shape) {
+  return {std::min(shape.rows, shape.cols), std::max(shape.rows, shape.cols), shape.batch, 1, {"--shape"}};
+}
+
+TuneTarget prepare_tuning(const TuneRequest& request) {
+  const std::string& backend = request.backend;
+  if (backend != "cpu" && backend != "cuda") throw runtime::UsageError("unknown backend '" + backend + "'; expected cpu or cuda");
+#ifdef ORTHOJIT_HAVE_CUDA
+  if (backend == "cuda") {
+    if (const std::string why = runtime::cuda_backend_unavailable_reason(); !why.empty()) throw runtime::UsageError("--backend cuda: " + why);
+  }
+  const autotune::DeviceFingerprint fingerprint = backend == "cuda" ? autotune::cuda_fingerprint() : autotune::cpu_fingerprint();
+  if (backend == "cuda") {
+    const ScalarType storage = passes::effective_policy(request.program->policy, request.precision).storage;
+    if (storage != ScalarType::BF16 && storage != ScalarType::F16)
+      throw runtime::UsageError("--backend cuda tunes bf16 or f16 storage; " + request.program->name + " stores " + std::string(to_string(storage)) +
+                                ": add --precision bf16 (or f16)");
+  }
+#else
+  if (backend == "cuda") throw runtime::UsageError("--backend cuda: " + runtime::cuda_backend_unavailable_reason());
+  const autotune::DeviceFingerprint fingerprint = autotune::cpu_fingerprint();
+#endif
+  TuneTarget target{fingerprint, request.out.value_or(autotune::default_tuning_path(fingerprint)), {}};
+  target.existing = autotune::load_tuning_file(target.path);
+  if (target.existing.file) {
+    if (auto reason = fingerprint.mismatch(target.existing.file->fingerprint))
+      throw runtime::UsageError(target.path + " holds tuning records of another device (" + *reason + "); choose another file with --out");
+  }
+  return target;
+}
+
+TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, bool report) {
+  const dsl::Program& program = *request.program;
+  const auto& shapes = request.shapes;
+  const auto& existing = target.existing;
+  const bool interactive = report && ::isatty(::fileno(stderr)) != 0;
+  double total_cost = 0;
+  for (const auto& shape : shapes) total_cost += shape_cost(shape);
+  const auto started = std::chrono::steady_clock::now();
+  TuneOutcome outcome;
+  for (size_t index = 0; index < shapes.size(); ++index) {
+    const auto& shape = shapes[index];
+    const autotune::ProblemKey key = autotune::problem_key(program, shape.rows, shape.cols, shape.batch, request.precision);
+    nlohmann::json entry;
+    bool cached = false;
+    if (existing.file && existing.file->entries.contains(key.key) && !request.retune) {
+      entry = existing.file->entries.at(key.key);
+      cached = true;
+    } else {
+      autotune::TuneProblem problem;
+      problem.program = &program;
+      problem.program_name = program.name;
+      problem.rows = shape.rows;
+      problem.cols = shape.cols;
+      problem.batch = shape.batch;
+      problem.precision = request.precision;
+      autotune::TuneSettings settings;
+      settings.threads = request.threads;
+      // Every shape gets a floor of a quarter of an even split (cheap shapes are cheap to tune and
+      // would otherwise get only their default timed); the rest goes in proportion to cost.
+      const double budget = request.budget;
+      const double floor = budget / (4.0 * static_cast<double>(shapes.size()));
+      settings.budget_seconds = floor + (budget - floor * static_cast<double>(shapes.size())) * shape_cost(shape) / total_cost;
+      const std::string label = "[" + std::to_string(index + 1) + "/" + std::to_string(shapes.size()) + "] " + shape_text(shape.rows, shape.cols, shape.batch);
+      settings.progress = [&](const autotune::TuneProgress& progress) {
+        if (!interactive) return;  // a progress bar only on a terminal; logs get one line per shape
+        const int width = 20, filled = progress.candidates ? width * (progress.candidate - 1) / progress.candidates : 0;
+        std::fprintf(stderr, "\r%-24s [%s%s] %2d/%-2d %-6s %-36s", label.c_str(), std::string(static_cast<size_t>(filled), '#').c_str(),
+                     std::string(static_cast<size_t>(width - filled), '.').c_str(), progress.candidate, progress.candidates, progress.phase.c_str(),
+                     progress.label.c_str());
+      };
+#ifdef ORTHOJIT_HAVE_CUDA
+      entry = request.backend == "cuda" ? autotune::tune_shape_cuda(problem, settings) : autotune::tune_shape(problem, settings);
+#else
+      entry = autotune::tune_shape(problem, settings);
+#endif
+      if (report) {
+        if (interactive) std::fprintf(stderr, "\r%100s\r", "");
+        std::fprintf(stderr, "%-24s tuned in %.1f s\n", label.c_str(), entry["bench"]["elapsed_s"].get<double>());
+      }
+      std::string warning;
+      autotune::merge_into_tuning_file(target.path, target.fingerprint, {{key.key, entry}}, &warning);
+      if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
+    }
+    nlohmann::json row = {{"rows", shape.rows}, {"cols", shape.cols}, {"batch", shape.batch}, {"count", shape.count}, {"cached", cached}};
+    if (!entry["winner"].is_null()) {
+      row["winner"] = entry["winner"]["label"];
+      row["winner_ms"] = entry["winner"]["p50_ms"];
+      if (entry["default"].contains("p50_ms")) row["speedup_over_default"] = entry["default"]["p50_ms"].get<double>() / entry["winner"]["p50_ms"].get<double>();
+      if (entry.contains("vendor_p50_ms")) row["speedup_over_vendor"] = entry["vendor_p50_ms"].get<double>() / entry["winner"]["p50_ms"].get<double>();
+    }
+    int skipped = 0;
+    for (const auto& candidate : entry["candidates"]) skipped += candidate["status"] == "skipped_budget" ? 1 : 0;
+    row["skipped_for_budget"] = skipped;
+    outcome.shapes.push_back(row);
+    outcome.keys.push_back(key.key);
+    outcome.entries.push_back(entry);
+  }
+  outcome.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return outcome;
+}
+
+// ---- bench ---------------------------------------------------------------------------------
+
+nlohmann::json bench_record(const BenchRequest& request, bool report) {
+  const dsl::Program& program = *request.program;
+  const ParsedShape& shape = request.shape;
+  const runtime::OrthogonalizeOptions& options = request.options;
+  runtime::parse_strategy_option(options.strategy);
+  if (request.repeat < 1) throw runtime::UsageError("--repeat must be at least 1");
+  auto compiled = runtime::compile_orthogonalizer(program, shape.batch, shape.rows, shape.cols, options);
+  passes::CompileOptions standard_options;
+  standard_options.rows = shape.rows;
+  standard_options.cols = shape.cols;
+  standard_options.batch = shape.batch;
+  standard_options.precision = options.precision;
+  const double flops = dense_flops(passes::compile_program(program, standard_options));
+
+  const int64_t count = shape.batch * shape.rows * shape.cols;
+  const auto values = reference::gaussian_values(count, 1);
+  std::vector<float> input(values.begin(), values.end()), output(static_cast<size_t>(count));
+  if (report)
+    std::fprintf(stderr, "orthojit bench: %s %lldx%lldx%lld on %s, %s; warm-up...\n", program.name.c_str(), static_cast<long long>(shape.rows),
+                 static_cast<long long>(shape.cols), static_cast<long long>(shape.batch), compiled->describe_target().c_str(),
+                 compiled->strategy_reason().c_str());
+  compiled->run(input.data(), output.data());
+  std::vector<double> seconds;
+  for (int run = 0; run < request.repeat; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    compiled->run(input.data(), output.data());
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (report) std::fprintf(stderr, "\r  run %d/%d: %.2f ms   ", run + 1, request.repeat, seconds.back() * 1e3);
+  }
+  if (report) std::fprintf(stderr, "\n");
+  const double median = percentile(seconds, 0.5), p20 = percentile(seconds, 0.2), p80 = percentile(seconds, 0.8);
+  const double gflops = flops / median * 1e-9;
+
+  const std::string isa = options.backend == "cpu" ? std::string(cpu::to_string(options.cpu_isa.empty() ? cpu::best_host_isa()
+                                                                                                          : *cpu::parse_cpu_isa(options.cpu_isa)))
+                                                   : "generic";
+  const int threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const PeakEstimate peak = estimate_peak(isa, options.backend == "cpu" ? threads : 1);
+  // Every policy runs on f32 FMAs (bf16/f16 operands are widened while packing): the f32 peak.
+  const double peak_gflops = peak.f32_gflops();
+  return {{"program", program.name},
+          {"shape", {shape.rows, shape.cols, shape.batch}},
+          {"backend", options.backend},
+          {"target", compiled->describe_target()},
+          {"strategy", ir::to_string(compiled->strategy())},
+          {"storage", std::string(to_string(compiled->function().policy.storage))},
+          {"median_s", median},
+          {"p20_s", p20},
+          {"p80_s", p80},
+          {"repeat", request.repeat},
+          {"jit_s", compiled->jit_seconds()},
+          {"dense_equivalent_gflop", flops * 1e-9},
+          {"gflops", gflops},
+          {"peak_gflops", peak_gflops},
+          {"fraction_of_peak", gflops / peak_gflops},
+          {"peak", peak.describe()}};
+}
+
+// ---- bench --model / --compare ----------------------------------------------------------------
+
+nlohmann::json compare_record(const CompareRequest& request, const std::function<void(const nlohmann::json&)>& on_row, bool progress) {
+  const dsl::Program& program = *request.program;
+  const bool interactive = progress && ::isatty(::fileno(stderr)) != 0;
+  double total = 0;
+  for (const auto& shape : request.shapes) total += static_cast<double>(shape.rows * shape.rows * shape.cols * shape.batch);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& shape : request.shapes) {
+    autotune::TuneProblem problem;
+    problem.program = &program;
+    problem.rows = shape.rows;
+    problem.cols = shape.cols;
+    problem.batch = shape.batch;
+    problem.precision = request.precision;
+    const auto values = reference::gaussian_values(shape.rows * shape.cols * shape.batch, 5);
+    std::vector<float> input(values.begin(), values.end()), output(input.size());
+    // A third of the shape's share each; at least three repeats unless one run exceeds it.
+    autotune::TimingSettings timing;
+    timing.budget_seconds = std::max(0.5, request.budget * static_cast<double>(shape.rows * shape.rows * shape.cols * shape.batch) / total / 3);
+    nlohmann::json row = {{"rows", shape.rows}, {"cols", shape.cols}, {"batch", shape.batch}, {"count", shape.count},
+                          {"label", shape_text(shape.rows, shape.cols, shape.batch)}};
+    for (const auto& [name, engine, strategy] : {std::tuple{"standard", "jit", "standard"}, std::tuple{"gram", "jit", "gram"},
+                                                 std::tuple{"openblas", "openblas", "standard"}}) {
+      autotune::Candidate candidate;
+      candidate.engine = engine;
+      candidate.strategy = strategy;
+      if (interactive) std::fprintf(stderr, "\r%-18s timing %-9s ...", row["label"].get<std::string>().c_str(), name);
+      try {
+        const auto executable = autotune::build_candidate(problem, candidate, request.threads);
+        const autotune::Timing result = autotune::time_repeated([&] { executable->run(input.data(), output.data()); }, timing);
+        row[std::string(name) + "_ms"] = result.p50_ms;
+        row[std::string(name) + "_p20_ms"] = result.p20_ms;
+        row[std::string(name) + "_p80_ms"] = result.p80_ms;
+      } catch (const CompileError& error) {
+        row[std::string(name) + "_error"] = error.what();  // gram impossible for this program
+      }
+    }
+    if (interactive) std::fprintf(stderr, "\r%60s\r", "");
+    if (row.contains("gram_ms")) row["gram_speedup"] = row["standard_ms"].get<double>() / row["gram_ms"].get<double>();
+    const double best = row.contains("gram_ms") ? std::min(row["standard_ms"].get<double>(), row["gram_ms"].get<double>()) : row["standard_ms"].get<double>();
+    row["vendor_speedup"] = row["openblas_ms"].get<double>() / best;
+    if (on_row) on_row(row);
+    rows.push_back(row);
+  }
+  return {{"title", program.name + " on " + request.title + ", cpu, OpenBLAS " + cpu::openblas_kernel_name()}, {"shapes", rows}};
+}
+
+// ---- plan ---------------------------------------------------------------------------------
+
+runtime::OrthogonalizationMode parse_plan_mode(const std::string& mode) {
+  if (mode == "deepspeed") return runtime::OrthogonalizationMode::DeepSpeed;
+  if (mode == "balanced") return runtime::OrthogonalizationMode::Balanced;
+  throw runtime::UsageError("unknown --mode '" + mode + "'; expected deepspeed or balanced");
+}
+
+nlohmann::json plan_record(const std::string& model_label, const runtime::PartitionPlan& plan) {
+  const runtime::PlanSettings& settings = plan.settings;
+  const std::string mode = runtime::to_string(settings.mode);
+  nlohmann::json data;
+  data["title"] = model_label + ": ZeRO-" + std::to_string(settings.stage) + ", " + std::to_string(settings.world) + " ranks, " + mode + " mode";
+  data["world"] = settings.world;
+  data["stage"] = settings.stage;
+  data["mode"] = mode;
+  data["padded_elements"] = plan.padded_elements;
+  data["partition_elements"] = plan.partition_elements;
+  data["ideal_cost"] = plan.ideal_cost();
+  data["max_cost"] = plan.max_cost();
+  data["mean_cost"] = plan.mean_cost();
+  nlohmann::json tensors = nlohmann::json::array(), ranks = nlohmann::json::array(), collectives = nlohmann::json::array();
+  int straddlers = 0;
+  for (const auto& tensor : plan.tensors) {
+    straddlers += tensor.straddles() && tensor.tensor.muon ? 1 : 0;
+    tensors.push_back({{"name", tensor.tensor.name}, {"offset", tensor.offset}, {"elements", tensor.tensor.elements}, {"muon", tensor.tensor.muon},
+                       {"owners", tensor.owners}, {"orthogonalizers", tensor.orthogonalizers}, {"cost", tensor.cost}});
+  }
+  for (const auto& rank : plan.ranks)
+    ranks.push_back({{"begin", rank.begin}, {"end", rank.end}, {"orthogonalization_cost", rank.orthogonalization_cost}, {"matrices", rank.matrices},
+                     {"optimizer_bytes", rank.optimizer_bytes}, {"gradient_bytes", rank.gradient_bytes}, {"parameter_bytes", rank.parameter_bytes}});
+  for (const auto& collective : plan.collectives)
+    collectives.push_back({{"name", collective.name}, {"bytes", collective.bytes}, {"bytes_per_rank", collective.bytes / settings.world}, {"formula", collective.formula}});
+  data["tensors"] = tensors;
+  data["ranks"] = ranks;
+  data["collectives"] = collectives;
+  data["straddling_muon_matrices"] = straddlers;
+  return data;
+}
+
+}  // namespace orthojit::cli

@@ -1,0 +1,112 @@
+// The structured results of `tune`, `bench` (one program, and --model/--compare) and `plan`: the
+// work of those commands without their argument parsing and tables, shared by the CLI (which
+// prints them, or their JSON with --json) and the Python bindings (bindings/python), which return
+// the same JSON records as Python objects.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "autotune/device_fingerprint.h"
+#include "autotune/model_shapes.h"
+#include "autotune/tuning_record.h"
+#include "cli/arguments.h"
+#include "dsl/ast.h"
+#include "runtime/orthogonalize.h"
+#include "runtime/zero/partition_plan.h"
+
+namespace orthojit::cli {
+
+// ---- info ---------------------------------------------------------------------------------
+
+// The cache directory: $ORTHOJIT_CACHE_DIR, else $XDG_CACHE_HOME/orthojit, else ~/.cache/orthojit.
+std::string cache_directory();
+
+// What `orthojit info` prints, as JSON: version, backends, cuda (available, reason or device),
+// host cpu and its features, cpu paths, cache directory, tuning records, shipped programs.
+nlohmann::json info_record();
+
+// ---- tune ----------------------------------------------------------------------------------
+
+struct TuneRequest {
+  const dsl::Program* program = nullptr;
+  std::vector<autotune::UniqueShape> shapes;  // oriented (rows <= cols)
+  std::optional<ScalarType> precision;
+  double budget = 90;            // seconds for all shapes together
+  std::string backend = "cpu";   // cpu | cuda
+  std::optional<std::string> out;  // the records file (default: the device's file)
+  bool retune = false;
+  int threads = 0;
+};
+
+// Where the records go and what is there already.
+struct TuneTarget {
+  autotune::DeviceFingerprint fingerprint;
+  std::string path;
+  autotune::LoadedRecords existing;
+};
+
+// Checks the backend (and that cuda tunes 16-bit storage), picks the records file and loads it.
+// Throws runtime::UsageError (unknown or unavailable backend, a file of another device).
+TuneTarget prepare_tuning(const TuneRequest& request);
+
+struct TuneOutcome {
+  nlohmann::json shapes = nlohmann::json::array();   // one row per shape, as `tune --json` prints them
+  std::vector<std::string> keys;   // per shape: its problem key in the records file
+  std::vector<nlohmann::json> entries;  // per shape: its tuning-record entry (new or cached)
+  double elapsed_s = 0;
+};
+
+// Tunes every shape not already recorded (or all with retune), merging each result into the file
+// as soon as it is known. `report`: progress and one line per shape on stderr.
+TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, bool report);
+
+// The oriented shape `--shape MxN[xB]` tunes.
+autotune::UniqueShape single_tuning_shape(const ParsedShape& shape);
+
+// ---- bench (one program, one shape) -----------------------------------------------------------
+
+struct BenchRequest {
+  const dsl::Program* program = nullptr;
+  ParsedShape shape;
+  runtime::OrthogonalizeOptions options;  // backend defaults to cpu here
+  int repeat = 7;
+};
+
+// The `bench --json` record: program, shape, backend, target, strategy, storage, median_s, p20_s,
+// p80_s, repeat, jit_s, dense_equivalent_gflop, gflops, peak_gflops, fraction_of_peak, peak.
+// `report`: the warm-up and each run's time on stderr. Throws runtime::UsageError / CompileError.
+nlohmann::json bench_record(const BenchRequest& request, bool report);
+
+// ---- bench --model / --compare ----------------------------------------------------------------
+
+struct CompareRequest {
+  const dsl::Program* program = nullptr;
+  std::vector<autotune::UniqueShape> shapes;
+  std::string title;  // "<program> on <title>, cpu, OpenBLAS <kernel>" in the record
+  std::optional<ScalarType> precision;
+  double budget = 60;
+  int threads = 0;
+};
+
+// {"title", "shapes": [{rows, cols, batch, count, label, standard_ms, gram_ms, openblas_ms, ...,
+// gram_speedup, vendor_speedup}]}: standard vs gram vs OpenBLAS per shape. `on_row` sees each
+// row as soon as it is timed; `progress`: a progress line on stderr while timing.
+nlohmann::json compare_record(const CompareRequest& request, const std::function<void(const nlohmann::json&)>& on_row, bool progress);
+
+// ---- plan ---------------------------------------------------------------------------------
+
+// "deepspeed" | "balanced"; throws runtime::UsageError naming the valid values.
+runtime::OrthogonalizationMode parse_plan_mode(const std::string& mode);
+
+// The `plan --json` record of a partition plan (title, world, stage, mode, padded_elements,
+// partition_elements, ideal/max/mean cost, tensors, ranks, collectives, straddling_muon_matrices).
+// `model_label` names the model in the title. (The plan: runtime::plan_partitions of
+// runtime::model_plan_tensors of the model's matrices.)
+nlohmann::json plan_record(const std::string& model_label, const runtime::PartitionPlan& plan);
+
+}  // namespace orthojit::cli

@@ -1,0 +1,550 @@
+"""orthojit.Muon (bindings/python/orthojit/muon.py) against the formulas of docs/muon.md and
+shared/reference/muon-semantics.md, written out here in float64 torch ops, on fresh random data
+(no fixed seed).
+
+The optimizer runs its Newton-Schulz on the reference backend with f64 storage (the exact
+iteration; "muon.precision": "f64" is the bindings' extension of apply_setting), and the test's own
+NS is a plain f64 quintic, so the two agree to f64 rounding; what remains is the runtime's
+documented f32 rounding of its state, its NS input and output and its parameters, which the
+reference repeats. Tolerance: 2e-6 relative to the largest parameter magnitude (the C++ test's).
+"""
+
+import copy
+import io
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+import orthojit  # noqa: E402
+from orthojit import _orthojit  # noqa: E402
+
+JORDAN = (3.4445, -4.7750, 2.0315)
+SOURCE_DIR = Path(os.environ.get("ORTHOJIT_SOURCE_DIR") or Path(__file__).resolve().parents[2])
+
+# The presets as docs/muon.md's table states them.
+PRESETS = {
+    "deepspeed": dict(kind="ema", adjust="original", clamp=False, muon_lr=0.02, muon_wd=0.0,
+                      adam_lr=3e-4, betas=(0.9, 0.95), eps=1e-10, adam_wd=0.0, formula="standard"),
+    "keller": dict(kind="sum", adjust="original", clamp=False, muon_lr=0.02, muon_wd=0.0,
+                   adam_lr=3e-4, betas=(0.9, 0.95), eps=1e-10, adam_wd=0.0, formula="standard"),
+    "moonlight": dict(kind="sum", adjust="match_rms_adamw", clamp=False, muon_lr=1e-3, muon_wd=0.1,
+                      adam_lr=1e-3, betas=(0.95, 0.95), eps=1e-8, adam_wd=0.1, formula="moonlight"),
+    "torch": dict(kind="ema", adjust="original", clamp=True, muon_lr=1e-3, muon_wd=0.1,
+                  adam_lr=1e-3, betas=(0.9, 0.999), eps=1e-8, adam_wd=0.01, formula="standard"),
+}
+EXACT = {"muon.backend": "ref", "muon.precision": "f64", "muon.square_precision": "f64"}
+
+
+def f32(x):
+    return x.to(torch.float32).to(torch.float64)
+
+
+def newton_schulz(g, steps=5, eps=1e-7, clamp=False):
+    """X <- aX + (bA + cA^2)X, A = XX^T, after X = G/(|G|+eps) (or /max(|G|, eps)); tall G transposed. f64."""
+    x = g.to(torch.float64)
+    tall = x.shape[0] > x.shape[1]
+    if tall:
+        x = x.T
+    norm = torch.linalg.norm(x)
+    x = x / (torch.clamp(norm, min=eps) if clamp else norm + eps)
+    a, b, c = JORDAN
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+def lr_scale(adjust, rows, cols):
+    return {"none": 1.0, "original": math.sqrt(max(1.0, rows / cols)), "match_rms_adamw": 0.2 * math.sqrt(max(rows, cols)),
+            "spectral": math.sqrt(rows / cols)}[adjust]
+
+
+class Reference:
+    """The formulas, one parameter at a time, in f64 with the runtime's f32 state roundings."""
+
+    def __init__(self, preset, nesterov=True, momentum=0.95, blocks=None):
+        self.c = PRESETS[preset]
+        self.nesterov, self.beta = nesterov, momentum
+        self.blocks = blocks or {}  # name -> list of (row_offset, rows) for split matrices
+        self.state = {}
+
+    def muon(self, name, p, g, lr, wd):
+        c = self.c
+        g = f32(g.detach().double())
+        p64 = p.detach().double()
+        m = self.state.get(name, torch.zeros_like(g))
+        m = f32(m + (1 - self.beta) * (g - m) if c["kind"] == "ema" else self.beta * m + g)
+        self.state[name] = m
+        if not self.nesterov:
+            u = m
+        elif c["kind"] == "ema":
+            u = f32(g + self.beta * (m - g))
+        else:
+            u = f32(g + self.beta * m)
+        matrix = u.reshape(u.shape[0], -1)
+        rows, cols = matrix.shape
+        out = torch.empty_like(matrix)
+        step = torch.empty(rows, 1, dtype=torch.float64)
+        for offset, height in self.blocks.get(name, [(0, rows)]):
+            out[offset:offset + height] = f32(newton_schulz(matrix[offset:offset + height], clamp=c["clamp"]))
+            step[offset:offset + height] = lr * lr_scale(c["adjust"], height, cols)
+        new = p64.reshape(rows, cols) * (1 - lr * wd) - step * out
+        return new.reshape(p.shape)
+
+    def adam(self, name, p, g, lr, wd, betas=None, eps=None):
+        c = self.c
+        b1, b2 = betas or c["betas"]
+        eps = c["eps"] if eps is None else eps
+        g = f32(g.detach().double())
+        m, v, t = self.state.get(name, (torch.zeros_like(g), torch.zeros_like(g), 0))
+        t += 1
+        m = f32(m + (1 - b1) * (g - m))
+        v = f32(v + (1 - b2) * (g * g - v))
+        self.state[name] = (m, v, t)
+        bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
+        if c["formula"] == "standard":
+            update = lr * (m / bc1) / (torch.sqrt(v / bc2) + eps)
+        else:
+            update = lr * math.sqrt(bc2) / bc1 * (m / (eps + torch.sqrt(v)))
+        return p.detach().double() * (1 - lr * wd) - update
+
+
+class Net(nn.Module):
+    """Embedding (AdamW by name), a tall and a wide Linear with biases (Muon + AdamW), a 3-D mixer
+    (Muon, flattened to (3, 20)) and an lm_head (AdamW by name)."""
+
+    def __init__(self, dtype=torch.float32):
+        super().__init__()
+        self.embed = nn.Embedding(11, 8)
+        self.fc1 = nn.Linear(8, 20)
+        self.mixer = nn.Parameter(torch.randn(3, 4, 5) / 4)
+        self.fc2 = nn.Linear(20, 6)
+        self.lm_head = nn.Linear(6, 11, bias=False)
+        self.to(dtype)
+
+    def forward(self, tokens):
+        h = torch.tanh(self.fc1(self.embed(tokens)))
+        h = h + 0.1 * (h @ self.mixer.reshape(3, 20).T).sum(-1, keepdim=True)
+        return self.lm_head(torch.tanh(self.fc2(h)))
+
+
+def make_gradients(model, dtype=torch.float32):
+    tokens = torch.randint(0, 11, (16, 4))
+    targets = torch.randint(0, 11, (16, 4))
+    model.zero_grad(set_to_none=True)
+    logits = model(tokens).float()
+    nn.functional.cross_entropy(logits.reshape(-1, 11), targets.reshape(-1)).backward()
+
+
+def assert_close(actual, expected, what, rel=2e-6):
+    actual = actual.detach().double()
+    largest = max(expected.abs().max().item(), 1e-30)
+    error = (actual - expected).abs().max().item()
+    assert error <= rel * largest, f"{what}: max error {error:.3g} > {rel * largest:.3g}"
+
+
+MUON_NAMES = {"fc1.weight", "mixer", "fc2.weight"}
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_every_preset_matches_its_formulas_over_several_steps(preset, nesterov):
+    model = Net()
+    opt = orthojit.Muon(model.named_parameters(), preset=preset, nesterov=nesterov, settings=EXACT)
+    tags = {i["name"]: i["muon"] for i in opt.parameter_info()}
+    assert {n for n, m in tags.items() if m} == MUON_NAMES
+    assert [g["name"] for g in opt.param_groups] == ["muon-params", "adam-params"]
+    c = PRESETS[preset]
+    muon_group, adam_group = opt.param_groups
+    assert muon_group["lr"] == pytest.approx(c["muon_lr"]) and muon_group["weight_decay"] == pytest.approx(c["muon_wd"])
+    assert adam_group["lr"] == pytest.approx(c["adam_lr"]) and tuple(adam_group["betas"]) == pytest.approx(c["betas"])
+    assert adam_group["eps"] == pytest.approx(c["eps"]) and adam_group["weight_decay"] == pytest.approx(c["adam_wd"])
+    ref = Reference(preset, nesterov=nesterov)
+    for step in range(3):
+        make_gradients(model)
+        expected = {}
+        for name, p in model.named_parameters():
+            if name in MUON_NAMES:
+                expected[name] = ref.muon(name, p, p.grad, c["muon_lr"], c["muon_wd"])
+            else:
+                expected[name] = ref.adam(name, p, p.grad, c["adam_lr"], c["adam_wd"])
+        opt.step()
+        assert not opt.last_report.skipped
+        assert (opt.last_report.muon_updated, opt.last_report.adam_updated) == (3, 4)
+        for name, p in model.named_parameters():
+            assert_close(p, expected[name], f"{preset} step {step} {name}")
+    for p in opt.state:
+        for key, value in opt.state[p].items():
+            assert value.dtype == (torch.int64 if key == "step" else torch.float32)
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_weight_decay_and_explicit_hyperparameters_reach_the_formulas(preset):
+    # eps = 1e-3 tells the moonlight AdamW formula (eps outside the bias correction) from the standard one.
+    model = Net()
+    opt = orthojit.Muon(model.named_parameters(), preset=preset, lr=0.5, muon_lr=0.01, adam_lr=2e-3, momentum=0.9,
+                        weight_decay=0.05, betas=(0.8, 0.9), eps=1e-3, settings=EXACT)
+    muon_group, adam_group = opt.param_groups
+    assert (muon_group["lr"], adam_group["lr"]) == (0.01, 2e-3)
+    ref = Reference(preset, momentum=0.9)
+    for step in range(3):
+        make_gradients(model)
+        expected = {name: (ref.muon(name, p, p.grad, 0.01, 0.05) if name in MUON_NAMES
+                           else ref.adam(name, p, p.grad, 2e-3, 0.05, betas=(0.8, 0.9), eps=1e-3))
+                    for name, p in model.named_parameters()}
+        opt.step()
+        for name, p in model.named_parameters():
+            assert_close(p, expected[name], f"{preset} step {step} {name}")
+
+
+@pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason=f"torch {torch.__version__} has no torch.optim.Muon (PyTorch >= 2.9)")
+def test_torch_preset_matches_torch_optim_muon():
+    # torch.optim.Muon runs its NS in bf16: compare with the default (bf16) orthojit settings.
+    weights = [torch.randn(16, 24), torch.randn(24, 16)]
+    ours = [nn.Parameter(w.clone()) for w in weights]
+    theirs = [nn.Parameter(w.clone()) for w in weights]
+    opt = orthojit.Muon([(f"w{i}", p) for i, p in enumerate(ours)], preset="torch")
+    reference = torch.optim.Muon(theirs, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True, adjust_lr_fn="original")
+    for _ in range(3):
+        for a, b in zip(ours, theirs):
+            g = torch.randn_like(a)
+            a.grad, b.grad = g.clone(), g.clone()
+        opt.step()
+        reference.step()
+    for a, b, w in zip(ours, theirs, weights):
+        delta_ours, delta_theirs = (a - w).double(), (b - w).double()
+        relative = (delta_ours - delta_theirs).norm() / delta_theirs.norm()
+        assert relative < 0.05, f"update differs from torch.optim.Muon by {relative:.3g} (relative)"
+
+
+def test_a_small_model_trains():
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
+    x = torch.randn(256, 16)
+    teacher = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+    with torch.no_grad():
+        y = teacher(x)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+    opt = orthojit.Muon(model.named_parameters(), preset="deepspeed")
+
+    def loss_fn():
+        return nn.functional.mse_loss(model(x), y)
+
+    with torch.no_grad():
+        initial = loss_fn().item()
+    def closure():
+        opt.zero_grad()
+        loss = loss_fn()
+        loss.backward()
+        return loss
+
+    for _ in range(60):
+        assert opt.step(closure) is not None
+    with torch.no_grad():
+        final = loss_fn().item()
+    assert final < 0.5 * initial, f"loss {initial:.4g} -> {final:.4g}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_state_dict_round_trip_is_bit_exact(dtype):
+    model = Net(dtype)
+    opt = orthojit.Muon(model.named_parameters(), preset="moonlight")
+    for _ in range(2):
+        make_gradients(model)
+        opt.step()
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)
+    saved_params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    make_gradients(model)
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    opt.step()
+    after = {n: p.detach().clone() for n, p in model.named_parameters()}
+    state_after = copy.deepcopy(opt.state_dict())
+
+    def restore_and_step(optimizer):
+        buffer.seek(0)
+        optimizer.load_state_dict(torch.load(buffer))
+        for p in optimizer.state.values():
+            for key, value in p.items():
+                assert value.dtype == (torch.int64 if key == "step" else torch.float32), "state dtype changed on load"
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(saved_params[n])
+                p.grad = grads[n].clone()
+        optimizer.step()
+        for n, p in model.named_parameters():
+            assert torch.equal(p.detach(), after[n]), f"{n} differs after load + step"
+        now = optimizer.state_dict()
+        for index, values in state_after["state"].items():
+            for key, value in values.items():
+                assert torch.equal(now["state"][index][key], value), f"state {index}.{key} differs"
+        assert optimizer.steps_taken == opt.steps_taken
+
+    restore_and_step(opt)  # the same optimizer, rewound
+    restore_and_step(orthojit.Muon(model.named_parameters(), preset="moonlight"))  # a fresh one
+
+
+def test_load_state_dict_rejects_a_mismatch_and_changes_nothing():
+    model = Net()
+    opt = orthojit.Muon(model.named_parameters(), preset="deepspeed")
+    make_gradients(model)
+    opt.step()
+    good = opt.state_dict()
+    other = orthojit.Muon(model.named_parameters(), preset="deepspeed", use_muon={"embed.weight": True})
+    with pytest.raises(ValueError, match="does not match"):
+        other.load_state_dict(good)
+    bad = copy.deepcopy(good)
+    first = next(iter(bad["state"]))
+    key = next(iter(bad["state"][first]))
+    bad["state"][first][key] = bad["state"][first][key].double()
+    before = copy.deepcopy(opt.state_dict())
+    with pytest.raises(ValueError, match="expected torch.float32"):
+        opt.load_state_dict(bad)
+    for index, values in before["state"].items():
+        for k, v in values.items():
+            assert torch.equal(opt.state_dict()["state"][index][k], v)
+
+
+def test_lr_scheduler_changes_the_lr_each_step_uses():
+    model = Net()
+    # momentum 0 and the same gradient every step: the Muon update is lr * s * NS(g), so its size
+    # follows the scheduled lr exactly.
+    opt = orthojit.Muon(model.named_parameters(), preset="keller", momentum=0.0, nesterov=False, settings=EXACT)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    make_gradients(model)
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    ref = Reference("keller", nesterov=False, momentum=0.0)
+    sizes = []
+    for step in range(3):
+        lrs = [g["lr"] for g in opt.param_groups]
+        assert lrs == pytest.approx([0.02 * 0.5 ** step, 3e-4 * 0.5 ** step])
+        before = model.fc2.weight.detach().double().clone()
+        expected = {}
+        for n, p in model.named_parameters():
+            p.grad = grads[n].clone()
+            expected[n] = ref.muon(n, p, p.grad, lrs[0], 0.0) if n in MUON_NAMES else ref.adam(n, p, p.grad, lrs[1], 0.0)
+        opt.step()
+        scheduler.step()
+        for n, p in model.named_parameters():
+            assert_close(p, expected[n], f"step {step} {n}")
+        sizes.append((model.fc2.weight.detach().double() - before).norm().item())
+    assert sizes[1] / sizes[0] == pytest.approx(0.5, rel=1e-4)
+    assert sizes[2] / sizes[1] == pytest.approx(0.5, rel=1e-4)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_gradient_skips_the_whole_step(bad):
+    model = Net()
+    opt = orthojit.Muon(model.named_parameters(), preset="moonlight")
+    make_gradients(model)
+    opt.step()
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    state = copy.deepcopy(opt.state_dict())
+    make_gradients(model)
+    model.fc2.bias.grad[3] = bad
+    opt.step()
+    assert opt.step_skipped and opt.last_report.skipped
+    kind = "NaN" if math.isnan(bad) else "infinite"
+    assert f"parameter 'fc2.bias': gradient element 3 is {kind}" in opt.last_report.reason
+    assert opt.steps_taken == 1
+    for n, p in model.named_parameters():
+        assert torch.equal(p.detach(), params[n]), f"{n} changed"
+    now = opt.state_dict()
+    for index, values in state["state"].items():
+        for key, value in values.items():
+            assert torch.equal(now["state"][index][key], value), f"state {index}.{key} changed"
+    model.fc2.bias.grad[3] = 0.0
+    opt.step()
+    assert not opt.step_skipped and opt.steps_taken == 2
+
+
+def test_tagging_overrides():
+    model = Net()
+    assert _orthojit.default_use_muon("model.layers.0.self_attn.q_proj.weight", [64, 64])
+    assert not _orthojit.default_use_muon("transformer.wte.EMBEDDING", [100, 64])
+    assert not _orthojit.default_use_muon("LM_HEAD.weight", [100, 64])
+    assert not _orthojit.default_use_muon("norm.weight", [64])
+    # by name (mapping), beating the rule in both directions
+    opt = orthojit.Muon(model.named_parameters(), use_muon={"embed.weight": True, "fc1.weight": False})
+    tags = {i["name"]: i["muon"] for i in opt.parameter_info()}
+    assert tags["embed.weight"] and not tags["fc1.weight"] and tags["fc2.weight"] and not tags["fc2.bias"]
+    # by callable
+    opt = orthojit.Muon(model.named_parameters(), use_muon=lambda name, p: False if "mixer" in name else None)
+    tags = {i["name"]: i["muon"] for i in opt.parameter_info()}
+    assert not tags["mixer"] and tags["fc1.weight"]
+    # by group, with DeepSpeed's muon_lr / adam_lr overriding lr in their part
+    opt = orthojit.Muon([
+        {"params": [("fc1.weight", model.fc1.weight), ("fc2.weight", model.fc2.weight)], "use_muon": False, "lr": 0.1},
+        {"params": [(n, p) for n, p in model.named_parameters() if n not in ("fc1.weight", "fc2.weight")], "lr": 0.2,
+         "muon_lr": 0.3, "adam_lr": 0.4},
+    ], preset="keller")
+    assert [(g["name"], g["use_muon"], g["lr"], len(g["params"])) for g in opt.param_groups] == [
+        ("adam-params", False, 0.1, 2), ("muon-params", True, 0.3, 1), ("adam-params", False, 0.4, 4)]
+    assert opt.param_groups[0]["betas"] == (0.9, 0.95) and "momentum" not in opt.param_groups[0]
+    assert opt.state_bytes() == {"muon": model.mixer.numel() * 4,
+                                 "adam": sum(p.numel() for n, p in model.named_parameters() if n != "mixer") * 8,
+                                 "total": model.mixer.numel() * 4 + sum(p.numel() for n, p in model.named_parameters() if n != "mixer") * 8}
+    # a Muon-tagged vector is an error naming it
+    with pytest.raises(ValueError, match=r"'fc1.bias' \(20\) is tagged for Muon but has 1 dimension"):
+        orthojit.Muon(model.named_parameters(), use_muon={"fc1.bias": True})
+    # a module: its named parameters
+    assert {i["name"] for i in orthojit.Muon(model).parameter_info() if i["muon"]} == MUON_NAMES
+    # unnamed tensors: the rule by ndim
+    opt = orthojit.Muon(list(model.parameters()))
+    assert sum(i["muon"] for i in opt.parameter_info()) == 5  # embed and lm_head are 2-D and unnamed: Muon
+
+
+def test_per_head_qkv_and_expert_splits_orthogonalize_each_block():
+    qkv = nn.Parameter(torch.randn(16, 6))
+    heads = nn.Parameter(torch.randn(8, 6))
+    experts = nn.Parameter(torch.randn(3, 4, 5))
+    flat = nn.Parameter(torch.randn(3, 4, 5))
+    opt = orthojit.Muon([("attn.qkv.weight", qkv), ("attn.o.weight", heads), ("moe.experts.w1", experts), ("conv", flat)],
+                        preset="keller", momentum=0.0, nesterov=False, settings={**EXACT, "muon.lr_adjust": "spectral"},
+                        matrix_options={"attn.qkv.weight": {"row_splits": [4, 8, 4], "head_rows": 4},
+                                        "attn.o.weight": {"head_rows": 2}, "moe.experts.w1": {"layout": "batch"}})
+    plans = {i["name"]: i["plan"] for i in opt.parameter_info()}
+    assert plans["attn.qkv.weight"].blocks == [(0, 4), (4, 4), (8, 4), (12, 4)]
+    assert plans["attn.o.weight"].blocks == [(0, 2), (2, 2), (4, 2), (6, 2)]
+    assert (plans["moe.experts.w1"].batch, plans["moe.experts.w1"].rows, plans["moe.experts.w1"].cols) == (3, 4, 5)
+    assert (plans["conv"].batch, plans["conv"].rows, plans["conv"].cols) == (1, 3, 20)
+    before = {p: p.detach().double().clone() for p in (qkv, heads, experts, flat)}
+    for p in before:
+        p.grad = torch.randn_like(p)
+    opt.step()
+    lr = 0.02
+
+    def expected_blocks(p, height):
+        g = f32(p.grad.double().reshape(p.shape[0], -1))
+        out = torch.cat([f32(newton_schulz(g[r:r + height])) * math.sqrt(height / g.shape[1]) for r in range(0, g.shape[0], height)])
+        return before[p] - lr * out.reshape(p.shape)
+
+    assert_close(qkv, expected_blocks(qkv, 4), "qkv split into heads of 4")
+    assert_close(heads, expected_blocks(heads, 2), "per-head split")
+    expert_expected = torch.stack([before[experts][e] - lr * f32(newton_schulz(f32(experts.grad[e].double()))) * math.sqrt(4 / 5)
+                                   for e in range(3)])
+    assert_close(experts, expert_expected, "experts as a batch")
+    assert_close(flat, expected_blocks(flat, 3), "3-D flattened")
+    with pytest.raises(ValueError, match="row_splits sum to 10 but the matrix has 16 rows"):
+        orthojit.Muon([("w", nn.Parameter(torch.randn(16, 6)))], matrix_options={"w": {"row_splits": [4, 6]}})
+    with pytest.raises(ValueError, match="does not split into heads of 3 rows"):
+        orthojit.Muon([("w", nn.Parameter(torch.randn(16, 6)))], matrix_options={"w": {"head_rows": 3}})
+
+
+def test_qk_clip_scales_the_heads_above_tau():
+    q, k = nn.Parameter(torch.randn(8, 6)), nn.Parameter(torch.randn(8, 6))
+    opt = orthojit.Muon([("attn.q.weight", q), ("attn.k.weight", k)], preset="moonlight")
+    before = {"q": q.detach().clone(), "k": k.detach().clone()}
+    s_max = [50.0, 200.0, 100.0, 400.0]
+    opt.qk_clip("attn.q.weight", k, head_rows=2, s_max=torch.tensor(s_max), tau=100.0)
+    for name, p in (("q", q), ("k", k)):
+        for head, s in enumerate(s_max):
+            rows = slice(2 * head, 2 * head + 2)
+            if s <= 100.0:
+                assert torch.equal(p.detach()[rows], before[name][rows]), f"{name} head {head} touched"
+            else:
+                expected = f32(before[name][rows].double() * math.sqrt(100.0 / s))
+                assert torch.equal(p.detach()[rows].double(), expected), f"{name} head {head}"
+    with pytest.raises(ValueError, match="does not split into 3 heads of 2 rows"):
+        opt.qk_clip(q, k, 2, [1.0, 2.0, 3.0], 100.0)
+    with pytest.raises(ValueError, match="no optimized parameter named 'nope'"):
+        opt.qk_clip("nope", k, 2, s_max, 100.0)
+
+
+def test_half_precision_parameters_keep_f32_state():
+    for dtype in (torch.bfloat16, torch.float16):
+        model = Net(dtype)
+        opt = orthojit.Muon(model.named_parameters(), preset="deepspeed", settings=EXACT)
+        ref = Reference("deepspeed")
+        for step in range(2):
+            for p in model.parameters():  # (torch 1.13 has no float16 matmul on the CPU: gradients made up)
+                p.grad = torch.randn_like(p)
+            expected = {n: (ref.muon(n, p, p.grad, 0.02, 0.0) if n in MUON_NAMES else ref.adam(n, p, p.grad, 3e-4, 0.0))
+                        for n, p in model.named_parameters()}
+            opt.step()
+            for n, p in model.named_parameters():
+                assert p.dtype == dtype
+                # one rounding to the 16-bit type (the reference's f64 -> f32 -> 16-bit may round twice)
+                assert_close(p, expected[n], f"{dtype} step {step} {n}", rel=1e-2)
+        assert all(v.dtype in (torch.float32, torch.int64) for s in opt.state.values() for v in s.values())
+
+
+def test_clear_errors_for_unsupported_tensors_and_settings():
+    with pytest.raises(TypeError, match=r"'w' has dtype torch.int64"):
+        orthojit.Muon([("w", torch.zeros(4, 4, dtype=torch.int64))])
+    with pytest.raises(TypeError, match=r"'w' has dtype torch.float64"):
+        orthojit.Muon([("w", nn.Parameter(torch.zeros(4, 4, dtype=torch.float64)))])
+    device = "cuda" if torch.cuda.is_available() else "meta"
+    with pytest.raises(ValueError, match=f"'w' is on {device}"):
+        orthojit.Muon([("w", nn.Parameter(torch.zeros(4, 4, device=device)))])
+    with pytest.raises(ValueError, match="unknown optimizer preset 'adam'"):
+        orthojit.Muon([("w", nn.Parameter(torch.zeros(4, 4)))], preset="adam")
+    with pytest.raises(ValueError, match="unknown optimizer setting 'muon.colour'"):
+        orthojit.Muon([("w", nn.Parameter(torch.zeros(4, 4)))], settings={"muon.colour": "red"})
+    with pytest.raises(ValueError, match="muon.lr_adjust"):
+        orthojit.Muon([("w", nn.Parameter(torch.zeros(4, 4)))], settings={"muon.lr_adjust": "bigger"})
+    if _cuda_reason():  # no CUDA here: asking for it is an error saying why
+        with pytest.raises(ValueError, match="muon.backend = cuda: "):
+            orthojit.Muon([("w", nn.Parameter(torch.zeros(4, 4)))], backend="cuda")
+    # the C++ functions check what reaches them, too
+    settings = _orthojit.MuonSettings("keller", {})
+    plan = _orthojit.plan_matrices("w", [4, 4])
+    with pytest.raises(TypeError, match="momentum_buffer has dtype bfloat16"):
+        _orthojit.muon_update(settings, plan, torch.zeros(4, 4), torch.zeros(4, 4), torch.zeros(4, 4, dtype=torch.bfloat16),
+                              0.1, 0.9, 0.0, True, "w")
+    with pytest.raises(ValueError, match="not contiguous"):
+        _orthojit.muon_update(settings, plan, torch.zeros(4, 4).T, torch.zeros(4, 4), torch.zeros(4, 4), 0.1, 0.9, 0.0, True, "w")
+    with pytest.raises(ValueError, match="has 8 elements but"):
+        _orthojit.adam_update(settings, 1, torch.zeros(4), torch.zeros(8), torch.zeros(4), torch.zeros(4), 0.1, 0.9, 0.9, 1e-8, 0.0, "b")
+
+
+def _cuda_reason():
+    try:
+        _orthojit.MuonSettings("keller", {"muon.backend": "cuda"})
+        return ""
+    except ValueError as error:
+        return str(error)
+
+
+def test_the_cpu_backend_is_the_default_and_trains():
+    model = Net()
+    opt = orthojit.Muon(model.named_parameters(), preset="keller")
+    assert opt.settings["muon.backend"] == "cpu"
+    make_gradients(model)
+    before = model.fc1.weight.detach().clone()
+    opt.step()
+    assert opt.last_report.muon_updated == 3 and not torch.equal(before, model.fc1.weight.detach())
+
+
+def test_example_trains_an_mlp():
+    script = SOURCE_DIR / "examples" / "python" / "train_mlp_torch.py"
+    result = subprocess.run([sys.executable, str(script), "--steps", "150"], capture_output=True, text=True, timeout=600,
+                            env=dict(os.environ))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "orthojit.Muon" in result.stdout and "AdamW" in result.stdout
+
+
+def test_settings_take_the_runtime_keys_and_the_exact_extensions():
+    settings = _orthojit.MuonSettings("moonlight", {"muon.lr": 0.05, "muon.nesterov": False, "muon.precision": "f64",
+                                                    "muon.coefficients": (3.0, -3.2, 1.2), "muon.ns_steps": 7,
+                                                    "adam.formula": "standard", "experts_as_batch": True})
+    values = settings.values()
+    assert values["preset"] == "moonlight" and values["muon.lr"] == 0.05 and values["muon.nesterov"] is False
+    assert values["muon.precision"] == "f64" and values["muon.coefficients"] == (3.0, -3.2, 1.2) and values["muon.ns_steps"] == 7
+    assert values["adam.formula"] == "standard" and values["experts_as_batch"] is True
+    assert "muon.lr = 0.05" in settings.describe()
+    assert set(_orthojit.optimizer_presets()) == set(PRESETS)
+    with pytest.raises(ValueError, match="three numbers"):
+        settings.set("muon.coefficients", [1.0, 2.0])
+    with pytest.raises(TypeError, match="expected a number, a bool or a string"):
+        settings.set("muon.lr", [0.1])
+    # experts_as_batch makes 3-D parameters batches unless their layout says otherwise
+    opt = orthojit.Muon([("moe.w1", nn.Parameter(torch.randn(2, 3, 4)))], settings={"experts_as_batch": True})
+    plan = opt.parameter_info()[0]["plan"]
+    assert (plan.batch, plan.rows, plan.cols) == (2, 3, 4)
