@@ -1,11 +1,28 @@
-// orthojit._orthojit, the ZeRO part: the partition planner (`orthojit plan --json`, cli/records.h).
+// orthojit._orthojit, the ZeRO part: the partition planner (`orthojit plan --json`, cli/records.h)
+// and the distributed step (runtime/zero/distributed_optimizer.h) over the MPI communicator a
+// torch.distributed / mpi4py program hands in (orthojit.DistributedMuon, orthojit/distributed.py).
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <vector>
 
 #include "bindings/python/bindings.h"
 #include "cli/model_config.h"
 #include "cli/records.h"
 #include "runtime/zero/model_layout.h"
+#include "runtime/zero/distributed_optimizer.h"
+#include "runtime/zero/mpi_communicator.h"
 #include "runtime/zero/partition_plan.h"
 
 namespace nb = nanobind;
@@ -34,9 +51,110 @@ std::string plan(const std::string& model, bool model_is_json, int world, int st
   return cli::plan_record(label, runtime::plan_partitions(runtime::model_plan_tensors(shapes), settings)).dump();
 }
 
+// A tensor's memory for the distributed optimizer: CPU, contiguous, f32 / bf16 / f16.
+std::pair<void*, runtime::DType> tensor_memory(const nb::ndarray<>& array, const std::string& what, std::vector<int64_t>* shape = nullptr) {
+  if (array.device_type() != nb::device::cpu::value) throw nb::value_error((what + " is not in CPU memory; the distributed step runs on host buffers").c_str());
+  const nb::dlpack::dtype type = array.dtype();
+  const auto code = static_cast<nb::dlpack::dtype_code>(type.code);
+  runtime::DType dtype;
+  if (type.lanes == 1 && code == nb::dlpack::dtype_code::Float && type.bits == 32) dtype = runtime::DType::F32;
+  else if (type.lanes == 1 && code == nb::dlpack::dtype_code::Bfloat && type.bits == 16) dtype = runtime::DType::BF16;
+  else if (type.lanes == 1 && code == nb::dlpack::dtype_code::Float && type.bits == 16) dtype = runtime::DType::F16;
+  else throw nb::type_error((what + ": expected float32, bfloat16 or float16").c_str());
+  int64_t expected = 1;
+  for (size_t d = array.ndim(); d-- > 0;) {
+    if (array.shape(d) != 1 && array.stride(d) != expected) throw nb::value_error((what + " is not contiguous").c_str());
+    expected *= static_cast<int64_t>(array.shape(d));
+  }
+  if (shape) {
+    shape->clear();
+    for (size_t d = 0; d < array.ndim(); ++d) shape->push_back(static_cast<int64_t>(array.shape(d)));
+  }
+  return {array.data(), dtype};
+}
+
+// The distributed optimizer with the communicator it owns (a duplicate of the caller's MPI_Comm).
+class Distributed {
+ public:
+  // parameters: (name, tensor, use_muon or None); mpi_comm: the MPI_Comm handle as an integer
+  // (mpi4py: MPI._handleof(comm)).
+  Distributed(const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>& parameters, uintptr_t mpi_comm, const std::string& preset,
+              const std::map<std::string, std::string>& overrides, int stage, const std::string& mode, bool average_gradients, bool offload) {
+    runtime::OptimizerSettings settings = runtime::preset_settings(preset);
+    for (const auto& [key, value] : overrides) runtime::apply_setting(settings, key, value);
+    runtime::DistributedSettings distributed;
+    distributed.stage = stage;
+    distributed.mode = cli::parse_plan_mode(mode);
+    distributed.average_gradients = average_gradients;
+    distributed.offload_optimizer = offload;
+    std::vector<runtime::Parameter> list;
+    for (const auto& [name, tensor, use_muon] : parameters) {
+      runtime::Parameter p;
+      p.name = name;
+      std::tie(p.data, p.dtype) = tensor_memory(tensor, "parameter '" + name + "'", &p.shape);
+      p.use_muon = use_muon;
+      names_.push_back(name);
+      list.push_back(p);
+    }
+    // Open MPI's MPI_Comm is a pointer; the integer is what mpi4py's MPI._handleof returns.
+    communicator_ = std::make_unique<runtime::MpiCommunicator>(reinterpret_cast<MPI_Comm>(mpi_comm));
+    optimizer_ = std::make_unique<runtime::DistributedOptimizer>(std::move(list), std::move(settings), distributed, *communicator_);
+  }
+
+  nb::dict step(const std::vector<std::pair<std::string, nb::ndarray<>>>& gradients, bool accumulate_only) {
+    for (const auto& [name, grad] : gradients) {
+      const auto [data, dtype] = tensor_memory(grad, "the gradient of '" + name + "'");
+      optimizer_->set_gradient(name, data, dtype);
+    }
+    nb::dict result;
+    if (accumulate_only) {
+      nb::gil_scoped_release release;
+      optimizer_->accumulate_gradients();
+      return result;
+    }
+    runtime::StepReport report;
+    {
+      nb::gil_scoped_release release;
+      report = optimizer_->step();
+    }
+    result["skipped"] = report.skipped;
+    result["reason"] = report.reason;
+    result["muon_updated"] = report.muon_updated;
+    result["adam_updated"] = report.adam_updated;
+    result["orthogonalize_seconds"] = report.orthogonalize_seconds;
+    result["bytes_sent"] = optimizer_->bytes_sent_last_step();
+    return result;
+  }
+
+  void gather_parameters() {
+    nb::gil_scoped_release release;
+    optimizer_->gather_parameters();
+  }
+  int rank() const { return communicator_->rank(); }
+  int world() const { return communicator_->world(); }
+  std::string describe() const { return communicator_->describe(); }
+  std::string plan_json() const { return cli::plan_record("parameters", optimizer_->plan()).dump(); }
+
+ private:
+  std::vector<std::string> names_;
+  std::unique_ptr<runtime::MpiCommunicator> communicator_;
+  std::unique_ptr<runtime::DistributedOptimizer> optimizer_;
+};
+
 }  // namespace
 
 void register_zero(nb::module_& module) {
+  nb::class_<Distributed>(module, "Distributed", "Distributed Muon + AdamW with ZeRO over an MPI communicator (orthojit.DistributedMuon wraps it).")
+      .def(nb::init<const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>&, uintptr_t, const std::string&,
+                    const std::map<std::string, std::string>&, int, const std::string&, bool, bool>(),
+           nb::arg("parameters"), nb::arg("mpi_comm"), nb::arg("preset"), nb::arg("overrides"), nb::arg("stage"), nb::arg("mode"), nb::arg("average_gradients"),
+           nb::arg("offload"))
+      .def("step", &Distributed::step, nb::arg("gradients"), nb::arg("accumulate_only") = false)
+      .def("gather_parameters", &Distributed::gather_parameters)
+      .def_prop_ro("rank", &Distributed::rank)
+      .def_prop_ro("world", &Distributed::world)
+      .def("describe", &Distributed::describe)
+      .def("plan_json", &Distributed::plan_json);
   module.def("plan", &plan, nb::arg("model"), nb::arg("model_is_json"), nb::arg("world"), nb::arg("stage"), nb::arg("mode") = "deepspeed",
              nb::arg("alignment") = 1, nb::arg("per_head") = false, nb::arg("parameter_bytes") = 2, nb::arg("gradient_bytes") = 2,
              "`orthojit plan --json`: the ZeRO partition plan of a model for `world` ranks; returns JSON text.");

@@ -302,4 +302,14 @@ void DistributedOptimizer::all_gather_parameters() {
 
 void DistributedOptimizer::gather_parameters() { all_gather_parameters(); }
 
+void DistributedOptimizer::set_gradient(const std::string& name, const void* grad, DType grad_dtype) {
+  for (Entry& entry : entries_)
+    if (entry.parameter.name == name) {
+      entry.parameter.grad = grad;
+      entry.parameter.grad_dtype = grad_dtype;
+      return;
+    }
+  throw std::invalid_argument("no optimized parameter named '" + name + "'");
+}
+
 }  // namespace orthojit::runtime

@@ -62,6 +62,8 @@ class DistributedOptimizer {
   StepReport step();
   // Stage 3: every rank's parameter buffers receive the other ranks' slices.
   void gather_parameters();
+  // The trainer may re-point a gradient between steps (frameworks reallocate them).
+  void set_gradient(const std::string& name, const void* grad, DType grad_dtype);
 
   const PartitionPlan& plan() const { return plan_; }
   const DistributedSettings& settings() const { return distributed_; }
