@@ -15,6 +15,7 @@ packages=(
   libopenmpi-dev openmpi-bin               # the distributed optimizer's MPI engine and its mpirun tests
   python3-dev python3-pip python3-pytest   # the Python bindings (built with nanobind from PyPI, tested with pytest)
   python3-torch                            # PyTorch (CPU) for orthojit.Muon and its tests
+  python3-mpi4py                           # orthojit.DistributedMuon takes an mpi4py communicator (its tests)
 )
 
 missing=()
