@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""One Muon optimizer step on the CPU: orthojit.Muon against Muon written from the formula in
+PyTorch (Keller Jordan's / torch.optim.Muon's code: EMA momentum, Nesterov, Newton-Schulz with
+jordan coefficients, X/(|X|+eps), transposing tall matrices), side by side in one run, on the
+matrices of a transformer block stack. Both use the same threads; PyTorch's NS runs in bf16 (as
+the reference implementations do) and in f32 (the faster choice on most CPUs); orthojit's in bf16
+storage with f32 accumulation on its JIT kernels, with the strategy its heuristic (or tuning
+records) picks.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/muon_step_bench.py [--hidden 512] [--layers 2] [--steps 5] [--threads T]
+
+Prints the median step time of each and the ratios.
+"""
+import argparse
+import statistics
+import time
+
+import torch
+
+import orthojit
+
+
+def newton_schulz(G, steps=5, eps=1e-7, dtype=torch.bfloat16):
+    a, b, c = 3.4445, -4.7750, 2.0315
+    X = G.to(dtype)
+    transposed = X.size(-2) > X.size(-1)
+    if transposed:
+        X = X.mT
+    X = X / (X.norm() + eps)
+    for _ in range(steps):
+        A = X @ X.mT
+        B = b * A + c * A @ A
+        X = a * X + B @ X
+    if transposed:
+        X = X.mT
+    return X
+
+
+class FormulaMuon:
+    """Muon from the formula, as torch.optim.Muon computes it (weight decay 0)."""
+
+    def __init__(self, params, lr=0.02, momentum=0.95, dtype=torch.bfloat16):
+        self.params, self.lr, self.beta, self.dtype = list(params), lr, momentum, dtype
+        self.buffers = [torch.zeros_like(p) for p in self.params]
+
+    @torch.no_grad()
+    def step(self):
+        for p, buf in zip(self.params, self.buffers):
+            g = p.grad
+            buf.lerp_(g, 1 - self.beta)
+            update = g.lerp(buf, self.beta)
+            update = newton_schulz(update, dtype=self.dtype).to(p.dtype)
+            scale = max(1, p.size(-2) / p.size(-1)) ** 0.5
+            p.add_(update, alpha=-self.lr * scale)
+
+
+def model(hidden, layers):
+    torch.manual_seed(0)
+    shapes = []
+    for _ in range(layers):
+        shapes += [(3 * hidden, hidden), (hidden, hidden), (4 * hidden, hidden), (hidden, 4 * hidden)]
+    return [torch.nn.Parameter(torch.randn(*s) * 0.02) for s in shapes]
+
+
+def time_steps(optimizer, params, steps):
+    for p in params:
+        p.grad = torch.randn_like(p)
+    optimizer.step()  # warm-up (orthojit compiles its kernels here)
+    times = []
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn_like(p)
+        start = time.perf_counter()
+        optimizer.step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="threads for both (default: PyTorch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    shapes = [tuple(p.shape) for p in model(args.hidden, 1)]
+    print(f"torch {torch.__version__}, {threads} threads; {args.layers} layers of {shapes}")
+    results = {}
+    params = model(args.hidden, args.layers)
+    results["orthojit.Muon (keller, bf16 NS, cpu backend)"] = time_steps(
+        orthojit.Muon([("w%d" % i, p) for i, p in enumerate(params)], preset="keller", settings={"muon.threads": threads}), params, args.steps)
+    for dtype in (torch.bfloat16, torch.float32):
+        params = model(args.hidden, args.layers)
+        results[f"PyTorch formula Muon ({str(dtype).replace('torch.', '')} NS)"] = time_steps(FormulaMuon(params, dtype=dtype), params, args.steps)
+    ours = next(iter(results.values()))
+    print(f"\n{'implementation':<48} {'median ms':>10} {'orthojit speedup':>17}")
+    for name, ms in results.items():
+        print(f"{name:<48} {ms:>10.1f} {ms / ours:>16.2f}x")
+
+
+if __name__ == "__main__":
+    main()
