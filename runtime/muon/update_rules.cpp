@@ -9,11 +9,31 @@
 #include <stdexcept>
 #include <vector>
 
+#include "cpu/thread_pool.h"
 #include "kernels/program_library.h"
 #include "runtime/orthogonalize.h"
 #include "support/rounding.h"
 
 namespace orthojit::runtime {
+namespace {
+
+// Runs body(lo, hi) over [begin, end) in chunks on the shared thread pool. Every element is
+// computed alone, so the bits do not depend on the chunking or the thread count.
+template <class Body>
+void for_chunks(int64_t begin, int64_t end, const Body& body) {
+  constexpr int64_t kChunk = int64_t{1} << 15;
+  const int64_t count = end - begin;
+  if (count <= kChunk) {
+    if (count > 0) body(begin, end);
+    return;
+  }
+  cpu::shared_thread_pool().parallel_for((count + kChunk - 1) / kChunk, [&](int64_t task, int) {
+    const int64_t lo = begin + task * kChunk;
+    body(lo, std::min(end, lo + kChunk));
+  });
+}
+
+}  // namespace
 
 double load_element(DType type, const void* base, int64_t index) {
   switch (type) {
@@ -51,14 +71,16 @@ double lr_scale(LrAdjust adjust, int64_t rows, int64_t cols) {
 
 void muon_momentum(const MuonGroupSettings& muon, const float* gradient, float* momentum, float* update, int64_t count) {
   const double beta = muon.momentum;
-  for (int64_t i = 0; i < count; ++i) {
-    const double g = gradient[i], m = momentum[i];
-    const float next = static_cast<float>(muon.momentum_kind == MomentumKind::Ema ? m + (1.0 - beta) * (g - m) : beta * m + g);
-    momentum[i] = next;
-    double u = next;
-    if (muon.nesterov) u = muon.momentum_kind == MomentumKind::Ema ? g + beta * (static_cast<double>(next) - g) : g + beta * next;
-    update[i] = static_cast<float>(u);
-  }
+  for_chunks(0, count, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const double g = gradient[i], m = momentum[i];
+      const float next = static_cast<float>(muon.momentum_kind == MomentumKind::Ema ? m + (1.0 - beta) * (g - m) : beta * m + g);
+      momentum[i] = next;
+      double u = next;
+      if (muon.nesterov) u = muon.momentum_kind == MomentumKind::Ema ? g + beta * (static_cast<double>(next) - g) : g + beta * next;
+      update[i] = static_cast<float>(u);
+    }
+  });
 }
 
 void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType type, void* data, const float* orthogonal, int64_t begin, int64_t end) {
@@ -69,10 +91,12 @@ void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType typ
       row_step[static_cast<size_t>(row)] = muon.lr * lr_scale(muon.lr_adjust, block.rows, plan.cols);
   const double decay = 1.0 - muon.lr * muon.weight_decay;
   const int64_t matrix_elements = plan.rows * plan.cols;
-  for (int64_t i = begin; i < end; ++i) {
-    const int64_t row = (i % matrix_elements) / plan.cols;
-    store_element(type, data, i, load_element(type, data, i) * decay - row_step[static_cast<size_t>(row)] * static_cast<double>(orthogonal[i]));
-  }
+  for_chunks(begin, end, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t row = (i % matrix_elements) / plan.cols;
+      store_element(type, data, i, load_element(type, data, i) * decay - row_step[static_cast<size_t>(row)] * static_cast<double>(orthogonal[i]));
+    }
+  });
 }
 
 void adam_step(const AdamGroupSettings& adam, int64_t step, const float* gradient, float* exp_avg, float* exp_avg_sq, DType type, void* data,
@@ -80,17 +104,19 @@ void adam_step(const AdamGroupSettings& adam, int64_t step, const float* gradien
   const double t = static_cast<double>(step);
   const double bias1 = 1.0 - std::pow(adam.beta1, t), bias2 = 1.0 - std::pow(adam.beta2, t);
   const double decay = 1.0 - adam.lr * adam.weight_decay;
-  for (int64_t i = 0; i < count; ++i) {
-    const double g = gradient[i];
-    const float m = static_cast<float>(exp_avg[i] + (1.0 - adam.beta1) * (g - exp_avg[i]));
-    const float v = static_cast<float>(exp_avg_sq[i] + (1.0 - adam.beta2) * (g * g - exp_avg_sq[i]));
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    double delta;
-    if (adam.formula == AdamFormula::Standard) delta = adam.lr * (m / bias1) / (std::sqrt(v / bias2) + adam.eps);
-    else delta = adam.lr * std::sqrt(bias2) / bias1 * (m / (adam.eps + std::sqrt(static_cast<double>(v))));
-    store_element(type, data, begin + i, load_element(type, data, begin + i) * decay - delta);
-  }
+  for_chunks(0, count, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const double g = gradient[i];
+      const float m = static_cast<float>(exp_avg[i] + (1.0 - adam.beta1) * (g - exp_avg[i]));
+      const float v = static_cast<float>(exp_avg_sq[i] + (1.0 - adam.beta2) * (g * g - exp_avg_sq[i]));
+      exp_avg[i] = m;
+      exp_avg_sq[i] = v;
+      double delta;
+      if (adam.formula == AdamFormula::Standard) delta = adam.lr * (m / bias1) / (std::sqrt(v / bias2) + adam.eps);
+      else delta = adam.lr * std::sqrt(bias2) / bias1 * (m / (adam.eps + std::sqrt(static_cast<double>(v))));
+      store_element(type, data, begin + i, load_element(type, data, begin + i) * decay - delta);
+    }
+  });
 }
 
 dsl::Program muon_program(const MuonGroupSettings& muon) {
