@@ -13,7 +13,10 @@
 //
 // Standalone (no GoogleTest) so it also builds on the GPU machines scripts/gpu-check runs on.
 // Without a usable device it prints why and exits 77, which ctest reports as skipped.
-// Usage: cuda_device_test [--filter TEXT] [--json FILE]   ($ORTHOJIT_GPU_TEST_JSON: default --json)
+// Usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX]
+//   ($ORTHOJIT_GPU_TEST_JSON: default --json). --host-only runs only what needs no GPU: every
+//   case's schedule, eligibility, generated source and NVRTC compile for sm_XX (a dry run of
+//   scripts/gpu-check's correctness phase on a machine without a device).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -22,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -86,30 +90,45 @@ std::string json_escape(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string filter, json_path;
+  std::string filter, json_path, host_only;
   if (const char* path = std::getenv("ORTHOJIT_GPU_TEST_JSON"); path && *path) json_path = path;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
     if (argument == "--filter" && i + 1 < argc) filter = argv[++i];
     else if (argument == "--json" && i + 1 < argc) json_path = argv[++i];
+    else if (argument == "--host-only" && i + 1 < argc) host_only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: cuda_device_test [--filter TEXT] [--json FILE]\n");
+      std::fprintf(stderr, "usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX]\n");
       return 2;
     }
   }
   std::string reason;
-  if (!cuda::driver(&reason)) {
-    std::printf("SKIP: %s\n", reason.c_str());
-    return 77;
+  int shared_limit = 0;
+  std::string target;
+  if (!host_only.empty()) {
+    int sm = 0;
+    if (std::sscanf(host_only.c_str(), "sm_%d", &sm) != 1 || sm < 80) {
+      std::fprintf(stderr, "--host-only takes a target sm_80 or newer, e.g. sm_90\n");
+      return 2;
+    }
+    shared_limit = sm >= 90 ? 227 * 1024 : 163 * 1024;  // the opt-in shared memory of an H100/H200 or an A100
+    target = host_only;
+    std::printf("host-only dry run for %s\n", target.c_str());
+  } else {
+    if (!cuda::driver(&reason)) {
+      std::printf("SKIP: %s\n", reason.c_str());
+      return 77;
+    }
+    try {
+      cuda::Device::get();
+    } catch (const std::exception& error) {
+      std::printf("SKIP: %s\n", error.what());
+      return 77;
+    }
+    shared_limit = cuda::Device::get().info().max_shared_per_block_optin;
+    target = cuda::Device::get().compile_target();
+    std::printf("device: %s\n", cuda::Device::get().info().describe().c_str());
   }
-  try {
-    cuda::Device::get();
-  } catch (const std::exception& error) {
-    std::printf("SKIP: %s\n", error.what());
-    return 77;
-  }
-  const cuda::DeviceInfo& device = cuda::Device::get().info();
-  std::printf("device: %s\n", device.describe().c_str());
 
   // The matrix of cases. Shapes: a batch of small ones (the fused kernel's domain), a wide one,
   // a tall ragged one (orientation, edge guards), a square one.
@@ -144,7 +163,18 @@ int main(int argc, char** argv) {
   std::vector<Outcome> outcomes(cases.size());
   std::vector<ir::Function> functions(cases.size());
   std::vector<dsl::Program> programs(cases.size());
-  std::vector<std::vector<double>> inputs(cases.size()), references(cases.size());
+  // One input and one reference per distinct (program, strategy, precision, shape): the variants
+  // of a problem are checked on the same data, and the f64 reference is computed once.
+  std::map<std::string, size_t> problem_of_key;
+  std::vector<size_t> problem(cases.size());
+  for (size_t index = 0; index < cases.size(); ++index) {
+    const Case& c = cases[index];
+    const std::string key = c.program + " " + ir::to_string(c.strategy) + " " + std::string(to_string(c.precision)) + " " + std::to_string(c.shape.rows) + "x" +
+                            std::to_string(c.shape.cols) + "x" + std::to_string(c.shape.batch);
+    problem[index] = problem_of_key.emplace(key, problem_of_key.size()).first->second;
+  }
+  std::vector<std::vector<double>> problem_inputs(problem_of_key.size()), problem_references(problem_of_key.size());
+  std::vector<std::once_flag> problem_ready(problem_of_key.size());
   const uint64_t seed_base = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   std::printf("seed base %llu (fresh inputs each run)\n", static_cast<unsigned long long>(seed_base));
   const auto& headers = kernels::cuda_device_headers();
@@ -156,17 +186,20 @@ int main(int argc, char** argv) {
       try {
         programs[index] = kernels::load_program_by_name_or_path(c.program);
         functions[index] = schedule(programs[index], c);
-        if (std::string why = cuda::variant_unavailable_reason(functions[index], c.variant, device.max_shared_per_block_optin); !why.empty()) {
+        if (std::string why = cuda::variant_unavailable_reason(functions[index], c.variant, shared_limit); !why.empty()) {
           outcomes[index].skipped = true;
           outcomes[index].message = why;
           continue;
         }
         // A fresh input per case: the seed mixes the run's time with the case index.
-        inputs[index] = reference::gaussian_values(c.shape.rows * c.shape.cols * c.shape.batch, seed_base + index * 7919);
-        references[index] = reference::interpret(functions[index], inputs[index]);
+        const size_t p = problem[index];
+        if (host_only.empty()) std::call_once(problem_ready[p], [&] {
+          problem_inputs[p] = reference::gaussian_values(c.shape.rows * c.shape.cols * c.shape.batch, seed_base + p * 7919);
+          problem_references[p] = reference::interpret(functions[index], problem_inputs[p]);
+        });
         if (c.variant.kind != cuda::CudaVariant::Kind::Cublas) {
-          const cuda::CudaProgram generated = cuda::generate_variant(functions[index], c.variant, device.max_shared_per_block_optin);
-          cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, cuda::Device::get().compile_target());
+          const cuda::CudaProgram generated = cuda::generate_variant(functions[index], c.variant, shared_limit);
+          cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, target);
         }
       } catch (const std::exception& error) {
         outcomes[index].message = std::string("host phase: ") + error.what();
@@ -180,6 +213,19 @@ int main(int argc, char** argv) {
   std::printf("host phase (schedules, references, NVRTC) for %zu cases: %.1f s on %u threads\n", cases.size(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), thread_count);
 
+  if (!host_only.empty()) {
+    int compiled = 0, not_applicable = 0, failures = 0;
+    for (size_t index = 0; index < cases.size(); ++index) {
+      if (outcomes[index].skipped) ++not_applicable;
+      else if (!outcomes[index].message.empty()) {
+        ++failures;
+        std::printf("FAIL %s: %s\n", cases[index].name().c_str(), outcomes[index].message.c_str());
+      } else ++compiled;
+    }
+    std::printf("%d cases ready (generated and compiled for %s, or cuBLAS), %d not applicable, %d failed\n", compiled, target.c_str(), not_applicable, failures);
+    return failures == 0 ? 0 : 1;
+  }
+  const cuda::DeviceInfo& device = cuda::Device::get().info();
   int passed = 0, failed = 0, skipped = 0;
   for (size_t index = 0; index < cases.size(); ++index) {
     const Case& c = cases[index];
@@ -189,7 +235,7 @@ int main(int argc, char** argv) {
         auto runner = cuda::build_cuda_runner(programs[index], functions[index], c.variant, headers);
         const int64_t elements = c.shape.rows * c.shape.cols * c.shape.batch;
         cuda::DeviceBuffer input(elements * 4), output(elements * 4);
-        std::vector<float> host_input(inputs[index].begin(), inputs[index].end()), host_output(static_cast<size_t>(elements));
+        std::vector<float> host_input(problem_inputs[problem[index]].begin(), problem_inputs[problem[index]].end()), host_output(static_cast<size_t>(elements));
         input.upload(host_input.data(), elements * 4);
         const auto& api = cuda::Device::get().api();
         cuda::check(api.cuMemsetD8Async(output.get(), 0xff, static_cast<size_t>(elements * 4), nullptr), "poisoning the output");
@@ -199,7 +245,7 @@ int main(int argc, char** argv) {
         double difference = 0, norm = 0;
         bool finite = true;
         for (int64_t e = 0; e < elements; ++e) {
-          const double value = host_output[static_cast<size_t>(e)], expected = references[index][static_cast<size_t>(e)];
+          const double value = host_output[static_cast<size_t>(e)], expected = problem_references[problem[index]][static_cast<size_t>(e)];
           if (!std::isfinite(value)) finite = false;
           difference += (value - expected) * (value - expected);
           norm += expected * expected;
