@@ -23,6 +23,9 @@
 #include "runtime/zero/model_layout.h"
 #include "runtime/zero/distributed_optimizer.h"
 #include "runtime/zero/mpi_communicator.h"
+#ifdef ORTHOJIT_HAVE_NCCL
+#include "runtime/zero/nccl_communicator.h"
+#endif
 #include "runtime/zero/partition_plan.h"
 
 namespace nb = nanobind;
@@ -79,7 +82,8 @@ class Distributed {
   // parameters: (name, tensor, use_muon or None); mpi_comm: the MPI_Comm handle as an integer
   // (mpi4py: MPI._handleof(comm)).
   Distributed(const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>& parameters, uintptr_t mpi_comm, const std::string& preset,
-              const std::map<std::string, std::string>& overrides, int stage, const std::string& mode, bool average_gradients, bool offload) {
+              const std::map<std::string, std::string>& overrides, int stage, const std::string& mode, bool average_gradients, bool offload,
+              const std::string& engine) {
     runtime::OptimizerSettings settings = runtime::preset_settings(preset);
     for (const auto& [key, value] : overrides) runtime::apply_setting(settings, key, value);
     runtime::DistributedSettings distributed;
@@ -97,7 +101,20 @@ class Distributed {
       list.push_back(p);
     }
     // Open MPI's MPI_Comm is a pointer; the integer is what mpi4py's MPI._handleof returns.
-    communicator_ = std::make_unique<runtime::MpiCommunicator>(reinterpret_cast<MPI_Comm>(mpi_comm));
+    bootstrap_ = std::make_unique<runtime::MpiCommunicator>(reinterpret_cast<MPI_Comm>(mpi_comm));
+    runtime::Communicator* communicator = bootstrap_.get();
+    if (engine == "nccl") {
+#ifdef ORTHOJIT_HAVE_NCCL
+      // One GPU per rank; NCCL's unique id travels over the MPI communicator.
+      nccl_ = runtime::NcclCommunicator::create(*bootstrap_);
+      communicator = nccl_.get();
+#else
+      throw nb::value_error("engine 'nccl': this build has no CUDA backend (the CUDA toolkit was not found when it was configured)");
+#endif
+    } else if (engine != "mpi") {
+      throw nb::value_error(("unknown engine '" + engine + "'; expected mpi or nccl").c_str());
+    }
+    communicator_ = communicator;
     optimizer_ = std::make_unique<runtime::DistributedOptimizer>(std::move(list), std::move(settings), distributed, *communicator_);
   }
 
@@ -137,7 +154,11 @@ class Distributed {
 
  private:
   std::vector<std::string> names_;
-  std::unique_ptr<runtime::MpiCommunicator> communicator_;
+  std::unique_ptr<runtime::MpiCommunicator> bootstrap_;
+#ifdef ORTHOJIT_HAVE_NCCL
+  std::unique_ptr<runtime::NcclCommunicator> nccl_;
+#endif
+  runtime::Communicator* communicator_ = nullptr;
   std::unique_ptr<runtime::DistributedOptimizer> optimizer_;
 };
 
@@ -146,9 +167,9 @@ class Distributed {
 void register_zero(nb::module_& module) {
   nb::class_<Distributed>(module, "Distributed", "Distributed Muon + AdamW with ZeRO over an MPI communicator (orthojit.DistributedMuon wraps it).")
       .def(nb::init<const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>&, uintptr_t, const std::string&,
-                    const std::map<std::string, std::string>&, int, const std::string&, bool, bool>(),
+                    const std::map<std::string, std::string>&, int, const std::string&, bool, bool, const std::string&>(),
            nb::arg("parameters"), nb::arg("mpi_comm"), nb::arg("preset"), nb::arg("overrides"), nb::arg("stage"), nb::arg("mode"), nb::arg("average_gradients"),
-           nb::arg("offload"))
+           nb::arg("offload"), nb::arg("engine") = "mpi")
       .def("step", &Distributed::step, nb::arg("gradients"), nb::arg("accumulate_only") = false)
       .def("gather_parameters", &Distributed::gather_parameters)
       .def_prop_ro("rank", &Distributed::rank)

@@ -32,3 +32,16 @@ def test_distributed_muon_explains_bad_arguments():
         orthojit.DistributedMuon(linear.named_parameters(), mode="fastest")
     with pytest.raises(TypeError, match="mpi4py communicator"):
         orthojit.DistributedMuon(linear.named_parameters(), comm=42)
+    with pytest.raises(ValueError, match="engine must be"):
+        orthojit.DistributedMuon(linear.named_parameters(), engine="gloo")
+
+
+def test_nccl_engine_says_what_is_missing_without_a_gpu():
+    import orthojit
+    import torch
+
+    if "cuda" in orthojit.info().get("backends", []):
+        pytest.skip("this machine has a CUDA device: the NCCL engine is exercised by scripts/gpu-check's machines")
+    linear = torch.nn.Linear(4, 3)
+    with pytest.raises((RuntimeError, ValueError), match="NCCL|CUDA|driver"):
+        orthojit.DistributedMuon(linear.named_parameters(), engine="nccl")

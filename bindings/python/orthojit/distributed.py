@@ -40,15 +40,19 @@ class DistributedMuon:
         use_muon: ``{name: bool}`` overriding DeepSpeed's tagging rule.
         average_gradients: divide the reduced gradients by the world size (DeepSpeed does).
         offload: optimizer state in host memory with the orthogonalization on the host.
+        engine: ``"mpi"`` (collectives over ``comm``) or ``"nccl"`` (one GPU per rank; NCCL's
+            unique id is exchanged over ``comm``; host buffers are staged through the device).
     """
 
     def __init__(self, named_parameters, comm=None, *, stage=2, mode="deepspeed", preset="deepspeed", settings=None, use_muon=None,
-                 average_gradients=True, offload=False):
+                 average_gradients=True, offload=False, engine="mpi"):
         self._comm, handle = _mpi_handle(comm)
         if stage not in (1, 2, 3):
             raise ValueError(f"stage must be 1, 2 or 3, got {stage!r}")
         if mode not in ("deepspeed", "balanced"):
             raise ValueError(f"mode must be 'deepspeed' or 'balanced', got {mode!r}")
+        if engine not in ("mpi", "nccl"):
+            raise ValueError(f"engine must be 'mpi' or 'nccl', got {engine!r}")
         use_muon = dict(use_muon or {})
         self._parameters = []
         for item in named_parameters:
@@ -61,7 +65,7 @@ class DistributedMuon:
         overrides = {str(k): (("true" if v else "false") if isinstance(v, bool) else repr(v) if isinstance(v, float) else str(v))
                      for k, v in (settings or {}).items()}
         self._core = _orthojit.Distributed([(name, tensor.detach(), use_muon.get(name)) for name, tensor in self._parameters], handle, preset,
-                                           overrides, stage, mode, bool(average_gradients), bool(offload))
+                                           overrides, stage, mode, bool(average_gradients), bool(offload), engine)
         self.last_report = None
 
     @property
