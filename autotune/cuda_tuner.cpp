@@ -49,9 +49,7 @@ class DeviceTimer {
       runner.run_device(input, output, nullptr);
       timing.samples_ms.push_back(events_.stop(nullptr));
     }
-    timing.p20_ms = percentile(timing.samples_ms, 0.2);
-    timing.p50_ms = percentile(timing.samples_ms, 0.5);
-    timing.p80_ms = percentile(timing.samples_ms, 0.8);
+    summarize(timing);
     return timing;
   }
 
@@ -219,60 +217,18 @@ nlohmann::json tune_shape_cuda(const TuneProblem& problem, const TuneSettings& s
     if (settings.progress) settings.progress({static_cast<int>(ranked[r] + 1), static_cast<int>(trials.size()), trial.candidate.label(), "retime"});
     const Timing again = timer.time(*runners.at(ranked[r]), device_input.get(), device_output.get(), space.min_repeats, space.max_repeats, 50.0);
     trial.timing.samples_ms.insert(trial.timing.samples_ms.end(), again.samples_ms.begin(), again.samples_ms.end());
-    trial.timing.p20_ms = percentile(trial.timing.samples_ms, 0.2);
-    trial.timing.p50_ms = percentile(trial.timing.samples_ms, 0.5);
-    trial.timing.p80_ms = percentile(trial.timing.samples_ms, 0.8);
+    summarize(trial.timing);
   }
-  std::vector<double> p50;
-  std::vector<bool> ok;
-  for (const Trial& trial : trials) {
-    p50.push_back(trial.timing.p50_ms);
-    ok.push_back(trial.status == "ok");
-  }
-  const std::optional<size_t> winner = pick_winner(p50, ok, space.tie_tolerance);
-
-  nlohmann::json entry;
-  entry["program"] = problem.program_name;
-  entry["program_hash"] = key.program_hash;
-  entry["rows"] = problem.rows;
-  entry["cols"] = problem.cols;
-  entry["batch"] = problem.batch;
-  entry["storage"] = key.storage;
-  entry["accumulate"] = key.accumulate;
-  entry["timestamp"] = utc_timestamp();
-  entry["bench"] = {{"budget_s", settings.budget_seconds},
-                    {"timer", "CUDA events, L2 flushed (memset of 2x L2) before each run"},
-                    {"device", device.info().describe()},
-                    {"tolerance", tolerance},
-                    {"elapsed_s", elapsed_ms() / 1000}};
-  nlohmann::json candidates = nlohmann::json::array();
-  std::optional<double> default_ms, vendor_ms;
-  for (const Trial& trial : trials) {
-    nlohmann::json item = {{"label", trial.candidate.label()}, {"config", trial.candidate.to_json()}, {"status", trial.status}};
-    if (!trial.message.empty()) item["message"] = trial.message;
-    if (trial.error >= 0) item["error"] = trial.error;
-    if (trial.status == "ok") {
-      item["p20_ms"] = trial.timing.p20_ms;
-      item["p50_ms"] = trial.timing.p50_ms;
-      item["p80_ms"] = trial.timing.p80_ms;
-      item["repeats"] = trial.timing.repeats();
-      if (trial.is_default) default_ms = trial.timing.p50_ms;
-      if (trial.candidate.variant == "cublas" && (!vendor_ms || trial.timing.p50_ms < *vendor_ms)) vendor_ms = trial.timing.p50_ms;
-    }
-    candidates.push_back(item);
-  }
-  entry["candidates"] = candidates;
-  entry["default"] = {{"label", fallback.label()}, {"reason", default_reason}};
-  if (default_ms) entry["default"]["p50_ms"] = *default_ms;
-  if (vendor_ms) entry["vendor_p50_ms"] = *vendor_ms;
-  if (winner) {
-    const Trial& trial = trials[*winner];
-    entry["winner"] = {{"label", trial.candidate.label()}, {"config", trial.candidate.to_json()}, {"p50_ms", trial.timing.p50_ms}};
-  } else {
-    entry["winner"] = nullptr;
-  }
-  entry["key"] = key.key;
-  return entry;
+  nlohmann::json bench = {{"budget_s", settings.budget_seconds},
+                          {"timer", "CUDA events, L2 flushed (memset of 2x L2) before each run"},
+                          {"device", device.info().describe()},
+                          {"tolerance", tolerance},
+                          {"elapsed_s", elapsed_ms() / 1000}};
+  std::vector<TrialOutcome> outcomes;
+  for (const Trial& trial : trials)
+    outcomes.push_back({trial.candidate.label(), trial.candidate.to_json(), trial.status, trial.message, trial.timing, trial.error, trial.is_default,
+                        trial.candidate.variant == "cublas", std::nullopt});
+  return make_tuning_entry(problem, key, std::move(bench), outcomes, space.tie_tolerance, fallback.label(), default_reason);
 }
 
 TunedCudaChoice lookup_tuned_cuda(const dsl::Program& program, int64_t rows, int64_t cols, int64_t batch, std::optional<ScalarType> precision) {

@@ -59,10 +59,14 @@ Timing time_repeated(const std::function<void()>& run, const TimingSettings& set
     if (timing.repeats() >= 1 && spent + typical > budget_ms && first > 1000) break;  // long runs: as many as fit
     timing.samples_ms.push_back(timed());
   }
+  summarize(timing);
+  return timing;
+}
+
+void summarize(Timing& timing) {
   timing.p20_ms = percentile(timing.samples_ms, 0.2);
   timing.p50_ms = percentile(timing.samples_ms, 0.5);
   timing.p80_ms = percentile(timing.samples_ms, 0.8);
-  return timing;
 }
 
 }  // namespace orthojit::autotune

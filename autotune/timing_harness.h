@@ -34,6 +34,9 @@ struct Timing {
 // The percentile of sorted samples by linear interpolation (p in [0, 1]).
 double percentile(std::vector<double> samples, double p);
 
+// Sets p20/p50/p80 from the samples (after adding samples, e.g. a re-timing's).
+void summarize(Timing& timing);
+
 // Runs `run` as TimingSettings says. One timed run at least; a run longer than the whole budget
 // is timed once.
 Timing time_repeated(const std::function<void()>& run, const TimingSettings& settings);

@@ -263,22 +263,33 @@ nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settin
       TimingSettings timing;
       timing.budget_seconds = std::max(0.05, remaining_ms / 1000.0 / static_cast<double>(space.retime_top));
       const Timing again = time_repeated([&] { executable.run(input.data(), output.data()); }, timing);
-      std::vector<double> samples = trial.timing.samples_ms;
-      samples.insert(samples.end(), again.samples_ms.begin(), again.samples_ms.end());
-      trial.timing.samples_ms = samples;
-      trial.timing.p20_ms = percentile(samples, 0.2);
-      trial.timing.p50_ms = percentile(samples, 0.5);
-      trial.timing.p80_ms = percentile(samples, 0.8);
+      trial.timing.samples_ms.insert(trial.timing.samples_ms.end(), again.samples_ms.begin(), again.samples_ms.end());
+      summarize(trial.timing);
     }
   }
+  nlohmann::json bench = {{"budget_s", settings.budget_seconds},
+                          {"threads", settings.threads},
+                          {"flush_bytes", cache_flush_bytes()},
+                          {"warmup", "one run (kept as a sample when longer than 1 s)"},
+                          {"blas", std::string("OpenBLAS ") + cpu::openblas_kernel_name()},
+                          {"tolerance", tolerance},
+                          {"elapsed_s", elapsed_ms() / 1000}};
+  std::vector<TrialOutcome> outcomes;
+  for (const Trial& trial : trials)
+    outcomes.push_back({trial.candidate.label(), trial.candidate.to_json(), trial.status, trial.message, trial.timing, trial.error, trial.is_default,
+                        trial.candidate.engine == "openblas", trial.candidate.stage});
+  return make_tuning_entry(problem, key, std::move(bench), outcomes, space.tie_tolerance, fallback.label(), default_reason);
+}
+
+nlohmann::json make_tuning_entry(const TuneProblem& problem, const ProblemKey& key, nlohmann::json bench, const std::vector<TrialOutcome>& trials,
+                                 double tie_tolerance, const std::string& default_label, const std::string& default_reason) {
   std::vector<double> p50;
   std::vector<bool> ok;
-  for (const Trial& trial : trials) {
+  for (const TrialOutcome& trial : trials) {
     p50.push_back(trial.timing.p50_ms);
     ok.push_back(trial.status == "ok");
   }
-  const std::optional<size_t> winner = pick_winner(p50, ok, space.tie_tolerance);
-
+  const std::optional<size_t> winner = pick_winner(p50, ok, tie_tolerance);
   nlohmann::json entry;
   entry["program"] = problem.program_name;
   entry["program_hash"] = key.program_hash;
@@ -288,17 +299,12 @@ nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settin
   entry["storage"] = key.storage;
   entry["accumulate"] = key.accumulate;
   entry["timestamp"] = utc_timestamp();
-  entry["bench"] = {{"budget_s", settings.budget_seconds},
-                    {"threads", settings.threads},
-                    {"flush_bytes", cache_flush_bytes()},
-                    {"warmup", "one run (kept as a sample when longer than 1 s)"},
-                    {"blas", std::string("OpenBLAS ") + cpu::openblas_kernel_name()},
-                    {"tolerance", tolerance},
-                    {"elapsed_s", elapsed_ms() / 1000}};
+  entry["bench"] = std::move(bench);
   nlohmann::json candidates = nlohmann::json::array();
   std::optional<double> default_ms, vendor_ms;
-  for (const Trial& trial : trials) {
-    nlohmann::json item = {{"label", trial.candidate.label()}, {"config", trial.candidate.to_json()}, {"status", trial.status}, {"stage", trial.candidate.stage}};
+  for (const TrialOutcome& trial : trials) {
+    nlohmann::json item = {{"label", trial.label}, {"config", trial.config}, {"status", trial.status}};
+    if (trial.stage) item["stage"] = *trial.stage;
     if (!trial.message.empty()) item["message"] = trial.message;
     if (trial.error >= 0) item["error"] = trial.error;
     if (trial.status == "ok") {
@@ -307,17 +313,17 @@ nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settin
       item["p80_ms"] = trial.timing.p80_ms;
       item["repeats"] = trial.timing.repeats();
       if (trial.is_default) default_ms = trial.timing.p50_ms;
-      if (trial.candidate.engine == "openblas" && (!vendor_ms || trial.timing.p50_ms < *vendor_ms)) vendor_ms = trial.timing.p50_ms;
+      if (trial.is_vendor && (!vendor_ms || trial.timing.p50_ms < *vendor_ms)) vendor_ms = trial.timing.p50_ms;
     }
     candidates.push_back(item);
   }
   entry["candidates"] = candidates;
-  entry["default"] = {{"label", fallback.label()}, {"reason", default_reason}};
+  entry["default"] = {{"label", default_label}, {"reason", default_reason}};
   if (default_ms) entry["default"]["p50_ms"] = *default_ms;
   if (vendor_ms) entry["vendor_p50_ms"] = *vendor_ms;
   if (winner) {
-    const Trial& trial = trials[*winner];
-    entry["winner"] = {{"label", trial.candidate.label()}, {"config", trial.candidate.to_json()}, {"p50_ms", trial.timing.p50_ms}};
+    const TrialOutcome& trial = trials[*winner];
+    entry["winner"] = {{"label", trial.label}, {"config", trial.config}, {"p50_ms", trial.timing.p50_ms}};
   } else {
     entry["winner"] = nullptr;
   }

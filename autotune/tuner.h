@@ -12,6 +12,7 @@
 #include <string>
 
 #include "autotune/search_space.h"
+#include "autotune/timing_harness.h"
 #include "cpu/cpu_executable.h"
 #include "dsl/ast.h"
 #include "support/scalar_type.h"
@@ -55,6 +56,23 @@ double check_tolerance(ScalarType storage);
 std::optional<size_t> pick_winner(const std::vector<double>& p50_ms, const std::vector<bool>& ok, double tie_tolerance);
 
 nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settings);
+
+// One candidate's outcome as a tuner (CPU or CUDA) saw it.
+struct TrialOutcome {
+  std::string label;
+  nlohmann::json config;
+  std::string status, message;  // status "ok", "pruned", "wrong_result", ...
+  Timing timing;                // when ok
+  double error = -1;            // against the reference, when checked
+  bool is_default = false;      // the untuned configuration
+  bool is_vendor = false;       // the vendor library (OpenBLAS, cuBLAS)
+  std::optional<int> stage;
+};
+
+// The tuning-record entry of one problem (the layout of tuning_record.h): every candidate, the
+// default's and the vendor's medians, and the winner (pick_winner over the ok trials, in order).
+nlohmann::json make_tuning_entry(const TuneProblem& problem, const ProblemKey& key, nlohmann::json bench, const std::vector<TrialOutcome>& trials,
+                                 double tie_tolerance, const std::string& default_label, const std::string& default_reason);
 
 // A candidate compiled for a problem (its strategy, triangular products, blocking and engine),
 // ready to run: what the tuner times, for `orthojit bench --model` to time side by side.

@@ -13,6 +13,7 @@
 #include "kernels/program_library.h"
 #include "dsl/parser.h"
 #include "passes/pipeline.h"
+#include "test_support.h"
 #include <tuple>
 
 namespace orthojit::cuda {
@@ -20,13 +21,8 @@ namespace {
 
 ir::Function schedule(const std::string& program_name, int64_t rows, int64_t cols, int64_t batch, const char* strategy,
                       std::optional<ScalarType> precision = std::nullopt) {
-  passes::CompileOptions options;
-  options.rows = rows;
-  options.cols = cols;
-  options.batch = batch;
-  options.strategy = std::string(strategy) == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard;
-  options.precision = precision;
-  return passes::compile_program(kernels::load_program_by_name_or_path(program_name), options);
+  return testing::compile(kernels::load_program_by_name_or_path(program_name), rows, cols,
+                          std::string(strategy) == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard, precision, batch);
 }
 
 void expect_clean_resources(const NvrtcOutput& output, const CudaProgram& program) {

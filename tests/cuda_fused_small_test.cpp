@@ -21,19 +21,15 @@
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
 #include "reference/interpreter.h"
+#include "test_support.h"
 
 namespace orthojit::cuda {
 namespace {
 
 ir::Function schedule(const std::string& program_name, int64_t rows, int64_t cols, int64_t batch, const char* strategy,
                       std::optional<ScalarType> precision = std::nullopt) {
-  passes::CompileOptions options;
-  options.rows = rows;
-  options.cols = cols;
-  options.batch = batch;
-  options.strategy = std::string(strategy) == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard;
-  options.precision = precision;
-  return passes::compile_program(kernels::load_program_by_name_or_path(program_name), options);
+  return testing::compile(kernels::load_program_by_name_or_path(program_name), rows, cols,
+                          std::string(strategy) == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard, precision, batch);
 }
 
 size_t count(const std::string& text, const std::string& what) {

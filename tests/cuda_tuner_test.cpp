@@ -11,18 +11,13 @@
 #include "kernels/cuda_device_headers.h"
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
+#include "test_support.h"
 
 namespace orthojit::autotune {
 namespace {
 
 ir::Function schedule(const char* program, int64_t rows, int64_t cols, int64_t batch, ir::StrategyKind strategy, ScalarType precision) {
-  passes::CompileOptions options;
-  options.rows = rows;
-  options.cols = cols;
-  options.batch = batch;
-  options.strategy = strategy;
-  options.precision = precision;
-  return passes::compile_program(kernels::load_program_by_name_or_path(program), options);
+  return testing::compile(kernels::load_program_by_name_or_path(program), rows, cols, strategy, precision, batch);
 }
 
 TEST(CudaSearchSpace, EmbeddedSpaceParsesAndEveryTileIsValid) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bindings/python/bindings.h"
+#include "bindings/python/tensor_view.h"
 #include "runtime/muon/optimizer_settings.h"
 #include "runtime/muon/parameter.h"
 #include "runtime/muon/parameter_tagging.h"
@@ -127,50 +128,9 @@ nb::dict setting_values(const MuonSettings& self) {
 }
 
 // A tensor's memory as the update rules see it: CPU, C-contiguous, f32 / bf16 / f16.
-struct Elements {
-  void* data = nullptr;
-  DType dtype = DType::F32;
-  int64_t count = 1;
-  std::vector<int64_t> shape;
-};
-
-std::string dtype_name(nb::dlpack::dtype type) {
-  const char* kind = "?";
-  switch (static_cast<nb::dlpack::dtype_code>(type.code)) {
-    case nb::dlpack::dtype_code::Int: kind = "int"; break;
-    case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
-    case nb::dlpack::dtype_code::Float: kind = "float"; break;
-    case nb::dlpack::dtype_code::Bfloat: kind = "bfloat"; break;
-    case nb::dlpack::dtype_code::Complex: kind = "complex"; break;
-    case nb::dlpack::dtype_code::Bool: return "bool";
-    default: break;
-  }
-  return std::string(kind) + std::to_string(type.bits);
-}
-
-Elements elements(const nb::ndarray<>& array, const std::string& what, bool f32_only = false) {
-  Elements result;
-  if (array.device_type() != nb::device::cpu::value)
-    throw std::invalid_argument(what + " is not in CPU memory (DLPack device type " + std::to_string(array.device_type()) +
-                                "); the Muon update rules run on the host (muon.backend = cuda moves only the orthogonalization to the GPU)");
-  const nb::dlpack::dtype type = array.dtype();
-  const auto code = static_cast<nb::dlpack::dtype_code>(type.code);
-  if (type.lanes == 1 && code == nb::dlpack::dtype_code::Float && type.bits == 32) result.dtype = DType::F32;
-  else if (!f32_only && type.lanes == 1 && code == nb::dlpack::dtype_code::Bfloat && type.bits == 16) result.dtype = DType::BF16;
-  else if (!f32_only && type.lanes == 1 && code == nb::dlpack::dtype_code::Float && type.bits == 16) result.dtype = DType::F16;
-  else
-    throw nb::type_error((what + " has dtype " + dtype_name(type) + "; expected " + (f32_only ? "float32" : "float32, bfloat16 or float16")).c_str());
-  int64_t expected_stride = 1;
-  for (size_t d = array.ndim(); d-- > 0;) {
-    const int64_t extent = static_cast<int64_t>(array.shape(d));
-    if (extent != 1 && array.stride(d) != expected_stride) throw std::invalid_argument(what + " is not contiguous (row-major); pass a contiguous tensor");
-    expected_stride *= extent;
-  }
-  for (size_t d = 0; d < array.ndim(); ++d) result.shape.push_back(static_cast<int64_t>(array.shape(d)));
-  result.count = static_cast<int64_t>(array.size());
-  result.data = array.data();
-  return result;
-}
+// Tensor memory as the update rules take it (bindings/python/tensor_view.h).
+using Elements = TensorView;
+Elements elements(const nb::ndarray<>& array, const std::string& what, bool f32_only = false) { return tensor_view(array, what, f32_only); }
 
 void expect_count(const Elements& e, int64_t count, const std::string& what, const std::string& of) {
   if (e.count != count)
@@ -247,12 +207,11 @@ std::optional<std::string> find_nonfinite(const nb::ndarray<>& grad, const std::
   return std::nullopt;
 }
 
-// HybridOptimizer::qk_clip on tensors: γ = min(1, τ / S_max[h]); head h's rows of W_q and W_k
-// scaled by √γ (heads at or below τ untouched, not even rounded).
+// QK-clip on tensors: the runtime's check_qk_clip and qk_clip_rows (update_rules.h), with the
+// shapes checked against the tensors.
 void qk_clip(const nb::ndarray<>& q, const nb::ndarray<>& k, int64_t head_rows, const std::vector<double>& s_max, double tau,
              const std::string& q_name, const std::string& k_name) {
-  if (!(tau > 0) || !std::isfinite(tau)) throw std::invalid_argument("QK-clip: tau must be a positive number");
-  if (head_rows <= 0) throw std::invalid_argument("QK-clip: head_rows must be positive");
+  runtime::check_qk_clip(head_rows, s_max, tau);
   const Elements tensors[2] = {elements(q, "QK-clip: " + label(q_name)), elements(k, "QK-clip: " + label(k_name))};
   const std::string names[2] = {q_name, k_name};
   for (int i = 0; i < 2; ++i) {
@@ -265,18 +224,7 @@ void qk_clip(const nb::ndarray<>& q, const nb::ndarray<>& k, int64_t head_rows, 
     }
   }
   if (tensors[0].data == tensors[1].data) throw std::invalid_argument("QK-clip: W_q and W_k are the same tensor");
-  for (double s : s_max)
-    if (!std::isfinite(s) || s < 0) throw std::invalid_argument("QK-clip: every S_max must be finite and >= 0");
-  for (const Elements& p : tensors) {
-    const int64_t row_length = p.count / p.shape[0];
-    for (size_t head = 0; head < s_max.size(); ++head) {
-      const double gamma = s_max[head] > tau ? tau / s_max[head] : 1.0;
-      if (gamma >= 1.0) continue;
-      const double factor = std::sqrt(gamma);
-      const int64_t begin = static_cast<int64_t>(head) * head_rows * row_length, end = begin + head_rows * row_length;
-      for (int64_t i = begin; i < end; ++i) runtime::store_element(p.dtype, p.data, i, runtime::load_element(p.dtype, p.data, i) * factor);
-    }
-  }
+  for (const Elements& p : tensors) runtime::qk_clip_rows(p.dtype, p.data, p.count / p.shape[0], head_rows, s_max, tau);
 }
 
 runtime::MatrixPlan plan_matrices(const std::string& name, const std::vector<int64_t>& shape, const std::string& layout,

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bindings/python/bindings.h"
+#include "bindings/python/tensor_view.h"
 #include "cli/model_config.h"
 #include "cli/records.h"
 #include "runtime/zero/model_layout.h"
@@ -54,28 +55,6 @@ std::string plan(const std::string& model, bool model_is_json, int world, int st
   return cli::plan_record(label, runtime::plan_partitions(runtime::model_plan_tensors(shapes), settings)).dump();
 }
 
-// A tensor's memory for the distributed optimizer: CPU, contiguous, f32 / bf16 / f16.
-std::pair<void*, runtime::DType> tensor_memory(const nb::ndarray<>& array, const std::string& what, std::vector<int64_t>* shape = nullptr) {
-  if (array.device_type() != nb::device::cpu::value) throw nb::value_error((what + " is not in CPU memory; the distributed step runs on host buffers").c_str());
-  const nb::dlpack::dtype type = array.dtype();
-  const auto code = static_cast<nb::dlpack::dtype_code>(type.code);
-  runtime::DType dtype;
-  if (type.lanes == 1 && code == nb::dlpack::dtype_code::Float && type.bits == 32) dtype = runtime::DType::F32;
-  else if (type.lanes == 1 && code == nb::dlpack::dtype_code::Bfloat && type.bits == 16) dtype = runtime::DType::BF16;
-  else if (type.lanes == 1 && code == nb::dlpack::dtype_code::Float && type.bits == 16) dtype = runtime::DType::F16;
-  else throw nb::type_error((what + ": expected float32, bfloat16 or float16").c_str());
-  int64_t expected = 1;
-  for (size_t d = array.ndim(); d-- > 0;) {
-    if (array.shape(d) != 1 && array.stride(d) != expected) throw nb::value_error((what + " is not contiguous").c_str());
-    expected *= static_cast<int64_t>(array.shape(d));
-  }
-  if (shape) {
-    shape->clear();
-    for (size_t d = 0; d < array.ndim(); ++d) shape->push_back(static_cast<int64_t>(array.shape(d)));
-  }
-  return {array.data(), dtype};
-}
-
 // The distributed optimizer with the communicator it owns (a duplicate of the caller's MPI_Comm).
 class Distributed {
  public:
@@ -95,7 +74,10 @@ class Distributed {
     for (const auto& [name, tensor, use_muon] : parameters) {
       runtime::Parameter p;
       p.name = name;
-      std::tie(p.data, p.dtype) = tensor_memory(tensor, "parameter '" + name + "'", &p.shape);
+      const TensorView view = tensor_view(tensor, "parameter '" + name + "'");
+      p.data = view.data;
+      p.dtype = view.dtype;
+      p.shape = view.shape;
       p.use_muon = use_muon;
       names_.push_back(name);
       list.push_back(p);
@@ -120,8 +102,8 @@ class Distributed {
 
   nb::dict step(const std::vector<std::pair<std::string, nb::ndarray<>>>& gradients, bool accumulate_only) {
     for (const auto& [name, grad] : gradients) {
-      const auto [data, dtype] = tensor_memory(grad, "the gradient of '" + name + "'");
-      optimizer_->set_gradient(name, data, dtype);
+      const TensorView view = tensor_view(grad, "the gradient of '" + name + "'");
+      optimizer_->set_gradient(name, view.data, view.dtype);
     }
     nb::dict result;
     if (accumulate_only) {

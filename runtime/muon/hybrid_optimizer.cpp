@@ -166,26 +166,16 @@ StateBytes HybridOptimizer::state_bytes() const {
 }
 
 void HybridOptimizer::qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
-  if (!(tau > 0) || !std::isfinite(tau)) throw std::invalid_argument("QK-clip: tau must be a positive number");
-  if (head_rows <= 0) throw std::invalid_argument("QK-clip: head_rows must be positive");
+  check_qk_clip(head_rows, s_max, tau);
   for (const std::string* name : {&q_name, &k_name}) {
     const Parameter& p = find_entry(entries_, *name).parameter;
     if (p.shape.size() < 2 || p.shape[0] % head_rows != 0 || p.shape[0] / head_rows != static_cast<int64_t>(s_max.size()))
       throw std::invalid_argument("QK-clip: '" + p.name + "' " + shape_text(p.shape) + " does not split into " + std::to_string(s_max.size()) +
                                   " heads of " + std::to_string(head_rows) + " rows");
   }
-  for (double s : s_max)
-    if (!std::isfinite(s) || s < 0) throw std::invalid_argument("QK-clip: every S_max must be finite and >= 0");
   for (const std::string* name : {&q_name, &k_name}) {
     Parameter& p = find_entry(entries_, *name).parameter;
-    const int64_t row_length = p.elements() / p.shape[0];
-    for (size_t head = 0; head < s_max.size(); ++head) {
-      const double gamma = s_max[head] > tau ? tau / s_max[head] : 1.0;
-      if (gamma >= 1.0) continue;  // below the threshold: untouched (not even rounded)
-      const double factor = std::sqrt(gamma);
-      const int64_t begin = static_cast<int64_t>(head) * head_rows * row_length, end = begin + head_rows * row_length;
-      for (int64_t i = begin; i < end; ++i) store_element(p.dtype, p.data, i, load_element(p.dtype, p.data, i) * factor);
-    }
+    qk_clip_rows(p.dtype, p.data, p.elements() / p.shape[0], head_rows, s_max, tau);
   }
 }
 

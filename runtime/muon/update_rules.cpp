@@ -119,6 +119,22 @@ void adam_step(const AdamGroupSettings& adam, int64_t step, const float* gradien
   });
 }
 
+void check_qk_clip(int64_t head_rows, const std::vector<double>& s_max, double tau) {
+  if (!(tau > 0) || !std::isfinite(tau)) throw std::invalid_argument("QK-clip: tau must be a positive number");
+  if (head_rows <= 0) throw std::invalid_argument("QK-clip: head_rows must be positive");
+  for (double s : s_max)
+    if (!std::isfinite(s) || s < 0) throw std::invalid_argument("QK-clip: every S_max must be finite and >= 0");
+}
+
+void qk_clip_rows(DType type, void* data, int64_t row_length, int64_t head_rows, const std::vector<double>& s_max, double tau) {
+  for (size_t head = 0; head < s_max.size(); ++head) {
+    if (!(s_max[head] > tau)) continue;  // γ = 1: untouched
+    const double factor = std::sqrt(tau / s_max[head]);
+    const int64_t begin = static_cast<int64_t>(head) * head_rows * row_length, end = begin + head_rows * row_length;
+    for (int64_t i = begin; i < end; ++i) store_element(type, data, i, load_element(type, data, i) * factor);
+  }
+}
+
 dsl::Program muon_program(const MuonGroupSettings& muon) {
   dsl::Program program = kernels::load_program_by_name_or_path(muon.program);
   if (muon.coefficients) {

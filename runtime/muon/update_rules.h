@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dsl/ast.h"
 #include "runtime/muon/optimizer_settings.h"
@@ -37,6 +38,13 @@ void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType typ
 // [begin, begin + count); gradient and moments are indexed from 0 for element `begin`.
 void adam_step(const AdamGroupSettings& adam, int64_t step, const float* gradient, float* exp_avg, float* exp_avg_sq, DType type, void* data,
                int64_t begin, int64_t count);
+
+// QK-clip (MuonClip, Kimi K2). check_qk_clip throws std::invalid_argument for τ <= 0,
+// head_rows <= 0 or an S_max that is negative or not finite. qk_clip_rows scales, for each head
+// h with S_max[h] > τ, the head's head_rows rows (of row_length elements) by √(τ / S_max[h]);
+// heads at or below τ are left untouched (not even rounded).
+void check_qk_clip(int64_t head_rows, const std::vector<double>& s_max, double tau);
+void qk_clip_rows(DType type, void* data, int64_t row_length, int64_t head_rows, const std::vector<double>& s_max, double tau);
 
 // The orthogonalizer program with the settings' schedule and normalization overrides applied.
 dsl::Program muon_program(const MuonGroupSettings& muon);
