@@ -1,5 +1,6 @@
-// What a tuning record was measured on (DESIGN.md §3). A record is used only on a device with the
-// same fingerprint: a kernel's speed on another CPU, core count or compiler version says nothing.
+// What a tuning record was measured on (docs/autotuning.md, "Tuning records"). A record is used
+// only on a device with the same fingerprint: a kernel's speed on another CPU, core count or
+// compiler version says nothing.
 #pragma once
 
 #include <nlohmann/json.hpp>

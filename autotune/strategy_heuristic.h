@@ -17,7 +17,8 @@ struct StrategyChoice {
 // gram iff every step is odd-polynomial, the aspect ratio max/min is at least 2, and the small
 // side is at least 128. Why: Gram NS does about 8·m²n + 28·m³ FLOPs against 20·m²n + 10·m³ for
 // standard (5 steps, one restart), which breaks even near n = 1.5·m; below m = 128 the m x m
-// products are too small to amortize the extra launches (DESIGN.md §1, reference/coefficients.md).
+// products are too small to amortize the extra launches (docs/autotuning.md, "Without a record: the
+// heuristic"; the FLOP counts: docs/architecture.md §5).
 StrategyChoice choose_strategy_heuristically(const ir::Function& recognized, int64_t rows, int64_t cols);
 
 }  // namespace orthojit::autotune

@@ -1,4 +1,5 @@
-// Tuning records: JSON files (nlohmann/json), one per device fingerprint (DESIGN.md §3).
+// Tuning records: JSON files (nlohmann/json), one per device fingerprint (docs/autotuning.md,
+// "Tuning records").
 //
 //   { "schema_version": 1,
 //     "fingerprint": { backend, device, isa, cores, compiler, orthojit, schema },

@@ -27,7 +27,7 @@ void BM_ParseAndCheck(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(kernels::load_program_by_name_or_path("polar_express5"));
 }
 
-// Dense-equivalent FLOPs of 5-step standard NS: 20·m²n + 10·m³ (reference/coefficients.md).
+// Dense-equivalent FLOPs of 5-step standard NS: 20·m²n + 10·m³ (docs/architecture.md §5).
 void BM_Interpret(benchmark::State& state, ir::StrategyKind strategy) {
   const int64_t m = state.range(0), n = 4 * m;
   const dsl::Program program = kernels::load_program_by_name_or_path("jordan_ns5");

@@ -52,7 +52,8 @@ std::vector<BenchCase> bench_cases(bool quick) {
     int64_t rows, cols, batch;
     bool gram;
   };
-  // Gram NS pays off from aspect ratio about 2 (DESIGN.md); it is benchmarked on the wide shapes.
+  // Gram NS pays off from aspect ratio about 2 (docs/architecture.md §5); it is benchmarked on the
+  // wide shapes.
   std::vector<Shape> shapes = {{4096, 4096, 1, false}, {2048, 8192, 1, true}, {4096, 14336, 1, true}, {1024, 4096, 1, true},
                                {1408, 2048, 64, false}, {128, 2048, 32, true}};
   if (quick) shapes = {{1024, 4096, 1, true}, {128, 2048, 32, true}};

@@ -91,7 +91,8 @@ std::string cuda_unavailable_reason() {
 }
 
 // Executables keyed by the scheduled IR's text and the CPU options: the IR text holds the shape,
-// strategy, types and coefficients; the microkernels below carry their own key (DESIGN.md §3).
+// strategy, types and coefficients; the microkernels below carry their own key
+// (docs/cpu-backend.md, "Caches").
 std::shared_ptr<const cpu::CpuExecutable> cached_executable(const ir::Function& function, const cpu::CpuOptions& options, double& jit_seconds) {
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<const cpu::CpuExecutable>> cache;

@@ -212,9 +212,9 @@ TEST(Interpreter, SingularValuesFollowTheScalarPolynomialMap) {
 }
 
 // Each shipped program's own precision: its output's singular values lie in the band the method is
-// known for (reference/coefficients.md; the f64 bands are the scalar maps' images of the input's
-// normalized singular values, about [0.1, 1] here, widened by the storage error). Gram with bf16
-// storage is measurably worse than standard for Polar Express (its first steps' large slopes
+// known for (docs/dsl.md §5, with the sources; the f64 bands are the scalar maps' images of the
+// input's normalized singular values, about [0.1, 1] here, widened by the storage error). Gram with
+// bf16 storage is measurably worse than standard for Polar Express (its first steps' large slopes
 // amplify the rounding of R and Q: σ reaches about [0.80, 1.22] against [0.86, 1.14]), which is why
 // Dao-AILab's Gram-NS stores f16 (gram_polar_express5 stays within [0.84, 1.14]); its band says so.
 TEST(Interpreter, ShippedProgramsLandInTheirKnownBands) {

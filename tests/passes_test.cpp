@@ -149,7 +149,7 @@ TEST(ApplyStrategy, GramHasFourteenSquareProductsForFiveStepsAndOneRestart) {
     if (small_square && !gram_of_x) ++square;
     else ++rectangular;
   }
-  EXPECT_EQ(square, 14);      // the published count (reference/coefficients.md)
+  EXPECT_EQ(square, 14);      // 4s − 3r − 3 for s = 5, r = 1 (docs/architecture.md §5)
   EXPECT_EQ(rectangular, 4);  // R twice, Q·X at the restart and at the end
   EXPECT_EQ(count_kind(function, OpKind::LinComb), 0);
 }

@@ -1,7 +1,7 @@
 // The process-wide in-memory cache of JIT-compiled kernels (microkernels and epilogues), one LLVM
-// JIT per ISA path. Key (DESIGN.md §3): the SHA-256 of the generated IR text, the target CPU and
-// features, the LLVM version, the cache-format version and the project version. Failures are
-// not cached.
+// JIT per ISA path (docs/cpu-backend.md, "Caches"). Key: the SHA-256 of the generated IR text, the
+// target CPU and features, the LLVM version, the cache-format version and the project version.
+// Failures are not cached.
 #pragma once
 
 #include <cstdint>

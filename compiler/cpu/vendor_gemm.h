@@ -1,7 +1,8 @@
 // Products through a vendor BLAS instead of the JIT kernels: the CPU's "vendor library" candidate
-// of the autotuner (DESIGN.md §3) and the baseline it is compared with. The executable runs the
-// same scheduled IR either way; only the GEMM engine differs, so the candidate is the program the
-// user wrote, with the same strategy, storage rounding and epilogue semantics.
+// of the autotuner (docs/autotuning.md, engine `openblas`) and the baseline it is compared with.
+// The executable runs the same scheduled IR either way; only the GEMM engine differs, so the
+// candidate is the program the user wrote, with the same strategy, storage rounding and epilogue
+// semantics.
 #pragma once
 
 #include <string>

@@ -1,5 +1,6 @@
-// The CUDA program cache (DESIGN.md §3): compiled NVRTC output kept in memory per ProgramCache
-// object (one per context) and on disk, one file per key, shared by every process of the user.
+// The CUDA program cache (docs/cuda-backend.md): compiled NVRTC output kept in memory per
+// ProgramCache object (one per context) and on disk, one file per key, shared by every process of
+// the user.
 //
 // Key: the SHA-256 of everything that changes the compiled image: the source, every header
 // (name and text), the canonical NVRTC options, the arch, the NVRTC version, the cache-format

@@ -1,5 +1,5 @@
 // Published Newton–Schulz coefficients. Every number here is copied from
-// shared/reference/coefficients.md, which cites the original source of each set.
+// its published source, listed for each set in docs/dsl.md §5 (papers and repositories).
 #include "dsl/coefficient_sets.h"
 
 #include <cmath>

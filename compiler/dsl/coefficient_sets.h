@@ -1,4 +1,4 @@
-// The published coefficient sets a program may name (facts: shared/reference/coefficients.md).
+// The published coefficient sets a program may name (sources: docs/dsl.md §5).
 #pragma once
 
 #include <optional>

@@ -1,5 +1,5 @@
 // SHA-256 (FIPS 180-4), for cache keys: the program cache and the kernel cache key compiled code
-// by a digest of everything that changes it (DESIGN.md §3).
+// by a digest of everything that changes it (docs/cpu-backend.md "Caches", docs/cuda-backend.md).
 #pragma once
 
 #include <string>

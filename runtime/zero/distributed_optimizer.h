@@ -1,4 +1,4 @@
-// Distributed Muon + AdamW with ZeRO partitioning (DESIGN.md §4), over any Communicator.
+// Distributed Muon + AdamW with ZeRO partitioning (docs/distributed.md), over any Communicator.
 //
 // One step on rank r:
 //   1. gradients: the local ones (or the micro-batches accumulated since the last step) are

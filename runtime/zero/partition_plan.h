@@ -1,4 +1,4 @@
-// ZeRO partitioning for the hybrid optimizer (DESIGN.md §4): parameters laid into one flat buffer
+// ZeRO partitioning for the hybrid optimizer (docs/distributed.md): parameters laid into one flat buffer
 // (each aligned, the total padded to a multiple of world·alignment) and split into equal
 // contiguous partitions, one per data-parallel rank. Stage 1 partitions the optimizer state,
 // stage 2 the gradients too, stage 3 the parameters too.
