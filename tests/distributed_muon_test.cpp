@@ -6,6 +6,10 @@
 //     bit-identical to the single-rank optimizer's, on every rank;
 //   * through real reductions (every rank its own gradients, averaged) they agree with the
 //     single-rank optimizer on the f64-averaged gradients within f32 reduction-order tolerance;
+//   * the averaging itself: with every rank's own gradients made exact to sum (small integers
+//     times 2^-6) and settings under which the update scales with the gradient, parameters and
+//     momentum are bit-identical to the single-rank optimizer fed the mean (and measurably
+//     different from it fed the sum, which is what a missing 1/world would give);
 //   * in deepspeed mode the momentum of a straddling matrix is identical on all its owners;
 //   * accumulated micro-batches give one Muon application on their sum;
 //   * the bytes each rank sends match the plan's formulas;
@@ -14,7 +18,9 @@
 // and the exit code is nonzero on every rank when any rank failed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -25,6 +31,10 @@
 #pragma GCC diagnostic ignored "-Wold-style-cast"  // MPI's C macros (MPI_COMM_WORLD, MPI_INT, ...)
 
 namespace orthojit::runtime {
+
+// GoogleTest prints the parameters of a failing test with this (not as "4-byte object <00-00 00-00>").
+void PrintTo(OrthogonalizationMode mode, std::ostream* out) { *out << to_string(mode); }
+
 namespace {
 
 MpiCommunicator* world_communicator = nullptr;
@@ -188,6 +198,144 @@ TEST_P(Distributed, RealReductionsAgreeWithinF32Tolerance) {
   for (size_t t = 0; t < model.names.size(); ++t)
     for (size_t i = 0; i < single.data[t].size(); ++i)
       EXPECT_NEAR(distributed.data[t][i], single.data[t][i], 1e-4) << model.names[t] << "[" << i << "] (" << label(stage, mode) << ")";
+}
+
+// Gradients that are small integers times 2^-6 (|g| <= 1): any sum of up to 4 ranks times 2
+// micro-batches is below 2^10 units of 2^-6, far inside f32's 24 bits, so every reduction order
+// gives the same exact sum S. The distributed step then divides once in f32, fl(S / R); the test's
+// mean is S / R in f64 rounded to f32, which is the same number (double rounding is innocuous for
+// a quotient of two f32 values: 53 >= 2·24 + 2 bits). Hence bit-identity is a fair check here.
+void fill_exact_gradients(Buffers& buffers, std::mt19937& random) {
+  std::uniform_int_distribution<int> integer(-64, 64);
+  for (auto& g : buffers.grad)
+    for (float& v : g) v = std::ldexp(static_cast<float>(integer(random)), -6);
+}
+
+// Empty when the two f32 arrays are bit-identical, else where they first differ and by how much.
+std::string bitwise_difference(const float* got, const float* expected, size_t count) {
+  size_t first = count, differing = 0;
+  double largest = 0;
+  for (size_t i = 0; i < count; ++i)
+    if (std::memcmp(got + i, expected + i, 4) != 0) {
+      if (first == count) first = i;
+      ++differing;
+      largest = std::max(largest, std::fabs(static_cast<double>(got[i]) - expected[i]));
+    }
+  if (first == count) return "";
+  char text[200];
+  std::snprintf(text, sizeof text, "%zu of %zu elements differ, first [%zu]: %.9g, expected %.9g; largest difference %.3g", differing, count, first,
+                static_cast<double>(got[first]), static_cast<double>(expected[first]), largest);
+  return text;
+}
+
+// Settings under which the gradient's scale survives into the parameters, so a missing 1/world
+// cannot hide: Newton–Schulz normalizes X / (‖X‖_F + eps), and with eps = 1e4 far above ‖U‖_F
+// (about 15 here) X₀ ≈ U / 1e4 and the iteration stays in its linear range (σ₀ <= 2e-3, times
+// 3.4445 per step), so O is close to proportional to U; AdamW's m̂ / (√v̂ + eps) with eps = 1e3
+// is close to m̂ / 1e3, linear in the gradient (lr 1 keeps the step visible, about 5e-4). No weight
+// decay. The momentum buffers are linear in the averaged gradient whatever the settings.
+OptimizerSettings scale_sensitive_settings() {
+  OptimizerSettings settings = optimizer_settings();
+  settings.muon.weight_decay = 0;
+  settings.muon.ns_eps = 1e4;
+  settings.adam.weight_decay = 0;
+  settings.adam.eps = 1e3;
+  settings.adam.lr = 1.0;
+  return settings;
+}
+
+TEST_P(Distributed, EveryRanksOwnGradientsAreAveraged) {
+  auto [stage, mode] = GetParam();
+  Communicator& communicator = *world_communicator;
+  const int world = communicator.world();
+  const int rank = communicator.rank();
+  for (uint32_t trial = 0; trial < 2; ++trial) {
+    const uint32_t seed = 3000 + 100 * static_cast<uint32_t>(stage) + 10 * static_cast<uint32_t>(mode) + trial;
+    Model model = random_model(seed);
+    // Both groups, whatever the draw: a matrix and a bias at the end of the buffer.
+    model.names.push_back("tail.weight");
+    model.shapes.push_back({5, 11});
+    model.muon.push_back(true);
+    model.names.push_back("tail.bias");
+    model.shapes.push_back({7});
+    model.muon.push_back(false);
+    Buffers distributed = make_buffers(model, seed + 1), mean = make_buffers(model, seed + 1), sum = make_buffers(model, seed + 1);
+    DistributedSettings settings;
+    settings.stage = stage;
+    settings.mode = mode;
+    settings.alignment = 1 + 2 * trial;  // 1, 3: boundaries move
+    DistributedOptimizer optimizer(distributed.parameters(model), scale_sensitive_settings(), settings, communicator);
+    HybridOptimizer reference(mean.parameters(model), scale_sensitive_settings());
+    HybridOptimizer unaveraged(sum.parameters(model), scale_sensitive_settings());  // the control
+    for (int step = 0; step < 3; ++step) {
+      const int micro_batches = step == 2 ? 2 : 1;  // the last step accumulates two
+      // Every rank draws every rank's gradients (rank r's own seed); the mean in f64 is the reference's.
+      std::vector<std::vector<double>> total(model.names.size());
+      for (size_t t = 0; t < model.names.size(); ++t) total[t].assign(distributed.grad[t].size(), 0.0);
+      std::vector<Buffers> mine;
+      for (int r = 0; r < world; ++r)
+        for (int micro = 0; micro < micro_batches; ++micro) {
+          std::mt19937 random(seed * 7919u + static_cast<uint32_t>(step) * 104729u + static_cast<uint32_t>(micro) * 15485863u + static_cast<uint32_t>(r));
+          Buffers local = make_buffers(model, 0);
+          fill_exact_gradients(local, random);
+          for (size_t t = 0; t < model.names.size(); ++t)
+            for (size_t i = 0; i < total[t].size(); ++i) total[t][i] += local.grad[t][i];
+          if (r == rank) mine.push_back(std::move(local));
+        }
+      for (size_t t = 0; t < model.names.size(); ++t)
+        for (size_t i = 0; i < total[t].size(); ++i) {
+          mean.grad[t][i] = static_cast<float>(total[t][i] / world);
+          sum.grad[t][i] = static_cast<float>(total[t][i]);  // exact
+        }
+      for (const Buffers& micro : mine) {
+        for (size_t t = 0; t < model.names.size(); ++t) std::copy(micro.grad[t].begin(), micro.grad[t].end(), distributed.grad[t].begin());
+        if (micro_batches > 1) optimizer.accumulate_gradients();
+      }
+      const StepReport report = optimizer.step();
+      EXPECT_FALSE(report.skipped) << report.reason;
+      if (stage == 3) optimizer.gather_parameters();
+      reference.step();
+      unaveraged.step();
+      const std::string where = " after step " + std::to_string(step) + " on rank " + std::to_string(rank) + " of " + std::to_string(world) + " (" +
+                                label(stage, mode) + ", alignment " + std::to_string(settings.alignment) + ")";
+      for (size_t t = 0; t < model.names.size(); ++t) {
+        const std::string difference = bitwise_difference(distributed.data[t].data(), mean.data[t].data(), distributed.data[t].size());
+        EXPECT_EQ(difference, "") << model.names[t] << " differs from the single-rank optimizer on the mean gradient" << where;
+      }
+      // The momentum this rank holds (deepspeed: the whole matrix; balanced: its slice).
+      const RankSummary& part = optimizer.plan().ranks[static_cast<size_t>(rank)];
+      for (const PlannedTensor& tensor : optimizer.plan().tensors) {
+        if (!tensor.tensor.muon) continue;
+        const std::vector<float>& expected = reference.state().at(tensor.tensor.name).momentum;
+        const std::vector<float>* held = optimizer.momentum(tensor.tensor.name);
+        const int64_t lo = std::clamp<int64_t>(part.begin - tensor.offset, 0, tensor.tensor.elements);
+        const int64_t hi = std::clamp<int64_t>(part.end - tensor.offset, 0, tensor.tensor.elements);
+        if (hi <= lo) {
+          EXPECT_EQ(held, nullptr) << tensor.tensor.name << where;
+          continue;
+        }
+        // No ASSERT here: a rank that returned early would leave the others waiting in the next
+        // step's collectives.
+        const bool whole = mode == OrthogonalizationMode::DeepSpeed;
+        const int64_t begin = whole ? 0 : lo, count = whole ? tensor.tensor.elements : hi - lo;
+        if (held == nullptr || static_cast<int64_t>(held->size()) != count) {
+          ADD_FAILURE() << tensor.tensor.name << ": this rank holds " << (held ? std::to_string(held->size()) : std::string("no")) << " momentum elements, expected "
+                        << count << where;
+          continue;
+        }
+        const std::string difference = bitwise_difference(held->data(), expected.data() + begin, static_cast<size_t>(count));
+        EXPECT_EQ(difference, "") << tensor.tensor.name << " momentum differs from the single-rank optimizer's on the mean gradient" << where;
+      }
+    }
+    // The control: with these settings the sum (what a missing 1/world gives) moves every tensor
+    // far from the mean's result, Muon and AdamW alike, so the checks above can fail.
+    if (world > 1)
+      for (size_t t = 0; t < model.names.size(); ++t) {
+        float largest = 0;
+        for (size_t i = 0; i < sum.data[t].size(); ++i) largest = std::max(largest, std::fabs(sum.data[t][i] - mean.data[t][i]));
+        EXPECT_GT(largest, 1e-5f) << model.names[t] << " (" << (model.muon[t] ? "Muon" : "AdamW") << "): the settings hide the gradient's scale";
+      }
+  }
 }
 
 TEST_P(Distributed, AccumulatedMicroBatchesAreOneStepOnTheirSum) {
