@@ -36,11 +36,12 @@ cycle of the ISA path (2 f32 FMA pipes, which bf16 and f16 policies run on too):
 options:
   --program NAME|FILE   a shipped program or a .oj file
   --shape MxN[xB]       matrix shape, optionally a batch
-  --backend B           cpu (default), ref or cuda (cuda times include the host copies; for
-                        device-side timing with events, build/bin/orthojit_gpu_bench)
+  --backend B           auto (default: ref for --precision f64, else cpu), cpu, ref or cuda (cuda
+                        times include the host copies; for device-side timing with events,
+                        build/bin/orthojit_gpu_bench)
   --strategy S          auto (default), standard or gram
   --restarts LIST       gram restart steps
-  --precision P         override the storage type: bf16, f16, f32 (or f64 on ref)
+  --precision P         override the storage type: bf16, f16, f32 or f64 (ref)
   --isa I               cpu: generic, avx2, avx512f or avx512bf16
   --threads T           cpu: worker threads (default: one per logical core)
   --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small, cublas
@@ -60,7 +61,7 @@ int bench_command(const std::vector<std::string>& args) {
   const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
   const ParsedShape shape = parse_shape(arguments.require("shape"));
   runtime::OrthogonalizeOptions options;
-  options.backend = arguments.get("backend").value_or("cpu");
+  options.backend = arguments.get("backend").value_or("auto");
   options.strategy = arguments.get("strategy").value_or("auto");
   runtime::parse_strategy_option(options.strategy);
   if (auto restarts = arguments.get("restarts")) options.gram_restarts = parse_int_list(*restarts, "restarts");

@@ -25,6 +25,7 @@ options:
   --backend B           ref (the float64 reference interpreter, emulating the storage rounding)
                         or cpu (LLVM JIT-compiled kernels; bf16, f16 and f32 policies)
                         or cuda (NVRTC-compiled tensor-core kernels; bf16 and f16 storage)
+                        or auto (ref for f64 storage, e.g. --precision f64; cpu otherwise)
   --isa I               cpu: generic, avx2, avx512f or avx512bf16 (default: the best this CPU runs)
   --threads T           cpu: worker threads (default: one per logical core)
   --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small, cublas

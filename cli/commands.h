@@ -15,6 +15,7 @@ int bench_command(const std::vector<std::string>& args);
 int tune_command(const std::vector<std::string>& args);
 int memory_command(const std::vector<std::string>& args);
 int plan_command(const std::vector<std::string>& args);
+int convert_state_command(const std::vector<std::string>& args);
 
 extern const char* const kRunHelp;
 extern const char* const kCompileHelp;
@@ -24,5 +25,6 @@ extern const char* const kBenchHelp;
 extern const char* const kTuneHelp;
 extern const char* const kMemoryHelp;
 extern const char* const kPlanHelp;
+extern const char* const kConvertStateHelp;
 
 }  // namespace orthojit::cli

@@ -27,6 +27,7 @@ commands:
   tune      tune every matrix shape of a model (or one shape) and write tuning records
   memory    optimizer-state memory of a model: AdamW alone vs hybrid Muon + AdamW
   plan      ZeRO partition plan of a model for N ranks: straddling matrices, NS work, bytes moved
+  convert-state  converts the momentum buffers of a saved optimizer state (sum <-> EMA form)
 
 Run `orthojit <command> --help` for a command's options. Programs are written in the orthojit
 DSL (docs/dsl.md); the shipped ones are listed by `orthojit info`.
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
                            {"bench", cli::bench_command, cli::kBenchHelp},
                            {"tune", cli::tune_command, cli::kTuneHelp},
                            {"memory", cli::memory_command, cli::kMemoryHelp},
-                           {"plan", cli::plan_command, cli::kPlanHelp}};
+                           {"plan", cli::plan_command, cli::kPlanHelp},
+                           {"convert-state", cli::convert_state_command, cli::kConvertStateHelp}};
   for (const auto& entry : entries) {
     if (command != entry.name) continue;
     if (wants_help(args)) {

@@ -239,16 +239,17 @@ nlohmann::json bench_record(const BenchRequest& request, bool report) {
   const double median = percentile(seconds, 0.5), p20 = percentile(seconds, 0.2), p80 = percentile(seconds, 0.8);
   const double gflops = flops / median * 1e-9;
 
-  const std::string isa = options.backend == "cpu" ? std::string(cpu::to_string(options.cpu_isa.empty() ? cpu::best_host_isa()
+  const std::string& backend = compiled->backend();  // "auto" resolved
+  const std::string isa = backend == "cpu" ? std::string(cpu::to_string(options.cpu_isa.empty() ? cpu::best_host_isa()
                                                                                                           : *cpu::parse_cpu_isa(options.cpu_isa)))
-                                                   : "generic";
+                                            : "generic";
   const int threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const PeakEstimate peak = estimate_peak(isa, options.backend == "cpu" ? threads : 1);
+  const PeakEstimate peak = estimate_peak(isa, backend == "cpu" ? threads : 1);
   // Every policy runs on f32 FMAs (bf16/f16 operands are widened while packing): the f32 peak.
   const double peak_gflops = peak.f32_gflops();
   return {{"program", program.name},
           {"shape", {shape.rows, shape.cols, shape.batch}},
-          {"backend", options.backend},
+          {"backend", backend},
           {"target", compiled->describe_target()},
           {"strategy", ir::to_string(compiled->strategy())},
           {"storage", std::string(to_string(compiled->function().policy.storage))},

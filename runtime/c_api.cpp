@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -125,10 +126,11 @@ rt::MatrixLayout to_layout(oj_layout layout) {
     case OJ_LAYOUT_AUTO: return rt::MatrixLayout::Auto;
     case OJ_LAYOUT_FLATTEN: return rt::MatrixLayout::Flatten;
     case OJ_LAYOUT_BATCH: return rt::MatrixLayout::Batch;
+    case OJ_LAYOUT_TRAILING: return rt::MatrixLayout::Trailing;
     default: break;
   }
   throw_api(OJ_INVALID_ARGUMENT, "layout: " + std::to_string(static_cast<int>(layout)) +
-                                     " is not an oj_layout (OJ_LAYOUT_AUTO = 0, OJ_LAYOUT_FLATTEN = 1, OJ_LAYOUT_BATCH = 2)");
+                                     " is not an oj_layout (OJ_LAYOUT_AUTO = 0, OJ_LAYOUT_FLATTEN = 1, OJ_LAYOUT_BATCH = 2, OJ_LAYOUT_TRAILING = 3)");
 }
 
 std::string join(const std::vector<std::string>& names) {
@@ -140,12 +142,13 @@ std::string join(const std::vector<std::string>& names) {
 // OJ_UNAVAILABLE for a known backend this build or machine cannot run (the runtime reports an
 // unknown name itself, as a usage error).
 void check_backend_available(const std::string& backend) {
+  if (backend == "auto") return;  // resolved per program to one that runs its storage (ref or cpu)
   const std::vector<std::string> available = rt::available_backends();
   for (const auto& name : available)
     if (name == backend) return;
   if (backend == "cuda") throw_api(OJ_UNAVAILABLE, "backend 'cuda' cannot run here: " + rt::cuda_backend_unavailable_reason() + "; available: " + join(available));
   if (backend == "ref" || backend == "cpu") throw_api(OJ_UNAVAILABLE, "backend '" + backend + "' is not available in this build; available: " + join(available));
-  throw_api(OJ_INVALID_ARGUMENT, "unknown backend '" + backend + "'; backends: ref, cpu, cuda (available here: " + join(available) + ")");
+  throw_api(OJ_INVALID_ARGUMENT, "unknown backend '" + backend + "'; backends: auto, ref, cpu, cuda (available here: " + join(available) + ")");
 }
 
 void check_handle(const oj_optimizer* optimizer) { require(optimizer, "optimizer"); }
@@ -170,7 +173,7 @@ void build(oj_optimizer* optimizer) {
   if (optimizer->built) return;
   bool any_muon = false;
   for (const auto& parameter : optimizer->parameters)
-    if (parameter.requires_grad && parameter.use_muon.value_or(rt::default_use_muon(parameter.name, parameter.shape))) any_muon = true;
+    if (parameter.requires_grad && parameter.use_muon.value_or(rt::default_use_muon(parameter.name, parameter.shape, optimizer->settings.tagging))) any_muon = true;
   if (any_muon) check_backend_available(optimizer->settings.muon.backend);
   auto built = std::make_unique<rt::HybridOptimizer>(optimizer->parameters, optimizer->settings);
   optimizer->infos = built->parameters();
@@ -239,7 +242,12 @@ oj_status oj_optimizer_create_from_deepspeed_config(const char* path, oj_optimiz
         require(out, "out");
         if (!std::ifstream(file)) throw_api(OJ_IO_ERROR, "cannot read " + file + ": " + std::strerror(errno));
         auto optimizer = std::make_unique<oj_optimizer>();
-        optimizer->settings = rt::load_deepspeed_config(file).optimizer;
+        const rt::DeepSpeedConfig config = rt::load_deepspeed_config(file);
+        // DeepSpeed ignores keys it does not know; so does this reader, saying which.
+        for (const rt::IgnoredKey& key : config.ignored_keys)
+          std::fprintf(stderr, "orthojit: warning: %s: ignored unknown key %s (DeepSpeed ignores it too); valid keys there: %s\n", file.c_str(),
+                       key.path.c_str(), key.valid_keys.c_str());
+        optimizer->settings = config.optimizer;
         *out = optimizer.release();
         return OJ_OK;
       },

@@ -135,7 +135,7 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
                                                                const OrthogonalizeOptions& options) {
   if (options.backend == "cuda") {
     if (const std::string why = cuda_backend_unavailable_reason(); !why.empty()) throw UsageError("--backend cuda: " + why);
-  } else if (options.backend != "ref" && options.backend != "cpu") {
+  } else if (options.backend != "ref" && options.backend != "cpu" && options.backend != "auto") {
     std::string names;
     for (const auto& name : available_backends()) names += (names.empty() ? "" : ", ") + name;
     throw UsageError("backend '" + options.backend + "' is not available in this build; available: " + names);
@@ -212,13 +212,16 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     }
   }
   ir::Function function = passes::compile_program(program, compile);
+  // "auto": a backend that runs the storage asked for: the reference interpreter for f64 (the
+  // exact iteration), the CPU kernels for bf16, f16 and f32.
+  const std::string backend = options.backend != "auto" ? options.backend : function.policy.storage == ScalarType::F64 ? "ref" : "cpu";
   std::shared_ptr<CompiledOrthogonalizer> compiled;
   double jit_seconds = 0;
-  if (options.backend == "cpu") {
+  if (backend == "cpu") {
     compiled = std::make_shared<CpuOrthogonalizer>(cached_executable(function, cpu_options, jit_seconds));
     compiled->target_ = "cpu " + cpu_options.describe();
 #ifdef ORTHOJIT_HAVE_CUDA
-  } else if (options.backend == "cuda") {
+  } else if (backend == "cuda") {
     cuda::CudaVariant variant;
     try {
       // An explicit --variant wins over the tuning record's.
@@ -240,7 +243,7 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
   }
   compiled->function_ = std::move(function);
   compiled->strategy_reason_ = reason;
-  compiled->backend_ = options.backend;
+  compiled->backend_ = backend;
   compiled->jit_seconds_ = jit_seconds;
   return compiled;
 }
@@ -252,7 +255,7 @@ OrthogonalizeResult orthogonalize(const dsl::Program& program, const std::vector
   result.strategy = compiled->strategy();
   result.strategy_reason = compiled->strategy_reason();
   result.jit_seconds = compiled->jit_seconds();
-  if (options.backend == "ref") {
+  if (compiled->backend() == "ref") {
     result.values = reference::interpret(compiled->function(), input);  // full f64 input
     return result;
   }

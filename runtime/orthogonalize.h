@@ -26,7 +26,7 @@ struct OrthogonalizeOptions {
   std::string strategy = "auto";  // auto | standard | gram
   std::optional<std::vector<int>> gram_restarts;
   std::optional<ScalarType> precision;
-  std::string backend = "ref";  // ref | cpu | cuda
+  std::string backend = "ref";  // ref | cpu | cuda | auto (ref for f64 storage, else cpu)
   // cuda backend: "" (generated, default tiles), "generated BMxBNxBK/WMxWN", "fused-small", "cublas"
   std::string cuda_variant;
   // cpu backend

@@ -72,7 +72,10 @@ expect 2 "$work/xtx.oj:4:5: error: the gram strategy needs every step in the for
 expect 0 "dense-equivalent" -- "$orthojit" bench --program jordan_ns5 --shape 16x64 --repeat 2
 expect 0 '"fraction_of_peak"' -- "$orthojit" bench --program jordan_ns5 --shape 16x64x3 --repeat 2 --json --strategy gram
 expect 0 "ref" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat 1 --backend ref --precision f64
-expect 2 "cpu backend runs bf16, f16 and f32 policies" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --precision f64
+# --backend auto (bench's default) runs f64 on the reference interpreter; cpu refuses it, saying why.
+expect 0 '"backend": "ref"' -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat 1 --precision f64 --json
+expect 0 '"backend": "cpu"' -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat 1 --json
+expect 2 "cpu backend runs bf16, f16 and f32 policies" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --precision f64 --backend cpu
 expect 2 "invalid --repeat" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat x
 
 # info and demo
@@ -179,6 +182,13 @@ expect 2 "cannot read the model configuration" -- "$orthojit" memory --model "$w
 expect 2 'no "vocab_size"' -- "$orthojit" memory --model "$work/partial.json"
 echo '{"hidden_size": ' > "$work/truncated.json"
 expect 2 "is not valid JSON" -- "$orthojit" memory --model "$work/truncated.json"
+
+# convert-state (its conversion is tested in preset_fidelity_test): usage errors name what is wrong
+expect 0 "usage: orthojit convert-state" -- "$orthojit" convert-state --help
+expect 2 "--momentum-kind 'lerp2' is not ema or sum" -- "$orthojit" convert-state --input "$work/s.safetensors" --output "$work/t.safetensors" --momentum-kind lerp2 --momentum 0.95
+expect 2 "--momentum '1.5' is not a number in [0, 1)" -- "$orthojit" convert-state --input "$work/s.safetensors" --output "$work/t.safetensors" --momentum-kind ema --momentum 1.5
+expect 2 "s.safetensors" -- "$orthojit" convert-state --input "$work/s.safetensors" --output "$work/t.safetensors" --momentum-kind ema --momentum 0.95
+expect 2 "missing required option --momentum" -- "$orthojit" convert-state --input "$work/s.safetensors" --output "$work/t.safetensors" --momentum-kind ema
 
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]

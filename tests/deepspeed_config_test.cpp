@@ -16,9 +16,10 @@ using nlohmann::json;
 using runtime::DeepSpeedConfig;
 using runtime::parse_deepspeed_config;
 
+// Strict reading: unknown keys are errors too (the lenient default is tested on its own below).
 std::string error_of(const json& config) {
   try {
-    parse_deepspeed_config(config);
+    parse_deepspeed_config(config, /*strict=*/true);
   } catch (const runtime::DeepSpeedConfigError& error) {
     return error.what();
   }
@@ -118,6 +119,9 @@ TEST(DeepSpeedConfig, NsMethodSelectsTheIteration) {
   EXPECT_EQ(gram.strategy, "gram");
   EXPECT_EQ(gram.precision, ScalarType::F16);
   EXPECT_EQ(gram.gram_restarts, std::vector<int>{2});
+  // Square matrices: the standard iteration on the same f16 values (original_muon.py), not bf16.
+  EXPECT_TRUE(gram.square_uses_standard);
+  EXPECT_FALSE(gram.square_precision.has_value());
   EXPECT_NE(error_of(with_params({{"ns_method", "svd"}})).find("optimizer.params.ns_method: \"svd\" is not a Newton-Schulz method; expected \"gram\" or \"standard\""),
             std::string::npos)
       << error_of(with_params({{"ns_method", "svd"}}));
@@ -134,10 +138,17 @@ TEST(DeepSpeedConfig, OrthojitExtras) {
   EXPECT_EQ(s.muon.momentum_kind, runtime::MomentumKind::Ema);
   EXPECT_EQ(s.muon.backend, "ref");
   EXPECT_FALSE(s.muon.nesterov);
-  EXPECT_TRUE(s.experts_as_batch);
+  EXPECT_EQ(s.tensor_layout, runtime::MatrixLayout::Batch);
+  const auto t = parse_deepspeed_config(with_params({{"tensor_layout", "trailing"}, {"conv_scale", "matrix"}, {"missing_grad", "skip"}, {"tagging", "moonlight"}}))
+                     .optimizer;
+  EXPECT_EQ(t.tensor_layout, runtime::MatrixLayout::Trailing);
+  EXPECT_EQ(t.conv_scale, runtime::ConvScale::Matrix);
+  EXPECT_EQ(t.missing_gradient, runtime::MissingGradient::Skip);
+  EXPECT_EQ(t.tagging, runtime::TaggingRule::Moonlight);
+  EXPECT_NE(error_of(with_params({{"missing_grad", "drop"}})).find("optimizer.params.missing_grad: \"drop\" is not one of skip, zero"), std::string::npos);
   EXPECT_NE(error_of(with_params({{"orthojit_preset", "sgd"}})).find("optimizer.params.orthojit_preset: unknown optimizer preset 'sgd'"), std::string::npos);
   EXPECT_NE(error_of(with_params({{"lr_adjust", "big"}})).find("optimizer.params.lr_adjust: \"big\" is not one of none, original"), std::string::npos);
-  EXPECT_NE(error_of(with_params({{"backend", "tpu"}})).find("optimizer.params.backend: \"tpu\" is not one of ref, cpu, cuda"), std::string::npos);
+  EXPECT_NE(error_of(with_params({{"backend", "tpu"}})).find("optimizer.params.backend: \"tpu\" is not one of auto, ref, cpu, cuda"), std::string::npos);
 }
 
 TEST(DeepSpeedConfig, ReadsZeroSettings) {
@@ -191,6 +202,28 @@ TEST(DeepSpeedConfig, ReproducesDeepSpeedsMuonCombinationErrors) {
   json stage3_explicit = stage3;
   stage3_explicit["zero_optimization"]["reduce_scatter"] = true;
   EXPECT_NE(error_of(stage3_explicit).find("Muon and reduce scatter cannot be used together"), std::string::npos);
+}
+
+// DeepSpeed ignores keys it does not know, so a real config file with keys of other DeepSpeed
+// versions or features must load: every unknown key is listed with its path and the valid keys,
+// and the keys that are known still take effect.
+TEST(DeepSpeedConfig, IgnoresUnknownKeysByDefaultAndListsEach) {
+  const json config = {{"optimizer", {{"type", "muon"}, {"params", {{"lr", 0.01}, {"torch_adam", true}, {"adam_w_mode", true}}}, {"legacy_fusion", false}}},
+                       {"zero_optimization", {{"stage", 2}, {"stgae", 2}, {"reduce_scatter", false}, {"offload_optimizer", {{"device", "cpu"}, {"pinned", true}}}}}};
+  const DeepSpeedConfig parsed = parse_deepspeed_config(config);
+  EXPECT_DOUBLE_EQ(parsed.optimizer.muon.lr, 0.01);
+  EXPECT_EQ(parsed.zero.stage, 2);
+  EXPECT_EQ(parsed.zero.offload_optimizer_device, "cpu");
+  std::vector<std::string> paths;
+  for (const auto& key : parsed.ignored_keys) paths.push_back(key.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"optimizer.legacy_fusion", "optimizer.params.adam_w_mode", "optimizer.params.torch_adam", "zero_optimization.stgae",
+                                             "zero_optimization.offload_optimizer.pinned"}));
+  const std::string warning = runtime::describe_ignored_keys(parsed);
+  EXPECT_NE(warning.find("ignored unknown key optimizer.params.torch_adam"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("valid keys there: lr, momentum, weight_decay, muon_lr, adam_lr, ns_method"), std::string::npos) << warning;
+  EXPECT_NE(error_of(config).find("unknown key \"legacy_fusion\""), std::string::npos);  // strict
+  // A known key of the wrong type is still an error when lenient.
+  EXPECT_THROW(parse_deepspeed_config(with_params({{"lr", "0.1"}, {"torch_adam", true}})), runtime::DeepSpeedConfigError);
 }
 
 TEST(DeepSpeedConfig, NamesUnknownKeysWrongTypesAndInvalidValues) {

@@ -1,6 +1,6 @@
-// The hybrid Muon + AdamW optimizer against the formulas written out here in float64 (from
-// shared/reference/muon-semantics.md and the Moonlight code in shared/seeds/), on fresh random
-// data: every preset over several steps, Nesterov on and off, every lr adjustment, the tagging
+// The hybrid Muon + AdamW optimizer against the formulas written out here in float64 (the
+// settings' formulas of docs/muon.md; each preset against its source system is
+// tests/preset_fidelity_test.cpp), on fresh random data: every preset over several steps, Nesterov on and off, every lr adjustment, the tagging
 // rules, the non-finite skip, the state round trip, per-head / QKV split and experts equal to
 // orthogonalizing each block on its own, QK-clip.
 //
@@ -21,6 +21,7 @@
 
 #include "runtime/muon/hybrid_optimizer.h"
 #include "runtime/muon/parameter_tagging.h"
+#include "tests/f64_newton_schulz.h"
 #include "reference/singular_values.h"
 #include "support/rounding.h"
 
@@ -28,44 +29,7 @@ namespace orthojit::runtime {
 namespace {
 
 using Matrix = std::vector<double>;
-
-// X ← a·X + (b·A + c·A²)·X, A = X·Xᵀ, after X = G / (‖G‖ + eps) (or / max(‖G‖, eps)); a tall G
-// is worked on transposed. Plain f64, written independently of the compiler.
-Matrix newton_schulz(const Matrix& g, int64_t rows, int64_t cols, const std::vector<std::array<double, 3>>& steps, double eps, bool clamp) {
-  const bool tall = rows > cols;
-  const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
-  Matrix x(static_cast<size_t>(m * n));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) x[static_cast<size_t>(tall ? j * rows + i : i * cols + j)] = g[static_cast<size_t>(i * cols + j)];
-  double norm = 0;
-  for (double v : x) norm += v * v;
-  norm = std::sqrt(norm);
-  const double denominator = clamp ? std::max(norm, eps) : norm + eps;
-  for (double& v : x) v /= denominator;
-  for (const auto& [a, b, c] : steps) {
-    Matrix gram(static_cast<size_t>(m * m), 0.0), poly(static_cast<size_t>(m * m), 0.0), next(static_cast<size_t>(m * n), 0.0);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < m; ++j)
-        for (int64_t k = 0; k < n; ++k) gram[static_cast<size_t>(i * m + j)] += x[static_cast<size_t>(i * n + k)] * x[static_cast<size_t>(j * n + k)];
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < m; ++j) {
-        double square = 0;
-        for (int64_t k = 0; k < m; ++k) square += gram[static_cast<size_t>(i * m + k)] * gram[static_cast<size_t>(k * m + j)];
-        poly[static_cast<size_t>(i * m + j)] = b * gram[static_cast<size_t>(i * m + j)] + c * square;
-      }
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double sum = a * x[static_cast<size_t>(i * n + j)];
-        for (int64_t k = 0; k < m; ++k) sum += poly[static_cast<size_t>(i * m + k)] * x[static_cast<size_t>(k * n + j)];
-        next[static_cast<size_t>(i * n + j)] = sum;
-      }
-    x = next;
-  }
-  Matrix out(static_cast<size_t>(rows * cols));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) out[static_cast<size_t>(i * cols + j)] = x[static_cast<size_t>(tall ? j * rows + i : i * cols + j)];
-  return out;
-}
+using testing::newton_schulz;
 
 const std::vector<std::array<double, 3>> kJordan5(5, {3.4445, -4.7750, 2.0315});
 
@@ -366,9 +330,15 @@ TEST(HybridOptimizer, SplitsAndExpertsEqualOrthogonalizingEachBlock) {
     expect_blocks(before, p, g, 5, {{0, 4}, {4, 4}, {8, 4}});
     std::vector<float> q = before;
     Parameter flat = make("experts.w1", {3, 4, 5}, q, g);
-    HybridOptimizer flattened({flat}, settings);  // default: (d0, rest)
+    flat.layout = MatrixLayout::Flatten;  // (d0, rest)
+    HybridOptimizer flattened({flat}, settings);
     flattened.step();
     expect_blocks(before, q, g, 20, {{0, 3}});
+    std::vector<float> t = before;
+    Parameter trailing = make("experts.w1", {3, 4, 5}, t, g);  // keller's default: the trailing (4, 5) matrices
+    HybridOptimizer batched({trailing}, settings);
+    batched.step();
+    expect_blocks(before, t, g, 5, {{0, 4}, {4, 4}, {8, 4}});
   }
   std::vector<float> p(12), g(12);
   Parameter bad = make("attn.qkv", {4, 3}, p, g);

@@ -268,7 +268,7 @@ runtime::OrthogonalizeOptions make_options(const std::string& strategy, const st
   options.strategy = strategy;
   runtime::parse_strategy_option(strategy);
   options.precision = parse_precision(precision);
-  options.backend = backend == "auto" ? "cpu" : backend;
+  options.backend = backend;  // "auto": the runtime picks ref for f64 storage, else cpu
   options.threads = threads;
   return options;
 }

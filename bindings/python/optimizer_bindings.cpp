@@ -26,9 +26,11 @@
 
 #include "bindings/python/bindings.h"
 #include "bindings/python/tensor_view.h"
+#include "runtime/muon/deepspeed_config.h"
 #include "runtime/muon/optimizer_settings.h"
 #include "runtime/muon/parameter.h"
 #include "runtime/muon/parameter_tagging.h"
+#include "runtime/muon/state_format.h"
 #include "runtime/muon/update_rules.h"
 #include "runtime/orthogonalize.h"
 
@@ -123,7 +125,11 @@ nb::dict setting_values(const MuonSettings& self) {
   values["adam.eps"] = a.eps;
   values["adam.weight_decay"] = a.weight_decay;
   values["adam.formula"] = std::string(to_string(a.formula));
-  values["experts_as_batch"] = self.settings.experts_as_batch;
+  values["tensor_layout"] = std::string(to_string(self.settings.tensor_layout));
+  values["conv_scale"] = std::string(to_string(self.settings.conv_scale));
+  values["missing_grad"] = std::string(to_string(self.settings.missing_gradient));
+  values["tagging"] = std::string(to_string(self.settings.tagging));
+  values["experts_as_batch"] = self.settings.tensor_layout == runtime::MatrixLayout::Batch;
   return values;
 }
 
@@ -228,17 +234,29 @@ void qk_clip(const nb::ndarray<>& q, const nb::ndarray<>& k, int64_t head_rows, 
 }
 
 runtime::MatrixPlan plan_matrices(const std::string& name, const std::vector<int64_t>& shape, const std::string& layout,
-                                  const std::vector<int64_t>& row_splits, int64_t head_rows, bool experts_as_batch) {
+                                  const std::vector<int64_t>& row_splits, int64_t head_rows, const std::optional<bool>& experts_as_batch,
+                                  const std::string& tensor_layout, const std::string& conv_scale) {
   runtime::Parameter parameter;
   parameter.name = name;
   parameter.shape = shape;
-  if (layout == "auto") parameter.layout = runtime::MatrixLayout::Auto;
-  else if (layout == "flatten") parameter.layout = runtime::MatrixLayout::Flatten;
-  else if (layout == "batch" || layout == "experts") parameter.layout = runtime::MatrixLayout::Batch;
-  else throw std::invalid_argument("parameter '" + name + "': layout '" + layout + "' is not auto, flatten or batch");
+  const auto chosen = runtime::parse_matrix_layout(layout);
+  if (!chosen) throw std::invalid_argument("parameter '" + name + "': layout '" + layout + "' is not auto, flatten, batch or trailing");
+  parameter.layout = *chosen;
+  auto fallback = runtime::parse_matrix_layout(tensor_layout);
+  if (!fallback || *fallback == runtime::MatrixLayout::Auto)
+    throw std::invalid_argument("tensor_layout '" + tensor_layout + "' is not flatten, batch or trailing");
+  if (experts_as_batch) fallback = *experts_as_batch ? runtime::MatrixLayout::Batch : runtime::MatrixLayout::Flatten;
+  const auto scale = runtime::parse_conv_scale(conv_scale);
+  if (!scale) throw std::invalid_argument("conv_scale '" + conv_scale + "' is not kernel or matrix");
   parameter.row_splits = row_splits;
   parameter.head_rows = head_rows;
-  return runtime::plan_matrices(parameter, experts_as_batch);
+  return runtime::plan_matrices(parameter, *fallback, *scale);
+}
+
+bool default_use_muon(const std::string& name, const std::vector<int64_t>& shape, const std::string& rule) {
+  const auto parsed = runtime::parse_tagging_rule(rule);
+  if (!parsed) throw std::invalid_argument("tagging rule '" + rule + "' is not deepspeed or moonlight");
+  return runtime::default_use_muon(name, shape, *parsed);
 }
 
 }  // namespace
@@ -248,6 +266,13 @@ void register_optimizer(nb::module_& m) {
       .def_ro("batch", &runtime::MatrixPlan::batch)
       .def_ro("rows", &runtime::MatrixPlan::rows)
       .def_ro("cols", &runtime::MatrixPlan::cols)
+      .def_prop_ro(
+          "scale_shape",
+          [](const runtime::MatrixPlan& plan) -> std::optional<std::pair<int64_t, int64_t>> {
+            if (plan.scale_rows > 0 && plan.scale_cols > 0) return std::make_pair(plan.scale_rows, plan.scale_cols);
+            return std::nullopt;
+          },
+          "(rows, cols) every block's lr adjustment is taken from (a 4-D filter under conv_scale kernel), or None: each block's own")
       .def_prop_ro(
           "blocks",
           [](const runtime::MatrixPlan& plan) {
@@ -281,12 +306,51 @@ void register_optimizer(nb::module_& m) {
       .def_prop_ro("preset", [](const MuonSettings& self) { return self.settings.preset; })
       .def_prop_ro("orthogonalize_seconds", [](const MuonSettings& self) { return self.orthogonalizer ? self.orthogonalizer->seconds() : 0.0; });
 
+  m.def(
+      "deepspeed_settings",
+      [](const std::string& json_text, bool strict, const std::string& origin) {
+        nlohmann::json config;
+        try {
+          config = nlohmann::json::parse(json_text);
+        } catch (const nlohmann::json::parse_error& error) {
+          throw std::invalid_argument(origin + ": not valid JSON: " + error.what());
+        }
+        runtime::DeepSpeedConfig parsed;
+        try {
+          parsed = runtime::parse_deepspeed_config(config, strict);
+        } catch (const runtime::DeepSpeedConfigError& error) {
+          throw std::invalid_argument(origin + ": " + error.what());
+        }
+        std::vector<std::pair<std::string, std::string>> ignored;
+        for (const runtime::IgnoredKey& key : parsed.ignored_keys) ignored.push_back({key.path, key.valid_keys});
+        return std::make_pair(MuonSettings{parsed.optimizer, nullptr}, ignored);
+      },
+      nb::arg("json_text"), nb::arg("strict") = false, nb::arg("origin") = "the DeepSpeed configuration",
+      "(MuonSettings, [(path, valid keys)]) from a DeepSpeed JSON config: its optimizer section as runtime/muon/deepspeed_config.h reads "
+      "it; unknown keys are listed (strict: an error).");
   m.def("optimizer_presets", &runtime::preset_names, "The optimizer presets: deepspeed, keller, moonlight, torch.");
-  m.def("default_use_muon", &runtime::default_use_muon, nb::arg("name"), nb::arg("shape"),
-        "DeepSpeed's rule: Muon iff ndim >= 2 and the lower-cased name contains neither 'embed' nor 'lm_head'.");
+  m.def("default_use_muon", &default_use_muon, nb::arg("name"), nb::arg("shape"), nb::arg("rule") = "deepspeed",
+        "The tagging rule: deepspeed (Muon iff ndim >= 2 and the lower-cased name contains neither 'embed' nor 'lm_head') or moonlight "
+        "(ndim >= 2 and the name, case-sensitive, contains neither 'embed_tokens' nor 'lm_head').");
   m.def("plan_matrices", &plan_matrices, nb::arg("name"), nb::arg("shape"), nb::arg("layout") = "auto", nb::arg("row_splits") = std::vector<int64_t>{},
-        nb::arg("head_rows") = 0, nb::arg("experts_as_batch") = false,
-        "How Muon sees a parameter (layout auto | flatten | batch; QKV row_splits; per-head head_rows); raises ValueError naming the parameter.");
+        nb::arg("head_rows") = 0, nb::arg("experts_as_batch").none() = nb::none(), nb::arg("tensor_layout") = "flatten", nb::arg("conv_scale") = "kernel",
+        "How Muon sees a parameter (layout auto | flatten | batch | trailing, auto meaning tensor_layout; QKV row_splits; per-head "
+        "head_rows); raises ValueError naming the parameter.");
+  m.def("momentum_conversion_factor", [](const std::string& from, const std::string& to, double beta) {
+        const auto a = runtime::parse_momentum_kind(from), b = runtime::parse_momentum_kind(to);
+        if (!a || !b) throw std::invalid_argument("momentum kinds are ema or sum (got '" + from + "', '" + to + "')");
+        if (!(beta >= 0 && beta < 1)) throw std::invalid_argument("momentum must be in [0, 1)");
+        return runtime::momentum_conversion_factor(*a, *b, beta);
+      }, nb::arg("from_kind"), nb::arg("to_kind"), nb::arg("momentum"),
+      "The factor that turns a momentum_buffer of one form into the other's (sum -> ema: 1 - beta), exact for a constant beta.");
+  m.def("saved_momentum_kind", [](const std::string& format, const std::string& preset, const std::string& kind) {
+        return std::string(runtime::to_string(runtime::saved_momentum_kind(format, preset, kind)));
+      }, nb::arg("format"), nb::arg("preset"), nb::arg("momentum_kind") = "",
+      "The momentum form (ema | sum) of a saved state, from its format, preset and recorded momentum_kind.");
+  m.def("momentum_mismatch_message", [](const std::string& where, const std::string& format, const std::string& saved, const std::string& wanted) {
+        return runtime::momentum_mismatch_message(where, format, *runtime::parse_momentum_kind(saved), *runtime::parse_momentum_kind(wanted));
+      }, nb::arg("where"), nb::arg("format"), nb::arg("saved"), nb::arg("wanted"));
+  m.attr("STATE_FORMAT") = runtime::kStateFormat;
   m.def("find_nonfinite", &find_nonfinite, nb::arg("grad"), nb::arg("name") = "",
         "None when every gradient element is finite, else the C++ step's report of the first NaN or infinity.");
   m.def("muon_update", &muon_update, nb::arg("settings"), nb::arg("plan"), nb::arg("param"), nb::arg("grad"), nb::arg("momentum_buffer"), nb::arg("lr"),

@@ -103,9 +103,12 @@ typedef enum oj_tag {
 
 /* How a Muon tensor of 3 or more dimensions becomes matrices. */
 typedef enum oj_layout {
-  OJ_LAYOUT_AUTO = 0,    /* the "experts_as_batch" option: BATCH when true, else FLATTEN */
-  OJ_LAYOUT_FLATTEN = 1, /* (d0, d1·d2·…): one matrix */
-  OJ_LAYOUT_BATCH = 2    /* d0 matrices of (d1, d2·…) (experts), orthogonalized in one batch */
+  OJ_LAYOUT_AUTO = 0,     /* the "tensor_layout" option (the preset's: trailing for deepspeed and
+                             keller, flatten for moonlight and torch) */
+  OJ_LAYOUT_FLATTEN = 1,  /* (d0, d1·d2·…): one matrix */
+  OJ_LAYOUT_BATCH = 2,    /* d0 matrices of (d1, d2·…) (experts), orthogonalized in one batch */
+  OJ_LAYOUT_TRAILING = 3  /* DeepSpeed's and Keller Jordan's: a 4-D filter as (d0, d1·d2·d3), any
+                             other tensor as a batch of its trailing (d[-2], d[-1]) matrices */
 } oj_layout;
 
 /* ------------------------------------------------------------------------------------------- */
@@ -133,7 +136,10 @@ void oj_optimizer_destroy(oj_optimizer* optimizer);
  * muon.nesterov, muon.weight_decay, muon.momentum_kind, muon.lr_adjust, muon.program,
  * muon.strategy, muon.precision, muon.ns_steps, muon.ns_eps, muon.norm_clamp, muon.backend,
  * muon.threads, adam.lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.formula,
- * experts_as_batch. An unknown key or bad value: OJ_INVALID_ARGUMENT naming what is valid.
+ * tensor_layout (flatten | batch | trailing), conv_scale (kernel | matrix), missing_grad
+ * (skip | zero: what a step does with a parameter whose gradient is NULL), tagging
+ * (deepspeed | moonlight), experts_as_batch. An unknown key or bad value: OJ_INVALID_ARGUMENT
+ * naming what is valid.
  * After the optimizer is built only "muon.lr" and "adam.lr" may change (OJ_INVALID_STATE for the
  * others); oj_optimizer_set_learning_rates does the same. */
 oj_status oj_optimizer_set_option(oj_optimizer* optimizer, const char* key, const char* value);
@@ -147,8 +153,10 @@ oj_status oj_optimizer_describe(oj_optimizer* optimizer, const char** out);
  *   name        unique, non-empty (e.g. "layers.0.mlp.up_proj.weight")
  *   ndim, shape ndim >= 1 dimensions, each > 0; row-major
  *   dtype, data the parameter's element type and values, updated in place by each step
- *   grad_dtype, grad  the gradient, same shape; grad may be NULL (no gradient yet: the parameter
- *               is left alone by a step until oj_optimizer_set_gradient gives it one)
+ *   grad_dtype, grad  the gradient, same shape; grad may be NULL (no gradient: under
+ *               missing_grad = skip, the moonlight and torch presets, the parameter is left alone
+ *               by a step; under missing_grad = zero, deepspeed and keller, it takes the full
+ *               step with a zero gradient)
  *   tag         OJ_TAG_AUTO (the rule), OJ_TAG_MUON, OJ_TAG_ADAMW or OJ_TAG_FROZEN.
  * A Muon-tagged parameter with ndim < 2 is OJ_INVALID_ARGUMENT. */
 oj_status oj_optimizer_add_parameter(oj_optimizer* optimizer, const char* name, int32_t ndim, const int64_t* shape,
@@ -183,7 +191,7 @@ typedef struct oj_step_report {
                                 parameter, no state); oj_optimizer_skip_reason says which */
   int32_t muon_updated;      /* parameters updated by Muon */
   int32_t adam_updated;      /* parameters updated by AdamW */
-  int32_t without_gradient;  /* parameters left alone for lack of a gradient */
+  int32_t without_gradient;  /* parameters without a gradient (skipped, or stepped with zeros) */
   double orthogonalize_seconds;
   int64_t steps_taken;       /* steps taken so far, this one included (skipped ones excluded) */
 } oj_step_report;
@@ -242,7 +250,7 @@ oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path);
  *   program   a shipped program ("jordan_ns5", "polar_express5", "gram_polar_express5", ...) or a
  *             path to a .oj file
  *   backend   "ref" (the float64 reference interpreter, emulating the program's storage rounding),
- *             "cpu" or "cuda"; NULL: "ref"
+ *             "cpu", "cuda", or "auto" (ref for a program that stores f64, else cpu); NULL: "ref"
  *   strategy  "auto", "standard" or "gram"; NULL: "auto"
  * A backend that cannot run here: OJ_UNAVAILABLE. */
 oj_status oj_orthogonalize(const char* program, const char* backend, const char* strategy, int64_t batch, int64_t rows, int64_t cols,

@@ -28,6 +28,14 @@ std::string join(const std::vector<std::string>& items) {
 
 [[noreturn]] void fail(const std::string& message) { throw DeepSpeedConfigError(message); }
 
+// Where unknown keys go while one configuration is parsed: strict (an error) or into the
+// result's ignored_keys, as DeepSpeed itself ignores keys it does not know.
+struct UnknownKeys {
+  bool strict = true;
+  std::vector<IgnoredKey>* ignored = nullptr;
+};
+thread_local UnknownKeys* unknown_keys = nullptr;
+
 // One JSON object of the configuration: checks its keys against the valid ones and reads typed
 // values, naming the JSON path in every error.
 class Section {
@@ -35,13 +43,16 @@ class Section {
   Section(const json& object, std::string path, std::vector<std::string> keys, std::vector<std::string>* auto_keys)
       : object_(object), path_(std::move(path)), keys_(std::move(keys)), auto_keys_(auto_keys) {
     if (!object_.is_object()) fail(path_ + ": expected an object, found " + found(object_));
-    for (const auto& [key, value] : object_.items())
-      if (std::find(keys_.begin(), keys_.end(), key) == keys_.end())
-        fail(path_ + ": unknown key \"" + key + "\" (at " + at(key) + "); valid keys: " + join(keys_));
+    for (const auto& [key, value] : object_.items()) {
+      if (std::find(keys_.begin(), keys_.end(), key) != keys_.end()) continue;
+      if (!unknown_keys || unknown_keys->strict) fail(path_ + ": unknown key \"" + key + "\" (at " + at(key) + "); valid keys: " + join(keys_));
+      unknown_keys->ignored->push_back({at(key), join(keys_)});
+      ignored_.push_back(key);
+    }
   }
 
   std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
-  bool has(const std::string& key) const { return object_.contains(key); }
+  bool has(const std::string& key) const { return object_.contains(key) && std::find(ignored_.begin(), ignored_.end(), key) == ignored_.end(); }
   const json& raw(const std::string& key) const { return object_.at(key); }
 
   // Whether the value is the Hugging Face placeholder "auto" (and recorded as such). Where
@@ -107,6 +118,7 @@ class Section {
   std::string path_;
   std::vector<std::string> keys_;
   std::vector<std::string>* auto_keys_;
+  std::vector<std::string> ignored_;  // unknown keys, ignored (not strict)
 };
 
 template <typename T>
@@ -129,7 +141,8 @@ OptimizerSettings parse_optimizer(const json& section) {
   static const json empty = json::object();
   const Section params(optimizer.has("params") ? optimizer.raw("params") : empty, "optimizer.params",
                        {"lr", "momentum", "weight_decay", "muon_lr", "adam_lr", "ns_method", "betas", "eps", "nesterov", "orthojit_preset", "ns_steps",
-                        "lr_adjust", "momentum_kind", "adam_formula", "program", "backend", "threads", "experts_as_batch"},
+                        "lr_adjust", "momentum_kind", "adam_formula", "program", "backend", "threads", "experts_as_batch", "tensor_layout", "conv_scale",
+                        "missing_grad", "tagging"},
                        nullptr);
 
   OptimizerSettings settings;
@@ -170,7 +183,7 @@ OptimizerSettings parse_optimizer(const json& section) {
       muon.precision = ScalarType::F16;
       muon.gram_restarts = std::vector<int>{2};
       muon.square_uses_standard = true;
-      muon.square_precision = ScalarType::BF16;
+      muon.square_precision.reset();  // the standard iteration on the same f16 values (original_muon.py)
     } else if (*method == "standard") {
       muon.strategy = "standard";
       muon.precision = ScalarType::BF16;
@@ -199,12 +212,16 @@ OptimizerSettings parse_optimizer(const json& section) {
     adam.formula = *formula;
   }
   set(muon.program, params.string("program"));
-  set(muon.backend, params.choice("backend", {"ref", "cpu", "cuda"}));
+  set(muon.backend, params.choice("backend", {"auto", "ref", "cpu", "cuda"}));
   if (const auto threads = params.integer("threads", 0)) {
     if (*threads > 4096) fail(params.at("threads") + " must be <= 4096, found " + std::to_string(*threads));
     muon.threads = static_cast<int>(*threads);
   }
-  set(settings.experts_as_batch, params.boolean("experts_as_batch"));
+  if (const auto batch = params.boolean("experts_as_batch")) settings.tensor_layout = *batch ? MatrixLayout::Batch : MatrixLayout::Flatten;
+  if (const auto text = params.choice("tensor_layout", {"flatten", "batch", "trailing"})) settings.tensor_layout = *parse_matrix_layout(*text);
+  if (const auto text = params.choice("conv_scale", {"kernel", "matrix"})) settings.conv_scale = *parse_conv_scale(*text);
+  if (const auto text = params.choice("missing_grad", {"skip", "zero"})) settings.missing_gradient = *parse_missing_gradient(*text);
+  if (const auto text = params.choice("tagging", {"deepspeed", "moonlight"})) settings.tagging = *parse_tagging_rule(*text);
   return settings;
 }
 
@@ -373,9 +390,23 @@ bool parse_precision_flag(const json& value, const std::string& path, std::vecto
 
 }  // namespace
 
-DeepSpeedConfig parse_deepspeed_config(const json& config) {
+std::string describe_ignored_keys(const DeepSpeedConfig& config) {
+  std::string text;
+  for (const IgnoredKey& key : config.ignored_keys)
+    text += "ignored unknown key " + key.path + " (DeepSpeed ignores it too; strict reading refuses it); valid keys there: " + key.valid_keys + "\n";
+  return text;
+}
+
+DeepSpeedConfig parse_deepspeed_config(const json& config, bool strict) {
   if (!config.is_object()) fail("the DeepSpeed configuration must be a JSON object, found " + found(config));
   DeepSpeedConfig result;
+  UnknownKeys policy{strict, &result.ignored_keys};
+  UnknownKeys* const outer = unknown_keys;
+  unknown_keys = &policy;
+  struct Restore {
+    UnknownKeys* outer;
+    ~Restore() { unknown_keys = outer; }
+  } restore{outer};
   if (!config.contains("optimizer") || config.at("optimizer").is_null())
     fail("the DeepSpeed configuration has no \"optimizer\" section; orthojit runs Muon: \"optimizer\": {\"type\": \"muon\", \"params\": {...}}");
   result.optimizer = parse_optimizer(config.at("optimizer"));
@@ -409,7 +440,7 @@ DeepSpeedConfig parse_deepspeed_config(const json& config) {
   return result;
 }
 
-DeepSpeedConfig load_deepspeed_config(const std::string& path) {
+DeepSpeedConfig load_deepspeed_config(const std::string& path, bool strict) {
   std::ifstream in(path);
   if (!in) throw DeepSpeedConfigError(path + ": cannot open the DeepSpeed configuration for reading");
   std::stringstream text;
@@ -421,7 +452,7 @@ DeepSpeedConfig load_deepspeed_config(const std::string& path) {
     throw DeepSpeedConfigError(path + ": not valid JSON: " + error.what());
   }
   try {
-    return parse_deepspeed_config(config);
+    return parse_deepspeed_config(config, strict);
   } catch (const DeepSpeedConfigError& error) {
     throw DeepSpeedConfigError(path + ": " + error.what());
   }

@@ -1,20 +1,22 @@
-// DeepSpeed's JSON configuration, read as is (DESIGN.md §4): the optimizer section
+// DeepSpeed's JSON configuration, read as DeepSpeed reads it: the optimizer section
 //   "optimizer": {"type": "muon", "params": {"lr": ..., "momentum": ..., "weight_decay": ...,
 //                 "muon_lr": ..., "adam_lr": ..., "ns_method": "gram" | "standard",
 //                 "betas": [b1, b2], "eps": ..., "nesterov": ...}}
 // becomes OptimizerSettings (starting from preset_settings("deepspeed"); `lr` sets both groups,
 // `muon_lr` / `adam_lr` replace it in their group), and "zero_optimization" becomes ZeroSettings.
 //
-// The sections orthojit interprets ("optimizer", "zero_optimization" with its offload objects,
-// "bf16"/"fp16".enabled and the batch and clipping numbers) are strict: an unknown key is an
-// error naming it, its JSON path and the valid keys; a wrong type names the path, the expected
-// type and what was found; an invalid value says what is valid. Other top-level keys
-// ("scheduler", "steps_per_print", "wall_clock_breakdown", ...) are accepted and ignored.
-// DeepSpeed's Muon combination errors are reproduced with its messages (muon-semantics.md).
+// In the sections orthojit interprets ("optimizer", "zero_optimization" with its offload objects,
+// "bf16"/"fp16".enabled and the batch and clipping numbers) a wrong type names the path, the
+// expected type and what was found, and an invalid value says what is valid. A key orthojit does
+// not know is ignored, as DeepSpeed ignores it, and listed in DeepSpeedConfig::ignored_keys with
+// the valid keys at its place (callers warn with describe_ignored_keys); `strict` makes it an
+// error instead. Other top-level keys ("scheduler", "steps_per_print", ...) are accepted silently.
+// DeepSpeed's Muon combination errors are reproduced with its messages (docs/muon.md).
 //
 // orthojit extras in optimizer.params: "orthojit_preset" (the preset to start from instead of
 // "deepspeed", applied before every other key), "ns_steps", "lr_adjust", "momentum_kind",
-// "adam_formula", "program", "backend", "threads", "experts_as_batch".
+// "adam_formula", "program", "backend", "threads", "tensor_layout", "conv_scale",
+// "missing_grad", "tagging", "experts_as_batch".
 //
 // Hugging Face Trainer configs write "auto" for values the Trainer fills in. In
 // "zero_optimization", "bf16"/"fp16".enabled and the batch/clipping numbers "auto" is accepted,
@@ -73,6 +75,11 @@ struct ZeroSettings {
   bool offloads_optimizer() const { return offload_optimizer_device != "none"; }
 };
 
+struct IgnoredKey {
+  std::string path;        // JSON path of the unknown key, e.g. "optimizer.params.torch_adam"
+  std::string valid_keys;  // the keys orthojit reads there, comma-separated
+};
+
 struct DeepSpeedConfig {
   OptimizerSettings optimizer;
   ZeroSettings zero;
@@ -80,11 +87,15 @@ struct DeepSpeedConfig {
   double gradient_clipping = 0;
   int64_t train_batch_size = 0, train_micro_batch_size_per_gpu = 0, gradient_accumulation_steps = 1;  // 0: not given
   std::vector<std::string> auto_keys;  // JSON paths given as "auto" (left at their defaults)
+  std::vector<IgnoredKey> ignored_keys;  // unknown keys, ignored (not strict)
 };
 
+// One warning line per ignored key (empty when there are none).
+std::string describe_ignored_keys(const DeepSpeedConfig& config);
+
 // Throws DeepSpeedConfigError (see above).
-DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config);
+DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, bool strict = false);
 // Reads and parses the file; errors are prefixed with the path.
-DeepSpeedConfig load_deepspeed_config(const std::string& path);
+DeepSpeedConfig load_deepspeed_config(const std::string& path, bool strict = false);
 
 }  // namespace orthojit::runtime

@@ -5,11 +5,13 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
 #include "kernels/program_library.h"
 #include "runtime/muon/safetensors_file.h"
+#include "runtime/muon/state_format.h"
 #include "runtime/orthogonalize.h"
 #include "support/rounding.h"
 
@@ -41,8 +43,8 @@ HybridOptimizer::HybridOptimizer(std::vector<Parameter> parameters, OptimizerSet
     if (parameter.shape.empty()) parameter.shape = {1};  // a scalar is a 1-element vector
     if (!parameter.data) throw std::invalid_argument("parameter '" + parameter.name + "' has no data pointer");
     Entry entry;
-    entry.muon = parameter.use_muon.value_or(default_use_muon(parameter.name, parameter.shape));
-    if (entry.muon) entry.plan = plan_matrices(parameter, settings_.experts_as_batch);
+    entry.muon = parameter.use_muon.value_or(default_use_muon(parameter.name, parameter.shape, settings_.tagging));
+    if (entry.muon) entry.plan = plan_matrices(parameter, settings_.tensor_layout, settings_.conv_scale);
     State& state = state_[parameter.name];
     const size_t elements = static_cast<size_t>(parameter.elements());
     if (entry.muon) state.momentum.assign(elements, 0.0f);
@@ -79,12 +81,14 @@ StepReport HybridOptimizer::step() {
   std::vector<float> gradient;
   for (Entry& entry : entries_) {
     const Parameter& p = entry.parameter;
+    gradient.resize(static_cast<size_t>(p.elements()));
     if (!p.grad) {
       ++report.without_gradient;
-      continue;
+      if (settings_.missing_gradient == MissingGradient::Skip) continue;
+      std::fill(gradient.begin(), gradient.end(), 0.0f);  // DeepSpeed, Keller: zeros and the full step
+    } else {
+      for (size_t i = 0; i < gradient.size(); ++i) gradient[i] = static_cast<float>(load_element(p.grad_dtype, p.grad, static_cast<int64_t>(i)));
     }
-    gradient.resize(static_cast<size_t>(p.elements()));
-    for (size_t i = 0; i < gradient.size(); ++i) gradient[i] = static_cast<float>(load_element(p.grad_dtype, p.grad, static_cast<int64_t>(i)));
     if (entry.muon) {
       muon_update(entry, gradient, report);
       ++report.muon_updated;
@@ -205,16 +209,30 @@ void HybridOptimizer::save_state(const std::string& path) const {
       tensors.push_back(std::move(step));
     }
   }
-  const std::map<std::string, std::string> metadata = {
-      {"orthojit.format", "hybrid-optimizer-state/1"}, {"orthojit.preset", settings_.preset}, {"orthojit.steps_taken", std::to_string(steps_)}};
+  char beta[32];
+  std::snprintf(beta, sizeof beta, "%.17g", settings_.muon.momentum);
+  const std::map<std::string, std::string> metadata = {{"orthojit.format", kStateFormat},
+                                                       {"orthojit.preset", settings_.preset},
+                                                       {"orthojit.steps_taken", std::to_string(steps_)},
+                                                       {"orthojit.momentum_kind", to_string(settings_.muon.momentum_kind)},
+                                                       {"orthojit.momentum", beta}};
   write_safetensors(path, tensors, metadata);
 }
 
 void HybridOptimizer::load_state(const std::string& path) {
   const SafetensorsFile file = read_safetensors(path);
   auto problem = [&](const std::string& what) { return std::runtime_error("optimizer state " + path + " does not match the parameters: " + what + "; nothing was loaded"); };
-  if (auto format = file.metadata.find("orthojit.format"); format == file.metadata.end() || format->second != "hybrid-optimizer-state/1")
-    throw problem("it is not an orthojit optimizer state (metadata orthojit.format is missing or not hybrid-optimizer-state/1)");
+  const auto format = file.metadata.find("orthojit.format");
+  if (format == file.metadata.end() || (format->second != kStateFormat && format->second != "hybrid-optimizer-state/1"))
+    throw problem(std::string("it is not an orthojit optimizer state (metadata orthojit.format is missing or not ") + kStateFormat + ")");
+  // The momentum form the buffers were saved in: recorded since format 2; format 1 files hold
+  // the form their preset had then (keller: the sum form).
+  const auto preset = file.metadata.find("orthojit.preset");
+  const auto kind = file.metadata.find("orthojit.momentum_kind");
+  const MomentumKind saved_kind = saved_momentum_kind(format->second, preset == file.metadata.end() ? "" : preset->second,
+                                                      kind == file.metadata.end() ? "" : kind->second);
+  if (saved_kind != settings_.muon.momentum_kind && std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.muon; }))
+    throw std::runtime_error(momentum_mismatch_message(path, format->second, saved_kind, settings_.muon.momentum_kind));
   std::map<std::string, const NamedTensor*> by_name;
   for (const NamedTensor& tensor : file.tensors) by_name[tensor.name] = &tensor;
   std::map<std::string, State> loaded;

@@ -1,4 +1,4 @@
-// The hybrid Muon + AdamW optimizer (DESIGN.md §4): Muon for hidden matrices, AdamW for the rest,
+// The hybrid Muon + AdamW optimizer (docs/muon.md): Muon for hidden matrices, AdamW for the rest,
 // with the formulas of optimizer_settings.h, orthogonalization through the runtime
 // (compile_orthogonalizer: tuning records, every backend), and the extensions users rely on
 // (per-head and QKV split, batched experts, QK-clip).

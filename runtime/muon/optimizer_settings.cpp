@@ -42,6 +42,19 @@ std::optional<AdamFormula> parse_adam_formula(const std::string& text) {
   return std::nullopt;
 }
 
+const char* to_string(MissingGradient policy) { return policy == MissingGradient::Skip ? "skip" : "zero"; }
+
+std::optional<MissingGradient> parse_missing_gradient(const std::string& text) {
+  if (text == "skip") return MissingGradient::Skip;
+  if (text == "zero" || text == "zeros") return MissingGradient::Zero;
+  return std::nullopt;
+}
+
+double momentum_conversion_factor(MomentumKind from, MomentumKind to, double beta) {
+  if (from == to) return 1.0;
+  return from == MomentumKind::Sum ? 1.0 - beta : 1.0 / (1.0 - beta);
+}
+
 std::vector<std::string> preset_names() { return {"deepspeed", "keller", "moonlight", "torch"}; }
 
 OptimizerSettings preset_settings(const std::string& name) {
@@ -50,8 +63,10 @@ OptimizerSettings preset_settings(const std::string& name) {
   MuonGroupSettings& muon = settings.muon;
   AdamGroupSettings& adam = settings.adam;
   if (name == "deepspeed") {
-    // deepspeed/runtime/zero/muon: EMA momentum, Nesterov by lerp, ns_method "gram" by default
-    // (f16, restart after step 2, square matrices through the bf16 standard iteration).
+    // deepspeed/runtime/zero/muon (original_muon.py muon_update, muon_optimizer.py): EMA momentum,
+    // Nesterov by lerp, ns_method "gram" by default (zeropower_via_gram_newtonschulz: f16, restart
+    // after step 2; a square matrix runs the standard iteration on the same f16 values), 3-D+
+    // tensors as batches of their trailing matrices, a missing gradient taken as zeros.
     muon.lr = 0.02;
     muon.momentum = 0.95;
     muon.weight_decay = 0;
@@ -61,18 +76,28 @@ OptimizerSettings preset_settings(const std::string& name) {
     muon.precision = ScalarType::F16;
     muon.gram_restarts = std::vector<int>{2};
     muon.square_uses_standard = true;
-    muon.square_precision = ScalarType::BF16;
+    muon.square_precision.reset();  // f16, like the gram iteration it replaces
     adam = {3e-4, 0.9, 0.95, 1e-10, 0.0, AdamFormula::Standard};
+    settings.tensor_layout = MatrixLayout::Trailing;
+    settings.conv_scale = ConvScale::Kernel;
+    settings.missing_gradient = MissingGradient::Zero;
+    settings.tagging = TaggingRule::DeepSpeed;
   } else if (name == "keller") {
-    // Keller Jordan's Muon as in modded-nanogpt: buf ← μ·buf + g, Nesterov g + μ·buf.
+    // KellerJordan/Muon muon.py (current): EMA momentum buf.lerp_(g, 1−β), Nesterov
+    // g.lerp_(buf, β) (the sum form buf ← μ·buf + g of 2024 is muon.momentum_kind = sum), bf16
+    // jordan NS, 3-D+ tensors as batches of trailing matrices, a missing gradient taken as zeros.
     muon.lr = 0.02;
     muon.momentum = 0.95;
     muon.weight_decay = 0;
-    muon.momentum_kind = MomentumKind::Sum;
+    muon.momentum_kind = MomentumKind::Ema;
     muon.lr_adjust = LrAdjust::Original;
     muon.strategy = "standard";
     muon.precision = ScalarType::BF16;
     adam = {3e-4, 0.9, 0.95, 1e-10, 0.0, AdamFormula::Standard};
+    settings.tensor_layout = MatrixLayout::Trailing;
+    settings.conv_scale = ConvScale::Kernel;
+    settings.missing_gradient = MissingGradient::Zero;
+    settings.tagging = TaggingRule::DeepSpeed;
   } else if (name == "moonlight") {
     // Moonshot's Muon: summed momentum, lr · 0.2·sqrt(max(A, B)), one lr and wd for both groups,
     // AdamW with eps outside the bias correction.
@@ -84,6 +109,11 @@ OptimizerSettings preset_settings(const std::string& name) {
     muon.strategy = "standard";
     muon.precision = ScalarType::BF16;
     adam = {1e-3, 0.95, 0.95, 1e-8, 0.1, AdamFormula::Moonlight};
+    // Tagging by name, case-sensitive ("embed_tokens", "lm_head"); a missing gradient is skipped;
+    // Moonlight asserts 2-D Muon parameters: a 3-D+ one is flattened as its step body would.
+    settings.tensor_layout = MatrixLayout::Flatten;
+    settings.missing_gradient = MissingGradient::Skip;
+    settings.tagging = TaggingRule::Moonlight;
   } else if (name == "torch") {
     // torch.optim.Muon (PyTorch >= 2.9): EMA, Nesterov, norm clamped at eps = 1e-7; the AdamW
     // group takes torch.optim.AdamW's defaults.
@@ -97,6 +127,11 @@ OptimizerSettings preset_settings(const std::string& name) {
     muon.ns_eps = 1e-7;
     muon.norm_clamp = true;
     adam = {1e-3, 0.9, 0.999, 1e-8, 0.01, AdamFormula::Standard};
+    // A parameter without a gradient is skipped. torch.optim.Muon refuses non-2-D parameters;
+    // orthojit flattens them (a departure) and tags by DeepSpeed's rule (torch has no tagging).
+    settings.tensor_layout = MatrixLayout::Flatten;
+    settings.missing_gradient = MissingGradient::Skip;
+    settings.tagging = TaggingRule::DeepSpeed;
   } else {
     std::string names;
     for (const auto& preset : preset_names()) names += (names.empty() ? "" : ", ") + preset;
@@ -117,7 +152,9 @@ std::string describe(const OptimizerSettings& settings) {
       << "\nmuon.ns_steps = " << (m.ns_steps ? std::to_string(*m.ns_steps) : "(the program's)")
       << "\nmuon.norm = " << (m.norm_clamp ? "X / max(|X|, eps)" : "X / (|X| + eps)") << "\nmuon.backend = " << m.backend << "\nadam.lr = " << a.lr
       << "\nadam.betas = (" << a.beta1 << ", " << a.beta2 << ")\nadam.eps = " << a.eps << "\nadam.weight_decay = " << a.weight_decay
-      << "\nadam.formula = " << to_string(a.formula) << "\nexperts_as_batch = " << (settings.experts_as_batch ? "true" : "false") << "\n";
+      << "\nadam.formula = " << to_string(a.formula) << "\ntensor_layout = " << to_string(settings.tensor_layout)
+      << "\nconv_scale = " << to_string(settings.conv_scale) << "\nmissing_grad = " << to_string(settings.missing_gradient)
+      << "\ntagging = " << to_string(settings.tagging) << "\n";
   return out.str();
 }
 
@@ -185,7 +222,8 @@ void apply_setting(OptimizerSettings& settings, const std::string& key, const st
     m.ns_eps = eps;
   } else if (key == "muon.norm_clamp") m.norm_clamp = parse_bool(key, value);
   else if (key == "muon.backend") {
-    if (value != "ref" && value != "cpu" && value != "cuda") throw std::invalid_argument(key + ": '" + value + "' is not ref, cpu or cuda");
+    if (value != "auto" && value != "ref" && value != "cpu" && value != "cuda")
+      throw std::invalid_argument(key + ": '" + value + "' is not auto, ref, cpu or cuda");
     m.backend = value;
   } else if (key == "muon.threads") m.threads = static_cast<int>(parse_non_negative(key, value));
   else if (key == "adam.lr") a.lr = parse_non_negative(key, value);
@@ -199,12 +237,29 @@ void apply_setting(OptimizerSettings& settings, const std::string& key, const st
     auto formula = parse_adam_formula(value);
     if (!formula) throw std::invalid_argument(key + ": '" + value + "' is not standard or moonlight");
     a.formula = *formula;
-  } else if (key == "experts_as_batch") settings.experts_as_batch = parse_bool(key, value);
-  else
+  } else if (key == "experts_as_batch") settings.tensor_layout = parse_bool(key, value) ? MatrixLayout::Batch : MatrixLayout::Flatten;
+  else if (key == "tensor_layout") {
+    auto layout = parse_matrix_layout(value);
+    if (!layout || *layout == MatrixLayout::Auto) throw std::invalid_argument(key + ": '" + value + "' is not flatten, batch or trailing");
+    settings.tensor_layout = *layout;
+  } else if (key == "conv_scale") {
+    auto scale = parse_conv_scale(value);
+    if (!scale) throw std::invalid_argument(key + ": '" + value + "' is not kernel or matrix");
+    settings.conv_scale = *scale;
+  } else if (key == "missing_grad") {
+    auto policy = parse_missing_gradient(value);
+    if (!policy) throw std::invalid_argument(key + ": '" + value + "' is not skip or zero");
+    settings.missing_gradient = *policy;
+  } else if (key == "tagging") {
+    auto rule = parse_tagging_rule(value);
+    if (!rule) throw std::invalid_argument(key + ": '" + value + "' is not deepspeed or moonlight");
+    settings.tagging = *rule;
+  } else
     throw std::invalid_argument("unknown optimizer setting '" + key +
                                 "'; settings: muon.lr, muon.momentum, muon.nesterov, muon.weight_decay, muon.momentum_kind, muon.lr_adjust, muon.program, "
                                 "muon.strategy, muon.precision, muon.ns_steps, muon.ns_eps, muon.norm_clamp, muon.backend, muon.threads, adam.lr, "
-                                "adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.formula, experts_as_batch");
+                                "adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.formula, tensor_layout, conv_scale, missing_grad, tagging, "
+                                "experts_as_batch");
 }
 
 }  // namespace orthojit::runtime

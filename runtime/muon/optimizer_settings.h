@@ -1,11 +1,18 @@
 // The hyperparameters and formula choices of the hybrid Muon + AdamW optimizer, and the presets
-// that reproduce each system users come from (shared/reference/muon-semantics.md):
+// that reproduce each system users come from. Sources: DeepSpeed
+// deepspeed/runtime/zero/muon/{original_muon.py, muon_optimizer.py}; KellerJordan/Muon muon.py
+// (current: EMA momentum since early 2025); MoonshotAI/Moonlight examples/toy_train.py;
+// torch.optim.Muon (PyTorch >= 2.9). docs/muon.md has the full table, with every departure.
 //
-//              momentum  nesterov         NS                         lr adjustment             AdamW
-//   deepspeed  EMA       lerp(g, M, β)    gram (f16, restart @2)     sqrt(max(1, r/c))         β (0.9, 0.95), eps 1e-10, m̂/(√v̂+eps)
-//   keller     sum       g + μ·buf        jordan bf16, 5 steps       sqrt(max(1, r/c))         β (0.9, 0.95), eps 1e-10, m̂/(√v̂+eps)
-//   moonlight  sum       g + μ·buf        jordan bf16, 5 steps       0.2·sqrt(max(r, c))       β (0.95, 0.95), eps 1e-8, (m/(√v+eps))·√bc2/bc1
-//   torch      EMA       lerp(g, M, β)    jordan bf16, norm clamped  sqrt(max(1, r/c))         torch.optim.AdamW: β (0.9, 0.999), eps 1e-8
+//              momentum  nesterov         NS                             lr adjustment          >2-D tensors  grad None  tagging
+//   deepspeed  EMA       lerp(g, M, β)    gram (f16, restart @2; square  sqrt(max(1, r/c))      trailing      zeros      deepspeed
+//                                         matrices: standard, in f16)
+//   keller     EMA       lerp(g, M, β)    jordan bf16, 5 steps           sqrt(max(1, r/c))      trailing      zeros      deepspeed
+//   moonlight  sum       g + μ·buf        jordan bf16, 5 steps           0.2·sqrt(max(r, c))    flatten       skip       moonlight
+//   torch      EMA       lerp(g, M, β)    jordan bf16, norm clamped      sqrt(max(1, r/c))      flatten       skip       deepspeed
+//
+//   AdamW: deepspeed, keller β (0.9, 0.95), eps 1e-10, m̂/(√v̂+eps); moonlight β (0.95, 0.95),
+//   eps 1e-8, (m/(√v+eps))·√bc2/bc1; torch: torch.optim.AdamW's β (0.9, 0.999), eps 1e-8.
 //
 // Weight decay is decoupled everywhere, p ← p·(1 − lr·wd), with the unadjusted lr. Every choice is
 // also a field, so a preset is only a starting point.
@@ -16,6 +23,8 @@
 #include <vector>
 
 #include "dsl/ast.h"
+#include "runtime/muon/parameter.h"
+#include "runtime/muon/parameter_tagging.h"
 #include "support/scalar_type.h"
 
 namespace orthojit::runtime {
@@ -23,6 +32,12 @@ namespace orthojit::runtime {
 enum class MomentumKind { Ema, Sum };
 enum class LrAdjust { None, Original, MatchRmsAdamW, Spectral };
 enum class AdamFormula { Standard, Moonlight };
+// What a step does with a parameter whose gradient is missing (null; Python: grad is None).
+//   skip  the parameter and its state are left as they are (Moonlight, torch.optim.Muon)
+//   zero  the gradient is taken as zeros and the full step runs: momentum decays and still moves
+//         the parameter, weight decay applies, AdamW's step count advances (DeepSpeed, Keller
+//         Jordan: `p.grad = torch.zeros_like(p)  # Force synchronization`)
+enum class MissingGradient { Skip, Zero };
 
 const char* to_string(MomentumKind kind);
 const char* to_string(LrAdjust adjust);
@@ -30,6 +45,8 @@ const char* to_string(AdamFormula formula);
 std::optional<MomentumKind> parse_momentum_kind(const std::string& text);  // "ema" | "sum"
 std::optional<LrAdjust> parse_lr_adjust(const std::string& text);          // "none" | "original" | "match_rms_adamw" | "spectral"
 std::optional<AdamFormula> parse_adam_formula(const std::string& text);    // "standard" | "moonlight"
+const char* to_string(MissingGradient policy);
+std::optional<MissingGradient> parse_missing_gradient(const std::string& text);  // "skip" | "zero"
 
 struct MuonGroupSettings {
   double lr = 0.02;
@@ -50,8 +67,8 @@ struct MuonGroupSettings {
   std::optional<double> ns_eps;  // the normalization's eps
   bool norm_clamp = false;       // X / max(‖X‖, eps) instead of X / (‖X‖ + eps) (torch.optim.Muon)
   bool square_uses_standard = true;  // gram on a square matrix runs standard (DeepSpeed) ...
-  std::optional<ScalarType> square_precision;  // ... with this storage (DeepSpeed: bf16, its standard NS)
-  std::string backend = "cpu";       // ref | cpu | cuda
+  std::optional<ScalarType> square_precision;  // ... with this storage (unset: the gram storage, f16 under DeepSpeed)
+  std::string backend = "auto";      // auto (ref for f64 storage, else cpu) | ref | cpu | cuda
   int threads = 0;
 };
 
@@ -67,8 +84,19 @@ struct OptimizerSettings {
   std::string preset = "deepspeed";
   MuonGroupSettings muon;
   AdamGroupSettings adam;
-  bool experts_as_batch = false;  // MatrixLayout::Auto for 3-D+ tensors: Batch (true) or Flatten
+  // How a tensor of 3+ dimensions whose Parameter::layout is Auto becomes matrices
+  // (parameter.h): Flatten, Batch (experts) or Trailing (DeepSpeed and Keller Jordan).
+  MatrixLayout tensor_layout = MatrixLayout::Trailing;
+  ConvScale conv_scale = ConvScale::Kernel;  // Trailing, 4-D filters: where the lr adjustment comes from
+  MissingGradient missing_gradient = MissingGradient::Zero;
+  TaggingRule tagging = TaggingRule::DeepSpeed;
 };
+
+// The momentum_buffer of one form as the other would hold it after the same gradients with a
+// constant β: sum B_t = β·B_{t-1} + g_t and EMA M_t = β·M_{t-1} + (1−β)·g_t give M_t = (1−β)·B_t
+// exactly (by induction from B_0 = M_0 = 0), so a saved buffer converts by one multiplication
+// (one f32 rounding). Under a momentum schedule (β changing between steps) no conversion is exact.
+double momentum_conversion_factor(MomentumKind from, MomentumKind to, double beta);
 
 // "deepspeed", "keller", "moonlight", "torch"; throws std::invalid_argument naming the presets.
 OptimizerSettings preset_settings(const std::string& name);
@@ -80,7 +108,9 @@ std::string describe(const OptimizerSettings& settings);
 // Applies "key=value" overrides (muon.lr, muon.momentum, muon.nesterov, muon.weight_decay,
 // muon.momentum_kind, muon.lr_adjust, muon.program, muon.strategy, muon.precision, muon.ns_steps,
 // muon.ns_eps, muon.norm_clamp, muon.backend, muon.threads, adam.lr, adam.beta1, adam.beta2,
-// adam.eps, adam.weight_decay, adam.formula, experts_as_batch). Throws std::invalid_argument naming the key and what is valid.
+// adam.eps, adam.weight_decay, adam.formula, tensor_layout, conv_scale, missing_grad, tagging,
+// and experts_as_batch: true = tensor_layout batch, false = flatten). Throws
+// std::invalid_argument naming the key and what is valid.
 void apply_setting(OptimizerSettings& settings, const std::string& key, const std::string& value);
 
 }  // namespace orthojit::runtime

@@ -24,6 +24,24 @@ std::optional<DType> parse_dtype(const std::string& text) {
   return std::nullopt;
 }
 
+const char* to_string(MatrixLayout layout) {
+  switch (layout) {
+    case MatrixLayout::Auto: return "auto";
+    case MatrixLayout::Flatten: return "flatten";
+    case MatrixLayout::Batch: return "batch";
+    case MatrixLayout::Trailing: return "trailing";
+  }
+  return "?";
+}
+
+std::optional<MatrixLayout> parse_matrix_layout(const std::string& text) {
+  if (text == "auto") return MatrixLayout::Auto;
+  if (text == "flatten") return MatrixLayout::Flatten;
+  if (text == "batch" || text == "experts") return MatrixLayout::Batch;
+  if (text == "trailing") return MatrixLayout::Trailing;
+  return std::nullopt;
+}
+
 int dtype_bytes(DType type) { return type == DType::F32 ? 4 : 2; }
 
 int64_t Parameter::elements() const {

@@ -18,10 +18,15 @@ int dtype_bytes(DType type);
 
 // How a tensor of 3 or more dimensions becomes matrices for Muon.
 enum class MatrixLayout {
-  Auto,     // the optimizer's setting (OptimizerSettings::experts_as_batch)
-  Flatten,  // (d0, d1·d2·…): one matrix (DeepSpeed, Keller, Moonlight: g.view(g.size(0), -1))
-  Batch,    // d0 matrices of (d1, d2·…): experts, orthogonalized in one batched call
+  Auto,      // the optimizer's setting (OptimizerSettings::tensor_layout)
+  Flatten,   // (d0, d1·d2·…): one matrix (Moonlight's g.view(g.size(0), -1))
+  Batch,     // d0 matrices of (d1, d2·…): experts, orthogonalized in one batched call
+  Trailing,  // DeepSpeed's and Keller Jordan's muon_update: a 4-D conv filter is one (d0, d1·d2·d3)
+             // matrix; any other tensor is a batch of its trailing (d[-2], d[-1]) matrices over the
+             // leading dimensions (their batched Newton–Schulz works on the last two dims)
 };
+const char* to_string(MatrixLayout layout);
+std::optional<MatrixLayout> parse_matrix_layout(const std::string& text);  // "auto" | "flatten" | "batch" (or "experts") | "trailing"
 
 struct Parameter {
   std::string name;

@@ -7,10 +7,33 @@
 
 namespace orthojit::runtime {
 
-bool default_use_muon(const std::string& name, const std::vector<int64_t>& shape) {
+const char* to_string(TaggingRule rule) { return rule == TaggingRule::DeepSpeed ? "deepspeed" : "moonlight"; }
+
+std::optional<TaggingRule> parse_tagging_rule(const std::string& text) {
+  if (text == "deepspeed") return TaggingRule::DeepSpeed;
+  if (text == "moonlight") return TaggingRule::Moonlight;
+  return std::nullopt;
+}
+
+const char* to_string(ConvScale scale) { return scale == ConvScale::Kernel ? "kernel" : "matrix"; }
+
+std::optional<ConvScale> parse_conv_scale(const std::string& text) {
+  if (text == "kernel") return ConvScale::Kernel;
+  if (text == "matrix") return ConvScale::Matrix;
+  return std::nullopt;
+}
+
+bool default_use_muon(const std::string& name, const std::vector<int64_t>& shape, TaggingRule rule) {
+  if (shape.size() < 2) return false;
+  if (rule == TaggingRule::Moonlight) return name.find("embed_tokens") == std::string::npos && name.find("lm_head") == std::string::npos;
   std::string lower = name;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return shape.size() >= 2 && lower.find("embed") == std::string::npos && lower.find("lm_head") == std::string::npos;
+  return lower.find("embed") == std::string::npos && lower.find("lm_head") == std::string::npos;
+}
+
+std::pair<int64_t, int64_t> scale_shape(const MatrixPlan& plan, const MatrixBlock& block) {
+  if (plan.scale_rows > 0 && plan.scale_cols > 0) return {plan.scale_rows, plan.scale_cols};
+  return {block.rows, plan.cols};
 }
 
 namespace {
@@ -21,7 +44,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 }  // namespace
 
-MatrixPlan plan_matrices(const Parameter& parameter, bool experts_as_batch) {
+MatrixPlan plan_matrices(const Parameter& parameter, MatrixLayout layout, ConvScale conv_scale) {
   const std::string where = "parameter '" + parameter.name + "' " + shape_text(parameter.shape);
   if (parameter.shape.size() < 2)
     throw std::invalid_argument(where + " is tagged for Muon but has " + std::to_string(parameter.shape.size()) +
@@ -29,17 +52,30 @@ MatrixPlan plan_matrices(const Parameter& parameter, bool experts_as_batch) {
   for (int64_t extent : parameter.shape)
     if (extent <= 0) throw std::invalid_argument(where + " has an empty dimension");
   MatrixPlan plan;
-  const bool batch = parameter.shape.size() >= 3 &&
-                     (parameter.layout == MatrixLayout::Batch || (parameter.layout == MatrixLayout::Auto && experts_as_batch));
-  if (batch) {
-    plan.batch = parameter.shape[0];
-    plan.rows = parameter.shape[1];
-    plan.cols = 1;
-    for (size_t d = 2; d < parameter.shape.size(); ++d) plan.cols *= parameter.shape[d];
+  const std::vector<int64_t>& shape = parameter.shape;
+  const size_t ndim = shape.size();
+  if (parameter.layout != MatrixLayout::Auto) layout = parameter.layout;
+  if (layout == MatrixLayout::Auto) layout = MatrixLayout::Flatten;
+  auto product = [&](size_t from, size_t to) {
+    int64_t p = 1;
+    for (size_t d = from; d < to; ++d) p *= shape[d];
+    return p;
+  };
+  if (ndim >= 3 && layout == MatrixLayout::Batch) {
+    plan.batch = shape[0];
+    plan.rows = shape[1];
+    plan.cols = product(2, ndim);
+  } else if (ndim >= 3 && layout == MatrixLayout::Trailing && ndim != 4) {
+    plan.batch = product(0, ndim - 2);
+    plan.rows = shape[ndim - 2];
+    plan.cols = shape[ndim - 1];
   } else {
-    plan.rows = parameter.shape[0];
-    plan.cols = 1;
-    for (size_t d = 1; d < parameter.shape.size(); ++d) plan.cols *= parameter.shape[d];
+    plan.rows = shape[0];
+    plan.cols = product(1, ndim);
+    if (ndim == 4 && layout == MatrixLayout::Trailing && conv_scale == ConvScale::Kernel) {
+      plan.scale_rows = shape[2];
+      plan.scale_cols = shape[3];
+    }
   }
   std::vector<int64_t> splits = parameter.row_splits;
   if (splits.empty()) splits.push_back(plan.rows);

@@ -86,9 +86,11 @@ void muon_momentum(const MuonGroupSettings& muon, const float* gradient, float* 
 void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType type, void* data, const float* orthogonal, int64_t begin, int64_t end) {
   // The step of each row of a matrix: lr·s with s from the row's block.
   std::vector<double> row_step(static_cast<size_t>(plan.rows), 0.0);
-  for (const MatrixBlock& block : plan.blocks)
+  for (const MatrixBlock& block : plan.blocks) {
+    const auto [scale_rows, scale_cols] = scale_shape(plan, block);
     for (int64_t row = block.row_offset; row < block.row_offset + block.rows; ++row)
-      row_step[static_cast<size_t>(row)] = muon.lr * lr_scale(muon.lr_adjust, block.rows, plan.cols);
+      row_step[static_cast<size_t>(row)] = muon.lr * lr_scale(muon.lr_adjust, scale_rows, scale_cols);
+  }
   const double decay = 1.0 - muon.lr * muon.weight_decay;
   const int64_t matrix_elements = plan.rows * plan.cols;
   for_chunks(begin, end, [&](int64_t lo, int64_t hi) {

@@ -45,13 +45,13 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
     if (parameter.shape.empty()) parameter.shape = {1};
     if (!parameter.data) throw std::invalid_argument("parameter '" + parameter.name + "' has no data pointer");
     Entry entry;
-    entry.muon = parameter.use_muon.value_or(default_use_muon(parameter.name, parameter.shape));
+    entry.muon = parameter.use_muon.value_or(default_use_muon(parameter.name, parameter.shape, settings_.tagging));
     PlanTensor tensor;
     tensor.name = parameter.name;
     tensor.elements = parameter.elements();
     tensor.muon = entry.muon;
     if (entry.muon) {
-      entry.matrices = plan_matrices(parameter, settings_.experts_as_batch);
+      entry.matrices = plan_matrices(parameter, settings_.tensor_layout, settings_.conv_scale);
       tensor.batch = entry.matrices.batch;
       tensor.rows = entry.matrices.rows;
       tensor.cols = entry.matrices.cols;
@@ -99,7 +99,13 @@ void DistributedOptimizer::accumulate_gradients() {
   if (!have_accumulated_) accumulated_.assign(static_cast<size_t>(plan_.padded_elements), 0.0f);
   for (const Entry& entry : entries_) {
     const Parameter& p = entry.parameter;
-    if (!p.grad) throw std::invalid_argument("parameter '" + p.name + "' has no gradient: every rank must provide every gradient (zeros if unused)");
+    if (!p.grad) {
+      // missing_grad = zero (DeepSpeed, Keller): nothing to add, the step takes zeros. Skipping
+      // would need every rank to agree on it, so under skip every rank must give every gradient.
+      if (settings_.missing_gradient == MissingGradient::Zero) continue;
+      throw std::invalid_argument("parameter '" + p.name + "' has no gradient: every rank must provide every gradient (zeros if unused), "
+                                  "or set missing_grad = zero");
+    }
     const int64_t offset = plan_.tensors[entry.tensor].offset;
     for (int64_t i = 0; i < p.elements(); ++i) accumulated_[static_cast<size_t>(offset + i)] += static_cast<float>(load_element(p.grad_dtype, p.grad, i));
   }

@@ -23,7 +23,7 @@ except ImportError:  # the NumPy half still runs
     torch = None
 needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
 
-JORDAN = [(3.4445, -4.7750, 2.0315)] * 5  # Keller Jordan's quintic (shared/reference/coefficients.md)
+JORDAN = [(3.4445, -4.7750, 2.0315)] * 5  # Keller Jordan's quintic (https://kellerjordan.github.io/posts/muon/)
 
 # Relative Frobenius error against the f64 iteration. f32 storage: every stored value has a relative
 # rounding error of at most 2^-24 ~ 6e-8; five steps of a polynomial whose slope is at most a = 3.44

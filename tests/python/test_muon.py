@@ -1,6 +1,6 @@
-"""orthojit.Muon (bindings/python/orthojit/muon.py) against the formulas of docs/muon.md and
-shared/reference/muon-semantics.md, written out here in float64 torch ops, on fresh random data
-(no fixed seed).
+"""orthojit.Muon (bindings/python/orthojit/muon.py) against the formulas of docs/muon.md (each
+preset's table, with the source file of the system it reproduces), written out here in float64
+torch ops, on fresh random data (no fixed seed).
 
 The optimizer runs its Newton-Schulz on the reference backend with f64 storage (the exact
 iteration; "muon.precision": "f64" is the bindings' extension of apply_setting), and the test's own
@@ -31,13 +31,17 @@ SOURCE_DIR = Path(os.environ.get("ORTHOJIT_SOURCE_DIR") or Path(__file__).resolv
 # The presets as docs/muon.md's table states them.
 PRESETS = {
     "deepspeed": dict(kind="ema", adjust="original", clamp=False, muon_lr=0.02, muon_wd=0.0,
-                      adam_lr=3e-4, betas=(0.9, 0.95), eps=1e-10, adam_wd=0.0, formula="standard"),
-    "keller": dict(kind="sum", adjust="original", clamp=False, muon_lr=0.02, muon_wd=0.0,
-                   adam_lr=3e-4, betas=(0.9, 0.95), eps=1e-10, adam_wd=0.0, formula="standard"),
+                      adam_lr=3e-4, betas=(0.9, 0.95), eps=1e-10, adam_wd=0.0, formula="standard",
+                      layout="trailing", missing="zero"),
+    "keller": dict(kind="ema", adjust="original", clamp=False, muon_lr=0.02, muon_wd=0.0,
+                   adam_lr=3e-4, betas=(0.9, 0.95), eps=1e-10, adam_wd=0.0, formula="standard",
+                   layout="trailing", missing="zero"),
     "moonlight": dict(kind="sum", adjust="match_rms_adamw", clamp=False, muon_lr=1e-3, muon_wd=0.1,
-                      adam_lr=1e-3, betas=(0.95, 0.95), eps=1e-8, adam_wd=0.1, formula="moonlight"),
+                      adam_lr=1e-3, betas=(0.95, 0.95), eps=1e-8, adam_wd=0.1, formula="moonlight",
+                      layout="flatten", missing="skip"),
     "torch": dict(kind="ema", adjust="original", clamp=True, muon_lr=1e-3, muon_wd=0.1,
-                  adam_lr=1e-3, betas=(0.9, 0.999), eps=1e-8, adam_wd=0.01, formula="standard"),
+                  adam_lr=1e-3, betas=(0.9, 0.999), eps=1e-8, adam_wd=0.01, formula="standard",
+                  layout="flatten", missing="skip"),
 }
 EXACT = {"muon.backend": "ref", "muon.precision": "f64", "muon.square_precision": "f64"}
 
@@ -88,13 +92,21 @@ class Reference:
             u = f32(g + self.beta * (m - g))
         else:
             u = f32(g + self.beta * m)
+        if c["layout"] == "trailing" and u.dim() >= 3 and u.dim() != 4:
+            # DeepSpeed / Keller: NS batched over the leading dims of the trailing matrices.
+            matrices = u.reshape(-1, u.shape[-2], u.shape[-1])
+            scale = lr_scale(c["adjust"], u.shape[-2], u.shape[-1])
+            out = torch.stack([f32(newton_schulz(x, clamp=c["clamp"])) for x in matrices]).reshape(p.shape)
+            return p64 * (1 - lr * wd) - lr * scale * out
         matrix = u.reshape(u.shape[0], -1)
         rows, cols = matrix.shape
         out = torch.empty_like(matrix)
         step = torch.empty(rows, 1, dtype=torch.float64)
         for offset, height in self.blocks.get(name, [(0, rows)]):
             out[offset:offset + height] = f32(newton_schulz(matrix[offset:offset + height], clamp=c["clamp"]))
-            step[offset:offset + height] = lr * lr_scale(c["adjust"], height, cols)
+            # DeepSpeed / Keller take a 4-D filter's scale from its kernel dims (kh, kw).
+            scale_shape = (u.shape[-2], u.shape[-1]) if c["layout"] == "trailing" and u.dim() == 4 else (height, cols)
+            step[offset:offset + height] = lr * lr_scale(c["adjust"], *scale_shape)
         new = p64.reshape(rows, cols) * (1 - lr * wd) - step * out
         return new.reshape(p.shape)
 
@@ -117,12 +129,13 @@ class Reference:
 
 
 class Net(nn.Module):
-    """Embedding (AdamW by name), a tall and a wide Linear with biases (Muon + AdamW), a 3-D mixer
-    (Muon, flattened to (3, 20)) and an lm_head (AdamW by name)."""
+    """Embedding (AdamW by name under both tagging rules), a tall and a wide Linear with biases
+    (Muon + AdamW), a 3-D mixer (Muon: a batch of three (4, 5) matrices under deepspeed and keller,
+    flattened to (3, 20) under moonlight and torch) and an lm_head (AdamW by name)."""
 
     def __init__(self, dtype=torch.float32):
         super().__init__()
-        self.embed = nn.Embedding(11, 8)
+        self.embed_tokens = nn.Embedding(11, 8)
         self.fc1 = nn.Linear(8, 20)
         self.mixer = nn.Parameter(torch.randn(3, 4, 5) / 4)
         self.fc2 = nn.Linear(20, 6)
@@ -130,7 +143,7 @@ class Net(nn.Module):
         self.to(dtype)
 
     def forward(self, tokens):
-        h = torch.tanh(self.fc1(self.embed(tokens)))
+        h = torch.tanh(self.fc1(self.embed_tokens(tokens)))
         h = h + 0.1 * (h @ self.mixer.reshape(3, 20).T).sum(-1, keepdim=True)
         return self.lm_head(torch.tanh(self.fc2(h)))
 
@@ -296,7 +309,7 @@ def test_load_state_dict_rejects_a_mismatch_and_changes_nothing():
     make_gradients(model)
     opt.step()
     good = opt.state_dict()
-    other = orthojit.Muon(model.named_parameters(), preset="deepspeed", use_muon={"embed.weight": True})
+    other = orthojit.Muon(model.named_parameters(), preset="deepspeed", use_muon={"embed_tokens.weight": True})
     with pytest.raises(ValueError, match="does not match"):
         other.load_state_dict(good)
     bad = copy.deepcopy(good)
@@ -371,9 +384,9 @@ def test_tagging_overrides():
     assert not _orthojit.default_use_muon("LM_HEAD.weight", [100, 64])
     assert not _orthojit.default_use_muon("norm.weight", [64])
     # by name (mapping), beating the rule in both directions
-    opt = orthojit.Muon(model.named_parameters(), use_muon={"embed.weight": True, "fc1.weight": False})
+    opt = orthojit.Muon(model.named_parameters(), use_muon={"embed_tokens.weight": True, "fc1.weight": False})
     tags = {i["name"]: i["muon"] for i in opt.parameter_info()}
-    assert tags["embed.weight"] and not tags["fc1.weight"] and tags["fc2.weight"] and not tags["fc2.bias"]
+    assert tags["embed_tokens.weight"] and not tags["fc1.weight"] and tags["fc2.weight"] and not tags["fc2.bias"]
     # by callable
     opt = orthojit.Muon(model.named_parameters(), use_muon=lambda name, p: False if "mixer" in name else None)
     tags = {i["name"]: i["muon"] for i in opt.parameter_info()}
@@ -408,7 +421,8 @@ def test_per_head_qkv_and_expert_splits_orthogonalize_each_block():
     opt = orthojit.Muon([("attn.qkv.weight", qkv), ("attn.o.weight", heads), ("moe.experts.w1", experts), ("conv", flat)],
                         preset="keller", momentum=0.0, nesterov=False, settings={**EXACT, "muon.lr_adjust": "spectral"},
                         matrix_options={"attn.qkv.weight": {"row_splits": [4, 8, 4], "head_rows": 4},
-                                        "attn.o.weight": {"head_rows": 2}, "moe.experts.w1": {"layout": "batch"}})
+                                        "attn.o.weight": {"head_rows": 2}, "moe.experts.w1": {"layout": "batch"},
+                                        "conv": {"layout": "flatten"}})
     plans = {i["name"]: i["plan"] for i in opt.parameter_info()}
     assert plans["attn.qkv.weight"].blocks == [(0, 4), (4, 4), (8, 4), (12, 4)]
     assert plans["attn.o.weight"].blocks == [(0, 2), (2, 2), (4, 2), (6, 2)]
@@ -515,7 +529,8 @@ def _cuda_reason():
 def test_the_cpu_backend_is_the_default_and_trains():
     model = Net()
     opt = orthojit.Muon(model.named_parameters(), preset="keller")
-    assert opt.settings["muon.backend"] == "cpu"
+    assert opt.settings["muon.backend"] == "auto"  # cpu for the preset's bf16, ref only for f64
+    assert orthojit.compile("jordan_ns5", (8, 20), precision="bf16").backend == "cpu"
     make_gradients(model)
     before = model.fc1.weight.detach().clone()
     opt.step()
@@ -548,3 +563,154 @@ def test_settings_take_the_runtime_keys_and_the_exact_extensions():
     opt = orthojit.Muon([("moe.w1", nn.Parameter(torch.randn(2, 3, 4)))], settings={"experts_as_batch": True})
     plan = opt.parameter_info()[0]["plan"]
     assert (plan.batch, plan.rows, plan.cols) == (2, 3, 4)
+
+
+# ----------------------------------------------------------------------------- issue: presets that reproduce their systems
+
+@pytest.mark.parametrize("preset", ["deepspeed", "keller", "moonlight", "torch"])
+def test_a_missing_gradient_is_zeros_or_skipped_as_the_preset_says(preset):
+    # DeepSpeed and Keller: `p.grad = torch.zeros_like(p)` and the full step (momentum still moves
+    # the parameter; AdamW's step count advances). Moonlight and torch: skipped.
+    model = Net()
+    opt = orthojit.Muon(model.named_parameters(), preset=preset, settings=EXACT)
+    c = PRESETS[preset]
+    ref = Reference(preset)
+    for step in range(3):
+        make_gradients(model)
+        if step == 1:
+            model.fc1.weight.grad = None  # Muon
+            model.fc2.bias.grad = None    # AdamW
+        expected = {}
+        for name, p in model.named_parameters():
+            g = p.grad
+            if g is None:
+                if c["missing"] == "skip":
+                    expected[name] = p.detach().double().clone()
+                    continue
+                g = torch.zeros_like(p)
+            expected[name] = ref.muon(name, p, g, c["muon_lr"], c["muon_wd"]) if name in MUON_NAMES else \
+                ref.adam(name, p, g, c["adam_lr"], c["adam_wd"])
+        opt.step()
+        assert opt.last_report.without_gradient == (2 if step == 1 else 0)
+        for name, p in model.named_parameters():
+            assert_close(p, expected[name], f"{preset} step {step} {name}")
+    steps = {n: int(opt.state[p]["step"]) for n, p in model.named_parameters() if "step" in opt.state[p]}
+    assert steps["fc2.bias"] == (3 if c["missing"] == "zero" else 2)
+
+
+@pytest.mark.parametrize("preset", ["deepspeed", "keller"])
+def test_high_rank_tensors_are_orthogonalized_as_deepspeed_and_keller_do(preset):
+    # 3-D: a batch of its trailing matrices; 4-D: one (out, in*kh*kw) matrix whose lr scale comes
+    # from the kernel dims (kh, kw) — sqrt(max(1, 1/1)) = 1 for a 1x1 filter, not sqrt(32/8) = 2.
+    tensors = {"moe.experts.w1": torch.randn(4, 12, 8), "conv1.weight": torch.randn(32, 8, 1, 1),
+               "conv2.weight": torch.randn(6, 4, 3, 2), "stack": torch.randn(2, 3, 5, 4)}
+    params = [(n, nn.Parameter(t.clone())) for n, t in tensors.items()]
+    opt = orthojit.Muon(params, preset=preset, settings=EXACT)
+    c = PRESETS[preset]
+    ref = Reference(preset)
+    for step in range(2):
+        for _, p in params:
+            p.grad = torch.randn_like(p)
+        expected = {n: ref.muon(n, p, p.grad, c["muon_lr"], c["muon_wd"]) for n, p in params}
+        opt.step()
+        for n, p in params:
+            assert_close(p, expected[n], f"{preset} step {step} {n}")
+    plans = {i["name"]: i["plan"] for i in opt.parameter_info()}
+    assert (plans["moe.experts.w1"].batch, plans["moe.experts.w1"].rows, plans["moe.experts.w1"].cols) == (4, 12, 8)
+    assert plans["conv1.weight"].scale_shape == (1, 1) and plans["conv2.weight"].scale_shape == (3, 2)
+    # The departure, as a setting: the scale of the matrix that is orthogonalized.
+    corrected = orthojit.Muon([("conv1.weight", nn.Parameter(torch.randn(32, 8, 1, 1)))], preset=preset, settings={"conv_scale": "matrix"})
+    assert corrected.parameter_info()[0]["plan"].scale_shape is None
+
+
+def test_moonlight_tags_by_its_own_case_sensitive_names():
+    params = [(n, nn.Parameter(torch.randn(8, 6))) for n in ("embed.weight", "model.embed_tokens.weight", "Decoder.LM_Head.weight", "lm_head.weight")]
+    moon = {i["name"]: i["muon"] for i in orthojit.Muon(params, preset="moonlight").parameter_info()}
+    assert moon == {"embed.weight": True, "model.embed_tokens.weight": False, "Decoder.LM_Head.weight": True, "lm_head.weight": False}
+    deep = {i["name"]: i["muon"] for i in orthojit.Muon(params, preset="deepspeed").parameter_info()}
+    assert not any(deep.values())
+    assert _orthojit.default_use_muon("embed.weight", [8, 6], "moonlight")
+    with pytest.raises(ValueError, match="not deepspeed or moonlight"):
+        _orthojit.default_use_muon("w", [8, 6], "keras")
+
+
+def test_keller_momentum_is_the_current_ema_and_old_states_are_converted_or_refused():
+    model = Net()
+    old = orthojit.Muon(model.named_parameters(), preset="keller", settings={**EXACT, "muon.momentum_kind": "sum"})
+    for _ in range(2):
+        make_gradients(model)
+        old.step()
+    saved = old.state_dict()
+    assert saved["orthojit"]["momentum_kind"] == "sum"
+    # A state as format 1 wrote it (keller then meant the sum form; the form was not recorded).
+    legacy = copy.deepcopy(saved)
+    legacy["orthojit"] = {"format": "hybrid-optimizer-state/1", "preset": "keller", "steps_taken": 2}
+    new = orthojit.Muon(model.named_parameters(), preset="keller", settings=EXACT)
+    before = copy.deepcopy(new.state_dict())
+    with pytest.raises(ValueError, match=r"sum form .* EMA form .*nothing was loaded.*convert_momentum_state"):
+        new.load_state_dict(legacy)
+    assert new.state_dict()["state"] == before["state"]
+    converted = orthojit.convert_momentum_state(legacy, to="ema", momentum=0.95)
+    new.load_state_dict(converted)
+    muon_params = [p for n, p in model.named_parameters() if n in MUON_NAMES]
+    for p in muon_params:
+        expected = f32(old.state[p]["momentum_buffer"].double() * (1 - 0.95))
+        assert torch.equal(new.state[p]["momentum_buffer"].double(), expected)
+    # Continuing both: the EMA buffer stays (1 - beta) times the sum buffer.
+    for _ in range(2):
+        make_gradients(model)
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        snapshot = {n: p.detach().clone() for n, p in model.named_parameters()}
+        old.step()
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(snapshot[n])
+                p.grad = grads[n].clone()
+        new.step()
+    for p in muon_params:
+        ratio_error = (new.state[p]["momentum_buffer"].double() - 0.05 * old.state[p]["momentum_buffer"].double()).abs().max()
+        assert ratio_error <= 1e-6 * new.state[p]["momentum_buffer"].abs().max()
+
+
+def test_from_deepspeed_config_reads_paths_text_dicts_and_sections(tmp_path):
+    config = {"train_batch_size": 8, "optimizer": {"type": "muon", "params": {"lr": 0.01, "muon_lr": 0.05, "momentum": 0.9, "ns_method": "standard",
+                                                                              "betas": [0.8, 0.9], "eps": 1e-9, "weight_decay": 0.01}},
+              "zero_optimization": {"stage": 2}}
+    path = tmp_path / "ds_config.json"
+    path.write_text(__import__("json").dumps(config))
+    for source in (config, __import__("json").dumps(config), str(path), path, config["optimizer"]):
+        model = Net()
+        opt = orthojit.Muon.from_deepspeed_config(model.named_parameters(), source)
+        muon_group, adam_group = opt.param_groups
+        assert (muon_group["lr"], muon_group["momentum"], muon_group["weight_decay"]) == (0.05, 0.9, 0.01)
+        assert (adam_group["lr"], tuple(adam_group["betas"]), adam_group["eps"]) == (0.01, (0.8, 0.9), 1e-9)
+        assert opt.settings["muon.strategy"] == "standard" and opt.settings["preset"] == "deepspeed"
+    # Unknown keys: DeepSpeed ignores them; orthojit warns, naming each and the valid keys.
+    noisy = copy.deepcopy(config)
+    noisy["optimizer"]["params"]["torch_adam"] = True
+    noisy["zero_optimization"]["stgae"] = 3
+    with pytest.warns(UserWarning) as record:
+        opt = orthojit.Muon.from_deepspeed_config(Net().named_parameters(), noisy)
+    messages = [str(w.message) for w in record]
+    assert any("optimizer.params.torch_adam" in m and "valid keys there: lr, momentum" in m for m in messages), messages
+    assert any("zero_optimization.stgae" in m for m in messages), messages
+    assert opt.param_groups[0]["lr"] == 0.05
+    with pytest.raises(ValueError, match='unknown key "torch_adam"'):
+        orthojit.Muon.from_deepspeed_config(Net().named_parameters(), noisy, strict=True)
+    with pytest.raises(ValueError, match="optimizer.params.lr: expected a number"):
+        orthojit.Muon.from_deepspeed_config(Net().named_parameters(), {"type": "muon", "params": {"lr": "0.1"}})
+    with pytest.raises(FileNotFoundError):
+        orthojit.Muon.from_deepspeed_config(Net().named_parameters(), str(tmp_path / "missing.json"))
+    # Keyword arguments still apply on top (here: the exact iteration).
+    opt = orthojit.Muon.from_deepspeed_config(Net().named_parameters(), config, settings=EXACT)
+    assert opt.settings["muon.precision"] == "f64"
+
+
+def test_auto_backend_runs_the_asked_precision():
+    x = torch.randn(12, 20, dtype=torch.float64)
+    exact = orthojit.orthogonalize(x, precision="f64")  # backend "auto": the reference interpreter
+    assert torch.equal(exact, orthojit.orthogonalize(x, precision="f64", backend="ref"))
+    assert orthojit.compile("jordan_ns5", (12, 20), precision="f64").backend == "ref"
+    assert orthojit.compile("jordan_ns5", (12, 20)).backend == "cpu"
+    opt = orthojit.Muon(Net().named_parameters(), settings={"muon.precision": "f64"})  # muon.backend auto
+    assert opt.settings["muon.backend"] == "auto"

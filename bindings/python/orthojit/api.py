@@ -183,7 +183,7 @@ def orthogonalize(x, program: ProgramLike = "jordan_ns5", strategy: str = "auto"
             ``.oj`` path, DSL source text, or a :class:`Program`.
         strategy: ``"auto"`` (this device's tuning record, else the heuristic), ``"standard"`` or ``"gram"``.
         precision: None (the program's storage type) or ``"bf16"``, ``"f16"``, ``"f32"``, ``"f64"`` (f64 on ``ref`` only).
-        backend: ``"auto"`` (cpu, or cuda for CUDA tensors), ``"cpu"``, ``"ref"`` (the float64 reference
+        backend: ``"auto"`` (cuda for CUDA tensors; else ref for ``precision="f64"``, cpu otherwise), ``"cpu"``, ``"ref"`` (the float64 reference
             interpreter) or ``"cuda"``.
         out: where to write the result: an array of x's kind, dtype and shape. float32 results are
             written in place with no copy.

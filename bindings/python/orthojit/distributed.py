@@ -66,6 +66,9 @@ class DistributedMuon:
                      for k, v in (settings or {}).items()}
         self._core = _orthojit.Distributed([(name, tensor.detach(), use_muon.get(name)) for name, tensor in self._parameters], handle, preset,
                                            overrides, stage, mode, bool(average_gradients), bool(offload), engine)
+        # missing_grad = zero (deepspeed, keller): a parameter without a gradient is stepped with
+        # zeros, as their code sets p.grad = zeros; under skip every rank must give every gradient.
+        self._zero_missing = _orthojit.MuonSettings(preset, dict(overrides)).values()["missing_grad"] == "zero"
         self.last_report = None
 
     @property
@@ -91,7 +94,13 @@ class DistributedMuon:
         for name, tensor in self._parameters:
             grad = getattr(tensor, "grad", None)
             if grad is None:
-                raise ValueError(f"parameter '{name}' has no gradient: every rank must provide every gradient (zeros if unused)")
+                if self._zero_missing:
+                    import torch
+
+                    gradients.append((name, torch.zeros(tensor.shape, dtype=torch.float32)))
+                    continue
+                raise ValueError(f"parameter '{name}' has no gradient: every rank must provide every gradient (zeros if unused), "
+                                 "or set missing_grad to zero")
             gradients.append((name, grad.detach().contiguous()))
         return gradients
 

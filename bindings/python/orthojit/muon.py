@@ -1,7 +1,8 @@
 """orthojit.Muon: the hybrid Muon + AdamW optimizer as a torch.optim.Optimizer.
 
-Muon takes the hidden matrices, AdamW the rest (DeepSpeed's rule: ndim >= 2 and a name without
-"embed" or "lm_head"; overridable). The arithmetic is the C++ runtime's (runtime/muon/update_rules.h,
+Muon takes the hidden matrices, AdamW the rest (the preset's tagging rule: DeepSpeed's ndim >= 2
+and a lower-cased name without "embed" or "lm_head", or Moonlight's case-sensitive
+"embed_tokens" / "lm_head"; overridable). The arithmetic is the C++ runtime's (runtime/muon/update_rules.h,
 the code the C++ and distributed optimizers run) applied to the tensors' memory in place, so a step
 gives the bits a C++ step gives; the state lives in ordinary torch tensors (f32 momentum_buffer;
 f32 exp_avg, exp_avg_sq and an int64 step), so state_dict() is native. See docs/muon.md.
@@ -14,6 +15,9 @@ f32 exp_avg, exp_avg_sq and an int64 step), so state_dict() is native. See docs/
 from __future__ import annotations
 
 import copy
+import json as _json
+import os
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -22,13 +26,13 @@ import torch
 
 from . import _orthojit
 
-__all__ = ["Muon", "StepReport"]
+__all__ = ["Muon", "StepReport", "convert_momentum_state"]
 
 _PARAM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _MATRIX_KEYS = ("layout", "row_splits", "head_rows")
 _MUON_ONLY = ("momentum", "nesterov", "muon_lr")
 _ADAM_ONLY = ("betas", "eps", "adam_lr")
-_STATE_FORMAT = "hybrid-optimizer-state/1"
+_STATE_FORMAT = _orthojit.STATE_FORMAT  # "hybrid-optimizer-state/2": records the momentum form
 
 
 @dataclass
@@ -57,7 +61,8 @@ class Muon(torch.optim.Optimizer):
             ``"param_names"``) and may set ``use_muon`` (True/False: the whole group), ``lr``,
             ``muon_lr`` / ``adam_lr`` (override ``lr`` in their part), ``momentum``,
             ``nesterov``, ``weight_decay``, ``betas``, ``eps``, and the matrix options
-            ``layout`` ("auto" | "flatten" | "batch": experts as a batch), ``row_splits``
+            ``layout`` ("auto" | "flatten" | "batch": experts as a batch | "trailing": DeepSpeed's
+            and Keller's batch of trailing matrices, a 4-D filter as (out, in·kh·kw)), ``row_splits``
             (QKV split) and ``head_rows`` (per-head split). A group without ``use_muon`` is split
             by the tagging rule into a "muon-params" and an "adam-params" group (DeepSpeed's
             names; empty parts are dropped).
@@ -71,13 +76,17 @@ class Muon(torch.optim.Optimizer):
             "moe.experts.w1": {"layout": "batch"}}``.
         settings: overrides of the runtime's settings, keys as in optimizer_settings.h
             (``{"muon.lr_adjust": "spectral", "muon.backend": "ref", "muon.precision": "f64",
-            "adam.formula": "moonlight", "experts_as_batch": True}``).
+            "adam.formula": "moonlight", "tensor_layout": "batch", "missing_grad": "skip",
+            "tagging": "moonlight", "conv_scale": "matrix"}``).
         backend: the orthogonalization backend ("cpu", "cuda", "ref"); parameters stay in CPU
             memory either way.
 
     Unset hyperparameters come from the preset (after ``settings``); the values in
     ``param_groups`` are read at every step, so LR schedulers work. A NaN or infinity in any
-    gradient skips the whole step (nothing changes); ``last_report`` says so.
+    gradient skips the whole step (nothing changes); ``last_report`` says so. A parameter whose
+    ``grad`` is None is skipped (``missing_grad`` "skip": moonlight, torch) or stepped with a zero
+    gradient (``"zero"``: deepspeed, keller, whose code sets ``p.grad = torch.zeros_like(p)``;
+    orthojit leaves ``p.grad`` as it is).
     """
 
     def __init__(
@@ -97,11 +106,17 @@ class Muon(torch.optim.Optimizer):
         matrix_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
         settings: Optional[Mapping[str, Any]] = None,
         backend: Optional[str] = None,
+        _base_settings: Any = None,
     ):
         overrides = dict(settings or {})
         if backend is not None:
             overrides["muon.backend"] = backend
-        self._settings = _orthojit.MuonSettings(preset, overrides)
+        if _base_settings is not None:  # from_deepspeed_config: settings already read
+            self._settings = _base_settings
+            for key, value in overrides.items():
+                self._settings.set(key, value)
+        else:
+            self._settings = _orthojit.MuonSettings(preset, overrides)
         self._explicit = dict(lr=lr, muon_lr=muon_lr, adam_lr=adam_lr, momentum=momentum, nesterov=nesterov,
                               weight_decay=weight_decay, betas=betas, eps=eps)
         if use_muon is not None and not callable(use_muon) and not isinstance(use_muon, Mapping):
@@ -227,7 +242,7 @@ class Muon(torch.optim.Optimizer):
         if tag is None:
             tag = group_tag
         if tag is None:
-            return bool(_orthojit.default_use_muon(name, list(p.shape)))
+            return bool(_orthojit.default_use_muon(name, list(p.shape), self._settings.values()["tagging"]))
         return bool(tag)
 
     def _plan(self, name: str, p: torch.Tensor, group_matrix: Mapping[str, Any]):
@@ -238,10 +253,11 @@ class Muon(torch.optim.Optimizer):
             raise ValueError(f"orthojit.Muon: {_label(name)}: unknown matrix options {sorted(unknown)}; "
                              f"valid: {list(_MATRIX_KEYS)}")
         shape = list(p.shape) if p.dim() > 0 else [1]
+        values = self._settings.values()
         return _orthojit.plan_matrices(name, shape, layout=str(options.get("layout", "auto")),
                                        row_splits=[int(r) for r in options.get("row_splits", [])],
                                        head_rows=int(options.get("head_rows", 0)),
-                                       experts_as_batch=bool(self._settings.values()["experts_as_batch"]))
+                                       tensor_layout=values["tensor_layout"], conv_scale=values["conv_scale"])
 
     # ----------------------------------------------------------------------------- step
     @torch.no_grad()
@@ -254,10 +270,13 @@ class Muon(torch.optim.Optimizer):
                 loss = closure()
         report = StepReport()
         work = []
+        zero_missing = self._settings.values()["missing_grad"] == "zero"
         for group in self.param_groups:
             for name, p in zip(group["param_names"], group["params"]):
                 if p.grad is None:
                     report.without_gradient += 1
+                    if zero_missing:  # DeepSpeed, Keller: zeros and the full step
+                        work.append((group, name, p, torch.zeros(p.shape, dtype=torch.float32)))
                     continue
                 g = p.grad
                 if g.is_sparse:
@@ -327,7 +346,9 @@ class Muon(torch.optim.Optimizer):
         packed["state"] = {k: {n: (v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)) for n, v in s.items()}
                            for k, s in packed["state"].items()}
         packed["param_groups"] = copy.deepcopy(packed["param_groups"])
-        packed["orthojit"] = {"format": _STATE_FORMAT, "preset": self._settings.preset, "steps_taken": self.steps_taken}
+        values = self._settings.values()
+        packed["orthojit"] = {"format": _STATE_FORMAT, "preset": self._settings.preset, "steps_taken": self.steps_taken,
+                              "momentum_kind": values["muon.momentum_kind"]}
         return packed
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -374,8 +395,57 @@ class Muon(torch.optim.Optimizer):
             merged["use_muon"] = group["use_muon"]
             new_groups.append(merged)
         meta = state_dict.get("orthojit", {})
+        if any(g["use_muon"] for g in groups) and meta:
+            saved_kind = _orthojit.saved_momentum_kind(str(meta.get("format", "")), str(meta.get("preset", "")),
+                                                       str(meta.get("momentum_kind", "")))
+            wanted = self._settings.values()["muon.momentum_kind"]
+            if saved_kind != wanted:
+                raise ValueError(_orthojit.momentum_mismatch_message("the optimizer state", str(meta.get("format", "")), saved_kind, wanted))
         self.__setstate__({"state": state, "param_groups": new_groups})
         self.steps_taken = int(meta.get("steps_taken", 0))
+
+    # ----------------------------------------------------------------------------- DeepSpeed
+    @classmethod
+    def from_deepspeed_config(cls, named_parameters: Any, config: Union[str, "os.PathLike[str]", Mapping[str, Any]], *,
+                              strict: bool = False, **kwargs: Any) -> "Muon":
+        """An optimizer configured as DeepSpeed reads ``config``: a path to a JSON file, JSON text,
+        or a dict; the whole DeepSpeed config or only its ``"optimizer"`` section
+        (``{"type": "muon", "params": {...}}``). The settings come from ``optimizer.params``
+        (runtime/muon/deepspeed_config.h: lr, muon_lr, adam_lr, momentum, weight_decay,
+        ns_method, betas, eps, nesterov, and orthojit's own keys). DeepSpeed ignores keys it does
+        not know, and so does this: each ignored key is named in a warning with the keys valid
+        at its place; ``strict=True`` makes it a ValueError. ``kwargs`` go to :class:`Muon`
+        (``settings=`` overrides apply on top of the config)."""
+        origin = "the DeepSpeed configuration"
+        if isinstance(config, Mapping):
+            data: Any = dict(config)
+        elif isinstance(config, (str, os.PathLike)):
+            text = os.fspath(config)
+            if text.lstrip().startswith("{"):
+                data = _json.loads(text)
+            else:
+                if not os.path.isfile(text):
+                    raise FileNotFoundError(f"DeepSpeed configuration {text!r}: no such file (give a path, JSON text or a dict)")
+                origin = text
+                with open(text, "r", encoding="utf-8") as f:
+                    try:
+                        data = _json.load(f)
+                    except ValueError as error:
+                        raise ValueError(f"{text}: not valid JSON: {error}") from None
+        else:
+            raise TypeError(f"config must be a path, JSON text or a dict, not {type(config).__name__}")
+        if not isinstance(data, dict):
+            raise ValueError(f"{origin}: expected a JSON object, found {type(data).__name__}")
+        if "optimizer" not in data and "type" in data:
+            data = {"optimizer": data}  # the optimizer section alone
+        for key in ("preset", "_base_settings"):
+            if key in kwargs:
+                raise TypeError(f"from_deepspeed_config takes the preset from the config (optimizer.params.orthojit_preset), not {key}=")
+        base, ignored = _orthojit.deepspeed_settings(_json.dumps(data), bool(strict), origin)
+        for path, valid in ignored:
+            warnings.warn(f"{origin}: ignored unknown key {path} (DeepSpeed ignores it too; strict=True refuses it); "
+                          f"valid keys there: {valid}", UserWarning, stacklevel=2)
+        return cls(named_parameters, preset=base.preset, _base_settings=base, **kwargs)
 
     # ----------------------------------------------------------------------------- info
     @property
@@ -401,3 +471,23 @@ class Muon(torch.optim.Optimizer):
         muon = sum(i["state_bytes"] for i in self.parameter_info() if i["muon"])
         adam = sum(i["state_bytes"] for i in self.parameter_info() if not i["muon"])
         return {"muon": muon, "adam": adam, "total": muon + adam}
+
+
+def convert_momentum_state(state_dict: Dict[str, Any], to: str, momentum: float) -> Dict[str, Any]:
+    """A copy of an :meth:`Muon.state_dict` with every ``momentum_buffer`` converted to the
+    momentum form ``to`` ("ema" or "sum"). The forms satisfy M_t = (1 - beta) * B_t for the EMA
+    M and the sum B after the same gradients with a constant ``momentum`` beta, so the buffer is
+    multiplied by that factor (in float64, rounded once to float32); under a momentum schedule no
+    conversion is exact. Use it for states saved by the keller preset before it followed the
+    current KellerJordan/Muon (format 1: the sum form)."""
+    meta = dict(state_dict.get("orthojit", {}))
+    saved = _orthojit.saved_momentum_kind(str(meta.get("format", "")), str(meta.get("preset", "")), str(meta.get("momentum_kind", "")))
+    factor = _orthojit.momentum_conversion_factor(saved, to, float(momentum))
+    converted = dict(state_dict)
+    converted["state"] = {k: {n: ((v.double() * factor).float() if n == "momentum_buffer" else
+                                  (v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))) for n, v in s.items()}
+                          for k, s in state_dict["state"].items()}
+    converted["param_groups"] = copy.deepcopy(state_dict["param_groups"])
+    meta.update(format=_STATE_FORMAT, momentum_kind=to)
+    converted["orthojit"] = meta
+    return converted
