@@ -162,6 +162,54 @@ TEST_P(Distributed, SameReducedGradientsGiveBitIdenticalParameters) {
   }
 }
 
+// missing_grad = zero (keller, deepspeed): a parameter without a gradient on a step is stepped with
+// zeros, as in the single-rank optimizer, bit for bit; under skip every rank must give every
+// gradient, and a missing one is an error that names the setting.
+TEST_P(Distributed, MissingGradientsAreZerosAsInTheSingleRankOptimizer) {
+  auto [stage, mode] = GetParam();
+  Communicator& communicator = *world_communicator;
+  const uint32_t seed = 7000 + 10 * static_cast<uint32_t>(stage) + static_cast<uint32_t>(mode);
+  const Model model = random_model(seed);
+  Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
+  DistributedSettings settings;
+  settings.stage = stage;
+  settings.mode = mode;
+  settings.average_gradients = false;
+  ASSERT_EQ(optimizer_settings().missing_gradient, MissingGradient::Zero);
+  DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
+  HybridOptimizer reference(single.parameters(model), optimizer_settings());
+  std::mt19937 random(seed + 2);
+  const std::vector<size_t> missing = {0, model.names.size() - 1};
+  for (int step = 0; step < 3; ++step) {
+    fill_gradients(single, random);
+    for (size_t t = 0; t < model.names.size(); ++t) {
+      const bool absent = step == 1 && std::count(missing.begin(), missing.end(), t);
+      if (communicator.rank() == 0) distributed.grad[t] = single.grad[t];
+      else std::fill(distributed.grad[t].begin(), distributed.grad[t].end(), 0.0f);
+      optimizer.set_gradient(model.names[t], absent ? nullptr : distributed.grad[t].data(), DType::F32);
+      reference.set_gradient(model.names[t], absent ? nullptr : single.grad[t].data(), DType::F32);
+    }
+    const StepReport report = optimizer.step();
+    EXPECT_FALSE(report.skipped) << report.reason;
+    if (stage == 3) optimizer.gather_parameters();
+    reference.step();
+    for (size_t t = 0; t < model.names.size(); ++t)
+      EXPECT_EQ(std::memcmp(distributed.data[t].data(), single.data[t].data(), distributed.data[t].size() * 4), 0)
+          << model.names[t] << " after step " << step << " on rank " << communicator.rank() << " (" << label(stage, mode) << ")";
+  }
+  OptimizerSettings skip = optimizer_settings();
+  skip.missing_gradient = MissingGradient::Skip;
+  Buffers other = make_buffers(model, seed + 3);
+  DistributedOptimizer skipping(other.parameters(model), skip, settings, communicator);
+  skipping.set_gradient(model.names[0], nullptr, DType::F32);
+  try {
+    skipping.step();
+    ADD_FAILURE() << "a missing gradient under missing_grad = skip was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("missing_grad = zero"), std::string::npos) << error.what();
+  }
+}
+
 TEST_P(Distributed, RealReductionsAgreeWithinF32Tolerance) {
   auto [stage, mode] = GetParam();
   Communicator& communicator = *world_communicator;
