@@ -11,6 +11,7 @@
 #ifdef ORTHOJIT_HAVE_CUDA
 #include "autotune/cuda_tuner.h"
 #endif
+#include "cpu/build_status.h"
 #include "cpu/cpu_executable.h"
 #include "ir/printer.h"
 #include "passes/pipeline.h"
@@ -47,6 +48,10 @@ class CudaOrthogonalizer : public CompiledOrthogonalizer {
  public:
   explicit CudaOrthogonalizer(std::shared_ptr<const cuda::CudaRunner> runner) : runner_(std::move(runner)) {}
   void run(const float* input, float* output) const override { runner_->run(input, output); }
+  void run_device(std::uintptr_t input, std::uintptr_t output, void* stream) const override {
+    runner_->run_device(static_cast<CUdeviceptr>(input), static_cast<CUdeviceptr>(output), static_cast<CUstream>(stream));
+  }
+  bool runs_on_device() const override { return true; }
 
  private:
   std::shared_ptr<const cuda::CudaRunner> runner_;
@@ -115,7 +120,8 @@ std::shared_ptr<const cpu::CpuExecutable> cached_executable(const ir::Function& 
 }  // namespace
 
 std::vector<std::string> available_backends() {
-  std::vector<std::string> names = {"ref", "cpu"};
+  std::vector<std::string> names = {"ref"};
+  if (cpu::cpu_backend_unavailable_reason().empty()) names.push_back("cpu");  // a build with LLVM 19 (ORTHOJIT_WITH_LLVM)
   if (cuda_backend_unavailable_reason().empty()) names.push_back("cuda");
   return names;
 }
@@ -123,6 +129,10 @@ std::vector<std::string> available_backends() {
 std::string cuda_backend_unavailable_reason() {
   static const std::string reason = cuda_unavailable_reason();
   return reason;
+}
+
+void CompiledOrthogonalizer::run_device(std::uintptr_t, std::uintptr_t, void*) const {
+  throw UsageError("the " + backend_ + " backend runs on host memory; device memory needs backend cuda");
 }
 
 std::optional<ir::StrategyKind> parse_strategy_option(const std::string& text) {
@@ -135,6 +145,8 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
                                                                const OrthogonalizeOptions& options) {
   if (options.backend == "cuda") {
     if (const std::string why = cuda_backend_unavailable_reason(); !why.empty()) throw UsageError("--backend cuda: " + why);
+  } else if (options.backend == "cpu") {
+    if (const std::string& why = cpu::cpu_backend_unavailable_reason(); !why.empty()) throw UsageError("--backend cpu: " + why);
   } else if (options.backend != "ref" && options.backend != "cpu" && options.backend != "auto") {
     std::string names;
     for (const auto& name : available_backends()) names += (names.empty() ? "" : ", ") + name;
@@ -213,8 +225,10 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
   }
   ir::Function function = passes::compile_program(program, compile);
   // "auto": a backend that runs the storage asked for: the reference interpreter for f64 (the
-  // exact iteration), the CPU kernels for bf16, f16 and f32.
-  const std::string backend = options.backend != "auto" ? options.backend : function.policy.storage == ScalarType::F64 ? "ref" : "cpu";
+  // exact iteration), the CPU kernels for bf16, f16 and f32 (the reference interpreter, which
+  // emulates those storage types exactly, in a build without the CPU backend).
+  const bool have_cpu = cpu::cpu_backend_unavailable_reason().empty();
+  const std::string backend = options.backend != "auto" ? options.backend : function.policy.storage == ScalarType::F64 || !have_cpu ? "ref" : "cpu";
   std::shared_ptr<CompiledOrthogonalizer> compiled;
   double jit_seconds = 0;
   if (backend == "cpu") {

@@ -43,6 +43,12 @@ class CompiledOrthogonalizer {
   virtual ~CompiledOrthogonalizer() = default;
   // batch x rows x cols, row-major, f32 in and out.
   virtual void run(const float* input, float* output) const = 0;
+  // The same in device memory (the cuda backend): `input` and `output` are CUdeviceptr values of
+  // the current device's primary context (the one PyTorch uses), enqueued on `stream` (a
+  // CUstream; null: the legacy default stream) and not synchronized. Other backends throw
+  // UsageError: their memory is the host's.
+  virtual void run_device(std::uintptr_t input, std::uintptr_t output, void* stream) const;
+  virtual bool runs_on_device() const { return false; }
   const ir::Function& function() const { return function_; }
   ir::StrategyKind strategy() const { return function_.strategy.kind; }
   const std::string& strategy_reason() const { return strategy_reason_; }

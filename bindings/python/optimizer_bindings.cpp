@@ -18,6 +18,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
@@ -45,10 +46,21 @@ using runtime::DType;
 struct MuonSettings {
   runtime::OptimizerSettings settings;
   std::unique_ptr<runtime::BlockOrthogonalizer> orthogonalizer;
+  // For parameters in device memory: the same settings on the cuda backend (whatever
+  // muon.backend says for host parameters).
+  std::unique_ptr<runtime::BlockOrthogonalizer> device_orthogonalizer;
 
   runtime::BlockOrthogonalizer& blocks() {
     if (!orthogonalizer) orthogonalizer = std::make_unique<runtime::BlockOrthogonalizer>(settings.muon);
     return *orthogonalizer;
+  }
+  runtime::BlockOrthogonalizer& device_blocks() {
+    if (!device_orthogonalizer) {
+      runtime::MuonGroupSettings muon = settings.muon;
+      muon.backend = "cuda";
+      device_orthogonalizer = std::make_unique<runtime::BlockOrthogonalizer>(muon);
+    }
+    return *device_orthogonalizer;
   }
 };
 
@@ -92,6 +104,7 @@ void set_setting(MuonSettings& self, const std::string& key, nb::handle value) {
     }
   }
   self.orthogonalizer.reset();  // compiled for the old settings
+  self.device_orthogonalizer.reset();
 }
 
 nb::dict setting_values(const MuonSettings& self) {
@@ -233,6 +246,48 @@ void qk_clip(const nb::ndarray<>& q, const nb::ndarray<>& k, int64_t head_rows, 
   for (const Elements& p : tensors) runtime::qk_clip_rows(p.dtype, p.data, p.count / p.shape[0], head_rows, s_max, tau);
 }
 
+// O = NS(U) for a batch of same-shape f32 matrices (batch x rows x cols, contiguous) where the
+// tensors are: host memory through the settings' backend, CUDA memory (device 0, the primary
+// context PyTorch uses) through the cuda backend, enqueued on `stream` (torch's current stream,
+// as an integer CUstream) with no synchronization. The grouping of a step's blocks into such
+// batches is the caller's (orthojit/muon.py).
+void orthogonalize_batch(MuonSettings& self, const nb::ndarray<>& input, const nb::ndarray<>& output, std::uintptr_t stream) {
+  auto check = [](const nb::ndarray<>& a, const char* what) {
+    const nb::dlpack::dtype type = a.dtype();
+    if (type.lanes != 1 || static_cast<nb::dlpack::dtype_code>(type.code) != nb::dlpack::dtype_code::Float || type.bits != 32)
+      throw nb::type_error((std::string(what) + ": expected float32").c_str());
+    if (a.ndim() != 3) throw std::invalid_argument(std::string(what) + ": expected a batch x rows x cols tensor");
+    int64_t expected = 1;
+    for (size_t d = a.ndim(); d-- > 0;) {
+      if (a.shape(d) != 1 && a.stride(d) != expected) throw std::invalid_argument(std::string(what) + " is not contiguous");
+      expected *= static_cast<int64_t>(a.shape(d));
+    }
+  };
+  check(input, "orthogonalize_batch input");
+  check(output, "orthogonalize_batch output");
+  for (size_t d = 0; d < 3; ++d)
+    if (input.shape(d) != output.shape(d)) throw std::invalid_argument("orthogonalize_batch: input and output shapes differ");
+  if (input.device_type() != output.device_type() || input.device_id() != output.device_id())
+    throw std::invalid_argument("orthogonalize_batch: input and output are on different devices");
+  const int64_t batch = static_cast<int64_t>(input.shape(0)), rows = static_cast<int64_t>(input.shape(1)), cols = static_cast<int64_t>(input.shape(2));
+  if (input.device_type() == nb::device::cpu::value) {
+    auto compiled = self.blocks().compiled(batch, rows, cols);
+    nb::gil_scoped_release release;
+    compiled->run(static_cast<const float*>(input.data()), static_cast<float*>(output.data()));
+    return;
+  }
+  if (input.device_type() != nb::device::cuda::value)
+    throw std::invalid_argument("orthogonalize_batch: DLPack device type " + std::to_string(input.device_type()) + " is neither cpu nor cuda");
+  if (input.device_id() != 0)
+    throw std::invalid_argument("orthogonalize_batch: the tensors are on cuda:" + std::to_string(input.device_id()) +
+                                "; the cuda backend runs on device 0 of this process (set CUDA_VISIBLE_DEVICES to pick the GPU per process)");
+  const std::string why = runtime::cuda_backend_unavailable_reason();
+  if (!why.empty()) throw std::invalid_argument("parameters in CUDA memory need the cuda backend: " + why);
+  auto compiled = self.device_blocks().compiled(batch, rows, cols);
+  nb::gil_scoped_release release;
+  compiled->run_device(reinterpret_cast<std::uintptr_t>(input.data()), reinterpret_cast<std::uintptr_t>(output.data()), reinterpret_cast<void*>(stream));
+}
+
 runtime::MatrixPlan plan_matrices(const std::string& name, const std::vector<int64_t>& shape, const std::string& layout,
                                   const std::vector<int64_t>& row_splits, int64_t head_rows, const std::optional<bool>& experts_as_batch,
                                   const std::string& tensor_layout, const std::string& conv_scale) {
@@ -351,6 +406,9 @@ void register_optimizer(nb::module_& m) {
         return runtime::momentum_mismatch_message(where, format, *runtime::parse_momentum_kind(saved), *runtime::parse_momentum_kind(wanted));
       }, nb::arg("where"), nb::arg("format"), nb::arg("saved"), nb::arg("wanted"));
   m.attr("STATE_FORMAT") = runtime::kStateFormat;
+  m.def("orthogonalize_batch", &orthogonalize_batch, nb::arg("settings"), nb::arg("input"), nb::arg("output"), nb::arg("stream") = 0,
+        "O = NS(U) for a batch x rows x cols f32 tensor: host memory on the settings' backend, CUDA memory on the cuda backend, "
+        "enqueued on `stream` (an integer CUstream, e.g. torch.cuda.current_stream().cuda_stream) without synchronizing.");
   m.def("find_nonfinite", &find_nonfinite, nb::arg("grad"), nb::arg("name") = "",
         "None when every gradient element is finite, else the C++ step's report of the first NaN or infinity.");
   m.def("muon_update", &muon_update, nb::arg("settings"), nb::arg("plan"), nb::arg("param"), nb::arg("grad"), nb::arg("momentum_buffer"), nb::arg("lr"),

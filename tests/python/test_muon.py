@@ -714,3 +714,142 @@ def test_auto_backend_runs_the_asked_precision():
     assert orthojit.compile("jordan_ns5", (12, 20)).backend == "cpu"
     opt = orthojit.Muon(Net().named_parameters(), settings={"muon.precision": "f64"})  # muon.backend auto
     assert opt.settings["muon.backend"] == "auto"
+
+
+# ----------------------------------------------------------------------------- the tensor path (CUDA parameters)
+# orthojit/tensor_step.py steps CUDA parameters where they live. The same code runs on CPU tensors
+# when forced (Newton-Schulz then on the settings' host backend), so it is checked here against the
+# f64 formulas without a GPU; the CUDA test below runs it on a device when there is one.
+
+def tensor_path(opt):
+    opt._force_tensor_path = True
+    return opt
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_the_tensor_path_matches_the_formulas_with_missing_gradients(preset):
+    model = Net()
+    opt = tensor_path(orthojit.Muon(model.named_parameters(), preset=preset, settings=EXACT))
+    c = PRESETS[preset]
+    ref = Reference(preset)
+    for step in range(3):
+        make_gradients(model)
+        if step == 1:
+            model.fc1.weight.grad = None
+            model.fc2.bias.grad = None
+        expected = {}
+        for name, p in model.named_parameters():
+            g = p.grad
+            if g is None:
+                if c["missing"] == "skip":
+                    expected[name] = p.detach().double().clone()
+                    continue
+                g = torch.zeros_like(p)
+            expected[name] = ref.muon(name, p, g, c["muon_lr"], c["muon_wd"]) if name in MUON_NAMES else \
+                ref.adam(name, p, g, c["adam_lr"], c["adam_wd"])
+        opt.step()
+        assert not opt.last_report.skipped
+        for name, p in model.named_parameters():
+            assert_close(p, expected[name], f"tensor path, {preset} step {step} {name}")
+
+
+def test_the_tensor_path_batches_equal_blocks_across_parameters(monkeypatch):
+    # Four (16, 32) matrices, two (8, 32) ones and a (3, 8, 32) expert stack: the 8-row blocks of
+    # all of them form one launch and the 16-row ones another.
+    params = [(f"layers.{i}.w", nn.Parameter(torch.randn(16, 32))) for i in range(4)]
+    params += [(f"layers.{i}.v", nn.Parameter(torch.randn(8, 32))) for i in range(2)]
+    params += [("moe.experts", nn.Parameter(torch.randn(3, 8, 32)))]
+    opt = tensor_path(orthojit.Muon(params, preset="keller", momentum=0.0, nesterov=False, settings=EXACT))
+    calls = []
+    real = _orthojit.orthogonalize_batch
+
+    def counting(settings, stacked, result, stream):
+        calls.append(tuple(stacked.shape))
+        return real(settings, stacked, result, stream)
+
+    monkeypatch.setattr(_orthojit, "orthogonalize_batch", counting)
+    before = {n: p.detach().double().clone() for n, p in params}
+    for _, p in params:
+        p.grad = torch.randn_like(p)
+    opt.step()
+    assert sorted(calls) == [(4, 16, 32), (5, 8, 32)], calls
+    for n, p in params:
+        g = f32(p.grad.double()).reshape(-1, p.shape[-2], p.shape[-1])
+        expected = torch.stack([f32(newton_schulz(m)) for m in g]).reshape(p.shape)
+        assert_close(p, before[n] - 0.02 * expected, f"{n} in its batch")
+
+
+def test_the_tensor_path_splits_heads_and_clips():
+    qkv = nn.Parameter(torch.randn(16, 6))
+    fused = nn.Parameter(torch.randn(16, 6))  # QKV parts of different heights: different lr scales per row
+    q, k = nn.Parameter(torch.randn(8, 6)), nn.Parameter(torch.randn(8, 6))
+    opt = tensor_path(orthojit.Muon([("attn.qkv.weight", qkv), ("attn.fused.weight", fused), ("attn.q.weight", q), ("attn.k.weight", k)],
+                                    preset="keller", momentum=0.0, nesterov=False, settings={**EXACT, "muon.lr_adjust": "spectral"},
+                                    matrix_options={"attn.qkv.weight": {"row_splits": [4, 8, 4], "head_rows": 4},
+                                                    "attn.fused.weight": {"row_splits": [4, 8, 4]}}))
+    before = {p: p.detach().double().clone() for p in (qkv, fused)}
+    qkv.grad, fused.grad = torch.randn_like(qkv), torch.randn_like(fused)
+    opt.step()
+    g = f32(qkv.grad.double())
+    expected = torch.cat([f32(newton_schulz(g[r:r + 4])) * math.sqrt(4 / 6) for r in range(0, 16, 4)])
+    assert_close(qkv, before[qkv] - 0.02 * expected, "qkv heads on the tensor path")
+    g = f32(fused.grad.double())
+    expected = torch.cat([f32(newton_schulz(g[r:r + h])) * math.sqrt(h / 6) for r, h in ((0, 4), (4, 8), (12, 4))])
+    assert_close(fused, before[fused] - 0.02 * expected, "QKV parts on the tensor path")
+    q_before, k_before = q.detach().clone(), k.detach().clone()
+    s_max = [50.0, 200.0, 100.0, 400.0]
+    opt.qk_clip("attn.q.weight", "attn.k.weight", head_rows=2, s_max=s_max, tau=100.0)
+    for p, b in ((q, q_before), (k, k_before)):
+        for head, s in enumerate(s_max):
+            rows = slice(2 * head, 2 * head + 2)
+            expected = b[rows] if s <= 100.0 else f32(b[rows].double() * math.sqrt(100.0 / s)).float()
+            assert torch.equal(p.detach()[rows], expected)
+    with pytest.raises(ValueError, match="does not split into 3 heads of 2 rows"):
+        opt.qk_clip(q, k, 2, [1.0, 2.0, 3.0], 100.0)
+
+
+def test_the_tensor_path_skips_a_nonfinite_step_and_round_trips_its_state():
+    model = Net()
+    opt = tensor_path(orthojit.Muon(model.named_parameters(), preset="deepspeed"))
+    make_gradients(model)
+    opt.step()
+    saved = copy.deepcopy(opt.state_dict())
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    make_gradients(model)
+    model.fc2.weight.grad[1, 2] = float("nan")
+    opt.step()
+    assert opt.last_report.skipped and "'fc2.weight': gradient element" in opt.last_report.reason and "NaN" in opt.last_report.reason
+    for n, p in model.named_parameters():
+        assert torch.equal(p.detach(), params[n]), f"{n} changed in a skipped step"
+    for index, values in saved["state"].items():
+        for key, value in values.items():
+            assert torch.equal(opt.state_dict()["state"][index][key], value)
+
+
+CUDA_REASON = "no CUDA device here (torch.cuda.is_available() is False)" if not torch.cuda.is_available() else ""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=CUDA_REASON)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_parameters_stay_on_the_device_and_match_the_cpu_step(dtype):
+    # The same model on the CPU (f64 NS on the ref backend) and on CUDA (orthojit's kernels, bf16
+    # storage as the preset says): the device step keeps every tensor there and agrees within
+    # the bf16 NS tolerance of the CUDA tests.
+    torch.manual_seed(0)
+    cpu_model = Net(dtype)
+    cuda_model = copy.deepcopy(cpu_model).cuda()
+    cpu_opt = orthojit.Muon(cpu_model.named_parameters(), preset="keller")
+    cuda_opt = orthojit.Muon(cuda_model.named_parameters(), preset="keller")
+    for _ in range(3):
+        for (_, a), (_, b) in zip(cpu_model.named_parameters(), cuda_model.named_parameters()):
+            a.grad = torch.randn_like(a)
+            b.grad = a.grad.cuda()
+        cpu_opt.step()
+        cuda_opt.step()
+    for state in cuda_opt.state.values():
+        for key, value in state.items():
+            assert key == "step" or value.is_cuda
+    for (n, a), (_, b) in zip(cpu_model.named_parameters(), cuda_model.named_parameters()):
+        assert b.is_cuda and b.dtype == dtype
+        error = (a.double() - b.double().cpu()).abs().max().item()
+        assert error <= 0.02 * max(a.abs().max().item(), 1e-30), f"{n}: CUDA step differs from the CPU step by {error:.3g}"

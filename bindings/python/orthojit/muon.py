@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import copy
 import json as _json
+import math
 import os
+import time
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from . import _orthojit
+from . import tensor_step as _tensor_step
 
 __all__ = ["Muon", "StepReport", "convert_momentum_state"]
 
@@ -125,6 +128,9 @@ class Muon(torch.optim.Optimizer):
         self._matrix_options = {k: dict(v) for k, v in (matrix_options or {}).items()}
         self._plans: Dict[int, Any] = {}  # id(param) -> MatrixPlan (Muon parameters)
         self._next_index = 0
+        # Parameters stepped by the tensor path (orthojit/tensor_step.py): CUDA ones always; CPU
+        # ones only when a test forces it (the same code then runs without a GPU).
+        self._force_tensor_path = False
         self.steps_taken = 0
         self.last_report = StepReport()
         if isinstance(params, torch.nn.Module):
@@ -227,9 +233,9 @@ class Muon(torch.optim.Optimizer):
         if p.dtype not in _PARAM_DTYPES:
             raise TypeError(f"orthojit.Muon: {_label(name)} has dtype {p.dtype}; the runtime updates "
                             "torch.float32, torch.bfloat16 and torch.float16 parameters")
-        if p.device.type != "cpu":
-            raise ValueError(f"orthojit.Muon: {_label(name)} is on {p.device}; the update rules run on parameters in "
-                             "CPU memory (backend='cuda' moves only the orthogonalization to the GPU)")
+        if p.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"orthojit.Muon: {_label(name)} is on {p.device}; orthojit steps parameters in CPU memory "
+                             "or on CUDA devices")
         if p.layout != torch.strided or not p.is_contiguous():
             raise ValueError(f"orthojit.Muon: {_label(name)} is not a contiguous dense tensor")
 
@@ -282,12 +288,19 @@ class Muon(torch.optim.Optimizer):
                 if g.is_sparse:
                     raise RuntimeError(f"orthojit.Muon: {_label(name)} has a sparse gradient; Muon and AdamW need dense ones")
                 work.append((group, name, p, g.detach().contiguous()))
-        for _, name, _, g in work:  # everything is checked before anything changes
+        on_tensors = [w for w in work if w[2].device.type != "cpu" or self._force_tensor_path]
+        on_host = [w for w in work if not (w[2].device.type != "cpu" or self._force_tensor_path)]
+        for _, name, _, g in on_host:  # everything is checked before anything changes
             problem = _orthojit.find_nonfinite(g, name)
             if problem is not None:
                 self.last_report = StepReport(skipped=True, reason=problem)
                 return loss
-        for group, name, p, g in work:
+        problem = _tensor_step.first_nonfinite([(name, g) for _, name, _, g in on_tensors])
+        if problem is not None:
+            self.last_report = StepReport(skipped=True, reason=problem)
+            return loss
+        self._tensor_step(on_tensors, report)
+        for group, name, p, g in on_host:
             state = self.state[p]
             data = p.detach()
             if group["use_muon"]:
@@ -311,6 +324,41 @@ class Muon(torch.optim.Optimizer):
         self.steps_taken += 1
         self.last_report = report
         return loss
+
+    def _tensor_step(self, work: List[Tuple[Dict[str, Any], str, torch.Tensor, torch.Tensor]], report: StepReport) -> None:
+        """The step of parameters on the tensor path: state on the parameter's device, element-wise
+        parts as torch operations, Newton-Schulz batched over equal blocks of all parameters."""
+        if not work:
+            return
+        values = self._settings.values()
+        kind, adjust, formula = values["muon.momentum_kind"], values["muon.lr_adjust"], values["adam.formula"]
+        muon_items = []
+        for group, name, p, g in work:
+            state = self.state[p]
+            g = g.to(p.device)
+            if group["use_muon"]:
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+                u = _tensor_step.momentum_and_update(kind, float(group["momentum"]), bool(group["nesterov"]), g, state["momentum_buffer"])
+                muon_items.append((group, p, u))
+            else:
+                if "step" not in state:
+                    state["step"] = torch.zeros((), dtype=torch.int64)
+                    state["exp_avg"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+                    state["exp_avg_sq"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+                beta1, beta2 = group["betas"]
+                _tensor_step.adam_step(p, g, state["exp_avg"], state["exp_avg_sq"], int(state["step"]) + 1, float(group["lr"]),
+                                       float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]), formula)
+                state["step"] += 1
+                report.adam_updated += 1
+        if not muon_items:
+            return
+        started = time.perf_counter()
+        orthogonal = _tensor_step.orthogonalize_blocks(self._settings, [(self._plans[id(p)], u) for _, p, u in muon_items])
+        report.orthogonalize_seconds += time.perf_counter() - started  # host time to enqueue (CUDA) or run (CPU)
+        for (group, p, _), o in zip(muon_items, orthogonal):
+            _tensor_step.apply_muon(p, self._plans[id(p)], o, float(group["lr"]), float(group["weight_decay"]), adjust)
+            report.muon_updated += 1
 
     @property
     def step_skipped(self) -> bool:
@@ -336,6 +384,24 @@ class Muon(torch.optim.Optimizer):
         k_name, k = self._resolve(k_param)
         if isinstance(s_max, torch.Tensor):
             s_max = s_max.detach().double().cpu().reshape(-1).tolist()
+        if q.device.type != "cpu" or k.device.type != "cpu" or self._force_tensor_path:
+            # On the device: the runtime's checks (check_qk_clip and the shapes), then the rows
+            # scaled in place there.
+            s_max = [float(s) for s in s_max]
+            if not (tau > 0 and math.isfinite(tau)):
+                raise ValueError("QK-clip: tau must be a positive number")
+            if head_rows <= 0:
+                raise ValueError("QK-clip: head_rows must be positive")
+            if any(not math.isfinite(s) or s < 0 for s in s_max):
+                raise ValueError("QK-clip: every S_max must be finite and >= 0")
+            for name, tensor in ((q_name, q), (k_name, k)):
+                if tensor.dim() < 2 or tensor.shape[0] % head_rows or tensor.shape[0] // head_rows != len(s_max):
+                    raise ValueError(f"QK-clip: {_label(name)} {tuple(tensor.shape)} does not split into {len(s_max)} heads of {head_rows} rows")
+            if q.data_ptr() == k.data_ptr():
+                raise ValueError("QK-clip: W_q and W_k are the same tensor")
+            for tensor in (q, k):
+                _tensor_step.qk_clip(tensor, int(head_rows), [float(s) for s in s_max], float(tau))
+            return
         _orthojit.qk_clip(q.detach(), k.detach(), int(head_rows), [float(s) for s in s_max], float(tau), q_name, k_name)
 
     # ----------------------------------------------------------------------------- state
@@ -386,7 +452,7 @@ class Muon(torch.optim.Optimizer):
                 if not isinstance(value, torch.Tensor) or value.dtype != dtype or value.shape != shape:
                     what = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
                     raise problem(f"'{name}.{key}' is {what}, expected {dtype} {tuple(shape)}")
-                state[p][key] = value.detach().to("cpu").clone().contiguous()
+                state[p][key] = value.detach().to("cpu" if key == "step" else p.device).clone().contiguous()
         new_groups = []
         for group, saved in zip(groups, saved_groups):
             merged = copy.deepcopy({k: v for k, v in saved.items() if k != "params"})
