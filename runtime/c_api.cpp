@@ -535,4 +535,25 @@ oj_status oj_orthogonalize(const char* program, const char* backend, const char*
   });
 }
 
+oj_status oj_orthogonalize_device(const char* program, const char* strategy, int64_t batch, int64_t rows, int64_t cols, const void* input,
+                                  void* output, void* stream) {
+  return guarded("oj_orthogonalize_device", [&] {
+    const std::string program_name = require_string(program, "program");
+    require(input, "input");
+    require(output, "output");
+    if (batch <= 0 || rows <= 0 || cols <= 0)
+      throw_api(OJ_INVALID_ARGUMENT, "batch, rows and cols must be > 0 (got " + std::to_string(batch) + ", " + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+    if (input == output) throw_api(OJ_INVALID_ARGUMENT, "input and output are the same device buffer; pass distinct buffers");
+    rt::OrthogonalizeOptions options;
+    options.backend = "cuda";
+    options.strategy = strategy ? strategy : "auto";
+    rt::parse_strategy_option(options.strategy);
+    check_backend_available("cuda");
+    const orthojit::dsl::Program loaded = orthojit::kernels::load_program_by_name_or_path(program_name);
+    auto compiled = rt::compile_orthogonalizer(loaded, batch, rows, cols, options);
+    compiled->run_device(reinterpret_cast<std::uintptr_t>(input), reinterpret_cast<std::uintptr_t>(output), stream);
+    return OJ_OK;
+  });
+}
+
 }  // extern "C"

@@ -583,6 +583,11 @@ static void test_orthogonalize(void) {
 
   fill(input, N, 1.0f);
   CHECK_OK(oj_orthogonalize("jordan_ns5", "ref", "standard", B, R, C, input, ref));
+  /* Device memory: bad arguments first, then (without a usable CUDA device) OJ_UNAVAILABLE saying why. */
+  CHECK_FAILS(oj_orthogonalize_device("jordan_ns5", "standard", B, R, C, NULL, cpu, NULL), OJ_INVALID_ARGUMENT, "input");
+  CHECK_FAILS(oj_orthogonalize_device("jordan_ns5", "standard", B, R, C, input, (void*)input, NULL), OJ_INVALID_ARGUMENT, "distinct");
+  if (!backend_available("cuda"))
+    CHECK_FAILS(oj_orthogonalize_device("jordan_ns5", "standard", B, R, C, input, cpu, NULL), OJ_UNAVAILABLE, "cuda");
   CHECK_OK(oj_orthogonalize("jordan_ns5", "cpu", "standard", B, R, C, input, cpu));
   {
     /* The cpu backend against the reference: both round to bf16, in different orders (at this

@@ -256,6 +256,17 @@ oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path);
 oj_status oj_orthogonalize(const char* program, const char* backend, const char* strategy, int64_t batch, int64_t rows, int64_t cols,
                            const float* input, float* output);
 
+/* The same on device memory with the cuda backend: `input` and `output` are device pointers
+ * (CUdeviceptr values, e.g. from cudaMalloc or a framework's tensors) on device 0's primary
+ * context, the one the CUDA runtime and PyTorch use; the launches are enqueued on `stream` (a
+ * CUstream / cudaStream_t; NULL: the legacy default stream) and not synchronized: the caller
+ * synchronizes or orders later work on the same stream. The first call for a shape compiles
+ * (NVRTC, cached on disk). Without a usable CUDA driver or device: OJ_UNAVAILABLE, saying why.
+ * `output` may equal `input` only if the program's kernels never read the input after writing
+ * the output; pass distinct buffers. */
+oj_status oj_orthogonalize_device(const char* program, const char* strategy, int64_t batch, int64_t rows, int64_t cols, const void* input,
+                                  void* output, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
