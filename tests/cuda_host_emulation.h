@@ -108,6 +108,28 @@ inline u16 f32_to_f16(float value) {
   return bits;
 }
 
+// float64 arithmetic (the device's _rn intrinsics; compiled with -ffp-contract=off) and the
+// one-rounding conversions from f64, as orthojit_device.cuh computes them.
+inline double f64_add(double a, double b) { return a + b; }
+inline double f64_sub(double a, double b) { return a - b; }
+inline double f64_mul(double a, double b) { return a * b; }
+inline double f64_div(double a, double b) { return a / b; }
+inline double f64_sqrt(double a) { return std::sqrt(a); }
+inline float f64_to_f32(double value) { return static_cast<float>(value); }
+inline float f64_to_f32_odd(double value) {  // __double2float_rz, then the sticky bit
+  float f = static_cast<float>(value);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(value)) f = std::nextafter(f, 0.0f);
+  if (static_cast<double>(f) != value && value == value) {
+    u32 bits;
+    std::memcpy(&bits, &f, 4);
+    bits |= 1u;
+    std::memcpy(&f, &bits, 4);
+  }
+  return f;
+}
+inline u16 f64_to_bf16(double value) { return f32_to_bf16(f64_to_f32_odd(value)); }
+inline u16 f64_to_f16(double value) { return f32_to_f16(f64_to_f32_odd(value)); }
+
 struct Bf16 {
   typedef u16 storage;
   static float load(u16 bits) { return bf16_to_f32(bits); }

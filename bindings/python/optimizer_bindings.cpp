@@ -28,6 +28,7 @@
 #include "bindings/python/bindings.h"
 #include "bindings/python/tensor_view.h"
 #include "runtime/muon/deepspeed_config.h"
+#include "runtime/muon/device_update_rules.h"
 #include "runtime/muon/optimizer_settings.h"
 #include "runtime/muon/parameter.h"
 #include "runtime/muon/parameter_tagging.h"
@@ -288,6 +289,87 @@ void orthogonalize_batch(MuonSettings& self, const nb::ndarray<>& input, const n
   compiled->run_device(reinterpret_cast<std::uintptr_t>(input.data()), reinterpret_cast<std::uintptr_t>(output.data()), reinterpret_cast<void*>(stream));
 }
 
+// Device tensors for the generated element-wise kernels: CUDA memory on device 0, contiguous,
+// f32 / bf16 / f16 (f32 only for state), `count` elements.
+struct DeviceTensor {
+  std::uintptr_t pointer = 0;
+  DType dtype = DType::F32;
+  int64_t count = 0;
+};
+
+DeviceTensor device_tensor(const nb::ndarray<>& array, const std::string& what, bool f32_only = false, bool f64 = false) {
+  if (array.device_type() != nb::device::cuda::value) throw std::invalid_argument(what + " is not in CUDA memory");
+  if (array.device_id() != 0)
+    throw std::invalid_argument(what + " is on cuda:" + std::to_string(array.device_id()) + "; orthojit's CUDA kernels run on device 0 of the process");
+  DeviceTensor result;
+  const nb::dlpack::dtype type = array.dtype();
+  const auto code = static_cast<nb::dlpack::dtype_code>(type.code);
+  if (f64) {
+    if (type.lanes != 1 || code != nb::dlpack::dtype_code::Float || type.bits != 64) throw nb::type_error((what + ": expected float64").c_str());
+  } else if (type.lanes == 1 && code == nb::dlpack::dtype_code::Float && type.bits == 32) result.dtype = DType::F32;
+  else if (!f32_only && type.lanes == 1 && code == nb::dlpack::dtype_code::Bfloat && type.bits == 16) result.dtype = DType::BF16;
+  else if (!f32_only && type.lanes == 1 && code == nb::dlpack::dtype_code::Float && type.bits == 16) result.dtype = DType::F16;
+  else throw nb::type_error((what + ": expected " + (f32_only ? "float32" : "float32, bfloat16 or float16")).c_str());
+  int64_t expected = 1;
+  for (size_t d = array.ndim(); d-- > 0;) {
+    if (array.shape(d) != 1 && array.stride(d) != expected) throw std::invalid_argument(what + " is not contiguous");
+    expected *= static_cast<int64_t>(array.shape(d));
+  }
+  result.pointer = reinterpret_cast<std::uintptr_t>(array.data());
+  result.count = static_cast<int64_t>(array.size());
+  return result;
+}
+
+void expect_device_count(const DeviceTensor& t, int64_t count, const std::string& what) {
+  if (t.count != count) throw std::invalid_argument(what + " has " + std::to_string(t.count) + " elements, expected " + std::to_string(count));
+}
+
+void device_momentum(MuonSettings& self, const nb::ndarray<>& grad, const nb::ndarray<>& momentum_buffer, const nb::ndarray<>& update, double momentum,
+                     bool nesterov, std::uintptr_t stream) {
+  const DeviceTensor g = device_tensor(grad, "the gradient"), m = device_tensor(momentum_buffer, "momentum_buffer", true),
+                     u = device_tensor(update, "the update", true);
+  expect_device_count(m, g.count, "momentum_buffer");
+  expect_device_count(u, g.count, "the update");
+  runtime::MuonGroupSettings muon = self.settings.muon;
+  muon.momentum = momentum;
+  muon.nesterov = nesterov;
+  nb::gil_scoped_release release;
+  runtime::device_muon_momentum(muon, g.dtype, g.pointer, m.pointer, u.pointer, g.count, reinterpret_cast<void*>(stream));
+}
+
+void device_apply(const nb::ndarray<>& param, const nb::ndarray<>& orthogonal, std::optional<nb::ndarray<>> row_step, double step, double lr,
+                  double weight_decay, int64_t rows, int64_t cols, std::uintptr_t stream) {
+  const DeviceTensor p = device_tensor(param, "the parameter"), o = device_tensor(orthogonal, "the orthogonalized update", true);
+  expect_device_count(o, p.count, "the orthogonalized update");
+  if (rows <= 0 || cols <= 0 || p.count % (rows * cols) != 0) throw std::invalid_argument("rows x cols does not divide the parameter");
+  std::uintptr_t steps = 0;
+  if (row_step) {
+    const DeviceTensor s = device_tensor(*row_step, "row_step", false, true);
+    expect_device_count(s, rows, "row_step");
+    steps = s.pointer;
+  }
+  nb::gil_scoped_release release;
+  runtime::device_apply_muon(lr, weight_decay, p.dtype, p.pointer, o.pointer, steps, step, rows, cols, p.count, reinterpret_cast<void*>(stream));
+}
+
+void device_adam(MuonSettings& self, int64_t step, const nb::ndarray<>& param, const nb::ndarray<>& grad, const nb::ndarray<>& exp_avg,
+                 const nb::ndarray<>& exp_avg_sq, double lr, double beta1, double beta2, double eps, double weight_decay, std::uintptr_t stream) {
+  const DeviceTensor p = device_tensor(param, "the parameter"), g = device_tensor(grad, "the gradient"), m = device_tensor(exp_avg, "exp_avg", true),
+                     v = device_tensor(exp_avg_sq, "exp_avg_sq", true);
+  expect_device_count(g, p.count, "the gradient");
+  expect_device_count(m, p.count, "exp_avg");
+  expect_device_count(v, p.count, "exp_avg_sq");
+  if (step < 1) throw std::invalid_argument("the AdamW step count must be >= 1 (incremented before the update)");
+  runtime::AdamGroupSettings adam = self.settings.adam;
+  adam.lr = lr;
+  adam.beta1 = beta1;
+  adam.beta2 = beta2;
+  adam.eps = eps;
+  adam.weight_decay = weight_decay;
+  nb::gil_scoped_release release;
+  runtime::device_adam_step(adam, step, g.dtype, g.pointer, m.pointer, v.pointer, p.dtype, p.pointer, p.count, reinterpret_cast<void*>(stream));
+}
+
 runtime::MatrixPlan plan_matrices(const std::string& name, const std::vector<int64_t>& shape, const std::string& layout,
                                   const std::vector<int64_t>& row_splits, int64_t head_rows, const std::optional<bool>& experts_as_batch,
                                   const std::string& tensor_layout, const std::string& conv_scale) {
@@ -409,6 +491,15 @@ void register_optimizer(nb::module_& m) {
   m.def("orthogonalize_batch", &orthogonalize_batch, nb::arg("settings"), nb::arg("input"), nb::arg("output"), nb::arg("stream") = 0,
         "O = NS(U) for a batch x rows x cols f32 tensor: host memory on the settings' backend, CUDA memory on the cuda backend, "
         "enqueued on `stream` (an integer CUstream, e.g. torch.cuda.current_stream().cuda_stream) without synchronizing.");
+  m.def("device_momentum", &device_momentum, nb::arg("settings"), nb::arg("grad"), nb::arg("momentum_buffer"), nb::arg("update"), nb::arg("momentum"),
+        nb::arg("nesterov"), nb::arg("stream"),
+        "CUDA tensors: the generated momentum kernel (the settings' momentum form) on `stream`: momentum_buffer in place, update = U.");
+  m.def("device_apply", &device_apply, nb::arg("param"), nb::arg("orthogonal"), nb::arg("row_step").none(), nb::arg("step"), nb::arg("lr"),
+        nb::arg("weight_decay"), nb::arg("rows"), nb::arg("cols"), nb::arg("stream"),
+        "CUDA tensors: p <- p(1 - lr wd) - s_row O with the generated kernel; row_step a float64 (rows,) tensor of lr*s, or None: `step`.");
+  m.def("device_adam", &device_adam, nb::arg("settings"), nb::arg("step"), nb::arg("param"), nb::arg("grad"), nb::arg("exp_avg"), nb::arg("exp_avg_sq"),
+        nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"), nb::arg("stream"),
+        "CUDA tensors: one AdamW step (the settings' formula) with the generated kernel on `stream`.");
   m.def("find_nonfinite", &find_nonfinite, nb::arg("grad"), nb::arg("name") = "",
         "None when every gradient element is finite, else the C++ step's report of the first NaN or infinity.");
   m.def("muon_update", &muon_update, nb::arg("settings"), nb::arg("plan"), nb::arg("param"), nb::arg("grad"), nb::arg("momentum_buffer"), nb::arg("lr"),

@@ -29,6 +29,26 @@ __device__ __forceinline__ u16 f32_to_f16(float value) {
   return bits;
 }
 
+// ---- float64 arithmetic for the optimizer's element-wise kernels (elementwise_codegen.h) ----
+// The _rn intrinsics are never contracted into FMAs, so the kernels round exactly where the C++
+// update rules (runtime/muon/update_rules.cpp) round: same expression, same bits.
+__device__ __forceinline__ double f64_add(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ double f64_sub(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ double f64_mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ double f64_div(double a, double b) { return __ddiv_rn(a, b); }
+__device__ __forceinline__ double f64_sqrt(double a) { return __dsqrt_rn(a); }
+__device__ __forceinline__ float f64_to_f32(double value) { return __double2float_rn(value); }
+// f64 to a 16-bit type with one rounding: to f32 rounding to odd (toward zero, then the last bit
+// set when inexact), then to nearest even; correct because f32 carries more than two bits beyond
+// bf16's 8 and f16's 11 (rounding to odd first never double-rounds).
+__device__ __forceinline__ float f64_to_f32_odd(double value) {
+  float f = __double2float_rz(value);
+  if (static_cast<double>(f) != value && value == value) f = __uint_as_float(__float_as_uint(f) | 1u);
+  return f;
+}
+__device__ __forceinline__ u16 f64_to_bf16(double value) { return f32_to_bf16(f64_to_f32_odd(value)); }
+__device__ __forceinline__ u16 f64_to_f16(double value) { return f32_to_f16(f64_to_f32_odd(value)); }
+
 // Storage types by tag: load as f32, store from f32.
 struct Bf16 {
   typedef u16 storage;

@@ -339,7 +339,8 @@ class Muon(torch.optim.Optimizer):
             if group["use_muon"]:
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
-                u = _tensor_step.momentum_and_update(kind, float(group["momentum"]), bool(group["nesterov"]), g, state["momentum_buffer"])
+                u = _tensor_step.momentum_and_update(self._settings, kind, float(group["momentum"]), bool(group["nesterov"]), g,
+                                                    state["momentum_buffer"])
                 muon_items.append((group, p, u))
             else:
                 if "step" not in state:
@@ -347,7 +348,7 @@ class Muon(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
                     state["exp_avg_sq"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
                 beta1, beta2 = group["betas"]
-                _tensor_step.adam_step(p, g, state["exp_avg"], state["exp_avg_sq"], int(state["step"]) + 1, float(group["lr"]),
+                _tensor_step.adam_step(self._settings, p, g, state["exp_avg"], state["exp_avg_sq"], int(state["step"]) + 1, float(group["lr"]),
                                        float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]), formula)
                 state["step"] += 1
                 report.adam_updated += 1

@@ -2,18 +2,21 @@
 orthojit.Muon (muon.py).
 
 Everything stays on the parameter's device and runs on torch's current stream: the element-wise
-parts are torch operations, and Newton-Schulz is orthojit's CUDA kernels launched on the same
-stream through ``_orthojit.orthogonalize_batch`` (device pointers over DLPack, no copy, no
+parts are orthojit's generated kernels (compiler/cuda/elementwise_codegen.h: momentum and
+Nesterov in one launch, the update in one, AdamW in one), and Newton-Schulz is orthojit's CUDA
+kernels, all launched on that stream through DLPack device pointers (no copy, no
 synchronization). Blocks of equal shape across the step's parameters (layers, heads, experts,
 QKV parts) are orthogonalized in one batched launch. Host memory is touched only for scalars:
 the hyperparameters and one flag that says whether any gradient is non-finite (the step must be
 skipped before anything changes, which costs one stream synchronization per step).
 
-The element-wise arithmetic is done in float64 in the order the C++ update rules use
-(runtime/muon/update_rules.cpp) and rounded once to the f32 state and once to the parameter's
-dtype, so a CUDA step computes what a CPU step computes up to the Newton-Schulz kernels'
-rounding. The same code runs on CPU tensors (NS then on the settings' host backend), which is how
-it is tested without a GPU (tests/python/test_muon.py).
+The element-wise arithmetic is float64 in the order the C++ update rules use
+(runtime/muon/update_rules.cpp), rounded once to the f32 state and once to the parameter's dtype,
+so a CUDA step computes what a CPU step computes up to the Newton-Schulz kernels' rounding (the
+kernels are checked bit for bit against the C++ rules in the host emulation,
+tests/cuda_elementwise_test.cpp). The same code runs on CPU tensors, the element-wise parts then
+as float64 torch operations of the same order and NS on the settings' host backend, which is how
+the grouping, splits and state handling are tested without a GPU (tests/python/test_muon.py).
 """
 
 from __future__ import annotations
@@ -59,10 +62,18 @@ def first_nonfinite(items: Sequence[Tuple[str, torch.Tensor]]) -> Optional[str]:
     return None
 
 
-def momentum_and_update(kind: str, beta: float, nesterov: bool, g: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
+def _stream(device: torch.device) -> int:
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def momentum_and_update(settings: Any, kind: str, beta: float, nesterov: bool, g: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
     """Updates the f32 momentum ``buf`` in place and returns U (f32), as update_rules.cpp
     muon_momentum: EMA M + (1-b)(g - M) or sum b*M + g; Nesterov lerp(g, M, b) or g + b*M."""
-    g64, m64 = g.to(torch.float64), buf.to(torch.float64)
+    if buf.is_cuda:
+        u = torch.empty(buf.shape, dtype=torch.float32, device=buf.device)
+        _orthojit.device_momentum(settings, g.contiguous(), buf, u, float(beta), bool(nesterov), _stream(buf.device))
+        return u
+    g64, m64 = g.to(torch.float32).to(torch.float64), buf.to(torch.float64)
     nxt = m64 + (1.0 - beta) * (g64 - m64) if kind == "ema" else beta * m64 + g64
     buf.copy_(nxt)  # one rounding to f32
     if not nesterov:
@@ -86,8 +97,7 @@ def orthogonalize_blocks(settings: Any, items: List[Tuple[Any, torch.Tensor]]) -
         chunks = [views[i][:, offset:offset + height, :] for i, offset, _ in entries]
         stacked = torch.cat(chunks, dim=0).contiguous() if len(chunks) > 1 else chunks[0].contiguous()
         result = torch.empty_like(stacked)
-        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-        _orthojit.orthogonalize_batch(settings, stacked, result, int(stream))
+        _orthojit.orthogonalize_batch(settings, stacked, result, _stream(device) if device.type == "cuda" else 0)
         start = 0
         for i, offset, _ in entries:
             count = views[i].shape[0]
@@ -111,6 +121,12 @@ def row_steps(plan: Any, adjust: str, lr: float) -> List[float]:
 def apply_muon(p: torch.Tensor, plan: Any, orthogonal: torch.Tensor, lr: float, weight_decay: float, adjust: str) -> None:
     """p <- p(1 - lr wd) - lr s O, in float64, rounded once to p's dtype (update_rules.cpp apply_muon)."""
     steps = row_steps(plan, adjust, lr)
+    if p.is_cuda:
+        uniform = len(set(steps)) == 1
+        column = None if uniform else torch.tensor(steps, dtype=torch.float64).to(p.device, non_blocking=True)
+        _orthojit.device_apply(p.detach(), orthogonal.contiguous(), column, float(steps[0]), float(lr), float(weight_decay), int(plan.rows),
+                               int(plan.cols), _stream(p.device))
+        return
     # One block (the usual case): a scalar; split blocks: a (rows, 1) column, a few host scalars.
     step: Any = steps[0] if len(set(steps)) == 1 else torch.tensor(steps, dtype=torch.float64).reshape(plan.rows, 1).to(p.device)
     data = p.detach()
@@ -118,10 +134,14 @@ def apply_muon(p: torch.Tensor, plan: Any, orthogonal: torch.Tensor, lr: float, 
     data.copy_(new.reshape(data.shape))
 
 
-def adam_step(p: torch.Tensor, g: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: int, lr: float,
+def adam_step(settings: Any, p: torch.Tensor, g: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: int, lr: float,
               beta1: float, beta2: float, eps: float, weight_decay: float, formula: str) -> None:
     """One AdamW step in place (update_rules.cpp adam_step), float64 arithmetic, one rounding each."""
-    g64 = g.to(torch.float64)
+    if p.is_cuda:
+        _orthojit.device_adam(settings, int(step), p.detach(), g.contiguous(), exp_avg, exp_avg_sq, float(lr), float(beta1), float(beta2),
+                              float(eps), float(weight_decay), _stream(p.device))
+        return
+    g64 = g.to(torch.float32).to(torch.float64)
     m64, v64 = exp_avg.to(torch.float64), exp_avg_sq.to(torch.float64)
     exp_avg.copy_(m64 + (1.0 - beta1) * (g64 - m64))
     exp_avg_sq.copy_(v64 + (1.0 - beta2) * (g64 * g64 - v64))

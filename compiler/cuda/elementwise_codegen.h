@@ -1,0 +1,50 @@
+// The element-wise parts of a Muon + AdamW step as generated CUDA kernels, one per combination of
+// storage types and formula (baked in), hyperparameters as launch arguments (a schedule changes
+// no code):
+//
+//   oj_muon_momentum  M ← M + (1−β)(g − M) (EMA) or β·M + g (sum), in place (f32); U ← Nesterov
+//                     (EMA g + β(M − g), sum g + β·M) or M, f32
+//   oj_muon_apply     p ← p·decay − step_row·O, decay = 1 − lr·wd, step_row = lr·s of the row's
+//                     block (a per-row f64 array, or one value for all rows), written in p's type
+//   oj_adamw          m, v (f32, in place), then p ← p·decay − δ with the standard or the
+//                     Moonlight formula
+//
+// The arithmetic is float64 in exactly the order of the C++ update rules
+// (runtime/muon/update_rules.cpp: muon_momentum, apply_muon, adam_step), with _rn intrinsics that
+// are never contracted, and every store rounds once (f64 → bf16/f16 through round-to-odd f32), so a
+// kernel computes the bits the CPU rules compute (tests/cuda_elementwise_test.cpp runs the
+// generated source in the host emulation against them). Grid-stride loops over 64-bit indices.
+#pragma once
+
+#include <string>
+
+#include "support/scalar_type.h"
+
+namespace orthojit::cuda {
+
+struct MuonMomentumKernel {
+  ScalarType grad = ScalarType::F32;  // f32 | bf16 | f16
+  bool ema = true;
+  bool nesterov = true;
+};
+struct MuonApplyKernel {
+  ScalarType param = ScalarType::F32;
+};
+struct AdamWKernel {
+  ScalarType grad = ScalarType::F32, param = ScalarType::F32;
+  bool moonlight = false;  // (lr·√bc2/bc1)·m/(√v + eps) instead of lr·(m/bc1)/(√(v/bc2) + eps)
+};
+
+// CUDA C++ that includes "orthojit_device.cuh" and defines one extern "C" kernel of that name:
+//   oj_muon_momentum(const G* g, float* m, float* u, double beta, long long count)
+//   oj_muon_apply(P* p, const float* o, const double* row_step, double step, double decay,
+//                 long long rows, long long cols, long long count)   (row_step null: `step`)
+//   oj_adamw(const G* g, float* m, float* v, P* p, double beta1, double beta2, double lr,
+//            double bias1, double bias2, double eps, double scale, double decay, long long count)
+//            (scale = lr·√bias2/bias1, used by the Moonlight formula)
+// G and P are float or unsigned short (16-bit bits). Throws std::invalid_argument for another type.
+std::string generate_muon_momentum(const MuonMomentumKernel& kernel);
+std::string generate_muon_apply(const MuonApplyKernel& kernel);
+std::string generate_adamw(const AdamWKernel& kernel);
+
+}  // namespace orthojit::cuda

@@ -1,0 +1,75 @@
+// Compiling, loading and launching the element-wise kernels (see elementwise_kernels.h).
+#include "cuda/elementwise_kernels.h"
+
+#include <algorithm>
+
+#include "cuda/program_cache.h"
+
+namespace orthojit::cuda {
+
+ElementwiseKernels::~ElementwiseKernels() {
+  // Modules stay loaded for the process when this is the process default (destroyed after the
+  // driver at exit otherwise); an owned instance unloads them.
+  for (auto& [source, loaded] : loaded_)
+    if (loaded.first) Device::get().api().cuModuleUnload(loaded.first);
+}
+
+ElementwiseKernels& ElementwiseKernels::process_default(const NamedSources& headers) {
+  static ElementwiseKernels* instance = new ElementwiseKernels(headers);  // never destroyed, as the Device
+  return *instance;
+}
+
+CUfunction ElementwiseKernels::function(const std::string& source, const char* name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = loaded_.find(source); it != loaded_.end()) return it->second.second;
+  const Device& device = Device::get();
+  device.make_current();
+  const ProgramCache::Result compiled = ProgramCache::process_default().get_or_compile(source, headers_, device.compile_target());
+  std::vector<char> image = compiled.output.image;
+  if (compiled.output.arch.rfind("compute_", 0) == 0) image.push_back('\0');  // PTX is loaded as a C string
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  check(device.api().cuModuleLoadData(&module, image.data()), std::string("cuModuleLoadData (") + name + ")");
+  check(device.api().cuModuleGetFunction(&function, module, name), std::string("cuModuleGetFunction(") + name + ")");
+  loaded_.emplace(source, std::make_pair(module, function));
+  return function;
+}
+
+void ElementwiseKernels::launch(CUfunction function, int64_t count, void** arguments, CUstream stream) {
+  if (count <= 0) return;
+  const Device& device = Device::get();
+  device.make_current();
+  // Memory-bound: 256 threads, enough CTAs to fill the device a few times over, the rest looped.
+  constexpr int64_t kThreads = 256;
+  const int64_t wanted = (count + kThreads - 1) / kThreads;
+  const int64_t limit = std::max<int64_t>(1, static_cast<int64_t>(device.info().multiprocessors) * 8);
+  const unsigned blocks = static_cast<unsigned>(std::min(wanted, limit));
+  check(device.api().cuLaunchKernel(function, blocks, 1, 1, static_cast<unsigned>(kThreads), 1, 1, 0, stream, arguments, nullptr),
+        "cuLaunchKernel(element-wise)");
+}
+
+void ElementwiseKernels::muon_momentum(const MuonMomentumKernel& kernel, CUdeviceptr g, CUdeviceptr m, CUdeviceptr u, double beta, int64_t count,
+                                       CUstream stream) {
+  CUfunction f = function(generate_muon_momentum(kernel), "oj_muon_momentum");
+  long long n = count;
+  void* arguments[] = {&g, &m, &u, &beta, &n};
+  launch(f, count, arguments, stream);
+}
+
+void ElementwiseKernels::muon_apply(const MuonApplyKernel& kernel, CUdeviceptr p, CUdeviceptr o, CUdeviceptr row_step, double step, double decay,
+                                    int64_t rows, int64_t cols, int64_t count, CUstream stream) {
+  CUfunction f = function(generate_muon_apply(kernel), "oj_muon_apply");
+  long long r = rows, c = cols, n = count;
+  void* arguments[] = {&p, &o, &row_step, &step, &decay, &r, &c, &n};
+  launch(f, count, arguments, stream);
+}
+
+void ElementwiseKernels::adamw(const AdamWKernel& kernel, CUdeviceptr g, CUdeviceptr m, CUdeviceptr v, CUdeviceptr p, double beta1, double beta2,
+                               double lr, double bias1, double bias2, double eps, double scale, double decay, int64_t count, CUstream stream) {
+  CUfunction f = function(generate_adamw(kernel), "oj_adamw");
+  long long n = count;
+  void* arguments[] = {&g, &m, &v, &p, &beta1, &beta2, &lr, &bias1, &bias2, &eps, &scale, &decay, &n};
+  launch(f, count, arguments, stream);
+}
+
+}  // namespace orthojit::cuda
