@@ -1,23 +1,19 @@
 // Reference checks (see reference_check.h).
 #include "autotune/reference_check.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
+#include "autotune/f64_products.h"
 #include "reference/interpreter.h"
 
 namespace orthojit::autotune {
 namespace {
 
-// The f64 products of the reference through OpenBLAS dgemm (an implementation independent of
-// the JIT kernels being checked).
-void blas_products(int64_t m, int64_t n, int64_t k, const double* a, const double* b_t, double* sums) {
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a, static_cast<int>(k), b_t,
-              static_cast<int>(k), 0.0, sums, static_cast<int>(n));
-}
+// The f64 products of the reference through OpenBLAS dgemm, or a portable loop in a build without
+// it (autotune/f64_products.h): an implementation independent of the kernels being checked.
+void blas_products(int64_t m, int64_t n, int64_t k, const double* a, const double* b_t, double* sums) { f64_products(m, n, k, a, b_t, sums); }
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "cpu/build_status.h"
 #include "cpu/cpu_isa.h"
 
 namespace orthojit::autotune {
@@ -136,6 +137,7 @@ Candidate effective(const Candidate& candidate, int64_t rows, int64_t cols) {
 std::optional<std::string> prune_reason(const Candidate& candidate, int64_t rows, int64_t cols, const std::string& gram_error,
                                         const std::vector<Candidate>& earlier) {
   if (candidate.strategy == "gram" && !gram_error.empty()) return "gram is impossible for this program: " + gram_error;
+  if (candidate.engine == "openblas" && !cpu::vendor_blas_unavailable_reason().empty()) return cpu::vendor_blas_unavailable_reason();
   if (candidate.engine == "openblas" && !candidate.triangular && candidate.strategy == "gram")
     return "gram's symmetric products on OpenBLAS: syrk is the vendor's way; dense sgemm adds nothing to compare";
   const Candidate mine = effective(candidate, rows, cols);

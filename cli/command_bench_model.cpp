@@ -15,6 +15,7 @@
 #include "cli/model_config.h"
 #include "cli/python_plot.h"
 #include "cli/records.h"
+#include "cpu/build_status.h"
 #include "cpu/vendor_gemm.h"
 #include "kernels/program_library.h"
 #include "reference/random_matrix.h"
@@ -65,6 +66,7 @@ std::string shape_label(int64_t rows, int64_t cols, int64_t batch) {
 int bench_model_command(const std::vector<std::string>& args) {
   Arguments arguments(args, {"model", "shape", "program", "precision", "budget", "threads", "plot", "backend"}, {"per-head", "compare", "json"});
   if (arguments.get("backend").value_or("cpu") != "cpu") throw runtime::UsageError("bench --model compares on the cpu backend (cuda arrives with its backend)");
+  if (!cpu::cpu_backend_unavailable_reason().empty()) throw runtime::UsageError("bench --model compares on the cpu backend: " + cpu::cpu_backend_unavailable_reason());
   const std::string program_name = arguments.get("program").value_or("jordan_ns5");
   const dsl::Program program = kernels::load_program_by_name_or_path(program_name);
   const std::optional<ScalarType> precision = parse_tuning_precision(arguments.get("precision"));

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "cli/arguments.h"
+#include "cpu/build_status.h"
 #include "cpu/cpu_executable.h"
 #include "cpu/kernel_cache.h"
 #include "cli/commands.h"
@@ -124,6 +125,8 @@ int compile_command(const std::vector<std::string>& args) {
     throw runtime::UsageError("backend '" + backend + "' is not available in this build; available: ref, cpu" + (have_cuda ? ", cuda" : ""));
   if (emit != "ir" && emit != "llvm" && emit != "cuda" && emit != "ptx") throw runtime::UsageError("unknown --emit '" + emit + "'; expected ir, llvm, cuda or ptx");
   if (emit == "llvm" && backend != "cpu") throw runtime::UsageError("--emit llvm is the CPU backend's code: add --backend cpu");
+  // The IR needs no backend; the LLVM IR needs the CPU backend's code generator.
+  if (emit == "llvm" && !cpu::cpu_backend_unavailable_reason().empty()) throw runtime::UsageError("--emit llvm: " + cpu::cpu_backend_unavailable_reason());
   if ((emit == "cuda" || emit == "ptx") && backend != "cuda") throw runtime::UsageError("--emit " + emit + " is the CUDA backend's code: add --backend cuda");
   if ((arguments.get("arch") || arguments.get("variant")) && backend != "cuda") throw runtime::UsageError("--arch and --variant are options of --backend cuda");
   cpu::CpuOptions cpu_options;

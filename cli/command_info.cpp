@@ -7,9 +7,11 @@
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/records.h"
+#include "cpu/build_status.h"
 #include "cpu/cpu_isa.h"
 #include "dsl/coefficient_sets.h"
 #include "kernels/program_library.h"
+#include "runtime/build_parts.h"
 #include "runtime/orthogonalize.h"
 #include "support/host_cpu.h"
 #ifdef ORTHOJIT_HAVE_CUDA
@@ -19,16 +21,24 @@
 
 namespace orthojit::cli {
 
-const char* const kInfoHelp = R"(usage: orthojit info
+const char* const kInfoHelp = R"(usage: orthojit info [--json]
 
-Prints the version, the backends of this build, the host CPU's features, the cache directory,
-this device's tuning records (where, how many, and whether they apply to this machine) and the
-shipped programs with their precision and step count.
+Prints the version, the backends of this build, the parts it was built with (and, for each part
+left out at configure time, why: a build without LLVM 19 has no cpu backend, one without MPI no
+mpi engine), the host CPU's features, the cache directory, this device's tuning records (where,
+how many, and whether they apply to this machine) and the shipped programs with their precision
+and step count.
+
+  --json                the same as one JSON document ("parts": [{name, built, detail}], ...)
 )";
 
 
 int info_command(const std::vector<std::string>& args) {
-  Arguments arguments(args, {}, {});
+  Arguments arguments(args, {}, {"json"});
+  if (arguments.has("json")) {
+    std::printf("%s\n", info_record().dump(2).c_str());
+    return 0;
+  }
   const HostCpu& cpu = host_cpu();
   std::printf("orthojit %s\n", ORTHOJIT_VERSION);
   std::string backends;
@@ -39,12 +49,22 @@ int info_command(const std::vector<std::string>& args) {
   else std::printf("cuda:       %s\n", cuda::Device::get().info().describe().c_str());
   std::printf("nvrtc:      %s (cubins up to sm_%d; the CUDA program cache is <cache dir>/cuda)\n", cuda::nvrtc_version().c_str(), cuda::newest_supported_sm());
 #endif
+  // The parts of this build (cmake/optional_parts.cmake), built ones first.
+  bool first = true;
+  for (bool built : {true, false})
+    for (const runtime::BuildPart& part : runtime::build_parts())
+      if (part.built == built) {
+        std::printf("%-12s%-18s %s%s\n", first ? "parts:" : "", part.name.c_str(), built ? "" : "NOT BUILT: ", part.detail.c_str());
+        first = false;
+      }
   std::printf("host cpu:   %s, %d logical cores\n", cpu.model.empty() ? "(unknown model)" : cpu.model.c_str(), cpu.logical_cores);
   std::printf("isa:        avx2=%s fma=%s f16c=%s avx512f=%s avx512bf16=%s -> %s\n", cpu.avx2 ? "yes" : "no", cpu.fma ? "yes" : "no",
               cpu.f16c ? "yes" : "no", cpu.avx512f ? "yes" : "no", cpu.avx512bf16 ? "yes" : "no", cpu.best_isa().c_str());
-  std::string paths;
-  for (cpu::CpuIsa isa : cpu::supported_isas()) paths += (paths.empty() ? "" : ", ") + std::string(cpu::to_string(isa));
-  std::printf("cpu paths:  %s (default %s; --isa to force one)\n", paths.c_str(), std::string(cpu::to_string(cpu::best_host_isa())).c_str());
+  if (cpu::cpu_backend_unavailable_reason().empty()) {
+    std::string paths;
+    for (cpu::CpuIsa isa : cpu::supported_isas()) paths += (paths.empty() ? "" : ", ") + std::string(cpu::to_string(isa));
+    std::printf("cpu paths:  %s (default %s; --isa to force one)\n", paths.c_str(), std::string(cpu::to_string(cpu::best_host_isa())).c_str());
+  }
   std::printf("cache dir:  %s\n", cache_directory().c_str());
   std::printf("tuning:     %s\n", autotune::describe_tuning_records().c_str());
   std::printf("\nshipped programs:\n");

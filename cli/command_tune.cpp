@@ -21,6 +21,7 @@
 #include "cli/commands.h"
 #include "cli/model_config.h"
 #include "cli/records.h"
+#include "cpu/build_status.h"
 #include "cpu/vendor_gemm.h"
 #include "kernels/program_library.h"
 
@@ -75,6 +76,8 @@ int tune_command(const std::vector<std::string>& args) {
   request.backend = arguments.get("backend").value_or("cpu");
   const std::string& backend = request.backend;
   if (backend != "cpu" && backend != "cuda") throw runtime::UsageError("unknown backend '" + backend + "'; expected cpu or cuda");
+  if (backend == "cpu" && !cpu::cpu_backend_unavailable_reason().empty())
+    throw runtime::UsageError("--backend cpu (the default): " + cpu::cpu_backend_unavailable_reason() + " (tune --backend cuda tunes the GPU's kernels)");
   if (backend == "cuda") {
     if (const std::string why = runtime::cuda_backend_unavailable_reason(); !why.empty()) throw runtime::UsageError("--backend cuda: " + why);
   }

@@ -17,11 +17,13 @@
 #include "autotune/cuda_tuner.h"
 #include "cuda/cuda_driver.h"
 #endif
+#include "cpu/build_status.h"
 #include "cpu/cpu_isa.h"
 #include "cpu/vendor_gemm.h"
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
 #include "reference/random_matrix.h"
+#include "runtime/build_parts.h"
 #include "support/cpu_peak.h"
 #include "support/host_cpu.h"
 
@@ -88,8 +90,11 @@ nlohmann::json info_record() {
                         {"coefficients", program.coefficient_set.empty() ? "custom" : program.coefficient_set},
                         {"safety", program.coefficient_safety}});
   }
+  nlohmann::json parts = nlohmann::json::array();
+  for (const runtime::BuildPart& part : runtime::build_parts()) parts.push_back({{"name", part.name}, {"built", part.built}, {"detail", part.detail}});
   return {{"version", ORTHOJIT_VERSION},
           {"backends", runtime::available_backends()},
+          {"parts", parts},
           {"cuda", cuda},
           {"host_cpu", {{"model", cpu.model}, {"logical_cores", cpu.logical_cores}, {"avx2", cpu.avx2}, {"fma", cpu.fma}, {"f16c", cpu.f16c},
                         {"avx512f", cpu.avx512f}, {"avx512bf16", cpu.avx512bf16}, {"best_isa", cpu.best_isa()}}},
@@ -301,12 +306,14 @@ nlohmann::json compare_record(const CompareRequest& request, const std::function
         row[std::string(name) + "_p80_ms"] = result.p80_ms;
       } catch (const CompileError& error) {
         row[std::string(name) + "_error"] = error.what();  // gram impossible for this program
+      } catch (const cpu::PartNotBuilt& error) {
+        row[std::string(name) + "_error"] = error.what();  // openblas in a build without OpenBLAS
       }
     }
     if (interactive) std::fprintf(stderr, "\r%60s\r", "");
     if (row.contains("gram_ms")) row["gram_speedup"] = row["standard_ms"].get<double>() / row["gram_ms"].get<double>();
     const double best = row.contains("gram_ms") ? std::min(row["standard_ms"].get<double>(), row["gram_ms"].get<double>()) : row["standard_ms"].get<double>();
-    row["vendor_speedup"] = row["openblas_ms"].get<double>() / best;
+    if (row.contains("openblas_ms")) row["vendor_speedup"] = row["openblas_ms"].get<double>() / best;
     if (on_row) on_row(row);
     rows.push_back(row);
   }

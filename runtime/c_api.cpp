@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/build_status.h"
 #include "kernels/program_library.h"
 #include "runtime/muon/deepspeed_config.h"
 #include "runtime/muon/hybrid_optimizer.h"
@@ -147,7 +148,8 @@ void check_backend_available(const std::string& backend) {
   for (const auto& name : available)
     if (name == backend) return;
   if (backend == "cuda") throw_api(OJ_UNAVAILABLE, "backend 'cuda' cannot run here: " + rt::cuda_backend_unavailable_reason() + "; available: " + join(available));
-  if (backend == "ref" || backend == "cpu") throw_api(OJ_UNAVAILABLE, "backend '" + backend + "' is not available in this build; available: " + join(available));
+  if (backend == "cpu") throw_api(OJ_UNAVAILABLE, "backend 'cpu' cannot run here: " + orthojit::cpu::cpu_backend_unavailable_reason() + "; available: " + join(available));
+  if (backend == "ref") throw_api(OJ_UNAVAILABLE, "backend '" + backend + "' is not available in this build; available: " + join(available));
   throw_api(OJ_INVALID_ARGUMENT, "unknown backend '" + backend + "'; backends: auto, ref, cpu, cuda (available here: " + join(available) + ")");
 }
 

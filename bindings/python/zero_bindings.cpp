@@ -23,7 +23,11 @@
 #include "cli/records.h"
 #include "runtime/zero/model_layout.h"
 #include "runtime/zero/distributed_optimizer.h"
+#ifdef ORTHOJIT_HAVE_MPI
 #include "runtime/zero/mpi_communicator.h"
+#else
+#include "runtime/build_parts.h"
+#endif
 #ifdef ORTHOJIT_HAVE_NCCL
 #include "runtime/zero/nccl_communicator.h"
 #endif
@@ -83,7 +87,12 @@ class Distributed {
       list.push_back(p);
     }
     // Open MPI's MPI_Comm is a pointer; the integer is what mpi4py's MPI._handleof returns.
+#ifdef ORTHOJIT_HAVE_MPI
     bootstrap_ = std::make_unique<runtime::MpiCommunicator>(reinterpret_cast<MPI_Comm>(mpi_comm));
+#else
+    (void)mpi_comm;  // the engines bootstrap over MPI, which this build left out (cmake/optional_parts.cmake)
+    throw nb::value_error(("orthojit.DistributedMuon: " + runtime::mpi_unavailable_reason()).c_str());
+#endif
     runtime::Communicator* communicator = bootstrap_.get();
     if (engine == "nccl") {
 #ifdef ORTHOJIT_HAVE_NCCL
@@ -91,7 +100,7 @@ class Distributed {
       nccl_ = runtime::NcclCommunicator::create(*bootstrap_);
       communicator = nccl_.get();
 #else
-      throw nb::value_error("engine 'nccl': this build has no CUDA backend (the CUDA toolkit was not found when it was configured)");
+      throw nb::value_error("engine 'nccl': this build has no NCCL engine (the CUDA toolkit or nccl.h was not found when it was configured)");
 #endif
     } else if (engine != "mpi") {
       throw nb::value_error(("unknown engine '" + engine + "'; expected mpi or nccl").c_str());
@@ -136,7 +145,7 @@ class Distributed {
 
  private:
   std::vector<std::string> names_;
-  std::unique_ptr<runtime::MpiCommunicator> bootstrap_;
+  std::unique_ptr<runtime::Communicator> bootstrap_;
 #ifdef ORTHOJIT_HAVE_NCCL
   std::unique_ptr<runtime::NcclCommunicator> nccl_;
 #endif

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "cpu/aligned_buffer.h"
+#include "cpu/build_status.h"
 #include "cpu/element_types.h"
 #include "cpu/kernel_cache.h"
 
@@ -120,6 +121,8 @@ std::string CpuOptions::describe() const {
 }
 
 CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& options) : function_(scheduled), options_(options) {
+  // A build without LLVM has no kernels to compile (cpu/without_llvm.cpp): say so before anything.
+  if (!cpu_backend_unavailable_reason().empty()) throw PartNotBuilt(cpu_backend_unavailable_reason());
   if (function_.buffers.empty() && function_.nodes.size() > 2)
     throw std::invalid_argument("cpu backend: the IR has no buffer plan (run every pass first)");
   for (const auto& node : function_.nodes)
