@@ -12,15 +12,28 @@
 // per step, m <= n), so strategies that skip work (gram, triangular products) show as a higher
 // effective rate and the rates of all variants of a case compare directly.
 //
-// Usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--list-cases] [--quick]
+// Failures are results, not aborts: without cuBLAS (a machine whose libcublas cannot be loaded)
+// the rate and the cuBLAS columns say why they are missing; a variant or a baseline that fails
+// to compile or run is reported with its error in the table and the JSON. gpu_bench.json and
+// gpu_bench_table.txt are rewritten after every case ("complete": false until the last), so a
+// run stopped by scripts/gpu-check's timeout or by --budget still leaves the cases it measured;
+// without a device both files say why and the exit code is 2. Exit code 1 when a case has no
+// orthojit variant that ran.
+//
+// Usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--budget SECONDS]
+//                           [--list-cases] [--quick]
+//   --budget: stop starting cases after SECONDS (those left are listed as not run).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,24 +127,132 @@ std::map<std::string, double> read_torch_results(const std::string& path) {
   return results;
 }
 
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (c == '\n') out += "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
+    else out += c;
+  }
+  return out + "\"";
+}
+
+// The first line of an error, short enough for a table cell.
+std::string brief(const std::string& text, size_t width = 60) {
+  std::string line = text.substr(0, text.find('\n'));
+  return line.size() <= width ? line : line.substr(0, width - 3) + "...";
+}
+
+struct Row {
+  BenchCase c;
+  std::vector<std::pair<std::string, double>> variants;  // label, ms
+  std::vector<std::pair<std::string, std::string>> failures;  // label, error
+  std::string best;
+  double best_ms = 0, cublas_ms = 0, cublas_loop_ms = 0, torch_ms = 0;
+  std::string cublas_error, status = "not run";  // status: "ok", "failed: ...", "not run (budget)"
+};
+
+struct Report {
+  std::string device, device_error;  // device_error: why nothing ran
+  double cublas_tflops = 0;
+  std::string cublas_error;  // why there is no cuBLAS rate
+  int repeats = 0;
+  bool complete = false;
+  std::vector<Row> rows;
+};
+
+std::string table_text(const Report& report) {
+  std::ostringstream table;
+  char line[1024];
+  if (!report.device_error.empty()) {
+    table << "\nno GPU benchmark: " << report.device_error << "\n";
+    return table.str();
+  }
+  if (report.cublas_error.empty()) std::snprintf(line, sizeof line, "\ncuBLAS bf16 GEMM rate (8192^3): %.1f TFLOP/s on %s\n", report.cublas_tflops, report.device.c_str());
+  else std::snprintf(line, sizeof line, "\ncuBLAS bf16 GEMM rate: not measured (%s) on %s\n", brief(report.cublas_error, 200).c_str(), report.device.c_str());
+  table << line;
+  std::snprintf(line, sizeof line, "%-44s %-26s %9s %8s %7s %9s %9s %9s %9s\n", "case (bf16)", "orthojit best variant", "ms", "TFLOP/s", "of GEMM",
+                "x cuBLAS", "x looped", "x torch", "torch ms");
+  table << line;
+  auto ratio = [](double baseline, double ms) {
+    char cell[32];
+    if (baseline > 0) std::snprintf(cell, sizeof cell, "%8.2fx", baseline / ms);
+    else std::snprintf(cell, sizeof cell, "%9s", "-");
+    return std::string(cell);
+  };
+  for (const Row& row : report.rows) {
+    if (row.best.empty()) {
+      std::snprintf(line, sizeof line, "%-44s %s\n", row.c.key().c_str(), brief(row.status, 120).c_str());
+      table << line;
+      continue;
+    }
+    const double tflops = standard_flops(row.c) / (row.best_ms * 1e-3) / 1e12;
+    char of_gemm[16];
+    if (report.cublas_tflops > 0) std::snprintf(of_gemm, sizeof of_gemm, "%6.0f%%", 100.0 * tflops / report.cublas_tflops);
+    else std::snprintf(of_gemm, sizeof of_gemm, "%7s", "-");
+    char torch_ms[16];
+    if (row.torch_ms > 0) std::snprintf(torch_ms, sizeof torch_ms, "%9.3f", row.torch_ms);
+    else std::snprintf(torch_ms, sizeof torch_ms, "%9s", "-");
+    std::snprintf(line, sizeof line, "%-44s %-26s %9.3f %8.1f %s %s %s %s %s\n", row.c.key().c_str(), row.best.c_str(), row.best_ms, tflops, of_gemm,
+                  ratio(row.cublas_ms, row.best_ms).c_str(), ratio(row.cublas_loop_ms, row.best_ms).c_str(), ratio(row.torch_ms, row.best_ms).c_str(), torch_ms);
+    table << line;
+  }
+  table << "(TFLOP/s: the standard algorithm's FLOPs over orthojit's time; x cuBLAS: the cuBLAS NS of the same program, standard strategy, over "
+           "orthojit's time; x looped: the cuBLAS NS one matrix at a time; -: baseline not run)\n";
+  // What failed, once per message, after the table (the JSON has every one).
+  std::map<std::string, int> failures;
+  for (const Row& row : report.rows) {
+    if (!row.cublas_error.empty()) ++failures["cublas baseline: " + brief(row.cublas_error, 160)];
+    for (const auto& [label, error] : row.failures) ++failures[label + ": " + brief(error, 160)];
+  }
+  for (const auto& [what, count] : failures) table << "failed" << (count > 1 ? " (" + std::to_string(count) + " cases)" : std::string()) << ": " << what << "\n";
+  if (!report.complete) table << "(incomplete: the run stopped before the last case)\n";
+  return table.str();
+}
+
+void write_outputs(const std::string& out_dir, const Report& report) {
+  std::ofstream json(out_dir + "/gpu_bench.json");
+  json << "{\n  \"device\": " << json_string(report.device) << ",\n  \"device_error\": " << json_string(report.device_error)
+       << ",\n  \"cublas_gemm_tflops_8192\": " << report.cublas_tflops << ",\n  \"cublas_error\": " << json_string(report.cublas_error)
+       << ",\n  \"repeats\": " << report.repeats << ",\n  \"complete\": " << (report.complete ? "true" : "false") << ",\n  \"cases\": [\n";
+  for (size_t r = 0; r < report.rows.size(); ++r) {
+    const Row& row = report.rows[r];
+    json << "    {\"case\": " << json_string(row.c.key()) << ", \"status\": " << json_string(row.status) << ", \"best\": " << json_string(row.best)
+         << ", \"best_ms\": " << row.best_ms << ", \"cublas_ms\": " << row.cublas_ms << ", \"cublas_looped_ms\": " << row.cublas_loop_ms
+         << ", \"cublas_error\": " << json_string(row.cublas_error) << ", \"torch_ms\": " << row.torch_ms << ", \"standard_flops\": " << standard_flops(row.c)
+         << ", \"variants\": {";
+    for (size_t v = 0; v < row.variants.size(); ++v) json << (v ? ", " : "") << json_string(row.variants[v].first) << ": " << row.variants[v].second;
+    json << "}, \"failures\": {";
+    for (size_t v = 0; v < row.failures.size(); ++v) json << (v ? ", " : "") << json_string(row.failures[v].first) << ": " << json_string(row.failures[v].second);
+    json << "}}" << (r + 1 < report.rows.size() ? "," : "") << "\n";
+  }
+  json << "  ]\n}\n";
+  std::ofstream(out_dir + "/gpu_bench_table.txt") << table_text(report);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string out_dir = ".", torch_path;
   int repeats = 10;
+  double budget_seconds = 0;
   bool list = false, quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
     if (argument == "--out-dir" && i + 1 < argc) out_dir = argv[++i];
     else if (argument == "--torch" && i + 1 < argc) torch_path = argv[++i];
     else if (argument == "--repeats" && i + 1 < argc) repeats = std::max(3, std::atoi(argv[++i]));
+    else if (argument == "--budget" && i + 1 < argc) budget_seconds = std::atof(argv[++i]);
     else if (argument == "--list-cases") list = true;
     else if (argument == "--quick") quick = true;
     else {
-      std::fprintf(stderr, "usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--list-cases] [--quick]\n");
+      std::fprintf(stderr, "usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--budget SECONDS] [--list-cases] [--quick]\n");
       return 2;
     }
   }
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   const std::vector<BenchCase> cases = bench_cases(quick);
   if (list) {
     // For scripts/torch_ns_baseline.py: "program rows cols batch a,b,c;a,b,c;..." per line.
@@ -147,144 +268,160 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  Report report;
+  report.repeats = repeats;
+  for (const BenchCase& c : cases) report.rows.push_back({c, {}, {}, "", 0, 0, 0, 0, "", "not run"});
   std::string reason;
-  if (!cuda::driver(&reason)) {
-    std::fprintf(stderr, "orthojit_gpu_bench: %s\n", reason.c_str());
+  if (!cuda::driver(&reason)) report.device_error = reason;
+  else
+    try {
+      cuda::Device::get();
+    } catch (const std::exception& error) {
+      report.device_error = error.what();
+    }
+  if (!report.device_error.empty()) {
+    std::fprintf(stderr, "orthojit_gpu_bench: %s\n", report.device_error.c_str());
+    write_outputs(out_dir, report);
     return 2;
   }
   const cuda::Device& device = cuda::Device::get();
-  std::printf("device: %s\n", device.info().describe().c_str());
-  const double cublas_tflops = cuda::CublasNewtonSchulz::measure_gemm_tflops(8192, 10);
-  std::printf("cuBLAS bf16 GEMM 8192^3: %.1f TFLOP/s (median of 10)\n\n", cublas_tflops);
+  report.device = device.info().describe();
+  std::printf("device: %s\n", report.device.c_str());
+  // The yardstick; without cuBLAS the run goes on and the table says why the column is empty.
+  report.cublas_error = cuda::CublasNewtonSchulz::unavailable_reason();
+  if (report.cublas_error.empty()) try {
+      report.cublas_tflops = cuda::CublasNewtonSchulz::measure_gemm_tflops(8192, 10);
+      std::printf("cuBLAS bf16 GEMM 8192^3: %.1f TFLOP/s (median of 10)\n\n", report.cublas_tflops);
+    } catch (const std::exception& error) {
+      report.cublas_error = error.what();
+    }
+  if (!report.cublas_error.empty()) std::printf("cuBLAS bf16 GEMM rate not measured: %s\n\n", report.cublas_error.c_str());
+  write_outputs(out_dir, report);
   const auto torch = torch_path.empty() ? std::map<std::string, double>{} : read_torch_results(torch_path);
   const auto& headers = kernels::cuda_device_headers();
 
   // Variants per case; their programs compiled in parallel first (NVRTC on every core).
-  struct Row {
-    BenchCase c;
-    std::vector<std::pair<std::string, double>> variants;  // label, ms
-    std::string best;
-    double best_ms = 0, cublas_ms = 0, cublas_loop_ms = 0, torch_ms = 0;
+  struct Work {
+    size_t row;
+    ir::Function function;
+    cuda::CudaVariant variant;
+    std::string error;  // the compile's, reported when the variant is timed
   };
-  std::vector<Row> rows;
-  std::vector<std::tuple<size_t, ir::Function, cuda::CudaVariant>> work;
+  std::vector<Work> work;
   std::vector<dsl::Program> programs;
-  for (const BenchCase& c : cases) {
+  for (Row& row : report.rows) {
+    const BenchCase& c = row.c;
     programs.push_back(kernels::load_program_by_name_or_path(c.program));
-    rows.push_back({c, {}, "", 0, 0, 0, 0});
-    const ir::Function function = schedule(programs.back(), c, c.batch);
-    std::vector<cuda::CudaVariant> variants(1);
-    for (const cuda::TileConfig& tile : cuda::tile_configs()) {
-      cuda::CudaVariant variant;
-      variant.tile = tile;
-      variants.push_back(variant);
+    try {
+      const ir::Function function = schedule(programs.back(), c, c.batch);
+      std::vector<cuda::CudaVariant> variants(1);
+      for (const cuda::TileConfig& tile : cuda::tile_configs()) {
+        cuda::CudaVariant variant;
+        variant.tile = tile;
+        variants.push_back(variant);
+      }
+      variants.push_back({cuda::CudaVariant::Kind::FusedSmall, std::nullopt});
+      for (const auto& variant : variants)
+        if (cuda::variant_unavailable_reason(function, variant, device.info().max_shared_per_block_optin).empty())
+          work.push_back({programs.size() - 1, function, variant, ""});
+    } catch (const std::exception& error) {
+      row.status = std::string("failed: scheduling: ") + error.what();
     }
-    variants.push_back({cuda::CudaVariant::Kind::FusedSmall, std::nullopt});
-    for (const auto& variant : variants)
-      if (cuda::variant_unavailable_reason(function, variant, device.info().max_shared_per_block_optin).empty())
-        work.emplace_back(rows.size() - 1, function, variant);
   }
   {
-    const auto start = std::chrono::steady_clock::now();
+    const auto compile_start = std::chrono::steady_clock::now();
     std::atomic<size_t> next{0};
     std::vector<std::thread> workers;
     for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t)
       workers.emplace_back([&] {
         for (size_t index = next++; index < work.size(); index = next++) {
           try {
-            const auto& [row, function, variant] = work[index];
-            const cuda::CudaProgram generated = cuda::generate_variant(function, variant, device.info().max_shared_per_block_optin);
+            const cuda::CudaProgram generated = cuda::generate_variant(work[index].function, work[index].variant, device.info().max_shared_per_block_optin);
             cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, device.compile_target());
-          } catch (const std::exception&) {
-            // reported when the variant is built below
+          } catch (const std::exception& error) {
+            work[index].error = error.what();
           }
         }
       });
     for (auto& worker : workers) worker.join();
-    std::printf("compiled %zu variants in %.1f s\n", work.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::printf("compiled %zu variants in %.1f s\n", work.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count());
   }
 
-  Timer timer(repeats);
-  for (size_t r = 0; r < rows.size(); ++r) {
-    Row& row = rows[r];
+  int without_result = 0;
+  std::unique_ptr<Timer> timer;
+  for (size_t r = 0; r < report.rows.size(); ++r) {
+    Row& row = report.rows[r];
     const BenchCase& c = row.c;
-    const int64_t elements = c.rows * c.cols * c.batch;
-    const std::vector<double> values = reference::gaussian_values(elements, 1234 + r);
-    const std::vector<float> host(values.begin(), values.end());
-    cuda::DeviceBuffer input(elements * 4), output(elements * 4);
-    input.upload(host.data(), elements * 4);
+    if (row.status != "not run") {
+      ++without_result;
+      continue;
+    }
+    if (budget_seconds > 0 && elapsed() > budget_seconds) {
+      row.status = "not run (--budget " + std::to_string(static_cast<int>(budget_seconds)) + " s spent)";
+      continue;
+    }
     std::printf("%s\n", c.key().c_str());
-    for (const auto& [row_index, function, variant] : work) {
-      if (row_index != r) continue;
-      try {
-        auto runner = cuda::build_cuda_runner(programs[r], function, variant, headers);
-        const double ms = timer.median_ms([&] { runner->run_device(input.get(), output.get(), nullptr); });
-        row.variants.emplace_back(variant.label(), ms);
-        std::printf("  %-32s %9.3f ms\n", variant.label().c_str(), ms);
-        if (row.best.empty() || ms < row.best_ms) {
-          row.best = variant.label();
-          row.best_ms = ms;
-        }
-      } catch (const std::exception& error) {
-        std::printf("  %-32s failed: %s\n", variant.label().c_str(), error.what());
-      }
-    }
     try {
-      BenchCase standard = c;
-      standard.strategy = ir::StrategyKind::Standard;
-      const ir::Function function = schedule(programs[r], standard, c.batch);
-      auto baseline = cuda::build_cuda_runner(programs[r], function, {cuda::CudaVariant::Kind::Cublas, std::nullopt}, headers);
-      row.cublas_ms = timer.median_ms([&] { baseline->run_device(input.get(), output.get(), nullptr); });
-      std::printf("  %-32s %9.3f ms\n", "cublas NS (baseline)", row.cublas_ms);
-      if (c.batch > 1) {
-        // The loop a trainer without batching runs: one matrix at a time.
-        const ir::Function single = schedule(programs[r], standard, 1);
-        auto looped = cuda::build_cuda_runner(programs[r], single, {cuda::CudaVariant::Kind::Cublas, std::nullopt}, headers);
-        const int64_t per_matrix = c.rows * c.cols * 4;
-        row.cublas_loop_ms = timer.median_ms([&] {
-          for (int64_t z = 0; z < c.batch; ++z)
-            looped->run_device(input.get() + static_cast<CUdeviceptr>(z * per_matrix), output.get() + static_cast<CUdeviceptr>(z * per_matrix), nullptr);
-        });
-        std::printf("  %-32s %9.3f ms\n", "cublas NS looped over the batch", row.cublas_loop_ms);
+      if (!timer) timer = std::make_unique<Timer>(repeats);
+      const int64_t elements = c.rows * c.cols * c.batch;
+      const std::vector<double> values = reference::gaussian_values(elements, 1234 + r);
+      const std::vector<float> host(values.begin(), values.end());
+      cuda::DeviceBuffer input(elements * 4), output(elements * 4);
+      input.upload(host.data(), elements * 4);
+      for (const Work& item : work) {
+        if (item.row != r) continue;
+        const std::string label = item.variant.label();
+        try {
+          if (!item.error.empty()) throw std::runtime_error(item.error);
+          auto runner = cuda::build_cuda_runner(programs[r], item.function, item.variant, headers);
+          const double ms = timer->median_ms([&] { runner->run_device(input.get(), output.get(), nullptr); });
+          row.variants.emplace_back(label, ms);
+          std::printf("  %-32s %9.3f ms\n", label.c_str(), ms);
+          if (row.best.empty() || ms < row.best_ms) {
+            row.best = label;
+            row.best_ms = ms;
+          }
+        } catch (const std::exception& error) {
+          row.failures.emplace_back(label, error.what());
+          std::printf("  %-32s failed: %s\n", label.c_str(), brief(error.what(), 200).c_str());
+        }
       }
+      if (!report.cublas_error.empty()) row.cublas_error = report.cublas_error;
+      else
+        try {
+          BenchCase standard = c;
+          standard.strategy = ir::StrategyKind::Standard;
+          const ir::Function function = schedule(programs[r], standard, c.batch);
+          auto baseline = cuda::build_cuda_runner(programs[r], function, {cuda::CudaVariant::Kind::Cublas, std::nullopt}, headers);
+          row.cublas_ms = timer->median_ms([&] { baseline->run_device(input.get(), output.get(), nullptr); });
+          std::printf("  %-32s %9.3f ms\n", "cublas NS (baseline)", row.cublas_ms);
+          if (c.batch > 1) {
+            // The loop a trainer without batching runs: one matrix at a time.
+            const ir::Function single = schedule(programs[r], standard, 1);
+            auto looped = cuda::build_cuda_runner(programs[r], single, {cuda::CudaVariant::Kind::Cublas, std::nullopt}, headers);
+            const int64_t per_matrix = c.rows * c.cols * 4;
+            row.cublas_loop_ms = timer->median_ms([&] {
+              for (int64_t z = 0; z < c.batch; ++z)
+                looped->run_device(input.get() + static_cast<CUdeviceptr>(z * per_matrix), output.get() + static_cast<CUdeviceptr>(z * per_matrix), nullptr);
+            });
+            std::printf("  %-32s %9.3f ms\n", "cublas NS looped over the batch", row.cublas_loop_ms);
+          }
+        } catch (const std::exception& error) {
+          row.cublas_error = error.what();
+          std::printf("  cublas baseline failed: %s\n", brief(error.what(), 200).c_str());
+        }
+      if (auto found = torch.find(c.torch_key()); found != torch.end()) row.torch_ms = found->second;
+      row.status = row.best.empty() ? "failed: no orthojit variant ran" : "ok";
     } catch (const std::exception& error) {
-      std::printf("  cublas baseline failed: %s\n", error.what());
+      // The case itself (its buffers, the timer's flush buffer): the next case may still run.
+      row.status = std::string("failed: ") + error.what();
+      std::printf("  failed: %s\n", brief(error.what(), 200).c_str());
     }
-    if (auto found = torch.find(c.torch_key()); found != torch.end()) row.torch_ms = found->second;
+    if (row.best.empty()) ++without_result;
+    write_outputs(out_dir, report);
   }
-
-  // The table, last.
-  std::ostringstream table;
-  char line[512];
-  std::snprintf(line, sizeof line, "\ncuBLAS bf16 GEMM rate (8192^3): %.1f TFLOP/s on %s\n", cublas_tflops, device.info().name.c_str());
-  table << line;
-  std::snprintf(line, sizeof line, "%-44s %-26s %9s %8s %7s %9s %9s %9s %9s\n", "case (bf16)", "orthojit best variant", "ms", "TFLOP/s", "of GEMM",
-                "x cuBLAS", "x looped", "x torch", "torch ms");
-  table << line;
-  for (const Row& row : rows) {
-    if (row.best.empty()) continue;
-    const double tflops = standard_flops(row.c) / (row.best_ms * 1e-3) / 1e12;
-    auto ratio = [&](double baseline) { return baseline > 0 ? baseline / row.best_ms : 0.0; };
-    std::snprintf(line, sizeof line, "%-44s %-26s %9.3f %8.1f %6.0f%% %8.2fx %8.2fx %8.2fx %9.3f\n", row.c.key().c_str(), row.best.c_str(), row.best_ms, tflops,
-                  100.0 * tflops / cublas_tflops, ratio(row.cublas_ms), ratio(row.cublas_loop_ms), ratio(row.torch_ms), row.torch_ms);
-    table << line;
-  }
-  table << "(TFLOP/s: the standard algorithm's FLOPs over orthojit's time; x cuBLAS: the cuBLAS NS of the same program, standard strategy, over "
-           "orthojit's time; 0.00x: baseline not run)\n";
-  std::printf("%s", table.str().c_str());
-
-  std::ofstream json(out_dir + "/gpu_bench.json");
-  json << "{\n  \"device\": \"" << device.info().describe() << "\",\n  \"cublas_gemm_tflops_8192\": " << cublas_tflops << ",\n  \"repeats\": " << repeats
-       << ",\n  \"cases\": [\n";
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const Row& row = rows[r];
-    json << "    {\"case\": \"" << row.c.key() << "\", \"best\": \"" << row.best << "\", \"best_ms\": " << row.best_ms << ", \"cublas_ms\": " << row.cublas_ms
-         << ", \"cublas_looped_ms\": " << row.cublas_loop_ms << ", \"torch_ms\": " << row.torch_ms << ", \"standard_flops\": " << standard_flops(row.c)
-         << ", \"variants\": {";
-    for (size_t v = 0; v < row.variants.size(); ++v) json << (v ? ", " : "") << "\"" << row.variants[v].first << "\": " << row.variants[v].second;
-    json << "}}" << (r + 1 < rows.size() ? "," : "") << "\n";
-  }
-  json << "  ]\n}\n";
-  std::ofstream(out_dir + "/gpu_bench_table.txt") << table.str();
-  return 0;
+  report.complete = true;
+  write_outputs(out_dir, report);
+  std::printf("%s", table_text(report).c_str());
+  return without_result == 0 ? 0 : 1;
 }
