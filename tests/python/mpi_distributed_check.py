@@ -1,7 +1,7 @@
 """Run under mpirun by test_distributed.py: orthojit.DistributedMuon on every rank against the
 single-process orthojit.Muon on the same reduced gradients (rank 0 supplies the gradient, the
 others zeros, summed without averaging: the reduction is exact), for every stage and both modes,
-three steps; the parameters must be bit-identical on every rank. Exits non-zero on any mismatch
+three steps, one with missing gradients; the parameters must be bit-identical on every rank. Exits non-zero on any mismatch
 (on every rank)."""
 import sys
 
@@ -35,10 +35,13 @@ for stage in (1, 2, 3):
         for step in range(3):
             torch.manual_seed(100 + step)
             gradients = {name: torch.randn_like(p) for name, p in reference_model.named_parameters()}
+            # Step 1: one matrix and one bias without a gradient on every rank: the keller preset
+            # (missing_grad = zero) steps them with zeros in both optimizers.
+            missing = {"hidden.weight", "out.bias"} if step == 1 else set()
             for name, p in reference_model.named_parameters():
-                p.grad = gradients[name].clone()
+                p.grad = None if name in missing else gradients[name].clone()
             for name, p in distributed_model.named_parameters():
-                p.grad = gradients[name].clone() if rank == 0 else torch.zeros_like(p)
+                p.grad = None if name in missing else gradients[name].clone() if rank == 0 else torch.zeros_like(p)
             report = distributed.step()
             if stage == 3:
                 distributed.gather_parameters()
