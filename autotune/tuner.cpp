@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "autotune/reference_check.h"
@@ -47,6 +48,10 @@ cpu::CpuOptions cpu_options_for(const Candidate& candidate, int threads) {
 
 }  // namespace
 
+nlohmann::json tolerance_json(const ErrorBounds& bounds) {
+  return {{"tile", bounds.tile}, {"frobenius", bounds.frobenius}, {"measure", "max |c-r| per 16x16 tile / the tile's reference RMS; per-matrix relative Frobenius"}};
+}
+
 std::unique_ptr<cpu::CpuExecutable> build_candidate(const TuneProblem& problem, const Candidate& candidate, int threads) {
   return std::make_unique<cpu::CpuExecutable>(compile_for(problem, candidate, problem.rows, problem.cols, problem.batch), cpu_options_for(candidate, threads));
 }
@@ -60,15 +65,6 @@ ProblemKey problem_key(const dsl::Program& program, int64_t rows, int64_t cols, 
   // Oriented (rows <= cols): a shape and its transpose run the same kernels.
   key.key = entry_key(key.program_hash, std::min(rows, cols), std::max(rows, cols), batch, key.storage, key.accumulate);
   return key;
-}
-
-double check_tolerance(ScalarType storage) {
-  switch (storage) {
-    case ScalarType::F32: return 5e-4;
-    case ScalarType::F16: return 1e-2;
-    case ScalarType::BF16: return 3e-2;
-    default: return 1e-9;
-  }
 }
 
 std::optional<size_t> pick_winner(const std::vector<double>& p50_ms, const std::vector<bool>& ok, double tie_tolerance) {
@@ -98,8 +94,6 @@ nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settin
   const auto started = Clock::now();
   const SearchSpace& space = search_space("cpu");
   const ProblemKey key = problem_key(*problem.program, problem.rows, problem.cols, problem.batch, problem.precision);
-  const ScalarType storage = passes::effective_policy(problem.program->policy, problem.precision).storage;
-  const double tolerance = check_tolerance(storage);
   std::string default_reason;
   const Candidate fallback = default_candidate(*problem.program, problem.rows, problem.cols, problem.precision, &default_reason);
 
@@ -126,7 +120,10 @@ nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settin
   };
   std::vector<Trial> trials;
   std::vector<Candidate> accepted;
-  std::map<std::string, std::vector<double>> references;  // full-shape f64 references by strategy
+  // The f64 references by strategy: of the full shape, or of the reduced one (same input for every
+  // candidate of a strategy, so computed once).
+  std::map<std::string, Reference> references, reduced_references;
+  std::optional<ErrorBounds> bounds;  // those the candidates were checked against, for the record
 
   auto add_candidates = [&](const std::vector<Candidate>& candidates) {
     for (const Candidate& candidate : candidates) {
@@ -203,19 +200,24 @@ nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settin
       if (iteration_flops(function) <= kFullCheckFlops) {
         auto cached = references.find(trial.candidate.strategy);
         if (cached == references.end()) cached = references.emplace(trial.candidate.strategy, reference_of(function, input)).first;
-        check = compare(output, cached->second, tolerance);
+        check = compare(output, cached->second);
+        if (!bounds) bounds = cached->second.bounds;
       } else {
-        // The same configuration on a reduced shape (same aspect class), checked in full.
+        // The same configuration, batch included (the batch's split over threads is part of it),
+        // on a reduced shape of the same aspect class; checked like a full one.
         int64_t small_rows = 0, small_cols = 0;
         reduced_check_shape(problem.rows, problem.cols, small_rows, small_cols);
-        const ir::Function reduced = compile_for(problem, trial.candidate, small_rows, small_cols, 1);
+        const ir::Function reduced = compile_for(problem, trial.candidate, small_rows, small_cols, problem.batch);
         cpu::CpuExecutable reduced_executable(reduced, cpu_options_for(trial.candidate, settings.threads));
-        const auto reduced_values = reference::gaussian_values(small_rows * small_cols, 7);
+        const auto reduced_values = reference::gaussian_values(small_rows * small_cols * problem.batch, 7);
         const std::vector<float> reduced_input(reduced_values.begin(), reduced_values.end());
-        std::vector<float> reduced_output(reduced_input.size());
+        std::vector<float> reduced_output(reduced_input.size(), std::numeric_limits<float>::quiet_NaN());
         reduced_executable.run(reduced_input.data(), reduced_output.data());
         if (settings.tamper_output) settings.tamper_output(trial.candidate, reduced_output.data(), reduced_output.size());
-        check = check_against_reference(reduced, reduced_input, reduced_output, tolerance);
+        auto cached = reduced_references.find(trial.candidate.strategy);
+        if (cached == reduced_references.end()) cached = reduced_references.emplace(trial.candidate.strategy, reference_of(reduced, reduced_input)).first;
+        check = compare(reduced_output, cached->second);
+        if (!bounds) bounds = cached->second.bounds;
         if (!check.ok) check.message += " (on the reduced shape " + std::to_string(small_rows) + "x" + std::to_string(small_cols) + ")";
       }
       trial.error = check.error;
@@ -272,8 +274,8 @@ nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settin
                           {"flush_bytes", cache_flush_bytes()},
                           {"warmup", "one run (kept as a sample when longer than 1 s)"},
                           {"blas", std::string("OpenBLAS ") + cpu::openblas_kernel_name()},
-                          {"tolerance", tolerance},
                           {"elapsed_s", elapsed_ms() / 1000}};
+  if (bounds) bench["tolerance"] = tolerance_json(*bounds);
   std::vector<TrialOutcome> outcomes;
   for (const Trial& trial : trials)
     outcomes.push_back({trial.candidate.label(), trial.candidate.to_json(), trial.status, trial.message, trial.timing, trial.error, trial.is_default,

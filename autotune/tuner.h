@@ -1,7 +1,8 @@
 // The tuner: for one (program, shape, batch, precision) it enumerates the search space, prunes,
-// compiles, checks every candidate's output against the f64 reference (a fast wrong kernel is
-// recorded as wrong_result and never wins), times the survivors within the budget, re-times the
-// top three and picks the winner (ties within 2% go to the earlier candidate in the search
+// compiles, checks every candidate's output against the f64 reference (reference_check.h: every
+// 16x16 tile of every matrix of the batch, or of a sample of a large batch; a fast wrong kernel
+// is recorded as wrong_result and never wins), times the survivors within the budget, re-times
+// the top three and picks the winner (ties within 2% go to the earlier candidate in the search
 // space's order). The result is one tuning-record entry (tuning_record.h).
 #pragma once
 
@@ -11,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "autotune/error_measure.h"
 #include "autotune/search_space.h"
 #include "autotune/timing_harness.h"
 #include "cpu/cpu_executable.h"
@@ -46,9 +48,10 @@ struct ProblemKey {
 };
 ProblemKey problem_key(const dsl::Program& program, int64_t rows, int64_t cols, int64_t batch, std::optional<ScalarType> precision);
 
-// Relative error a candidate may have against the f64 reference of its own strategy, by storage
-// type (the argument is in tests/cpu_backend_test.cpp): f32 5e-4, f16 1e-2, bf16 3e-2.
-double check_tolerance(ScalarType storage);
+// The bounds a record's candidates were checked against (autotune/error_measure.h: the largest
+// error per 16x16 tile relative to the tile's reference RMS, and the per-matrix relative
+// Frobenius error), as the record's bench.tolerance.
+nlohmann::json tolerance_json(const ErrorBounds& bounds);
 
 // Which candidate wins: the fastest p50 among those with status "ok", except that any candidate
 // within `tie_tolerance` of the fastest and earlier in `order` wins instead. Returns the index into
