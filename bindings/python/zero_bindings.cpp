@@ -91,7 +91,7 @@ class Distributed {
     bootstrap_ = std::make_unique<runtime::MpiCommunicator>(reinterpret_cast<MPI_Comm>(mpi_comm));
 #else
     (void)mpi_comm;  // the engines bootstrap over MPI, which this build left out (cmake/optional_parts.cmake)
-    throw nb::value_error(("orthojit.DistributedMuon: " + runtime::mpi_unavailable_reason()).c_str());
+    throw nb::value_error(("orthojit.DistributedMuon bootstraps every engine over MPI: " + runtime::mpi_unavailable_reason() + " (orthojit.Muon runs one process)").c_str());
 #endif
     runtime::Communicator* communicator = bootstrap_.get();
     if (engine == "nccl") {
