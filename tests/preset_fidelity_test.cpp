@@ -291,17 +291,11 @@ SystemResult run_orthojit(const std::vector<TensorSpec>& model, const Trajectory
 
 // The largest |actual − expected| over the tensor, relative to the largest expected magnitude
 // (elementwise: one wrong element anywhere shows).
-double worst_error(const std::vector<float>& actual, const std::vector<float>& expected) {
+template <class T>
+double worst_error(const std::vector<T>& actual, const std::vector<T>& expected) {
   double largest = 1e-30, worst = 0;
-  for (float v : expected) largest = std::max(largest, std::abs(static_cast<double>(v)));
-  for (size_t i = 0; i < actual.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(actual[i]) - expected[i]));
-  return worst / largest;
-}
-
-double worst_error(const Vector& actual, const Vector& expected) {
-  double largest = 1e-30, worst = 0;
-  for (double v : expected) largest = std::max(largest, std::abs(v));
-  for (size_t i = 0; i < actual.size(); ++i) worst = std::max(worst, std::abs(actual[i] - expected[i]));
+  for (T v : expected) largest = std::max(largest, std::abs(static_cast<double>(v)));
+  for (size_t i = 0; i < actual.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(actual[i]) - static_cast<double>(expected[i])));
   return worst / largest;
 }
 

@@ -247,6 +247,15 @@ void qk_clip(const nb::ndarray<>& q, const nb::ndarray<>& k, int64_t head_rows, 
   for (const Elements& p : tensors) runtime::qk_clip_rows(p.dtype, p.data, p.count / p.shape[0], head_rows, s_max, tau);
 }
 
+// Row-major contiguity (dimensions of extent 1 may have any stride), as tensor_view checks it.
+void require_contiguous(const nb::ndarray<>& a, const std::string& what) {
+  int64_t expected = 1;
+  for (size_t d = a.ndim(); d-- > 0;) {
+    if (a.shape(d) != 1 && a.stride(d) != expected) throw std::invalid_argument(what + " is not contiguous");
+    expected *= static_cast<int64_t>(a.shape(d));
+  }
+}
+
 // O = NS(U) for a batch of same-shape f32 matrices (batch x rows x cols, contiguous) where the
 // tensors are: host memory through the settings' backend, CUDA memory (device 0, the primary
 // context PyTorch uses) through the cuda backend, enqueued on `stream` (torch's current stream,
@@ -258,11 +267,7 @@ void orthogonalize_batch(MuonSettings& self, const nb::ndarray<>& input, const n
     if (type.lanes != 1 || static_cast<nb::dlpack::dtype_code>(type.code) != nb::dlpack::dtype_code::Float || type.bits != 32)
       throw nb::type_error((std::string(what) + ": expected float32").c_str());
     if (a.ndim() != 3) throw std::invalid_argument(std::string(what) + ": expected a batch x rows x cols tensor");
-    int64_t expected = 1;
-    for (size_t d = a.ndim(); d-- > 0;) {
-      if (a.shape(d) != 1 && a.stride(d) != expected) throw std::invalid_argument(std::string(what) + " is not contiguous");
-      expected *= static_cast<int64_t>(a.shape(d));
-    }
+    require_contiguous(a, what);
   };
   check(input, "orthogonalize_batch input");
   check(output, "orthogonalize_batch output");
@@ -310,11 +315,7 @@ DeviceTensor device_tensor(const nb::ndarray<>& array, const std::string& what, 
   else if (!f32_only && type.lanes == 1 && code == nb::dlpack::dtype_code::Bfloat && type.bits == 16) result.dtype = DType::BF16;
   else if (!f32_only && type.lanes == 1 && code == nb::dlpack::dtype_code::Float && type.bits == 16) result.dtype = DType::F16;
   else throw nb::type_error((what + ": expected " + (f32_only ? "float32" : "float32, bfloat16 or float16")).c_str());
-  int64_t expected = 1;
-  for (size_t d = array.ndim(); d-- > 0;) {
-    if (array.shape(d) != 1 && array.stride(d) != expected) throw std::invalid_argument(what + " is not contiguous");
-    expected *= static_cast<int64_t>(array.shape(d));
-  }
+  require_contiguous(array, what);
   result.pointer = reinterpret_cast<std::uintptr_t>(array.data());
   result.count = static_cast<int64_t>(array.size());
   return result;
@@ -473,6 +474,14 @@ void register_optimizer(nb::module_& m) {
         nb::arg("head_rows") = 0, nb::arg("experts_as_batch").none() = nb::none(), nb::arg("tensor_layout") = "flatten", nb::arg("conv_scale") = "kernel",
         "How Muon sees a parameter (layout auto | flatten | batch | trailing, auto meaning tensor_layout; QKV row_splits; per-head "
         "head_rows); raises ValueError naming the parameter.");
+  m.def(
+      "lr_scale",
+      [](const std::string& adjust, int64_t rows, int64_t cols) {
+        const auto parsed = runtime::parse_lr_adjust(adjust);
+        if (!parsed) throw std::invalid_argument("lr adjustment '" + adjust + "' is not none, original, match_rms_adamw or spectral");
+        return runtime::lr_scale(*parsed, rows, cols);
+      },
+      nb::arg("adjust"), nb::arg("rows"), nb::arg("cols"), "The lr adjustment s of a rows x cols block (update_rules.h lr_scale).");
   m.def("momentum_conversion_factor", [](const std::string& from, const std::string& to, double beta) {
         const auto a = runtime::parse_momentum_kind(from), b = runtime::parse_momentum_kind(to);
         if (!a || !b) throw std::invalid_argument("momentum kinds are ema or sum (got '" + from + "', '" + to + "')");

@@ -567,6 +567,22 @@ def test_settings_take_the_runtime_keys_and_the_exact_extensions():
 
 # ----------------------------------------------------------------------------- issue: presets that reproduce their systems
 
+def expected_with_missing(model, ref, c):
+    """The reference step of Net's parameters; a parameter without a gradient is unchanged
+    (missing_grad skip) or stepped with zeros (zero)."""
+    expected = {}
+    for name, p in model.named_parameters():
+        g = p.grad
+        if g is None:
+            if c["missing"] == "skip":
+                expected[name] = p.detach().double().clone()
+                continue
+            g = torch.zeros_like(p)
+        expected[name] = ref.muon(name, p, g, c["muon_lr"], c["muon_wd"]) if name in MUON_NAMES else \
+            ref.adam(name, p, g, c["adam_lr"], c["adam_wd"])
+    return expected
+
+
 @pytest.mark.parametrize("preset", ["deepspeed", "keller", "moonlight", "torch"])
 def test_a_missing_gradient_is_zeros_or_skipped_as_the_preset_says(preset):
     # DeepSpeed and Keller: `p.grad = torch.zeros_like(p)` and the full step (momentum still moves
@@ -580,16 +596,7 @@ def test_a_missing_gradient_is_zeros_or_skipped_as_the_preset_says(preset):
         if step == 1:
             model.fc1.weight.grad = None  # Muon
             model.fc2.bias.grad = None    # AdamW
-        expected = {}
-        for name, p in model.named_parameters():
-            g = p.grad
-            if g is None:
-                if c["missing"] == "skip":
-                    expected[name] = p.detach().double().clone()
-                    continue
-                g = torch.zeros_like(p)
-            expected[name] = ref.muon(name, p, g, c["muon_lr"], c["muon_wd"]) if name in MUON_NAMES else \
-                ref.adam(name, p, g, c["adam_lr"], c["adam_wd"])
+        expected = expected_with_missing(model, ref, c)
         opt.step()
         assert opt.last_report.without_gradient == (2 if step == 1 else 0)
         for name, p in model.named_parameters():
@@ -737,16 +744,7 @@ def test_the_tensor_path_matches_the_formulas_with_missing_gradients(preset):
         if step == 1:
             model.fc1.weight.grad = None
             model.fc2.bias.grad = None
-        expected = {}
-        for name, p in model.named_parameters():
-            g = p.grad
-            if g is None:
-                if c["missing"] == "skip":
-                    expected[name] = p.detach().double().clone()
-                    continue
-                g = torch.zeros_like(p)
-            expected[name] = ref.muon(name, p, g, c["muon_lr"], c["muon_wd"]) if name in MUON_NAMES else \
-                ref.adam(name, p, g, c["adam_lr"], c["adam_wd"])
+        expected = expected_with_missing(model, ref, c)
         opt.step()
         assert not opt.last_report.skipped
         for name, p in model.named_parameters():

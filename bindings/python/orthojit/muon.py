@@ -288,8 +288,9 @@ class Muon(torch.optim.Optimizer):
                 if g.is_sparse:
                     raise RuntimeError(f"orthojit.Muon: {_label(name)} has a sparse gradient; Muon and AdamW need dense ones")
                 work.append((group, name, p, g.detach().contiguous()))
-        on_tensors = [w for w in work if w[2].device.type != "cpu" or self._force_tensor_path]
-        on_host = [w for w in work if not (w[2].device.type != "cpu" or self._force_tensor_path)]
+        on_tensors, on_host = [], []
+        for w in work:
+            (on_tensors if w[2].device.type != "cpu" or self._force_tensor_path else on_host).append(w)
         for _, name, _, g in on_host:  # everything is checked before anything changes
             problem = _orthojit.find_nonfinite(g, name)
             if problem is not None:

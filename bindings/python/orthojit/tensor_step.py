@@ -30,20 +30,6 @@ import torch
 from . import _orthojit
 
 
-def lr_scale(adjust: str, rows: int, cols: int) -> float:
-    """The lr adjustment of a rows x cols block (update_rules.h lr_scale)."""
-    r, c = float(rows), float(cols)
-    if adjust == "none":
-        return 1.0
-    if adjust == "original":
-        return math.sqrt(max(1.0, r / c))
-    if adjust == "match_rms_adamw":
-        return 0.2 * math.sqrt(max(r, c))
-    if adjust == "spectral":
-        return math.sqrt(r / c)
-    raise ValueError(f"unknown lr adjustment {adjust!r}")
-
-
 def first_nonfinite(items: Sequence[Tuple[str, torch.Tensor]]) -> Optional[str]:
     """None when every gradient is finite, else the report the C++ step gives for the first bad
     element. One device-to-host flag for all tensors; the element is located only on failure."""
@@ -112,7 +98,7 @@ def row_steps(plan: Any, adjust: str, lr: float) -> List[float]:
     override = plan.scale_shape
     for offset, height in plan.blocks:
         rows, cols = override if override is not None else (height, plan.cols)
-        value = lr * lr_scale(adjust, rows, cols)
+        value = lr * _orthojit.lr_scale(adjust, int(rows), int(cols))
         for r in range(offset, offset + height):
             steps[r] = value
     return steps
