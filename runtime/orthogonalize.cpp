@@ -32,12 +32,14 @@ class ReferenceOrthogonalizer : public CompiledOrthogonalizer {
     const auto result = reference::interpret(function_, values);
     for (size_t i = 0; i < count; ++i) output[i] = static_cast<float>(result[i]);
   }
+  void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, void*) const override { reference::interpret_muon_step(function_, matrices); }
 };
 
 class CpuOrthogonalizer : public CompiledOrthogonalizer {
  public:
   explicit CpuOrthogonalizer(std::shared_ptr<const cpu::CpuExecutable> executable) : executable_(std::move(executable)) {}
   void run(const float* input, float* output) const override { executable_->run(input, output); }
+  void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, void*) const override { executable_->run_muon_step(matrices); }
 
  private:
   std::shared_ptr<const cpu::CpuExecutable> executable_;
@@ -52,6 +54,10 @@ class CudaOrthogonalizer : public CompiledOrthogonalizer {
     runner_->run_device(static_cast<CUdeviceptr>(input), static_cast<CUdeviceptr>(output), static_cast<CUstream>(stream));
   }
   bool runs_on_device() const override { return true; }
+  void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, void* stream) const override {
+    runner_->run_muon_step(matrices, static_cast<CUstream>(stream));
+  }
+  void enqueue_launches(void* stream) const override { runner_->enqueue_launches(static_cast<CUstream>(stream)); }
 
  private:
   std::shared_ptr<const cuda::CudaRunner> runner_;
@@ -131,6 +137,10 @@ std::string cuda_backend_unavailable_reason() {
   return reason;
 }
 
+void CompiledOrthogonalizer::enqueue_launches(void*) const {
+  throw UsageError("the " + backend_ + " backend has no device launches to replay (graph capture needs backend cuda)");
+}
+
 void CompiledOrthogonalizer::run_device(std::uintptr_t, std::uintptr_t, void*) const {
   throw UsageError("the " + backend_ + " backend runs on host memory; device memory needs backend cuda");
 }
@@ -180,6 +190,17 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
   compile.batch = batch;
   compile.precision = options.precision;
   compile.gram_restarts = options.gram_restarts;
+  // "auto": a backend that runs the storage asked for: the reference interpreter for f64 (the
+  // exact iteration), the CPU kernels for bf16, f16 and f32 (the reference interpreter, which
+  // emulates those storage types exactly, in a build without the CPU backend).
+  const bool have_cpu = cpu::cpu_backend_unavailable_reason().empty();
+  const ScalarType storage = passes::effective_policy(program.policy, options.precision).storage;
+  const std::string backend = options.backend != "auto" ? options.backend : storage == ScalarType::F64 || !have_cpu ? "ref" : "cpu";
+  if (options.muon_step) {
+    if (const std::string problem = ir::muon_step_spec_problem(*options.muon_step); !problem.empty()) throw UsageError(problem);
+    compile.muon_step = options.muon_step;
+    compile.fuse_update = backend == "cuda";  // the CPU products' epilogues do not carry the parameter
+  }
   std::string reason, tuned_variant;
   if (auto explicit_strategy = parse_strategy_option(options.strategy)) {
     compile.strategy = *explicit_strategy;
@@ -224,11 +245,6 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     }
   }
   ir::Function function = passes::compile_program(program, compile);
-  // "auto": a backend that runs the storage asked for: the reference interpreter for f64 (the
-  // exact iteration), the CPU kernels for bf16, f16 and f32 (the reference interpreter, which
-  // emulates those storage types exactly, in a build without the CPU backend).
-  const bool have_cpu = cpu::cpu_backend_unavailable_reason().empty();
-  const std::string backend = options.backend != "auto" ? options.backend : function.policy.storage == ScalarType::F64 || !have_cpu ? "ref" : "cpu";
   std::shared_ptr<CompiledOrthogonalizer> compiled;
   double jit_seconds = 0;
   if (backend == "cpu") {
@@ -243,6 +259,12 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
       else if (!tuned_variant.empty()) variant = cuda::CudaVariant::parse(tuned_variant);
     } catch (const std::invalid_argument& error) {
       throw UsageError(error.what());
+    }
+    if (function.muon_step && variant.kind != cuda::CudaVariant::Kind::Generated) {
+      // The tuned winner for the orthogonalizer may be fused-small or cuBLAS; a Muon step is
+      // compiled by the generated kernels (with the record's strategy).
+      reason += "; " + variant.label() + " does not compile a Muon step: generated kernels";
+      variant = cuda::CudaVariant{};
     }
     if (function.policy.storage != ScalarType::BF16 && function.policy.storage != ScalarType::F16)
       throw UsageError("--backend cuda runs bf16 or f16 storage (tensor-core products); " + program.name + " stores " +

@@ -35,6 +35,9 @@ struct OrthogonalizeOptions {
   // Under strategy "auto": use this device's tuning record for the shape when there is one
   // (autotune/record_lookup.h), else the heuristic.
   bool use_tuning_records = true;
+  // Set: compile a whole Muon step of this shape (momentum, the iteration, the parameter update;
+  // compiler/ir/muon_step.h) instead of an orthogonalizer; run it with run_muon_step.
+  std::optional<ir::MuonStepSpec> muon_step;
 };
 
 // A program compiled for one shape and backend, reusable across calls (and timed by `bench`).
@@ -49,6 +52,11 @@ class CompiledOrthogonalizer {
   // UsageError: their memory is the host's.
   virtual void run_device(std::uintptr_t input, std::uintptr_t output, void* stream) const;
   virtual bool runs_on_device() const { return false; }
+  // A Muon step (compiled with OrthogonalizeOptions::muon_step): one matrix per batch item, host
+  // pointers on ref and cpu, device pointers on cuda (enqueued on `stream`, not synchronized).
+  virtual void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, void* stream) const = 0;
+  // cuda: the launches alone, bound to the last run_muon_step's arguments (graph capture).
+  virtual void enqueue_launches(void* stream) const;
   const ir::Function& function() const { return function_; }
   ir::StrategyKind strategy() const { return function_.strategy.kind; }
   const std::string& strategy_reason() const { return strategy_reason_; }

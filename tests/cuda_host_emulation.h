@@ -87,6 +87,7 @@ namespace oj {
 
 typedef unsigned short u16;
 typedef unsigned int u32;
+typedef unsigned long long u64;
 
 inline float bf16_to_f32(u16 bits) { return __uint_as_float(static_cast<u32>(bits) << 16); }
 inline u16 f32_to_bf16(float value) {
@@ -116,6 +117,11 @@ inline double f64_mul(double a, double b) { return a * b; }
 inline double f64_div(double a, double b) { return a / b; }
 inline double f64_sqrt(double a) { return std::sqrt(a); }
 inline float f64_to_f32(double value) { return static_cast<float>(value); }
+inline double f64_from_bits(u64 bits) {
+  double value;
+  std::memcpy(&value, &bits, 8);
+  return value;
+}
 inline float f64_to_f32_odd(double value) {  // __double2float_rz, then the sticky bit
   float f = static_cast<float>(value);
   if (std::fabs(static_cast<double>(f)) > std::fabs(value)) f = std::nextafter(f, 0.0f);

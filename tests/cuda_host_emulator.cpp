@@ -114,6 +114,7 @@ void* HostEmulator::address(const Slot& slot) const {
     case Slot::Kind::Input: return memory_->input.get();
     case Slot::Kind::Output: return memory_->output.get();
     case Slot::Kind::NormPartials: return memory_->workspace.get() + memory_->partials_offset;
+    case Slot::Kind::StepArgs: return const_cast<uint64_t*>(step_words_.data());
     case Slot::Kind::Buffer:
       return slot.buffer < 0 ? nullptr : memory_->workspace.get() + memory_->buffer_offsets.at(static_cast<size_t>(slot.buffer));
   }

@@ -60,6 +60,9 @@ class HostEmulator {
   // During a run (in the hooks) and after it: where a slot lives, as CudaExecutable binds it
   // (a Buffer slot with buffer -1 is nullptr).
   void* address(const Slot& slot) const;
+  // A Muon step's argument block (ir::pack_muon_step_arguments with host pointers), what the
+  // StepArgs slot points at in the runs that follow.
+  void set_step_arguments(std::vector<uint64_t> words) { step_words_ = std::move(words); }
   const CudaProgram& program() const { return program_; }
 
  private:
@@ -69,6 +72,7 @@ class HostEmulator {
   void* library_ = nullptr;
   std::vector<void*> trampolines_;  // per launch
   std::unique_ptr<Memory> memory_;
+  std::vector<uint64_t> step_words_;
 };
 
 }  // namespace orthojit::cuda::emulation

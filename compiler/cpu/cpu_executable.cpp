@@ -40,45 +40,61 @@ void store_row(const MatrixView& view, int64_t i, const float* row) {
   for (int64_t j = 0; j < view.cols; ++j) base[j * view.col_stride] = from_float<T>(row[j]);
 }
 
-template <typename T>
-double sum_of_squares(const MatrixView& view, bool in_f64) {
-  const T* base = static_cast<const T*>(view.data);
-  if (in_f64) {
-    double sum = 0;
-    for (int64_t i = 0; i < view.rows; ++i)
-      for (int64_t j = 0; j < view.cols; ++j) {
-        const double v = to_float(base[i * view.row_stride + j * view.col_stride]);
-        sum += v * v;
+// Σ v² over rows handed in order: in f64 one running sum, in f32 16 independent partial sums,
+// lane = column mod 16 (vectorizable; the order depends only on the shape, so it is
+// deterministic). The normalize of a Muon step hands it the rows of U as it computes them, in the
+// order an orthogonalizer's normalize reads its input, so both give the same norm.
+class SquareSum {
+ public:
+  explicit SquareSum(bool in_f64) : in_f64_(in_f64) {}
+  void add_row(const float* row, int64_t cols) {
+    if (in_f64_) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const double v = row[j];
+        sum_ += v * v;
       }
+      return;
+    }
+    int64_t j = 0;
+    for (; j + 16 <= cols; j += 16)
+      for (int l = 0; l < 16; ++l) lanes_[l] += row[j + l] * row[j + l];
+    for (; j < cols; ++j) lanes_[j % 16] += row[j] * row[j];
+  }
+  double total() const {
+    if (in_f64_) return sum_;
+    float sum = 0;
+    for (float lane : lanes_) sum += lane;
     return sum;
   }
-  // f32 reduction with 16 independent partial sums, lane = column mod 16 (vectorizable; the order
-  // depends only on the shape, so it is deterministic).
-  float lanes[16] = {};
+
+ private:
+  bool in_f64_;
+  double sum_ = 0;
+  float lanes_[16] = {};
+};
+
+template <typename T>
+double sum_of_squares(const MatrixView& view, bool in_f64) {
+  SquareSum sum(in_f64);
+  std::vector<float> row(static_cast<size_t>(view.cols));
   for (int64_t i = 0; i < view.rows; ++i) {
-    const T* row = base + i * view.row_stride;
-    int64_t j = 0;
-    if (view.col_stride == 1) {
-      for (; j + 16 <= view.cols; j += 16)
-        for (int l = 0; l < 16; ++l) {
-          const float v = to_float(row[j + l]);
-          lanes[l] += v * v;
-        }
-    } else {
-      for (; j + 16 <= view.cols; j += 16)
-        for (int l = 0; l < 16; ++l) {
-          const float v = to_float(row[(j + l) * view.col_stride]);
-          lanes[l] += v * v;
-        }
-    }
-    for (; j < view.cols; ++j) {
-      const float v = to_float(row[j * view.col_stride]);
-      lanes[j % 16] += v * v;
-    }
+    std::fill(row.begin(), row.end(), 0.0f);
+    accumulate_row<T>(view, i, 1.0f, row.data());  // exact: 0 + 1·v
+    sum.add_row(row.data(), view.cols);
   }
-  float sum = 0;
-  for (float lane : lanes) sum += lane;
-  return sum;
+  return sum.total();
+}
+
+// The denominator of a normalize from the sum of squares, in the norm type.
+float normalize_denominator(const ir::Node& node, double squares) {
+  if (node.norm_type == ScalarType::F64) {
+    const double norm = std::sqrt(squares) * node.normalization.safety;
+    return static_cast<float>(node.normalization.mode == dsl::Normalization::Mode::Add ? norm + node.normalization.eps
+                                                                                      : std::max(norm, node.normalization.eps));
+  }
+  const float norm = std::sqrt(static_cast<float>(squares)) * static_cast<float>(node.normalization.safety);
+  const float eps = static_cast<float>(node.normalization.eps);
+  return node.normalization.mode == dsl::Normalization::Mode::Add ? norm + eps : std::max(norm, eps);
 }
 
 // Runs body(i, row) for every row i in [0, rows), in chunks spread over the pool (or on this thread),
@@ -105,7 +121,7 @@ std::vector<MatrixView> static_views(const ir::Function& function) {
     const ir::Node& node = function.nodes[index];
     const int64_t rows = node.shape.rows.size, cols = node.shape.cols.size;
     views[index] = node.kind == ir::OpKind::Transpose ? views[static_cast<size_t>(node.operands[0])].transposed()
-                                                       : MatrixView{nullptr, node.kind == ir::OpKind::Input ? ScalarType::F32 : node.type, rows, cols, cols, 1};
+                                                       : MatrixView{nullptr, node.kind == ir::OpKind::Input && !function.muon_step ? ScalarType::F32 : node.type, rows, cols, cols, 1};
   }
   return views;
 }
@@ -125,9 +141,15 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
   if (!cpu_backend_unavailable_reason().empty()) throw PartNotBuilt(cpu_backend_unavailable_reason());
   if (function_.buffers.empty() && function_.nodes.size() > 2)
     throw std::invalid_argument("cpu backend: the IR has no buffer plan (run every pass first)");
-  for (const auto& node : function_.nodes)
-    if (node.type == ScalarType::F64 || node.accumulate == ScalarType::F64)
+  for (const auto& node : function_.nodes) {
+    const bool element_wise_f64 = node.kind == ir::OpKind::Momentum || node.kind == ir::OpKind::Update;  // f64 arithmetic by definition
+    if (node.type == ScalarType::F64 || (node.accumulate == ScalarType::F64 && !element_wise_f64))
       throw std::invalid_argument("the cpu backend runs bf16, f16 and f32 policies; f64 is the reference backend's (--backend ref)");
+    if (node.kind == ir::OpKind::Momentum && !node.fused)
+      throw std::invalid_argument("cpu backend: a Muon step's momentum must be fused into its normalize (run fuse_update_rules)");
+    if (node.kind == ir::OpKind::Update && node.fused)
+      throw std::invalid_argument("cpu backend: the Muon update runs as its own pass here (compile with fuse_update = false)");
+  }
   if (!host_supports(options_.isa))
     throw std::invalid_argument("this CPU cannot run the " + std::string(to_string(options_.isa)) + " code path");
   driver_ = std::make_unique<GemmDriver>(options_.isa, options_.blocking, [this](const MicrokernelSpec& wanted) -> MicrokernelFunction {
@@ -187,6 +209,7 @@ std::vector<MicrokernelSpec> CpuExecutable::microkernels() const {
 }
 
 void CpuExecutable::run(const float* input, float* output) const {
+  if (function_.muon_step) throw std::invalid_argument("this executable is a Muon step: run it with run_muon_step");
   const int64_t per_matrix = function_.input_shape.elements();
   const int64_t batch = function_.batch;
   if (pool_ && batch >= 2 * pool_->size() && options_.engine == ProductEngine::Jit) {
@@ -197,7 +220,18 @@ void CpuExecutable::run(const float* input, float* output) const {
   for (int64_t item = 0; item < batch; ++item) run_one(input + item * per_matrix, output + item * per_matrix, pool_);
 }
 
-void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool) const {
+void CpuExecutable::run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices) const {
+  if (!function_.muon_step) throw std::invalid_argument("run_muon_step: this executable is an orthogonalizer, not a Muon step");
+  if (static_cast<int64_t>(matrices.size()) != function_.batch)
+    throw std::invalid_argument("run_muon_step: " + std::to_string(matrices.size()) + " matrices for a step compiled for " + std::to_string(function_.batch));
+  if (pool_ && function_.batch >= 2 * pool_->size() && options_.engine == ProductEngine::Jit) {
+    pool_->parallel_for(function_.batch, [&](int64_t item, int) { run_one(nullptr, nullptr, nullptr, &matrices[static_cast<size_t>(item)]); });
+    return;
+  }
+  for (const ir::MuonStepMatrix& matrix : matrices) run_one(nullptr, nullptr, pool_, &matrix);
+}
+
+void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool, const ir::MuonStepMatrix* io) const {
   // The planned buffers, kept per thread from run to run (grow-only): allocating and faulting in
   // tens of MiB per call would cost more than the products of a small matrix.
   thread_local std::vector<AlignedBuffer> buffers;
@@ -228,22 +262,59 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool)
     MatrixView& out = views[index];
     if (node.buffer >= 0) out = {storage[static_cast<size_t>(node.buffer)], node.type, rows, cols, cols, 1};
     switch (node.kind) {
-      case ir::OpKind::Input: out = {const_cast<float*>(input), ScalarType::F32, rows, cols, cols, 1}; break;
+      case ir::OpKind::Input:
+        out = io ? MatrixView{reinterpret_cast<void*>(io->grad), node.type, rows, cols, cols, 1} : MatrixView{const_cast<float*>(input), ScalarType::F32, rows, cols, cols, 1};
+        break;
+      case ir::OpKind::Momentum: out = operand(0); break;  // fused: its normalize reads g (and M, laid out like g) through this view
+      case ir::OpKind::Update: {
+        const MatrixView& x = operand(0);
+        for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
+          std::fill(row, row + cols, 0.0f);
+          dispatch_storage_type(x.type, [&](auto tag) { accumulate_row<decltype(tag)>(x, i, 1.0f, row); });
+          void* param = reinterpret_cast<void*>(io->param);
+          for (int64_t j = 0; j < cols; ++j) {
+            const int64_t at = i * cols + j;
+            ir::store_rounded(node.type, param, at, ir::muon_parameter_next(ir::load_stored(node.type, param, at), io->decay, io->step, row[j]));
+          }
+        });
+        break;
+      }
       case ir::OpKind::Transpose: out = operand(0).transposed(); break;
       case ir::OpKind::Normalize: {
         const MatrixView& source = operand(0);
-        double squares = 0;
-        dispatch_storage_type(source.type, [&](auto tag) { squares = sum_of_squares<decltype(tag)>(source, node.norm_type == ScalarType::F64); });
-        float denominator;
-        if (node.norm_type == ScalarType::F64) {
-          const double norm = std::sqrt(squares) * node.normalization.safety;
-          denominator = static_cast<float>(node.normalization.mode == dsl::Normalization::Mode::Add ? norm + node.normalization.eps
-                                                                                                  : std::max(norm, node.normalization.eps));
-        } else {
-          const float norm = std::sqrt(static_cast<float>(squares)) * static_cast<float>(node.normalization.safety);
-          const float eps = static_cast<float>(node.normalization.eps);
-          denominator = node.normalization.mode == dsl::Normalization::Mode::Add ? norm + eps : std::max(norm, eps);
+        const bool in_f64 = node.norm_type == ScalarType::F64;
+        if (function_.node(node.operands[0]).kind == ir::OpKind::Momentum) {
+          // The fused Muon momentum: the first pass computes M (written back) and U row by row in
+          // the order the norm reads them; the second recomputes U from g and the new M.
+          const ir::MuonStepSpec& spec = *function_.muon_step;
+          float* state = reinterpret_cast<float*>(io->momentum);
+          auto gradient = [&](int64_t i, float* row) {
+            std::fill(row, row + cols, 0.0f);
+            dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row); });
+          };
+          SquareSum sum(in_f64);
+          std::vector<float> row(static_cast<size_t>(cols));
+          for (int64_t i = 0; i < rows; ++i) {
+            gradient(i, row.data());
+            for (int64_t j = 0; j < cols; ++j) {
+              float& m = state[i * source.row_stride + j * source.col_stride];
+              m = ir::muon_momentum_next(spec.ema, io->beta, row[j], m);
+              row[j] = ir::muon_update_value(spec.ema, spec.nesterov, io->beta, row[j], m);
+            }
+            sum.add_row(row.data(), cols);
+          }
+          const float denominator = normalize_denominator(node, sum.total());
+          for_each_row(pool, rows, cols, [&](int64_t i, float* values) {
+            gradient(i, values);
+            for (int64_t j = 0; j < cols; ++j)
+              values[j] = ir::muon_update_value(spec.ema, spec.nesterov, io->beta, values[j], state[i * source.row_stride + j * source.col_stride]) / denominator;
+            dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, values); });
+          });
+          break;
         }
+        double squares = 0;
+        dispatch_storage_type(source.type, [&](auto tag) { squares = sum_of_squares<decltype(tag)>(source, in_f64); });
+        const float denominator = normalize_denominator(node, squares);
         for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
           std::fill(row, row + cols, 0.0f);
           dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row); });

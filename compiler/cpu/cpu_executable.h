@@ -33,6 +33,9 @@ class CpuExecutable {
 
   // `input`: batch x rows x cols f32, row-major (the user's shape). `output`: the same layout.
   void run(const float* input, float* output) const;
+  // A Muon step (function().muon_step set): one matrix per batch item, host pointers
+  // (ir/muon_step.h). Throws std::invalid_argument for a wrong count or an orthogonalizer.
+  void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices) const;
 
   double jit_seconds() const { return jit_seconds_; }  // microkernels compiled for this executable
   std::vector<MicrokernelSpec> microkernels() const;   // distinct kernels it uses
@@ -40,7 +43,7 @@ class CpuExecutable {
   const ir::Function& function() const { return function_; }
 
  private:
-  void run_one(const float* input, float* output, ThreadPool* pool) const;
+  void run_one(const float* input, float* output, ThreadPool* pool, const ir::MuonStepMatrix* io = nullptr) const;
 
   ir::Function function_;
   CpuOptions options_;

@@ -19,6 +19,8 @@ class GeneratedRunner : public CudaRunner {
   }
   void run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const override { executable_.run_device(input, output, stream); }
   void run(const float* input, float* output) const override { executable_.run(input, output); }
+  void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const override { executable_.run_muon_step(matrices, stream); }
+  void enqueue_launches(CUstream stream) const override { executable_.enqueue_launches(stream); }
 
  private:
   CudaExecutable executable_;
@@ -65,6 +67,14 @@ const char* source_name(ProgramCache::Result::Source source) {
 
 }  // namespace
 
+void CudaRunner::run_muon_step(const std::vector<ir::MuonStepMatrix>&, CUstream) const {
+  throw std::invalid_argument("only the generated CUDA variant compiles a Muon step; this runner is " + description_);
+}
+
+void CudaRunner::enqueue_launches(CUstream) const {
+  throw std::invalid_argument("only the generated CUDA variant replays its launches; this runner is " + description_);
+}
+
 std::string CudaVariant::label() const {
   switch (kind) {
     case Kind::Generated: return tile ? "generated " + tile->label() : "generated";
@@ -98,6 +108,8 @@ CudaVariant CudaVariant::parse(const std::string& text) {
 
 std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit) {
   const bool sixteen_bit = scheduled.policy.storage == ScalarType::BF16 || scheduled.policy.storage == ScalarType::F16;
+  if (scheduled.muon_step && variant.kind != CudaVariant::Kind::Generated)
+    return "a Muon step (momentum and update fused into the iteration) is compiled by the generated variant only";
   switch (variant.kind) {
     case CudaVariant::Kind::Generated:
       return sixteen_bit ? "" : "the CUDA backend runs products on bf16 or f16 storage; this program stores " + std::string(to_string(scheduled.policy.storage)) + " (add --precision bf16 or f16)";

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cuda/cuda_codegen.h"
 #include "cuda/cuda_driver.h"
@@ -43,6 +44,11 @@ class CudaRunner {
   virtual void run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const = 0;
   // Host f32 in and out; synchronizes.
   virtual void run(const float* input, float* output) const = 0;
+  // A Muon step (the scheduled function's muon_step): device pointers, enqueued on `stream`.
+  // Only the generated variant compiles Muon steps (variant_unavailable_reason says so).
+  virtual void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const;
+  // The launches alone, bound to the last run_muon_step's arguments (for graph capture).
+  virtual void enqueue_launches(CUstream stream) const;
   const std::string& description() const { return description_; }  // "generated 128x128x32/2x4, 17 launches, sm_90 cubin (disk cache)"
   double compile_seconds() const { return compile_seconds_; }
 

@@ -10,6 +10,9 @@
 //   normalize: per-block f32 (or f64) sums of squares in a fixed order, then one pass that sums
 //              the partials (same order in every block: deterministic), divides and casts.
 //   lincomb / output: element-wise, strides baked in (transposed views cost nothing).
+//   Muon step (ir/muon_step.h): the fused momentum in both normalize kernels (M written by the
+//              first, U recomputed by the second), the fused update in the epilogue of the
+//              last product (or lincomb): no launch of their own.
 #pragma once
 
 #include <cstdint>
@@ -37,10 +40,11 @@ std::vector<TileConfig> tile_configs();
 // (more CTAs to fill the SMs), large ones 128x128.
 TileConfig default_tile_config(int64_t m, int64_t n);
 
-// Where a kernel argument points: the input (f32), the output (f32), a planned buffer, or the
-// normalization partial sums.
+// Where a kernel argument points: the input (f32), the output (f32), a planned buffer, the
+// normalization partial sums, or a Muon step's argument block (ir/muon_step.h: per matrix its
+// gradient, momentum and parameter pointers and its scalars, uploaded before each run).
 struct Slot {
-  enum class Kind { Input, Output, Buffer, NormPartials } kind = Kind::Buffer;
+  enum class Kind { Input, Output, Buffer, NormPartials, StepArgs } kind = Kind::Buffer;
   int buffer = -1;  // for Kind::Buffer
 };
 
@@ -60,6 +64,8 @@ struct CudaProgram {
   std::vector<int64_t> buffer_bytes;  // per planned buffer, for the whole batch
   int64_t norm_partials_bytes = 0;
   int64_t batch = 1, input_elements = 0, output_elements = 0;  // elements per matrix
+  bool muon_step = false;  // a Muon step: no input or output; the StepArgs block instead
+  int64_t step_args_bytes = 0;
 };
 
 struct CodegenOptions {

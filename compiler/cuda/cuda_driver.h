@@ -49,6 +49,13 @@ class CudaError : public std::runtime_error {
   X(cuMemcpyHtoD)                         \
   X(cuMemcpyDtoH)                         \
   X(cuMemcpyDtoDAsync)                    \
+  X(cuMemcpyHtoDAsync)                    \
+  X(cuStreamBeginCapture)                 \
+  X(cuStreamEndCapture)                   \
+  X(cuGraphInstantiate)                   \
+  X(cuGraphLaunch)                        \
+  X(cuGraphExecDestroy)                   \
+  X(cuGraphDestroy)                       \
   X(cuMemsetD8Async)                      \
   X(cuMemsetD32Async)                     \
   X(cuStreamCreate)                       \

@@ -40,7 +40,9 @@ CudaExecutable::CudaExecutable(CudaProgram program, const NvrtcOutput& compiled)
     bytes = round_up(bytes + buffer, 256);
   }
   partials_offset_ = bytes;
-  bytes += program_.norm_partials_bytes;
+  bytes = round_up(bytes + program_.norm_partials_bytes, 256);
+  step_args_offset_ = bytes;
+  bytes += program_.step_args_bytes;
   workspace_ = DeviceBuffer(bytes);
 }
 
@@ -49,6 +51,25 @@ CudaExecutable::~CudaExecutable() {
 }
 
 void CudaExecutable::run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const {
+  if (program_.muon_step) throw std::invalid_argument("this CUDA program is a Muon step: run it with run_muon_step");
+  launch_all(input, output, stream);
+}
+
+void CudaExecutable::run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const {
+  if (!program_.muon_step) throw std::invalid_argument("this CUDA program is an orthogonalizer, not a Muon step");
+  if (static_cast<int64_t>(matrices.size()) != program_.batch)
+    throw std::invalid_argument("run_muon_step: " + std::to_string(matrices.size()) + " matrices for a step compiled for " + std::to_string(program_.batch));
+  const Device& device = Device::get();
+  device.make_current();
+  // From pageable memory the driver stages the copy before returning, so the host words may be
+  // rewritten by the next step while this one is still queued.
+  const std::vector<uint64_t> words = ir::pack_muon_step_arguments(matrices);
+  check(device.api().cuMemcpyHtoDAsync(workspace_.get() + static_cast<CUdeviceptr>(step_args_offset_), words.data(), words.size() * 8, stream),
+        "cuMemcpyHtoDAsync (the Muon step's arguments)");
+  launch_all(0, 0, stream);
+}
+
+void CudaExecutable::launch_all(CUdeviceptr input, CUdeviceptr output, CUstream stream) const {
   const Device& device = Device::get();
   device.make_current();
   std::vector<CUdeviceptr> pointers;
@@ -61,6 +82,7 @@ void CudaExecutable::run_device(CUdeviceptr input, CUdeviceptr output, CUstream 
         case Slot::Kind::Input: pointers.push_back(input); break;
         case Slot::Kind::Output: pointers.push_back(output); break;
         case Slot::Kind::NormPartials: pointers.push_back(workspace_.get() + static_cast<CUdeviceptr>(partials_offset_)); break;
+        case Slot::Kind::StepArgs: pointers.push_back(workspace_.get() + static_cast<CUdeviceptr>(step_args_offset_)); break;
         case Slot::Kind::Buffer:
           // A missing operand (a product without C) is passed as a null pointer the kernel ignores.
           pointers.push_back(slot.buffer < 0 ? 0 : workspace_.get() + static_cast<CUdeviceptr>(buffer_offsets_.at(static_cast<size_t>(slot.buffer))));
@@ -77,12 +99,13 @@ void CudaExecutable::run_device(CUdeviceptr input, CUdeviceptr output, CUstream 
 }
 
 void CudaExecutable::run(const float* input, float* output) const {
+  if (program_.muon_step) throw std::invalid_argument("this CUDA program is a Muon step: run it with run_muon_step");
   const Device& device = Device::get();
   device.make_current();
   if (host_input_.bytes() != input_bytes()) host_input_ = DeviceBuffer(input_bytes());
   if (host_output_.bytes() != output_bytes()) host_output_ = DeviceBuffer(output_bytes());
   host_input_.upload(input, input_bytes());
-  run_device(host_input_.get(), host_output_.get(), nullptr);
+  launch_all(host_input_.get(), host_output_.get(), nullptr);
   check(device.api().cuCtxSynchronize(), "running " + std::to_string(program_.launches.size()) + " kernels");
   host_output_.download(output, output_bytes());
 }

@@ -11,6 +11,7 @@
 #include "cuda/cuda_codegen.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/nvrtc_compiler.h"
+#include "ir/muon_step.h"
 
 namespace orthojit::cuda {
 
@@ -26,6 +27,13 @@ class CudaExecutable {
   void run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const;
   // Host f32 in and out; synchronizes.
   void run(const float* input, float* output) const;
+  // A Muon step (program().muon_step): uploads the argument block (device pointers and scalars
+  // of every matrix, ir/muon_step.h) on `stream` and enqueues the launches; not synchronized.
+  void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const;
+  // The launch sequence alone, bound to the argument block as last uploaded: what a CUDA graph
+  // captures (the upload stays outside the graph, so each replay sees the step's new pointers
+  // and scalars).
+  void enqueue_launches(CUstream stream) const { launch_all(0, 0, stream); }
 
   const CudaProgram& program() const { return program_; }
   int64_t workspace_bytes() const { return workspace_.bytes(); }
@@ -33,12 +41,15 @@ class CudaExecutable {
   int64_t output_bytes() const { return program_.batch * program_.output_elements * 4; }
 
  private:
+  void launch_all(CUdeviceptr input, CUdeviceptr output, CUstream stream) const;
+
   CudaProgram program_;
   CUmodule module_ = nullptr;
   std::vector<CUfunction> functions_;     // per launch
   DeviceBuffer workspace_;                // every buffer and the partials, 256-byte aligned
   std::vector<int64_t> buffer_offsets_;   // per planned buffer, into the workspace
   int64_t partials_offset_ = 0;
+  int64_t step_args_offset_ = 0;
   mutable DeviceBuffer host_input_, host_output_;  // staging for run()
 };
 

@@ -40,23 +40,43 @@ void emit_header(std::ostringstream& out, const std::string& what) {
 
 }  // namespace
 
+std::string muon_device_functions(bool ema, bool nesterov) {
+  std::ostringstream out;
+  out << "__device__ __forceinline__ float oj_momentum_next(double g, double m, double beta) {\n";
+  if (ema) out << "  return oj::f64_to_f32(oj::f64_add(m, oj::f64_mul(oj::f64_sub(1.0, beta), oj::f64_sub(g, m))));\n}\n";
+  else out << "  return oj::f64_to_f32(oj::f64_add(oj::f64_mul(beta, m), g));\n}\n";
+  out << "__device__ __forceinline__ float oj_update_value(double g, float next, double beta) {\n";
+  if (!nesterov) out << "  (void)g;\n  (void)beta;\n  return next;\n}\n";
+  else if (ema) out << "  return oj::f64_to_f32(oj::f64_add(g, oj::f64_mul(beta, oj::f64_sub(static_cast<double>(next), g))));\n}\n";
+  else out << "  return oj::f64_to_f32(oj::f64_add(g, oj::f64_mul(beta, static_cast<double>(next))));\n}\n";
+  out << "__device__ __forceinline__ double oj_parameter_next(double p, double decay, double step, float o) {\n"
+      << "  return oj::f64_sub(oj::f64_mul(p, decay), oj::f64_mul(step, static_cast<double>(o)));\n}\n";
+  return out.str();
+}
+
+std::string storage_access_functions(const char* prefix, ScalarType type, const char* what) {
+  std::ostringstream out;
+  emit_access(out, prefix, storage(type, what));
+  return out.str();
+}
+
+const char* storage_element_type(ScalarType type) { return storage(type, "the value").type; }
+
 std::string generate_muon_momentum(const MuonMomentumKernel& kernel) {
   const Storage g = storage(kernel.grad, "the gradient");
   std::ostringstream out;
   emit_header(out, std::string("Muon momentum (") + (kernel.ema ? "EMA" : "sum") + (kernel.nesterov ? ", Nesterov" : "") + "), gradient " +
                        std::string(to_string(kernel.grad)));
   emit_access(out, "grad", g);
+  out << muon_device_functions(kernel.ema, kernel.nesterov);
   out << "\nextern \"C\" __global__ void oj_muon_momentum(const " << g.type
       << "* __restrict__ g, float* __restrict__ m, float* __restrict__ u, double beta, long long count) {\n"
       << kLoop
       // The C++ rules read the gradient into f32 first (exact for bf16 and f16).
-      << "    const double gi = static_cast<double>(static_cast<float>(grad_load(g[i]))), mi = m[i];\n";
-  if (kernel.ema) out << "    const float next = f64_to_f32(f64_add(mi, f64_mul(f64_sub(1.0, beta), f64_sub(gi, mi))));\n";
-  else out << "    const float next = f64_to_f32(f64_add(f64_mul(beta, mi), gi));\n";
-  out << "    m[i] = next;\n";
-  if (!kernel.nesterov) out << "    u[i] = next;\n";
-  else if (kernel.ema) out << "    u[i] = f64_to_f32(f64_add(gi, f64_mul(beta, f64_sub(static_cast<double>(next), gi))));\n";
-  else out << "    u[i] = f64_to_f32(f64_add(gi, f64_mul(beta, static_cast<double>(next))));\n";
+      << "    const double gi = static_cast<double>(static_cast<float>(grad_load(g[i])));\n"
+         "    const float next = oj_momentum_next(gi, m[i], beta);\n"
+         "    m[i] = next;\n"
+         "    u[i] = oj_update_value(gi, next, beta);\n";
   out << "  }\n}\n";
   return out.str();
 }
@@ -66,12 +86,13 @@ std::string generate_muon_apply(const MuonApplyKernel& kernel) {
   std::ostringstream out;
   emit_header(out, std::string("Muon update of a ") + std::string(to_string(kernel.param)) + " parameter");
   emit_access(out, "param", p);
+  out << muon_device_functions(true, false);
   out << "\nextern \"C\" __global__ void oj_muon_apply(" << p.type
       << "* __restrict__ p, const float* __restrict__ o, const double* __restrict__ row_step, double step, double decay,\n"
          "                                      long long rows, long long cols, long long count) {\n"
       << kLoop
       << "    const double s = row_step ? row_step[(i % (rows * cols)) / cols] : step;\n"
-         "    p[i] = param_store(f64_sub(f64_mul(param_load(p[i]), decay), f64_mul(s, static_cast<double>(o[i]))));\n"
+         "    p[i] = param_store(oj_parameter_next(param_load(p[i]), decay, s, o[i]));\n"
          "  }\n}\n";
   return out.str();
 }

@@ -44,6 +44,18 @@ struct AdamWKernel {
 //            (scale = lr·√bias2/bias1, used by the Moonlight formula)
 // G and P are float or unsigned short (16-bit bits). Throws std::invalid_argument for another type.
 std::string generate_muon_momentum(const MuonMomentumKernel& kernel);
+
+// The Muon formulas as __device__ functions (ir/muon_step.h, in the same f64 order), emitted
+// into every kernel that computes them: the momentum kernel here and the Muon step's fused
+// normalize and epilogue (cuda_codegen.cpp):
+//   float oj_momentum_next(double g, double m, double beta)
+//   float oj_update_value(double g, float next, double beta)
+//   double oj_parameter_next(double p, double decay, double step, float o)
+std::string muon_device_functions(bool ema, bool nesterov);
+// `load` and `store` of one storage type as <prefix>_load(x) -> double and <prefix>_store(double)
+// -> element (rounded once); and the element's C type ("float" or "oj::u16").
+std::string storage_access_functions(const char* prefix, ScalarType type, const char* what);
+const char* storage_element_type(ScalarType type);
 std::string generate_muon_apply(const MuonApplyKernel& kernel);
 std::string generate_adamw(const AdamWKernel& kernel);
 

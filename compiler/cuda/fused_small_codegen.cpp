@@ -99,6 +99,8 @@ std::string make_plan(const ir::Function& function, const FusedSmallOptions& opt
   if (options.warp_tile != 0 && options.warp_tile != 16 && options.warp_tile != 32) return "the warp tile must be 16 or 32 (or 0: by size)";
   if (function.batch < 1 || function.batch > std::numeric_limits<int32_t>::max())
     return "batch " + std::to_string(function.batch) + " is outside the grid's 1..2^31-1 CTAs";
+  if (function.muon_step)
+    return "a Muon step runs on the per-op kernels: the fused small kernel does not carry the momentum and the update yet";
   plan.threads = options.threads;
   plan.rows = std::min(function.input_shape.rows.size, function.input_shape.cols.size);
   if (plan.rows > kFusedSmallMaxRows)
@@ -245,6 +247,8 @@ class Generator {
           pointers << "  float* const out = output + z * " << out.rows * out.cols << "LL;\n";
           body << elementwise("output " + label, out, [&] { return "    " + out.at("i", "j") + " = " + load(operand(node, 0)) + ";\n"; });
           break;
+        case ir::OpKind::Momentum:
+        case ir::OpKind::Update: throw std::logic_error("fused-small: a Muon step is not eligible (fused_small_ineligible_reason)");
       }
     }
 

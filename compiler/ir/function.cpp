@@ -20,6 +20,8 @@ const char* to_string(OpKind kind) {
     case OpKind::Gemm: return "gemm";
     case OpKind::LinComb: return "lincomb";
     case OpKind::Output: return "output";
+    case OpKind::Momentum: return "momentum";
+    case OpKind::Update: return "update";
   }
   return "?";
 }
@@ -53,7 +55,7 @@ NodeId unique_of_kind(const Function& function, OpKind kind) {
 }
 }  // namespace
 
-NodeId Function::output_node() const { return unique_of_kind(*this, OpKind::Output); }
+NodeId Function::output_node() const { return unique_of_kind(*this, muon_step ? OpKind::Update : OpKind::Output); }
 NodeId Function::input_node() const { return unique_of_kind(*this, OpKind::Input); }
 
 std::vector<std::vector<NodeId>> compute_users(const Function& function) {
@@ -77,7 +79,7 @@ void remove_dead_nodes(Function& function) {
   std::vector<bool> live(function.nodes.size(), false);
   for (size_t i = function.nodes.size(); i-- > 0;) {
     const Node& node = function.nodes[i];
-    if (node.kind == OpKind::Output || node.kind == OpKind::Input) live[i] = true;
+    if (node.kind == OpKind::Output || node.kind == OpKind::Update || node.kind == OpKind::Input) live[i] = true;
     if (!live[i]) continue;
     for (NodeId operand : node.operands) live[static_cast<size_t>(operand)] = true;
   }

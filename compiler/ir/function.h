@@ -11,6 +11,14 @@
 //   lincomb    D = Σ cᵢ·Vᵢ + γ·I  (elementwise; a scale is a lincomb of one term)
 // The identity never is a node: lowering folds it into the γ of the op that uses it.
 //   output     the result written back to the user (through a transpose view when oriented)
+// A Muon step (Function::muon_step set; ir/muon_step.h) replaces the ends of the iteration:
+//   momentum   after the input (the gradient g): M ← momentum(M, g) on the optimizer's f32 state,
+//              its value U (f32) the matrix the iteration normalizes
+//   update     in place of the output: the parameter p ← p·decay − step·O in p's own type, O the
+//              last X (through the transpose view when oriented)
+// `fused` marks a momentum computed inside its normalize (no storage for U) and an update
+// computed in the epilogue of the op that makes the last X (no storage for it): the backends emit
+// no launch for a fused node.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +27,7 @@
 #include <vector>
 
 #include "dsl/ast.h"
+#include "ir/muon_step.h"
 #include "support/scalar_type.h"
 #include "support/source_location.h"
 
@@ -44,7 +53,7 @@ struct Shape {
   std::string to_string() const;  // "m x n" / "256x1024"
 };
 
-enum class OpKind { Input, Normalize, Transpose, Gemm, LinComb, Output };
+enum class OpKind { Input, Normalize, Transpose, Gemm, LinComb, Output, Momentum, Update };
 const char* to_string(OpKind kind);
 
 using NodeId = int;
@@ -64,6 +73,7 @@ struct Node {
   // Facts set by passes.
   bool symmetric = false;  // the value equals its transpose (triangular products may compute half)
   int buffer = -1;         // storage slot from buffer planning (-1: none, a view, or external)
+  bool fused = false;      // momentum / update computed inside its user / producer (fuse_update_rules)
   // Provenance, for dumps and error messages.
   int step = -1;         // the iteration this node belongs to (-1: prologue / epilogue)
   std::string name;      // DSL name it was assigned to (X, A, B, Q, R, Z, ...)
@@ -106,6 +116,7 @@ struct Function {
   Shape input_shape;   // the user's m x n (symbolic until specialized)
   int64_t batch = 1;   // same-shape matrices processed together
   bool oriented = false;  // true when the input was tall and the body works on its transpose
+  std::optional<MuonStepSpec> muon_step;  // set: a Muon step (momentum ... update), not an orthogonalizer
   std::vector<Node> nodes;
   std::vector<StepInfo> steps;
   std::vector<Buffer> buffers;
@@ -114,7 +125,7 @@ struct Function {
   NodeId add(Node node);
   const Node& node(NodeId id) const { return nodes.at(static_cast<size_t>(id)); }
   Node& node(NodeId id) { return nodes.at(static_cast<size_t>(id)); }
-  NodeId output_node() const;  // the unique Output node
+  NodeId output_node() const;  // the unique sink: the Output node, or the Update of a Muon step
   NodeId input_node() const;   // the unique Input node
 };
 

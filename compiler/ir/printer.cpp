@@ -43,6 +43,7 @@ std::string print_function(const Function& function) {
   out << " policy{storage=" << to_string(function.policy.storage) << " accumulate=" << to_string(function.policy.accumulate)
       << " norm=" << to_string(function.policy.norm) << "}";
   if (function.oriented) out << " oriented(tall input runs transposed)";
+  if (function.muon_step) out << " muon_step{" << function.muon_step->describe() << "}";
   out << "\n";
   if (!function.applied_passes.empty()) {
     out << "  ; passes:";
@@ -78,6 +79,13 @@ std::string print_function(const Function& function) {
       }
       case OpKind::Transpose:
       case OpKind::Output: out << " " << id(node.operands[0]); break;
+      case OpKind::Momentum:
+        out << " " << id(node.operands[0]) << " {" << (function.muon_step->ema ? "ema" : "sum") << (function.muon_step->nesterov ? ", nesterov" : "")
+            << ", state f32" << (node.fused ? ", fused into its normalize" : "") << "}";
+        break;
+      case OpKind::Update:
+        out << " " << id(node.operands[0]) << " {p <- p·decay - step·O" << (node.fused ? ", fused into the producer's epilogue" : "") << "}";
+        break;
       case OpKind::Gemm: {
         out << " ";
         if (node.alpha != 1.0) out << number(node.alpha) << "·";

@@ -11,7 +11,9 @@ Shape result_shape(const Function& function, const Node& node) {
     case OpKind::Input: return node.shape;
     case OpKind::Normalize:
     case OpKind::LinComb:
-    case OpKind::Output: return operand_shape(0);
+    case OpKind::Output:
+    case OpKind::Momentum:
+    case OpKind::Update: return operand_shape(0);
     case OpKind::Transpose: return {operand_shape(0).cols, operand_shape(0).rows};
     case OpKind::Gemm: return {operand_shape(0).rows, operand_shape(1).cols};
   }
@@ -40,7 +42,7 @@ NodeId storage_root(const Function& function, NodeId id) {
 }  // namespace
 
 void verify_function(const Function& function, const std::string& context) {
-  int inputs = 0, outputs = 0;
+  int inputs = 0, outputs = 0, momenta = 0, updates = 0;
   for (size_t i = 0; i < function.nodes.size(); ++i) {
     const NodeId id = static_cast<NodeId>(i);
     const Node& node = function.nodes[i];
@@ -50,6 +52,20 @@ void verify_function(const Function& function, const std::string& context) {
     switch (node.kind) {
       case OpKind::Input: expected_operands = 0; ++inputs; break;
       case OpKind::Output: ++outputs; break;
+      case OpKind::Momentum:
+        ++momenta;
+        if (!function.muon_step) fail(context, id, "momentum outside a Muon step");
+        if (function.node(storage_root(function, node.operands[0])).kind != OpKind::Input) fail(context, id, "momentum of something other than the gradient");
+        break;
+      case OpKind::Update:
+        ++updates;
+        if (!function.muon_step) fail(context, id, "update outside a Muon step");
+        if (node.fused) {
+          const Node& producer = function.node(storage_root(function, node.operands[0]));
+          if (producer.kind != OpKind::Gemm && producer.kind != OpKind::LinComb) fail(context, id, "a fused update needs a product or lincomb to fuse into");
+          if (producer.buffer >= 0) fail(context, id, "the value a fused update consumes has a buffer");
+        }
+        break;
       case OpKind::Gemm: expected_operands = node.operands.size() == 3 ? 3 : 2; break;
       case OpKind::LinComb:
         expected_operands = node.operands.size();
@@ -81,7 +97,12 @@ void verify_function(const Function& function, const std::string& context) {
       }
     }
   }
-  if (inputs != 1 || outputs != 1) throw std::logic_error("IR verification failed after " + context + ": need one input and one output");
+  if (function.muon_step) {
+    if (inputs != 1 || outputs != 0 || momenta != 1 || updates != 1)
+      throw std::logic_error("IR verification failed after " + context + ": a Muon step needs one input, one momentum, one update and no output");
+  } else if (inputs != 1 || outputs != 1 || momenta != 0 || updates != 0) {
+    throw std::logic_error("IR verification failed after " + context + ": need one input and one output");
+  }
 }
 
 }  // namespace orthojit::ir

@@ -12,9 +12,21 @@ void assign_precision(ir::Function& function) {
   for (auto& node : function.nodes) {
     switch (node.kind) {
       case ir::OpKind::Input:
+        // A Muon step reads the gradient in its own type (one read, no conversion pass).
+        node.type = function.muon_step ? function.muon_step->grad : external;
+        node.accumulate = function.muon_step ? ScalarType::F32 : external;
+        break;
       case ir::OpKind::Output:
         node.type = external;
         node.accumulate = external;
+        break;
+      case ir::OpKind::Momentum:  // the f32 state and U, computed in f64 (muon_step.h)
+        node.type = ScalarType::F32;
+        node.accumulate = ScalarType::F64;
+        break;
+      case ir::OpKind::Update:  // the parameter, computed in f64, rounded once
+        node.type = function.muon_step->param;
+        node.accumulate = ScalarType::F64;
         break;
       case ir::OpKind::Transpose: node.type = function.node(node.operands[0]).type; break;
       case ir::OpKind::Normalize:

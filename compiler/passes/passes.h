@@ -8,6 +8,10 @@
 
 namespace orthojit::passes {
 
+// Makes the function a Muon step (ir/muon_step.h): a momentum op after the gradient input, the
+// output replaced by the parameter update. Throws std::invalid_argument for a spec it cannot run.
+void attach_muon_step(ir::Function& function, const ir::MuonStepSpec& spec);
+
 // m, n, batch become constants. Throws CompileError for a non-positive size.
 void specialize_shapes(ir::Function& function, int64_t rows, int64_t cols, int64_t batch);
 
@@ -38,6 +42,10 @@ void fuse_epilogues(ir::Function& function);
 
 // Stored type of every value and the accumulate type of every product from the policy.
 void assign_precision(ir::Function& function);
+
+// A Muon step's momentum fused into its normalize, and (fuse_update) its update into the epilogue
+// of the op that makes the last X; no effect on an orthogonalizer.
+void fuse_update_rules(ir::Function& function, bool fuse_update);
 
 // Storage slots by liveness (ping-pong for X); a product's result never shares a slot with any of
 // its operands (so C and D never alias).

@@ -10,6 +10,7 @@ namespace orthojit::passes {
 const std::vector<PassInfo>& pass_list() {
   static const std::vector<PassInfo> passes = {
       {"lower", "the program unrolled over its steps, symbolic m x n, primitive ops"},
+      {"attach_muon_step", "a Muon step: momentum after the gradient, the parameter update in place of the output"},
       {"specialize_shapes", "m, n and the batch become constants"},
       {"orient", "a tall input runs on its transpose"},
       {"canonicalize", "scalars folded into products, sums flattened"},
@@ -18,6 +19,7 @@ const std::vector<PassInfo>& pass_list() {
       {"infer_symmetry", "symmetric values marked (X·Xᵀ, polynomials in one symmetric matrix)"},
       {"fuse_epilogues", "lincombs fused into D = α·A·B + β·C + γ·I"},
       {"assign_precision", "stored and accumulate types from the precision policy"},
+      {"fuse_update_rules", "the Muon step's momentum into the normalize, its update into the last kernel"},
       {"plan_buffers", "storage slots by liveness; C and D never alias"},
   };
   return passes;
@@ -49,6 +51,10 @@ ir::Function compile_program(const dsl::Program& program, const CompileOptions& 
     if (observer) observer(name, function);
   };
   finish("lower");
+  if (options.muon_step) {
+    attach_muon_step(function, *options.muon_step);
+    finish("attach_muon_step");
+  }
   specialize_shapes(function, options.rows, options.cols, options.batch);
   finish("specialize_shapes");
   orient(function);
@@ -65,6 +71,10 @@ ir::Function compile_program(const dsl::Program& program, const CompileOptions& 
   finish("fuse_epilogues");
   assign_precision(function);
   finish("assign_precision");
+  if (function.muon_step) {
+    fuse_update_rules(function, options.fuse_update);
+    finish("fuse_update_rules");
+  }
   plan_buffers(function);
   finish("plan_buffers");
   return function;

@@ -19,6 +19,11 @@ struct CompileOptions {
   std::optional<std::vector<int>> gram_restarts;  // default: the program's (itself default [2])
   std::optional<ScalarType> precision;            // overrides the program's storage type; f64 = exact iteration
   bool triangular_products = true;
+  // Set: compile a Muon step (momentum, the iteration, the parameter update) instead of an
+  // orthogonalizer. fuse_update: the update in the last kernel's epilogue (cuda); the cpu backend
+  // runs it as its own pass.
+  std::optional<ir::MuonStepSpec> muon_step;
+  bool fuse_update = true;
 };
 
 struct PassInfo {

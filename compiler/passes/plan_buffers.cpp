@@ -10,7 +10,7 @@ namespace orthojit::passes {
 namespace {
 
 bool needs_storage(ir::OpKind kind) {
-  return kind == ir::OpKind::Normalize || kind == ir::OpKind::Gemm || kind == ir::OpKind::LinComb;
+  return kind == ir::OpKind::Normalize || kind == ir::OpKind::Gemm || kind == ir::OpKind::LinComb || kind == ir::OpKind::Momentum;
 }
 
 }  // namespace
@@ -26,13 +26,22 @@ void plan_buffers(ir::Function& function) {
   for (size_t i = 0; i < count; ++i)
     for (ir::NodeId operand : function.nodes[i].operands) last_use[static_cast<size_t>(root[static_cast<size_t>(operand)])] = i;
 
+  // Values computed in place of their storage: a fused momentum (inside its normalize) and the
+  // last X of a fused update (written straight into the parameter).
+  std::vector<bool> stored(count, true);
+  for (size_t i = 0; i < count; ++i) {
+    const ir::Node& node = function.nodes[i];
+    if (node.kind == ir::OpKind::Momentum && node.fused) stored[i] = false;
+    if (node.kind == ir::OpKind::Update && node.fused) stored[static_cast<size_t>(root[static_cast<size_t>(node.operands[0])])] = false;
+  }
+
   function.buffers.clear();
   std::vector<bool> busy;
   std::vector<ir::NodeId> holder;  // the value living in each busy slot
   for (size_t i = 0; i < count; ++i) {
     ir::Node& node = function.nodes[i];
     node.buffer = -1;
-    if (!needs_storage(node.kind)) continue;
+    if (!needs_storage(node.kind) || !stored[i]) continue;
     // Free slots whose value's last use is strictly before this node.
     for (size_t b = 0; b < busy.size(); ++b)
       if (busy[b] && last_use[static_cast<size_t>(holder[b])] < i) busy[b] = false;

@@ -32,10 +32,21 @@ class Interpreter {
     }
     views_.resize(function.nodes.size());
     node_slot_.assign(function.nodes.size(), -1);
+    // Values a Muon step computes without storage: a fused momentum, the last X of a fused update.
+    std::vector<bool> unstored(function.nodes.size(), false);
+    for (size_t i = 0; i < function.nodes.size(); ++i) {
+      const ir::Node& node = function.nodes[i];
+      if (node.kind == ir::OpKind::Momentum && node.fused) unstored[i] = true;
+      if (node.kind == ir::OpKind::Update) {
+        ir::NodeId root = node.operands[0];
+        while (function.node(root).kind == ir::OpKind::Transpose) root = function.node(root).operands[0];
+        if (node.fused) unstored[static_cast<size_t>(root)] = true;
+      }
+    }
     for (size_t i = 0; i < function.nodes.size(); ++i) {
       const ir::Node& node = function.nodes[i];
       if (node.kind == ir::OpKind::Transpose) continue;
-      if (node.kind == ir::OpKind::Input || node.kind == ir::OpKind::Output || !planned) {
+      if (node.kind == ir::OpKind::Input || node.kind == ir::OpKind::Output || node.kind == ir::OpKind::Update || unstored[i] || !planned) {
         node_slot_[i] = static_cast<int>(slots_.size());
         slots_.emplace_back(static_cast<size_t>(node.shape.elements()));
       } else {
@@ -45,7 +56,10 @@ class Interpreter {
     }
   }
 
-  void run(const double* input, double* output) {
+  void run(const double* input, double* output) { run(input, output, nullptr); }
+
+  // `io` set: a Muon step on that matrix (input and output unused).
+  void run(const double* input, double* output, const ir::MuonStepMatrix* io) {
     for (size_t i = 0; i < function_.nodes.size(); ++i) {
       const ir::Node& node = function_.nodes[i];
       if (node.kind == ir::OpKind::Transpose) {
@@ -56,8 +70,14 @@ class Interpreter {
       views_[i] = out;
       switch (node.kind) {
         case ir::OpKind::Input:
-          for (int64_t k = 0; k < node.shape.elements(); ++k) out.data[k] = round_to(node.type, input[k]);
+          if (io) {
+            for (int64_t k = 0; k < node.shape.elements(); ++k) out.data[k] = ir::load_stored(node.type, reinterpret_cast<const void*>(io->grad), k);
+          } else {
+            for (int64_t k = 0; k < node.shape.elements(); ++k) out.data[k] = round_to(node.type, input[k]);
+          }
           break;
+        case ir::OpKind::Momentum: momentum(node, operand(node, 0), out, *io); break;
+        case ir::OpKind::Update: update(node, operand(node, 0), *io); break;
         case ir::OpKind::Normalize: normalize(node, operand(node, 0), out); break;
         case ir::OpKind::Gemm: gemm(node, out); break;
         case ir::OpKind::LinComb: lincomb(node, out); break;
@@ -70,6 +90,32 @@ class Interpreter {
         case ir::OpKind::Transpose: break;
       }
     }
+  }
+
+  // The Muon momentum on g's view; M lies like g (the same offsets from its own base).
+  void momentum(const ir::Node& node, const View& g, const View& out, const ir::MuonStepMatrix& io) {
+    const ir::MuonStepSpec& spec = *function_.muon_step;
+    float* state = reinterpret_cast<float*>(io.momentum);
+    for (int64_t r = 0; r < g.rows; ++r)
+      for (int64_t c = 0; c < g.cols; ++c) {
+        const int64_t offset = r * g.row_stride + c * g.col_stride;
+        // g is read into f32 first, as the host rules and kernels read it (exact for bf16, f16).
+        const double gradient = static_cast<float>(g.at(r, c));
+        const float next = ir::muon_momentum_next(spec.ema, io.beta, gradient, state[offset]);
+        state[offset] = next;
+        out.at(r, c) = round_to(node.type, ir::muon_update_value(spec.ema, spec.nesterov, io.beta, gradient, next));
+      }
+  }
+
+  // p ← p·decay − step·O in the user's layout, O the last X rounded to f32.
+  void update(const ir::Node& node, const View& x, const ir::MuonStepMatrix& io) {
+    void* param = reinterpret_cast<void*>(io.param);
+    for (int64_t r = 0; r < x.rows; ++r)
+      for (int64_t c = 0; c < x.cols; ++c) {
+        const int64_t index = r * x.cols + c;
+        const float orthogonal = static_cast<float>(x.at(r, c));
+        ir::store_rounded(node.type, param, index, ir::muon_parameter_next(ir::load_stored(node.type, param, index), io.decay, io.step, orthogonal));
+      }
   }
 
  private:
@@ -154,8 +200,18 @@ class Interpreter {
 
 std::vector<double> interpret(const ir::Function& function, const std::vector<double>& input) { return interpret(function, input, {}); }
 
+void interpret_muon_step(const ir::Function& function, const std::vector<ir::MuonStepMatrix>& matrices, const ProductHook& products) {
+  if (!function.muon_step) throw std::invalid_argument("interpret_muon_step: the function is an orthogonalizer, not a Muon step");
+  if (!function.input_shape.is_known()) throw std::logic_error("interpret: the IR is not shape-specialized");
+  if (static_cast<int64_t>(matrices.size()) != function.batch)
+    throw std::invalid_argument("interpret_muon_step: " + std::to_string(matrices.size()) + " matrices for a step compiled for " + std::to_string(function.batch));
+  Interpreter interpreter(function, products);
+  for (const ir::MuonStepMatrix& matrix : matrices) interpreter.run(nullptr, nullptr, &matrix);
+}
+
 std::vector<double> interpret(const ir::Function& function, const std::vector<double>& input, const ProductHook& products) {
   if (!function.input_shape.is_known()) throw std::logic_error("interpret: the IR is not shape-specialized");
+  if (function.muon_step) throw std::invalid_argument("interpret: the function is a Muon step (use interpret_muon_step)");
   const int64_t per_matrix = function.input_shape.elements();
   if (static_cast<int64_t>(input.size()) != per_matrix * function.batch)
     throw std::invalid_argument("interpret: input has " + std::to_string(input.size()) + " values, expected " +

@@ -25,4 +25,11 @@ std::vector<double> interpret(const ir::Function& function, const std::vector<do
 using ProductHook = std::function<void(int64_t m, int64_t n, int64_t k, const double* a, const double* b_t, double* sums)>;
 std::vector<double> interpret(const ir::Function& function, const std::vector<double>& input, const ProductHook& products);
 
+// A Muon step (function.muon_step set): one MuonStepMatrix per batch item with host pointers to
+// its gradient (the spec's grad type), f32 momentum (updated in place) and parameter (the
+// spec's param type, updated in place), each addressed like the user's row-major matrix. The
+// momentum and update run in f64 with the roundings of ir/muon_step.h; O is the last X rounded
+// to f32, as an orthogonalizer's output is. Throws std::invalid_argument for a wrong count.
+void interpret_muon_step(const ir::Function& function, const std::vector<ir::MuonStepMatrix>& matrices, const ProductHook& products = {});
+
 }  // namespace orthojit::reference

@@ -10,6 +10,7 @@ namespace oj {
 
 typedef unsigned short u16;
 typedef unsigned int u32;
+typedef unsigned long long u64;
 
 // ---- storage conversions (round to nearest even, as the reference interpreter) ----
 __device__ __forceinline__ float bf16_to_f32(u16 bits) { return __uint_as_float(static_cast<u32>(bits) << 16); }
@@ -38,6 +39,8 @@ __device__ __forceinline__ double f64_mul(double a, double b) { return __dmul_rn
 __device__ __forceinline__ double f64_div(double a, double b) { return __ddiv_rn(a, b); }
 __device__ __forceinline__ double f64_sqrt(double a) { return __dsqrt_rn(a); }
 __device__ __forceinline__ float f64_to_f32(double value) { return __double2float_rn(value); }
+// A double passed as its 64 bits (the Muon step's argument block, ir/muon_step.h).
+__device__ __forceinline__ double f64_from_bits(u64 bits) { return __longlong_as_double(static_cast<long long>(bits)); }
 // f64 to a 16-bit type with one rounding: to f32 rounding to odd (toward zero, then the last bit
 // set when inexact), then to nearest even; correct because f32 carries more than two bits beyond
 // bf16's 8 and f16's 11 (rounding to odd first never double-rounds).

@@ -14,7 +14,6 @@ namespace orthojit::runtime {
 namespace {
 
 #ifdef ORTHOJIT_HAVE_CUDA
-ScalarType scalar(DType type) { return type == DType::F32 ? ScalarType::F32 : type == DType::BF16 ? ScalarType::BF16 : ScalarType::F16; }
 
 cuda::ElementwiseKernels& kernels_or_throw() {
   if (const std::string why = cuda_backend_unavailable_reason(); !why.empty()) throw UsageError("the device update rules need the cuda backend: " + why);
@@ -29,7 +28,7 @@ cuda::ElementwiseKernels& kernels_or_throw() {
 void device_muon_momentum(const MuonGroupSettings& muon, DType grad_type, std::uintptr_t grad, std::uintptr_t momentum, std::uintptr_t update,
                           int64_t count, void* stream) {
 #ifdef ORTHOJIT_HAVE_CUDA
-  cuda::MuonMomentumKernel kernel{scalar(grad_type), muon.momentum_kind == MomentumKind::Ema, muon.nesterov};
+  cuda::MuonMomentumKernel kernel{scalar_type(grad_type), muon.momentum_kind == MomentumKind::Ema, muon.nesterov};
   kernels_or_throw().muon_momentum(kernel, grad, momentum, update, muon.momentum, count, static_cast<CUstream>(stream));
 #else
   (void)muon, (void)grad_type, (void)grad, (void)momentum, (void)update, (void)count, (void)stream;
@@ -41,7 +40,7 @@ void device_apply_muon(double lr, double weight_decay, DType param_type, std::ui
                        double step, int64_t rows, int64_t cols, int64_t count, void* stream) {
 #ifdef ORTHOJIT_HAVE_CUDA
   const double decay = 1.0 - lr * weight_decay;  // as apply_muon
-  kernels_or_throw().muon_apply(cuda::MuonApplyKernel{scalar(param_type)}, param, orthogonal, row_step, step, decay, rows, cols, count,
+  kernels_or_throw().muon_apply(cuda::MuonApplyKernel{scalar_type(param_type)}, param, orthogonal, row_step, step, decay, rows, cols, count,
                                 static_cast<CUstream>(stream));
 #else
   (void)lr, (void)weight_decay, (void)param_type, (void)param, (void)orthogonal, (void)row_step, (void)step, (void)rows, (void)cols, (void)count,
@@ -58,7 +57,7 @@ void device_adam_step(const AdamGroupSettings& adam, int64_t step, DType grad_ty
   const double bias1 = 1.0 - std::pow(adam.beta1, t), bias2 = 1.0 - std::pow(adam.beta2, t);
   const double decay = 1.0 - adam.lr * adam.weight_decay;
   const double scale = adam.lr * std::sqrt(bias2) / bias1;
-  cuda::AdamWKernel kernel{scalar(grad_type), scalar(param_type), adam.formula == AdamFormula::Moonlight};
+  cuda::AdamWKernel kernel{scalar_type(grad_type), scalar_type(param_type), adam.formula == AdamFormula::Moonlight};
   kernels_or_throw().adamw(kernel, grad, exp_avg, exp_avg_sq, param, adam.beta1, adam.beta2, adam.lr, bias1, bias2, adam.eps, scale, decay, count,
                            static_cast<CUstream>(stream));
 #else

@@ -104,13 +104,11 @@ StepReport HybridOptimizer::step() {
 void HybridOptimizer::muon_update(Entry& entry, const std::vector<float>& gradient, StepReport& report) {
   const Parameter& p = entry.parameter;
   State& state = state_.at(p.name);
-  const int64_t count = static_cast<int64_t>(gradient.size());
-  std::vector<float> update(gradient.size()), orthogonal(gradient.size());
-  muon_momentum(settings_.muon, gradient.data(), state.momentum.data(), update.data(), count);
+  // Momentum, Newton–Schulz and the update as one compiled Muon step per block shape (the
+  // momentum inside the normalize, the update after the last product).
   const double before = orthogonalizer_->seconds();
-  orthogonalizer_->orthogonalize(entry.plan, update.data(), orthogonal.data());
+  orthogonalizer_->muon_step(settings_.muon, entry.plan, gradient.data(), state.momentum.data(), p.dtype, p.data);
   report.orthogonalize_seconds += orthogonalizer_->seconds() - before;
-  apply_muon(settings_.muon, entry.plan, p.dtype, p.data, orthogonal.data(), 0, count);
 }
 
 void HybridOptimizer::adam_update(Entry& entry, const std::vector<float>& gradient) {

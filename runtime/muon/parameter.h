@@ -9,12 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "support/scalar_type.h"
+
 namespace orthojit::runtime {
 
 enum class DType { F32, BF16, F16 };
 const char* to_string(DType type);
 std::optional<DType> parse_dtype(const std::string& text);  // "f32" | "bf16" | "f16" (also float32, bfloat16, float16)
 int dtype_bytes(DType type);
+// The compiler's name of the same storage type.
+inline ScalarType scalar_type(DType type) { return type == DType::F32 ? ScalarType::F32 : type == DType::BF16 ? ScalarType::BF16 : ScalarType::F16; }
 
 // How a tensor of 3 or more dimensions becomes matrices for Muon.
 enum class MatrixLayout {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cpu/thread_pool.h"
+#include "ir/muon_step.h"
 #include "kernels/program_library.h"
 #include "runtime/orthogonalize.h"
 #include "support/rounding.h"
@@ -33,30 +34,14 @@ void for_chunks(int64_t begin, int64_t end, const Body& body) {
   });
 }
 
+
 }  // namespace
 
-double load_element(DType type, const void* base, int64_t index) {
-  switch (type) {
-    case DType::F32: return static_cast<const float*>(base)[index];
-    case DType::BF16: return std::bit_cast<float>(static_cast<uint32_t>(static_cast<const uint16_t*>(base)[index]) << 16);
-    case DType::F16: return static_cast<double>(std::bit_cast<_Float16>(static_cast<const uint16_t*>(base)[index]));
-  }
-  return 0;
-}
+// The element access and formulas are the IR's (compiler/ir/muon_step.h): one definition for these
+// rules, the interpreter, the CPU backend's fused Muon step and the generated CUDA.
+double load_element(DType type, const void* base, int64_t index) { return ir::load_stored(scalar_type(type), base, index); }
 
-void store_element(DType type, void* base, int64_t index, double value) {
-  switch (type) {
-    case DType::F32: static_cast<float*>(base)[index] = static_cast<float>(value); return;
-    case DType::BF16: {
-      const float rounded = static_cast<float>(round_to(ScalarType::BF16, value));  // exact in f32
-      static_cast<uint16_t*>(base)[index] = static_cast<uint16_t>(std::bit_cast<uint32_t>(rounded) >> 16);
-      return;
-    }
-    case DType::F16:
-      static_cast<uint16_t*>(base)[index] = std::bit_cast<uint16_t>(static_cast<_Float16>(round_to(ScalarType::F16, value)));
-      return;
-  }
-}
+void store_element(DType type, void* base, int64_t index, double value) { ir::store_rounded(scalar_type(type), base, index, value); }
 
 double lr_scale(LrAdjust adjust, int64_t rows, int64_t cols) {
   const double r = static_cast<double>(rows), c = static_cast<double>(cols);
@@ -73,12 +58,10 @@ void muon_momentum(const MuonGroupSettings& muon, const float* gradient, float* 
   const double beta = muon.momentum;
   for_chunks(0, count, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
-      const double g = gradient[i], m = momentum[i];
-      const float next = static_cast<float>(muon.momentum_kind == MomentumKind::Ema ? m + (1.0 - beta) * (g - m) : beta * m + g);
+      const bool ema = muon.momentum_kind == MomentumKind::Ema;
+      const float next = ir::muon_momentum_next(ema, beta, gradient[i], momentum[i]);
       momentum[i] = next;
-      double u = next;
-      if (muon.nesterov) u = muon.momentum_kind == MomentumKind::Ema ? g + beta * (static_cast<double>(next) - g) : g + beta * next;
-      update[i] = static_cast<float>(u);
+      update[i] = ir::muon_update_value(ema, muon.nesterov, beta, gradient[i], next);
     }
   });
 }
@@ -96,7 +79,7 @@ void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType typ
   for_chunks(begin, end, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       const int64_t row = (i % matrix_elements) / plan.cols;
-      store_element(type, data, i, load_element(type, data, i) * decay - row_step[static_cast<size_t>(row)] * static_cast<double>(orthogonal[i]));
+      store_element(type, data, i, ir::muon_parameter_next(load_element(type, data, i), decay, row_step[static_cast<size_t>(row)], orthogonal[i]));
     }
   });
 }
@@ -160,10 +143,12 @@ dsl::Program muon_program(const MuonGroupSettings& muon) {
   return program;
 }
 
-std::shared_ptr<CompiledOrthogonalizer> BlockOrthogonalizer::compiled(int64_t batch, int64_t rows, int64_t cols) {
-  const std::string key = std::to_string(batch) + "x" + std::to_string(rows) + "x" + std::to_string(cols);
+std::shared_ptr<CompiledOrthogonalizer> BlockOrthogonalizer::compiled(int64_t batch, int64_t rows, int64_t cols, const std::optional<ir::MuonStepSpec>& step) {
+  std::string key = std::to_string(batch) + "x" + std::to_string(rows) + "x" + std::to_string(cols);
+  if (step) key += " step " + step->describe();
   if (auto found = cache_.find(key); found != cache_.end()) return found->second;
   OrthogonalizeOptions options;
+  options.muon_step = step;
   options.strategy = muon_.strategy;
   options.precision = muon_.precision;
   options.gram_restarts = muon_.gram_restarts;
@@ -177,6 +162,32 @@ std::shared_ptr<CompiledOrthogonalizer> BlockOrthogonalizer::compiled(int64_t ba
   auto result = compile_orthogonalizer(muon_program(muon_), batch, rows, cols, options);
   cache_.emplace(key, result);
   return result;
+}
+
+void BlockOrthogonalizer::muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, const float* gradient, float* momentum, DType type,
+                                    void* data) {
+  const int64_t cols = plan.cols, matrix_elements = plan.rows * plan.cols;
+  std::map<int64_t, std::vector<ir::MuonStepMatrix>> by_height;
+  const double decay = 1.0 - muon.lr * muon.weight_decay;  // as apply_muon
+  const ir::MuonStepSpec spec{muon.momentum_kind == MomentumKind::Ema, muon.nesterov, ScalarType::F32, scalar_type(type)};
+  char* const param = static_cast<char*>(data);
+  for (int64_t matrix = 0; matrix < plan.batch; ++matrix)
+    for (const MatrixBlock& block : plan.blocks) {
+      const int64_t first = matrix * matrix_elements + block.row_offset * cols;
+      const auto [scale_rows, scale_cols] = scale_shape(plan, block);
+      ir::MuonStepMatrix io;
+      io.grad = reinterpret_cast<std::uintptr_t>(gradient + first);
+      io.momentum = reinterpret_cast<std::uintptr_t>(momentum + first);
+      io.param = reinterpret_cast<std::uintptr_t>(param + first * dtype_bytes(type));
+      io.beta = muon.momentum;
+      io.step = muon.lr * lr_scale(muon.lr_adjust, scale_rows, scale_cols);
+      io.decay = decay;
+      by_height[block.rows].push_back(io);
+    }
+  const auto started = std::chrono::steady_clock::now();
+  for (const auto& [rows, matrices] : by_height)
+    compiled(static_cast<int64_t>(matrices.size()), rows, cols, spec)->run_muon_step(matrices, nullptr);
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
 void BlockOrthogonalizer::orthogonalize(const MatrixPlan& plan, const float* update, float* orthogonal) {

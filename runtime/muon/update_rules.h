@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dsl/ast.h"
+#include "ir/muon_step.h"
 #include "runtime/muon/optimizer_settings.h"
 #include "runtime/muon/parameter.h"
 #include "runtime/muon/parameter_tagging.h"
@@ -56,7 +58,15 @@ class BlockOrthogonalizer {
   explicit BlockOrthogonalizer(MuonGroupSettings muon) : muon_(std::move(muon)) {}
   // `update` and `orthogonal` hold the whole parameter (plan.batch x plan.rows x plan.cols).
   void orthogonalize(const MatrixPlan& plan, const float* update, float* orthogonal);
-  std::shared_ptr<CompiledOrthogonalizer> compiled(int64_t batch, int64_t rows, int64_t cols);
+  // One whole Muon step of a parameter as compiled Muon steps (compiler/ir/muon_step.h: the
+  // momentum fused into the normalize, the update after the last product), blocks of equal
+  // height batched: momentum (f32, in place) and the parameter `data` (its own type) change;
+  // `gradient` is f32, indexed like the parameter. The same bits as muon_momentum, orthogonalize
+  // and apply_muon in sequence. The hyperparameters (lr, weight decay, β, momentum form) are
+  // `muon`'s, the caller's current settings; the iteration's are the constructor's.
+  void muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, const float* gradient, float* momentum, DType type, void* data);
+  // `step` set: the compiled Muon step of that spec; else the orthogonalizer.
+  std::shared_ptr<CompiledOrthogonalizer> compiled(int64_t batch, int64_t rows, int64_t cols, const std::optional<ir::MuonStepSpec>& step = std::nullopt);
   double seconds() const { return seconds_; }
 
  private:
