@@ -58,6 +58,9 @@ class CudaOrthogonalizer : public CompiledOrthogonalizer {
     runner_->run_muon_step(matrices, static_cast<CUstream>(stream));
   }
   void enqueue_launches(void* stream) const override { runner_->enqueue_launches(static_cast<CUstream>(stream)); }
+  void upload_step_arguments(const std::vector<ir::MuonStepMatrix>& matrices, void* stream) const override {
+    runner_->upload_step_arguments(matrices, static_cast<CUstream>(stream));
+  }
 
  private:
   std::shared_ptr<const cuda::CudaRunner> runner_;
@@ -135,6 +138,10 @@ std::vector<std::string> available_backends() {
 std::string cuda_backend_unavailable_reason() {
   static const std::string reason = cuda_unavailable_reason();
   return reason;
+}
+
+void CompiledOrthogonalizer::upload_step_arguments(const std::vector<ir::MuonStepMatrix>&, void*) const {
+  throw UsageError("the " + backend_ + " backend has no device launches to replay (graph capture needs backend cuda)");
 }
 
 void CompiledOrthogonalizer::enqueue_launches(void*) const {

@@ -55,7 +55,9 @@ class CompiledOrthogonalizer {
   // A Muon step (compiled with OrthogonalizeOptions::muon_step): one matrix per batch item, host
   // pointers on ref and cpu, device pointers on cuda (enqueued on `stream`, not synchronized).
   virtual void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, void* stream) const = 0;
-  // cuda: the launches alone, bound to the last run_muon_step's arguments (graph capture).
+  // cuda: run_muon_step's two halves, for graph capture (muon_step_launcher.h): the upload of
+  // the matrices' argument block, and the launches bound to it.
+  virtual void upload_step_arguments(const std::vector<ir::MuonStepMatrix>& matrices, void* stream) const;
   virtual void enqueue_launches(void* stream) const;
   const ir::Function& function() const { return function_; }
   ir::StrategyKind strategy() const { return function_.strategy.kind; }

@@ -33,6 +33,7 @@
 #include "runtime/muon/parameter.h"
 #include "runtime/muon/parameter_tagging.h"
 #include "runtime/muon/state_format.h"
+#include "runtime/muon/muon_step_launcher.h"
 #include "runtime/muon/update_rules.h"
 #include "runtime/orthogonalize.h"
 
@@ -50,6 +51,8 @@ struct MuonSettings {
   // For parameters in device memory: the same settings on the cuda backend (whatever
   // muon.backend says for host parameters).
   std::unique_ptr<runtime::BlockOrthogonalizer> device_orthogonalizer;
+  // The tensor path's compiled Muon steps and their CUDA graphs.
+  std::unique_ptr<runtime::MuonStepLauncher> launcher = std::make_unique<runtime::MuonStepLauncher>();
 
   runtime::BlockOrthogonalizer& blocks() {
     if (!orthogonalizer) orthogonalizer = std::make_unique<runtime::BlockOrthogonalizer>(settings.muon);
@@ -106,6 +109,7 @@ void set_setting(MuonSettings& self, const std::string& key, nb::handle value) {
   }
   self.orthogonalizer.reset();  // compiled for the old settings
   self.device_orthogonalizer.reset();
+  self.launcher = std::make_unique<runtime::MuonStepLauncher>();
 }
 
 nb::dict setting_values(const MuonSettings& self) {
@@ -294,6 +298,45 @@ void orthogonalize_batch(MuonSettings& self, const nb::ndarray<>& input, const n
   compiled->run_device(reinterpret_cast<std::uintptr_t>(input.data()), reinterpret_cast<std::uintptr_t>(output.data()), reinterpret_cast<void*>(stream));
 }
 
+// One group of a tensor-path Muon step: equal blocks (rows x cols) of any parameters, with the
+// gradient and parameter types and the momentum form, and per block the addresses of its first
+// gradient, momentum and parameter elements (host or device 0 memory) and its scalars.
+using StepEntry = std::tuple<std::uintptr_t, std::uintptr_t, std::uintptr_t, double, double, double>;
+using StepGroup = std::tuple<bool, int64_t, int64_t, std::string, std::string, bool, bool, std::vector<StepEntry>>;
+
+DType parse_step_dtype(const std::string& text, const char* what) {
+  auto type = runtime::parse_dtype(text);
+  if (!type) throw std::invalid_argument(std::string(what) + " type '" + text + "': expected f32, bf16 or f16");
+  return *type;
+}
+
+// The whole Muon part of a tensor-path step: every group compiled (cached) as a Muon step and
+// run in order, on the settings' host backend for host memory or the cuda backend for device
+// memory (enqueued on `stream`; one CUDA graph for all groups when `graphs`). Returns how many
+// graph launches this settings object has made so far.
+int muon_steps(MuonSettings& self, const std::vector<StepGroup>& groups, std::uintptr_t stream, bool graphs) {
+  std::vector<runtime::MuonStepGroup> compiled;
+  for (const auto& [device, rows, cols, grad_text, param_text, ema, nesterov, entries] : groups) {
+    if (rows <= 0 || cols <= 0 || entries.empty()) throw std::invalid_argument("muon_steps: a group needs positive rows, cols and at least one block");
+    if (device) {
+      const std::string why = runtime::cuda_backend_unavailable_reason();
+      if (!why.empty()) throw std::invalid_argument("parameters in CUDA memory need the cuda backend: " + why);
+    }
+    const ir::MuonStepSpec spec{ema, nesterov, runtime::scalar_type(parse_step_dtype(grad_text, "gradient")),
+                                runtime::scalar_type(parse_step_dtype(param_text, "parameter"))};
+    runtime::MuonStepGroup group;
+    group.compiled = (device ? self.device_blocks() : self.blocks()).compiled(static_cast<int64_t>(entries.size()), rows, cols, spec);
+    for (const auto& [grad, momentum, param, beta, step, decay] : entries) {
+      if (!grad || !momentum || !param) throw std::invalid_argument("muon_steps: a null gradient, momentum or parameter address");
+      group.matrices.push_back({grad, momentum, param, beta, step, decay});
+    }
+    compiled.push_back(std::move(group));
+  }
+  nb::gil_scoped_release release;
+  self.launcher->run(compiled, reinterpret_cast<void*>(stream), graphs);
+  return self.launcher->graph_launches();
+}
+
 // Device tensors for the generated element-wise kernels: CUDA memory on device 0, contiguous,
 // f32 / bf16 / f16 (f32 only for state), `count` elements.
 struct DeviceTensor {
@@ -323,34 +366,6 @@ DeviceTensor device_tensor(const nb::ndarray<>& array, const std::string& what, 
 
 void expect_device_count(const DeviceTensor& t, int64_t count, const std::string& what) {
   if (t.count != count) throw std::invalid_argument(what + " has " + std::to_string(t.count) + " elements, expected " + std::to_string(count));
-}
-
-void device_momentum(MuonSettings& self, const nb::ndarray<>& grad, const nb::ndarray<>& momentum_buffer, const nb::ndarray<>& update, double momentum,
-                     bool nesterov, std::uintptr_t stream) {
-  const DeviceTensor g = device_tensor(grad, "the gradient"), m = device_tensor(momentum_buffer, "momentum_buffer", true),
-                     u = device_tensor(update, "the update", true);
-  expect_device_count(m, g.count, "momentum_buffer");
-  expect_device_count(u, g.count, "the update");
-  runtime::MuonGroupSettings muon = self.settings.muon;
-  muon.momentum = momentum;
-  muon.nesterov = nesterov;
-  nb::gil_scoped_release release;
-  runtime::device_muon_momentum(muon, g.dtype, g.pointer, m.pointer, u.pointer, g.count, reinterpret_cast<void*>(stream));
-}
-
-void device_apply(const nb::ndarray<>& param, const nb::ndarray<>& orthogonal, std::optional<nb::ndarray<>> row_step, double step, double lr,
-                  double weight_decay, int64_t rows, int64_t cols, std::uintptr_t stream) {
-  const DeviceTensor p = device_tensor(param, "the parameter"), o = device_tensor(orthogonal, "the orthogonalized update", true);
-  expect_device_count(o, p.count, "the orthogonalized update");
-  if (rows <= 0 || cols <= 0 || p.count % (rows * cols) != 0) throw std::invalid_argument("rows x cols does not divide the parameter");
-  std::uintptr_t steps = 0;
-  if (row_step) {
-    const DeviceTensor s = device_tensor(*row_step, "row_step", false, true);
-    expect_device_count(s, rows, "row_step");
-    steps = s.pointer;
-  }
-  nb::gil_scoped_release release;
-  runtime::device_apply_muon(lr, weight_decay, p.dtype, p.pointer, o.pointer, steps, step, rows, cols, p.count, reinterpret_cast<void*>(stream));
 }
 
 void device_adam(MuonSettings& self, int64_t step, const nb::ndarray<>& param, const nb::ndarray<>& grad, const nb::ndarray<>& exp_avg,
@@ -500,12 +515,10 @@ void register_optimizer(nb::module_& m) {
   m.def("orthogonalize_batch", &orthogonalize_batch, nb::arg("settings"), nb::arg("input"), nb::arg("output"), nb::arg("stream") = 0,
         "O = NS(U) for a batch x rows x cols f32 tensor: host memory on the settings' backend, CUDA memory on the cuda backend, "
         "enqueued on `stream` (an integer CUstream, e.g. torch.cuda.current_stream().cuda_stream) without synchronizing.");
-  m.def("device_momentum", &device_momentum, nb::arg("settings"), nb::arg("grad"), nb::arg("momentum_buffer"), nb::arg("update"), nb::arg("momentum"),
-        nb::arg("nesterov"), nb::arg("stream"),
-        "CUDA tensors: the generated momentum kernel (the settings' momentum form) on `stream`: momentum_buffer in place, update = U.");
-  m.def("device_apply", &device_apply, nb::arg("param"), nb::arg("orthogonal"), nb::arg("row_step").none(), nb::arg("step"), nb::arg("lr"),
-        nb::arg("weight_decay"), nb::arg("rows"), nb::arg("cols"), nb::arg("stream"),
-        "CUDA tensors: p <- p(1 - lr wd) - s_row O with the generated kernel; row_step a float64 (rows,) tensor of lr*s, or None: `step`.");
+  m.def("muon_steps", &muon_steps, nb::arg("settings"), nb::arg("groups"), nb::arg("stream") = 0, nb::arg("graphs") = true,
+        "The Muon part of a step as compiled Muon steps (momentum, Newton-Schulz and the update in the iteration's kernels). groups: "
+        "(device, rows, cols, grad dtype, param dtype, ema, nesterov, [(grad address, momentum address, param address, beta, lr*s, "
+        "1 - lr*wd), ...]); device groups on the cuda backend on `stream`, as one CUDA graph when `graphs`. Returns the graph launches so far.");
   m.def("device_adam", &device_adam, nb::arg("settings"), nb::arg("step"), nb::arg("param"), nb::arg("grad"), nb::arg("exp_avg"), nb::arg("exp_avg_sq"),
         nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"), nb::arg("stream"),
         "CUDA tensors: one AdamW step (the settings' formula) with the generated kernel on `stream`.");

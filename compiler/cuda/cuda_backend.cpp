@@ -21,6 +21,9 @@ class GeneratedRunner : public CudaRunner {
   void run(const float* input, float* output) const override { executable_.run(input, output); }
   void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const override { executable_.run_muon_step(matrices, stream); }
   void enqueue_launches(CUstream stream) const override { executable_.enqueue_launches(stream); }
+  void upload_step_arguments(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const override {
+    executable_.upload_step_arguments(matrices, stream);
+  }
 
  private:
   CudaExecutable executable_;
@@ -68,6 +71,10 @@ const char* source_name(ProgramCache::Result::Source source) {
 }  // namespace
 
 void CudaRunner::run_muon_step(const std::vector<ir::MuonStepMatrix>&, CUstream) const {
+  throw std::invalid_argument("only the generated CUDA variant compiles a Muon step; this runner is " + description_);
+}
+
+void CudaRunner::upload_step_arguments(const std::vector<ir::MuonStepMatrix>&, CUstream) const {
   throw std::invalid_argument("only the generated CUDA variant compiles a Muon step; this runner is " + description_);
 }
 

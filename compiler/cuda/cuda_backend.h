@@ -47,6 +47,8 @@ class CudaRunner {
   // A Muon step (the scheduled function's muon_step): device pointers, enqueued on `stream`.
   // Only the generated variant compiles Muon steps (variant_unavailable_reason says so).
   virtual void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const;
+  // Its two halves: the argument block's upload, and the launches bound to it.
+  virtual void upload_step_arguments(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const;
   // The launches alone, bound to the last run_muon_step's arguments (for graph capture).
   virtual void enqueue_launches(CUstream stream) const;
   const std::string& description() const { return description_; }  // "generated 128x128x32/2x4, 17 launches, sm_90 cubin (disk cache)"

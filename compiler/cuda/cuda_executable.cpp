@@ -56,6 +56,11 @@ void CudaExecutable::run_device(CUdeviceptr input, CUdeviceptr output, CUstream 
 }
 
 void CudaExecutable::run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const {
+  upload_step_arguments(matrices, stream);
+  launch_all(0, 0, stream);
+}
+
+void CudaExecutable::upload_step_arguments(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const {
   if (!program_.muon_step) throw std::invalid_argument("this CUDA program is an orthogonalizer, not a Muon step");
   if (static_cast<int64_t>(matrices.size()) != program_.batch)
     throw std::invalid_argument("run_muon_step: " + std::to_string(matrices.size()) + " matrices for a step compiled for " + std::to_string(program_.batch));
@@ -66,7 +71,6 @@ void CudaExecutable::run_muon_step(const std::vector<ir::MuonStepMatrix>& matric
   const std::vector<uint64_t> words = ir::pack_muon_step_arguments(matrices);
   check(device.api().cuMemcpyHtoDAsync(workspace_.get() + static_cast<CUdeviceptr>(step_args_offset_), words.data(), words.size() * 8, stream),
         "cuMemcpyHtoDAsync (the Muon step's arguments)");
-  launch_all(0, 0, stream);
 }
 
 void CudaExecutable::launch_all(CUdeviceptr input, CUdeviceptr output, CUstream stream) const {

@@ -30,6 +30,8 @@ class CudaExecutable {
   // A Muon step (program().muon_step): uploads the argument block (device pointers and scalars
   // of every matrix, ir/muon_step.h) on `stream` and enqueues the launches; not synchronized.
   void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const;
+  // The upload alone (run_muon_step = upload_step_arguments, then enqueue_launches).
+  void upload_step_arguments(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const;
   // The launch sequence alone, bound to the argument block as last uploaded: what a CUDA graph
   // captures (the upload stays outside the graph, so each replay sees the step's new pointers
   // and scalars).

@@ -759,18 +759,18 @@ def test_the_tensor_path_batches_equal_blocks_across_parameters(monkeypatch):
     params += [("moe.experts", nn.Parameter(torch.randn(3, 8, 32)))]
     opt = tensor_path(orthojit.Muon(params, preset="keller", momentum=0.0, nesterov=False, settings=EXACT))
     calls = []
-    real = _orthojit.orthogonalize_batch
+    real = _orthojit.muon_steps
 
-    def counting(settings, stacked, result, stream):
-        calls.append(tuple(stacked.shape))
-        return real(settings, stacked, result, stream)
+    def counting(settings, groups, stream, graphs):
+        calls.append(sorted((len(entries), rows, cols) for _, rows, cols, *_, entries in groups))
+        return real(settings, groups, stream, graphs)
 
-    monkeypatch.setattr(_orthojit, "orthogonalize_batch", counting)
+    monkeypatch.setattr(_orthojit, "muon_steps", counting)
     before = {n: p.detach().double().clone() for n, p in params}
     for _, p in params:
         p.grad = torch.randn_like(p)
     opt.step()
-    assert sorted(calls) == [(4, 16, 32), (5, 8, 32)], calls
+    assert calls == [[(4, 16, 32), (5, 8, 32)]], calls  # one call per step, one group per block shape
     for n, p in params:
         g = f32(p.grad.double()).reshape(-1, p.shape[-2], p.shape[-1])
         expected = torch.stack([f32(newton_schulz(m)) for m in g]).reshape(p.shape)

@@ -131,6 +131,9 @@ class Muon(torch.optim.Optimizer):
         # Parameters stepped by the tensor path (orthojit/tensor_step.py): CUDA ones always; CPU
         # ones only when a test forces it (the same code then runs without a GPU).
         self._force_tensor_path = False
+        # CUDA parameters: a step's compiled Muon steps captured once into a CUDA graph and
+        # replayed (False: plain launches, e.g. to compare or to profile kernel by kernel).
+        self.cuda_graphs = True
         self.steps_taken = 0
         self.last_report = StepReport()
         if isinstance(params, torch.nn.Module):
@@ -327,8 +330,9 @@ class Muon(torch.optim.Optimizer):
         return loss
 
     def _tensor_step(self, work: List[Tuple[Dict[str, Any], str, torch.Tensor, torch.Tensor]], report: StepReport) -> None:
-        """The step of parameters on the tensor path: state on the parameter's device, element-wise
-        parts as torch operations, Newton-Schulz batched over equal blocks of all parameters."""
+        """The step of parameters on the tensor path: state on the parameter's device, Muon
+        parameters through compiled Muon steps batched over equal blocks of all parameters
+        (one CUDA graph per step on a GPU), AdamW through its generated kernel."""
         if not work:
             return
         values = self._settings.values()
@@ -336,13 +340,12 @@ class Muon(torch.optim.Optimizer):
         muon_items = []
         for group, name, p, g in work:
             state = self.state[p]
-            g = g.to(p.device)
+            g = g.to(p.device).contiguous()
             if group["use_muon"]:
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
-                u = _tensor_step.momentum_and_update(self._settings, kind, float(group["momentum"]), bool(group["nesterov"]), g,
-                                                    state["momentum_buffer"])
-                muon_items.append((group, p, u))
+                muon_items.append((self._plans[id(p)], p.detach(), g, state["momentum_buffer"], float(group["lr"]), float(group["momentum"]),
+                                   float(group["weight_decay"]), kind == "ema", bool(group["nesterov"])))
             else:
                 if "step" not in state:
                     state["step"] = torch.zeros((), dtype=torch.int64)
@@ -356,11 +359,9 @@ class Muon(torch.optim.Optimizer):
         if not muon_items:
             return
         started = time.perf_counter()
-        orthogonal = _tensor_step.orthogonalize_blocks(self._settings, [(self._plans[id(p)], u) for _, p, u in muon_items])
+        _tensor_step.muon_steps(self._settings, muon_items, adjust, graphs=self.cuda_graphs)
         report.orthogonalize_seconds += time.perf_counter() - started  # host time to enqueue (CUDA) or run (CPU)
-        for (group, p, _), o in zip(muon_items, orthogonal):
-            _tensor_step.apply_muon(p, self._plans[id(p)], o, float(group["lr"]), float(group["weight_decay"]), adjust)
-            report.muon_updated += 1
+        report.muon_updated += len(muon_items)
 
     @property
     def step_skipped(self) -> bool:

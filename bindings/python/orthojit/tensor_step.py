@@ -1,22 +1,25 @@
 """The Muon + AdamW step on tensors where they live (CUDA parameters, gradients and state), for
 orthojit.Muon (muon.py).
 
-Everything stays on the parameter's device and runs on torch's current stream: the element-wise
-parts are orthojit's generated kernels (compiler/cuda/elementwise_codegen.h: momentum and
-Nesterov in one launch, the update in one, AdamW in one), and Newton-Schulz is orthojit's CUDA
-kernels, all launched on that stream through DLPack device pointers (no copy, no
-synchronization). Blocks of equal shape across the step's parameters (layers, heads, experts,
-QKV parts) are orthogonalized in one batched launch. Host memory is touched only for scalars:
-the hyperparameters and one flag that says whether any gradient is non-finite (the step must be
-skipped before anything changes, which costs one stream synchronization per step).
+Everything stays on the parameter's device and runs on torch's current stream. A Muon parameter's
+whole update is a compiled Muon step (compiler/ir/muon_step.h): the momentum and Nesterov are
+computed inside the first Newton-Schulz kernels and the update p <- p(1 - lr wd) - lr s O is
+written by the last one's epilogue, in p's dtype, so the step of one matrix is the Newton-Schulz
+launches and nothing else. Blocks of equal shape across the step's parameters (layers, heads,
+experts, QKV parts) form one batched launch sequence, and a step's sequences are one CUDA graph,
+captured once and replayed (the addresses and scalars live in an argument block uploaded before
+each replay). AdamW's element-wise step is a generated kernel too (elementwise_codegen.h). Host
+memory is touched only for scalars: the hyperparameters and one flag that says whether any
+gradient is non-finite (the step must be skipped before anything changes, which costs one stream
+synchronization per step).
 
 The element-wise arithmetic is float64 in the order the C++ update rules use
 (runtime/muon/update_rules.cpp), rounded once to the f32 state and once to the parameter's dtype,
 so a CUDA step computes what a CPU step computes up to the Newton-Schulz kernels' rounding (the
-kernels are checked bit for bit against the C++ rules in the host emulation,
-tests/cuda_elementwise_test.cpp). The same code runs on CPU tensors, the element-wise parts then
-as float64 torch operations of the same order and NS on the settings' host backend, which is how
-the grouping, splits and state handling are tested without a GPU (tests/python/test_muon.py).
+generated step is checked bit for bit against the separate rules in the host emulation,
+tests/cuda_muon_step_test.cpp). The same code runs on CPU tensors (host addresses, the settings'
+host backend compiling the same Muon step), which is how the grouping, the addresses of blocks
+and splits, and the state handling are tested without a GPU (tests/python/test_muon.py).
 """
 
 from __future__ import annotations
@@ -52,72 +55,48 @@ def _stream(device: torch.device) -> int:
     return int(torch.cuda.current_stream(device).cuda_stream)
 
 
-def momentum_and_update(settings: Any, kind: str, beta: float, nesterov: bool, g: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
-    """Updates the f32 momentum ``buf`` in place and returns U (f32), as update_rules.cpp
-    muon_momentum: EMA M + (1-b)(g - M) or sum b*M + g; Nesterov lerp(g, M, b) or g + b*M."""
-    if buf.is_cuda:
-        u = torch.empty(buf.shape, dtype=torch.float32, device=buf.device)
-        _orthojit.device_momentum(settings, g.contiguous(), buf, u, float(beta), bool(nesterov), _stream(buf.device))
-        return u
-    g64, m64 = g.to(torch.float32).to(torch.float64), buf.to(torch.float64)
-    nxt = m64 + (1.0 - beta) * (g64 - m64) if kind == "ema" else beta * m64 + g64
-    buf.copy_(nxt)  # one rounding to f32
-    if not nesterov:
-        return buf.clone()
-    m32 = buf.to(torch.float64)
-    u = g64 + beta * (m32 - g64) if kind == "ema" else g64 + beta * m32
-    return u.to(torch.float32)
+_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
-def orthogonalize_blocks(settings: Any, items: List[Tuple[Any, torch.Tensor]]) -> List[torch.Tensor]:
-    """O = NS(U) for every block of every (plan, U) item, blocks of equal (rows, cols) on one
-    device stacked into one batched call. Returns O per item, shaped (batch, rows, cols)."""
-    outputs = [torch.empty((plan.batch, plan.rows, plan.cols), dtype=torch.float32, device=u.device) for plan, u in items]
-    groups: "OrderedDict[Tuple[int, int, torch.device], List[Tuple[int, int, int]]]" = OrderedDict()
-    views = []
-    for index, (plan, u) in enumerate(items):
-        views.append(u.reshape(plan.batch, plan.rows, plan.cols))
+def _dtype_name(t: torch.Tensor, what: str) -> str:
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{what}: expected float32, bfloat16 or float16, got {t.dtype}")
+    return _DTYPES[t.dtype]
+
+
+def muon_steps(settings: Any, items: List[Tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, float, float, float, bool, bool]],
+               adjust: str, graphs: bool = True) -> None:
+    """The Muon part of a step: for every (plan, p, g, momentum_buffer, lr, beta, weight_decay, ema,
+    nesterov) item, M and p change in place by one compiled Muon step per group of equal blocks
+    (compiler/ir/muon_step.h: the momentum inside the first Newton-Schulz kernels, the update in
+    the last one's epilogue). Blocks of equal (rows, cols, dtypes, momentum form) across all items
+    form one batched launch sequence; the addresses of each block's first elements and its
+    scalars (beta, lr*s, 1 - lr*wd) are arguments, so a schedule never recompiles. On CUDA the
+    groups run on torch's current stream, as one CUDA graph when ``graphs``."""
+    groups: "OrderedDict[Tuple[Any, ...], List[Tuple[int, int, int, float, float, float]]]" = OrderedDict()
+    stream = 0
+    for plan, p, g, buf, lr, beta, weight_decay, ema, nesterov in items:
+        device = p.device.type == "cuda"
+        if device:
+            stream = _stream(p.device)
+        if not (p.is_contiguous() and g.is_contiguous() and buf.is_contiguous()):
+            raise ValueError("the parameter, its gradient and momentum_buffer must be contiguous")
+        if buf.dtype != torch.float32 or buf.device != p.device or g.device != p.device:
+            raise ValueError("momentum_buffer must be float32 on the parameter's device, and the gradient there too")
+        grad_type, param_type = _dtype_name(g, "the gradient"), _dtype_name(p, "the parameter")
+        gp, mp, pp = g.data_ptr(), buf.data_ptr(), p.data_ptr()
+        gs, ps = g.element_size(), p.element_size()
+        decay = 1.0 - lr * weight_decay
+        override = plan.scale_shape
         for offset, height in plan.blocks:
-            groups.setdefault((height, plan.cols, u.device), []).append((index, offset, height))
-    for (height, cols, device), entries in groups.items():
-        chunks = [views[i][:, offset:offset + height, :] for i, offset, _ in entries]
-        stacked = torch.cat(chunks, dim=0).contiguous() if len(chunks) > 1 else chunks[0].contiguous()
-        result = torch.empty_like(stacked)
-        _orthojit.orthogonalize_batch(settings, stacked, result, _stream(device) if device.type == "cuda" else 0)
-        start = 0
-        for i, offset, _ in entries:
-            count = views[i].shape[0]
-            outputs[i][:, offset:offset + height, :].copy_(result[start:start + count])
-            start += count
-    return outputs
-
-
-def row_steps(plan: Any, adjust: str, lr: float) -> List[float]:
-    """lr * s for every row of a plan's matrix (s from the row's block, or the plan's scale shape)."""
-    steps = [0.0] * plan.rows
-    override = plan.scale_shape
-    for offset, height in plan.blocks:
-        rows, cols = override if override is not None else (height, plan.cols)
-        value = lr * _orthojit.lr_scale(adjust, int(rows), int(cols))
-        for r in range(offset, offset + height):
-            steps[r] = value
-    return steps
-
-
-def apply_muon(p: torch.Tensor, plan: Any, orthogonal: torch.Tensor, lr: float, weight_decay: float, adjust: str) -> None:
-    """p <- p(1 - lr wd) - lr s O, in float64, rounded once to p's dtype (update_rules.cpp apply_muon)."""
-    steps = row_steps(plan, adjust, lr)
-    if p.is_cuda:
-        uniform = len(set(steps)) == 1
-        column = None if uniform else torch.tensor(steps, dtype=torch.float64).to(p.device, non_blocking=True)
-        _orthojit.device_apply(p.detach(), orthogonal.contiguous(), column, float(steps[0]), float(lr), float(weight_decay), int(plan.rows),
-                               int(plan.cols), _stream(p.device))
-        return
-    # One block (the usual case): a scalar; split blocks: a (rows, 1) column, a few host scalars.
-    step: Any = steps[0] if len(set(steps)) == 1 else torch.tensor(steps, dtype=torch.float64).reshape(plan.rows, 1).to(p.device)
-    data = p.detach()
-    new = data.reshape(plan.batch, plan.rows, plan.cols).to(torch.float64) * (1.0 - lr * weight_decay) - step * orthogonal.to(torch.float64)
-    data.copy_(new.reshape(data.shape))
+            rows, cols = override if override is not None else (height, plan.cols)
+            step = lr * _orthojit.lr_scale(adjust, int(rows), int(cols))
+            key = (device, int(height), int(plan.cols), grad_type, param_type, bool(ema), bool(nesterov))
+            entries = groups.setdefault(key, [])
+            for z in range(plan.batch):
+                first = z * plan.rows * plan.cols + offset * plan.cols
+                entries.append((gp + first * gs, mp + first * 4, pp + first * ps, float(beta), float(step), float(decay)))
+    _orthojit.muon_steps(settings, [key + (entries,) for key, entries in groups.items()], stream, bool(graphs))
 
 
 def adam_step(settings: Any, p: torch.Tensor, g: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: int, lr: float,
