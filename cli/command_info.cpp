@@ -65,6 +65,12 @@ int info_command(const std::vector<std::string>& args) {
     for (cpu::CpuIsa isa : cpu::supported_isas()) paths += (paths.empty() ? "" : ", ") + std::string(cpu::to_string(isa));
     std::printf("cpu paths:  %s (default %s; --isa to force one)\n", paths.c_str(), std::string(cpu::to_string(cpu::best_host_isa())).c_str());
   }
+  // AMX: CPUID, XCR0 and the OS's answer to the tile-data permission request (support/host_cpu.h).
+  if (cpu::host_supports(cpu::CpuIsa::AmxBf16))
+    std::printf("amx:        usable (%s): bf16 products on AMX tiles with --isa amx%s\n", amx_availability().reason.c_str(),
+                cpu::best_host_isa() == cpu::CpuIsa::AmxBf16 ? ", the default" : "");
+  else
+    std::printf("amx:        not usable: %s\n", cpu::unsupported_reason(cpu::CpuIsa::AmxBf16).c_str());
   std::printf("cache dir:  %s\n", cache_directory().c_str());
   std::printf("tuning:     %s\n", autotune::describe_tuning_records().c_str());
   std::printf("\nshipped programs:\n");

@@ -250,8 +250,12 @@ nlohmann::json bench_record(const BenchRequest& request, bool report) {
                                             : "generic";
   const int threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const PeakEstimate peak = estimate_peak(isa, backend == "cpu" ? threads : 1);
-  // Every policy runs on f32 FMAs (bf16/f16 operands are widened while packing): the f32 peak.
-  const double peak_gflops = peak.f32_gflops();
+  // The ceiling of the engine the products ran on: bf16 products on the amx path run on AMX tiles
+  // (the measured TDPBF16PS rate); every other policy runs on f32 FMAs (bf16/f16 operands are
+  // widened while packing): the f32 peak.
+  const bool on_amx = isa == "amx" && compiled->function().policy.storage == ScalarType::BF16 && peak.amx_measured_flops_per_cycle > 0;
+  const std::string engine = backend != "cpu" ? backend : on_amx ? "amx" : "fma";
+  const double peak_gflops = on_amx ? peak.amx_gflops() : peak.f32_gflops();
   return {{"program", program.name},
           {"shape", {shape.rows, shape.cols, shape.batch}},
           {"backend", backend},
@@ -265,6 +269,7 @@ nlohmann::json bench_record(const BenchRequest& request, bool report) {
           {"jit_s", compiled->jit_seconds()},
           {"dense_equivalent_gflop", flops * 1e-9},
           {"gflops", gflops},
+          {"engine", engine},
           {"peak_gflops", peak_gflops},
           {"fraction_of_peak", gflops / peak_gflops},
           {"peak", peak.describe()}};

@@ -9,13 +9,20 @@
 
 namespace orthojit::cpu {
 
-enum class CpuIsa { Generic, Avx2Fma, Avx512f, Avx512Bf16 };
+// AmxBf16 ("amx"): the avx512bf16 path whose bf16 x bf16 products run on the AMX tile unit
+// (amx_codegen.h); every other product, the epilogues and the f32 policies stay on AVX-512 FMAs.
+enum class CpuIsa { Generic, Avx2Fma, Avx512f, Avx512Bf16, AmxBf16 };
 
 std::string_view to_string(CpuIsa isa);
-std::optional<CpuIsa> parse_cpu_isa(std::string_view text);  // "generic", "avx2", "avx512f", "avx512bf16"
+std::optional<CpuIsa> parse_cpu_isa(std::string_view text);  // "generic", "avx2", "avx512f", "avx512bf16", "amx"
 
-// Whether this machine runs code for `isa` (cpuid + the OS's saved-state mask).
+// Whether this machine runs code for `isa` (cpuid + the OS's saved-state mask; for amx also the
+// process's tile-data permission, requested on the first call: support/host_cpu.h).
 bool host_supports(CpuIsa isa);
+// Why `isa` is not runnable here ("" when it is).
+std::string unsupported_reason(CpuIsa isa);
+// The default path: ORTHOJIT_CPU_ISA when it names a path this machine runs (otherwise a warning
+// on stderr, once, and the strongest path), else the strongest path (amx where AMX is usable).
 CpuIsa best_host_isa();
 std::vector<CpuIsa> supported_isas();  // every path this machine runs, weakest first
 
@@ -29,6 +36,6 @@ struct IsaTraits {
 };
 // Register budget: MR·NR/W accumulators + NR/W B vectors + 1 broadcast must fit the register
 // file (16 xmm/ymm, 32 zmm): generic 4x8 (10 regs), AVX2 6x16 (14), AVX-512 12x32 (26).
-IsaTraits traits_of(CpuIsa isa);
+IsaTraits traits_of(CpuIsa isa);  // amx: avx512bf16's (the FMA kernels it keeps)
 
 }  // namespace orthojit::cpu

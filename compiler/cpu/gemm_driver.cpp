@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cpu/aligned_buffer.h"
+#include "cpu/amx_packing.h"
 #include "cpu/element_types.h"
 
 namespace orthojit::cpu {
@@ -237,7 +238,40 @@ OperandLayouts choose_operand_layouts(CpuIsa isa, const GemmBlocking& blocking, 
   return layouts;
 }
 
+namespace {
+
+// The AMX path's K-block length (a multiple of 32) and the microtile shapes a product uses.
+int64_t amx_block_k(const GemmBlocking& blocking) { return amx_padded_k(std::max<int64_t>(blocking.kc, kAmxKStep)); }
+std::vector<int> amx_edge_lengths(int64_t extent) {
+  std::vector<int> lengths;
+  if (extent >= kAmxMicrotile) lengths.push_back(kAmxMicrotile);
+  if (extent % kAmxMicrotile != 0) lengths.push_back(static_cast<int>(extent % kAmxMicrotile));
+  return lengths;
+}
+MicrokernelSpec amx_spec(CpuIsa isa, int64_t kc_padded, int m_valid, int n_valid) {
+  MicrokernelSpec spec;
+  spec.isa = isa;
+  spec.kc = kc_padded;
+  spec.amx = true;
+  spec.m_valid = m_valid;
+  spec.n_valid = n_valid;
+  return spec;
+}
+
+}  // namespace
+
 std::vector<MicrokernelSpec> microkernels_for(CpuIsa isa, const GemmBlocking& blocking, const MatrixView& a, const MatrixView& b) {
+  if (uses_amx(isa, a, b)) {
+    std::vector<MicrokernelSpec> specs;
+    const int64_t block_k = amx_block_k(blocking);
+    std::vector<int64_t> lengths;
+    if (a.cols >= block_k) lengths.push_back(block_k);
+    if (a.cols % block_k != 0) lengths.push_back(amx_padded_k(a.cols % block_k));
+    for (int64_t kc : lengths)
+      for (int m_valid : amx_edge_lengths(a.rows))
+        for (int n_valid : amx_edge_lengths(b.cols)) specs.push_back(amx_spec(isa, kc, m_valid, n_valid));
+    return specs;
+  }
   const bool dot = uses_bf16_dot(isa, blocking.bf16_dot, a, b);
   const OperandLayouts layouts = choose_operand_layouts(isa, blocking, a, b);
   std::vector<MicrokernelSpec> specs;
@@ -252,11 +286,127 @@ GemmDriver::GemmDriver(CpuIsa isa, GemmBlocking blocking, std::function<Microker
   blocking_.kc = std::max<int64_t>(blocking_.kc, 2);
 }
 
+namespace {
+
+// The last K block's epilogue on one microtile of the accumulator: the generated one or the host loop.
+void finish_tile(const GemmProblem& problem, const float* acc, int64_t ldacc, int64_t tile_row, int64_t tile_col, int64_t tile_rows,
+                 int64_t tile_cols, bool generated_epilogue) {
+  if (generated_epilogue) {
+    const void* c_tile = nullptr;
+    int64_t c_stride = 0;
+    if (problem.c) {
+      c_tile = static_cast<const char*>(problem.c->data) + (tile_row * problem.c->row_stride + tile_col) * size_in_bytes(problem.c->type);
+      c_stride = problem.c->row_stride;
+    }
+    void* d_tile = static_cast<char*>(problem.d.data) + (tile_row * problem.d.row_stride + tile_col) * size_in_bytes(problem.d.type);
+    problem.epilogue(acc, ldacc, c_tile, c_stride, d_tile, problem.d.row_stride, tile_rows, tile_cols, tile_row - tile_col);
+    return;
+  }
+  dispatch_storage_type(problem.d.type, [&](auto d_tag) {
+    using TD = decltype(d_tag);
+    if (!problem.c) return epilogue_tile<TD, float>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
+    dispatch_storage_type(problem.c->type, [&](auto c_tag) { epilogue_tile<TD, decltype(c_tag)>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols); });
+  });
+}
+
+}  // namespace
+
+// The AMX path: the same loop nest with 32 x 32 microtiles, bf16 panels (amx_packing.h), and one
+// kernel call per (A panel, run of B panels) so that the tile configuration each call loads is
+// amortized over the run. Edge microtiles use the kernels with their rows/columns baked in. The
+// epilogue and the triangle mirror are the FMA path's.
+void GemmDriver::run_amx(const GemmProblem& problem, ThreadPool* pool) const {
+  const int64_t m = problem.a.rows, k_total = problem.a.cols, n = problem.b.cols;
+  constexpr int tile = kAmxMicrotile;
+  const int64_t a_panels = (m + tile - 1) / tile;
+  const int64_t block_k = amx_block_k(blocking_);
+  const int64_t kc_max = amx_padded_k(std::min(block_k, k_total));
+  const int64_t nc = std::min(round_up(blocking_.nc, tile), round_up(n, tile));
+  const int64_t mc = round_up(std::max<int64_t>(blocking_.mc, tile), tile);
+  thread_local AlignedBuffer a_scratch, b_scratch, accumulator_scratch;
+  // amx_panel_elements bf16 values per panel: half as many f32 slots.
+  uint16_t* const packed_a = reinterpret_cast<uint16_t*>(a_scratch.floats(a_panels * amx_panel_elements(kc_max) / 2));
+  uint16_t* const packed_b = reinterpret_cast<uint16_t*>(b_scratch.floats((nc / tile) * amx_panel_elements(kc_max) / 2));
+  const int64_t ldacc = accumulator_stride(n);
+  float* const accumulator = accumulator_scratch.floats(m * ldacc);
+  const bool generated_epilogue = problem.epilogue && problem.d.col_stride == 1 && (!problem.c || problem.c->col_stride == 1);
+  const int workers = pool ? pool->size() : 1;
+  auto parallel = [&](int64_t count, const std::function<void(int64_t, int)>& body) {
+    if (pool) pool->parallel_for(count, body);
+    else for (int64_t task = 0; task < count; ++task) body(task, 0);
+  };
+  const int m_edge = static_cast<int>(m % tile), n_edge = static_cast<int>(n % tile);
+
+  for (int64_t k0 = 0; k0 < k_total; k0 += block_k) {
+    const int64_t k_valid = std::min(block_k, k_total - k0);
+    const int64_t kc = amx_padded_k(k_valid);
+    const bool first = k0 == 0, last = k0 + k_valid >= k_total;
+    // kernels[i][j]: i = 1 for the last, partial row panel, j = 1 for the last, partial column panel.
+    MicrokernelFunction kernels[2][2] = {};
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) {
+        const int m_valid = i ? m_edge : tile, n_valid = j ? n_edge : tile;
+        if ((i && m_valid == 0) || (j && n_valid == 0) || (!i && m < tile) || (!j && n < tile)) continue;
+        kernels[i][j] = kernel_for_(amx_spec(isa_, kc, m_valid, n_valid));
+      }
+    const int64_t panel_elements = amx_panel_elements(kc);
+    const int64_t a_chunk = std::max<int64_t>(1, a_panels / (4 * workers));
+    parallel((a_panels + a_chunk - 1) / a_chunk, [&](int64_t task, int) {
+      const int64_t first_panel = task * a_chunk, count = std::min(a_chunk, a_panels - first_panel);
+      pack_amx_a(problem.a, k0, k_valid, kc, first_panel, count, packed_a);
+    });
+    for (int64_t col0 = 0; col0 < n; col0 += nc) {
+      const int64_t cols = std::min(nc, n - col0);
+      const int64_t b_panels = (cols + tile - 1) / tile;
+      const int64_t b_chunk = std::max<int64_t>(1, b_panels / (4 * workers));
+      parallel((b_panels + b_chunk - 1) / b_chunk, [&](int64_t task, int) {
+        const int64_t first_panel = task * b_chunk, count = std::min(b_chunk, b_panels - first_panel);
+        pack_amx_b(problem.b, k0, k_valid, kc, col0, cols, first_panel, count, packed_b);
+      });
+      const int64_t row_blocks = (m + mc - 1) / mc;
+      const int64_t tasks_wanted = (problem.triangular ? 32 : 8) * workers;
+      const int64_t column_groups = std::max<int64_t>(1, std::min(b_panels, (tasks_wanted + row_blocks - 1) / row_blocks));
+      const int64_t panels_per_group = (b_panels + column_groups - 1) / column_groups;
+      parallel(row_blocks * column_groups, [&](int64_t task, int) {
+        const int64_t row_block = task / column_groups, group = task % column_groups;
+        for (int64_t ap = row_block * mc / tile; ap < std::min(a_panels, (row_block + 1) * mc / tile); ++ap) {
+          const int64_t tile_row = ap * tile, tile_rows = std::min<int64_t>(tile, m - tile_row);
+          const int row_kind = tile_rows < tile ? 1 : 0;
+          int64_t bp_begin = group * panels_per_group;
+          const int64_t bp_end = std::min(b_panels, (group + 1) * panels_per_group);
+          // A triangular product needs the microtiles reaching the diagonal: a suffix of the run.
+          while (bp_begin < bp_end && !microtile_needed(tile_row, col0 + bp_begin * tile, tile, problem.triangular)) ++bp_begin;
+          if (bp_begin >= bp_end) continue;
+          const uint16_t* a_panel = packed_a + ap * panel_elements;
+          const bool last_is_partial = col0 + bp_end * tile > n;  // only the matrix's last panel can be
+          const int64_t full_end = last_is_partial ? bp_end - 1 : bp_end;
+          float* acc_row = accumulator + tile_row * ldacc + col0;
+          if (full_end > bp_begin)
+            kernels[row_kind][0](reinterpret_cast<const float*>(a_panel), reinterpret_cast<const float*>(packed_b + bp_begin * panel_elements),
+                                 acc_row + bp_begin * tile, ldacc, first ? 0 : 1, 0, full_end - bp_begin);
+          if (last_is_partial)
+            kernels[row_kind][1](reinterpret_cast<const float*>(a_panel), reinterpret_cast<const float*>(packed_b + full_end * panel_elements),
+                                 acc_row + full_end * tile, ldacc, first ? 0 : 1, 0, 1);
+          if (!last) continue;
+          for (int64_t bp = bp_begin; bp < bp_end; ++bp) {
+            const int64_t tile_col = col0 + bp * tile, tile_cols = std::min<int64_t>(tile, n - tile_col);
+            finish_tile(problem, accumulator + tile_row * ldacc + tile_col, ldacc, tile_row, tile_col, tile_rows, tile_cols, generated_epilogue);
+          }
+        }
+      });
+    }
+  }
+}
+
 void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   const int64_t m = problem.a.rows, k_total = problem.a.cols, n = problem.b.cols;
   if (problem.b.rows != k_total || problem.d.rows != m || problem.d.cols != n || (problem.c && (problem.c->rows != m || problem.c->cols != n)))
     throw std::logic_error("gemm: operand shapes disagree");
   if (problem.triangular && m != n) throw std::logic_error("gemm: a triangular product must be square");
+  if (uses_amx(isa_, problem.a, problem.b) && m > 0 && n > 0 && k_total > 0) {
+    run_amx(problem, pool);
+    return mirror_if_triangular(problem, pool);
+  }
   const int mr = traits_.mr, nr = traits_.nr;
   const int64_t a_panels = (m + mr - 1) / mr;
   const bool dot = uses_bf16_dot(isa_, blocking_.bf16_dot, problem.a, problem.b);
@@ -380,14 +530,22 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
       });
     }
   }
-  if (problem.triangular) {
-    const int64_t chunk = std::max<int64_t>(16, m / (4 * workers));
-    parallel((m + chunk - 1) / chunk, [&](int64_t task, int) {
-      dispatch_storage_type(problem.d.type, [&](auto tag) {
-        mirror_lower_from_upper<decltype(tag)>(problem.d, task * chunk, std::min(m, (task + 1) * chunk));
-      });
+  mirror_if_triangular(problem, pool);
+}
+
+void GemmDriver::mirror_if_triangular(const GemmProblem& problem, ThreadPool* pool) const {
+  if (!problem.triangular) return;
+  const int64_t m = problem.a.rows;
+  const int workers = pool ? pool->size() : 1;
+  const int64_t chunk = std::max<int64_t>(16, m / (4 * workers));
+  auto body = [&](int64_t task, int) {
+    dispatch_storage_type(problem.d.type, [&](auto tag) {
+      mirror_lower_from_upper<decltype(tag)>(problem.d, task * chunk, std::min(m, (task + 1) * chunk));
     });
-  }
+  };
+  const int64_t tasks = (m + chunk - 1) / chunk;
+  if (pool) pool->parallel_for(tasks, body);
+  else for (int64_t task = 0; task < tasks; ++task) body(task, 0);
 }
 
 }  // namespace orthojit::cpu

@@ -68,6 +68,13 @@ inline bool uses_bf16_dot(CpuIsa isa, bool enabled, const MatrixView& a, const M
   return enabled && isa == CpuIsa::Avx512Bf16 && a.type == ScalarType::BF16 && b.type == ScalarType::BF16;
 }
 
+// Whether a product runs on the AMX tile unit (amx_codegen.h): both operands stored as bf16 on
+// the amx path. Its result is the same product (bf16 operands, f32 accumulation) as the FMA
+// kernels', in a different summation order. f32 and f16 products stay on FMAs.
+inline bool uses_amx(CpuIsa isa, const MatrixView& a, const MatrixView& b) {
+  return isa == CpuIsa::AmxBf16 && a.type == ScalarType::BF16 && b.type == ScalarType::BF16;
+}
+
 // Which operands a product reads in place ("direct", see microkernel_codegen.h) instead of packing:
 // f32 storage with unit column stride, at most blocking.direct_operand_bytes, not on bf16 dot
 // products. Xᵀ (a transposed view) is always packed.
@@ -93,6 +100,8 @@ class GemmDriver {
   const GemmBlocking& blocking() const { return blocking_; }
 
  private:
+  void run_amx(const GemmProblem& problem, ThreadPool* pool) const;  // uses_amx products
+  void mirror_if_triangular(const GemmProblem& problem, ThreadPool* pool) const;
   CpuIsa isa_;
   IsaTraits traits_;
   GemmBlocking blocking_;

@@ -59,7 +59,10 @@ void* compile_cached(CpuIsa isa, const std::string& symbol, const Emitter& emit,
 
 CompiledMicrokernel get_microkernel(const MicrokernelSpec& spec) {
   CompiledMicrokernel result;
-  void* address = compile_cached(spec.isa, spec.name(), [&](llvm::LLVMContext& context) { return emit_microkernel(spec, context); },
+  // An emulated AMX kernel has no AMX instructions: it is compiled for the generic path, which
+  // every x86-64 machine runs.
+  const CpuIsa isa = spec.amx && spec.amx_emulated ? CpuIsa::Generic : spec.isa;
+  void* address = compile_cached(isa, spec.name(), [&](llvm::LLVMContext& context) { return emit_microkernel(spec, context); },
                                  result.jit_seconds);
   result.function = reinterpret_cast<MicrokernelFunction>(address);
   return result;
@@ -76,7 +79,7 @@ CompiledEpilogue get_epilogue(const EpilogueSpec& spec) {
 std::string microkernel_ir(const MicrokernelSpec& spec) {
   llvm::LLVMContext context;
   auto module = emit_microkernel(spec, context);
-  return optimized_ir_text(spec.isa, *module);
+  return optimized_ir_text(spec.amx && spec.amx_emulated ? CpuIsa::Generic : spec.isa, *module);
 }
 
 std::string epilogue_ir(const EpilogueSpec& spec) {

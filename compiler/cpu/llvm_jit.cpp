@@ -2,11 +2,14 @@
 #include "cpu/llvm_jit.h"
 
 #include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/Core.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/MC/TargetRegistry.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
@@ -16,6 +19,8 @@
 #include <llvm/TargetParser/Host.h>
 
 #include <stdexcept>
+
+#include "cpu/amx_emulator.h"
 
 namespace orthojit::cpu {
 namespace {
@@ -89,6 +94,13 @@ LlvmJit::LlvmJit(CpuIsa isa) : isa_(isa) {
   auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(jit_->getDataLayout().getGlobalPrefix());
   if (!process) throw std::runtime_error("LLVM JIT cannot search the process's symbols: " + error_text(process.takeError()));
   jit_->getMainJITDylib().addGenerator(std::move(*process));
+  // The AMX emulator's entry points (amx_emulator.h), which emulated AMX kernels call: defined by
+  // address, so they resolve whether or not the executable exports its symbols.
+  llvm::orc::SymbolMap emulator;
+  for (const auto& [name, address] : amx_emulator_symbols())
+    emulator[jit_->mangleAndIntern(name)] = {llvm::orc::ExecutorAddr::fromPtr(address), llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable};
+  if (auto error = jit_->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(emulator))))
+    throw std::runtime_error("LLVM JIT cannot define the AMX emulator's symbols: " + error_text(std::move(error)));
 }
 
 LlvmJit::~LlvmJit() = default;
@@ -111,6 +123,29 @@ void* LlvmJit::compile(std::unique_ptr<llvm::Module> module, std::unique_ptr<llv
   auto address = jit_->lookup(symbol);
   if (!address) throw std::runtime_error("LLVM JIT cannot find " + symbol + ": " + error_text(address.takeError()));
   return address->toPtr<void*>();
+}
+
+std::string assembly_for_cpu(llvm::Module& module, const std::string& cpu) {
+  initialize_llvm_once();
+  const std::string triple = llvm::sys::getProcessTriple();
+  std::string error;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target) throw std::runtime_error("LLVM has no target for " + triple + ": " + error);
+  std::unique_ptr<llvm::TargetMachine> machine(
+      target->createTargetMachine(triple, cpu, "", llvm::TargetOptions(), llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  if (!machine) throw std::runtime_error("LLVM cannot create a target machine for " + cpu);
+  module.setDataLayout(machine->createDataLayout());
+  module.setTargetTriple(triple);
+  for (auto& function : module)
+    if (!function.isDeclaration()) function.addFnAttr("target-cpu", cpu);
+  optimize(module, machine.get());
+  llvm::SmallString<0> text;
+  llvm::raw_svector_ostream stream(text);
+  llvm::legacy::PassManager passes;
+  if (machine->addPassesToEmitFile(passes, stream, nullptr, llvm::CodeGenFileType::AssemblyFile))
+    throw std::runtime_error("LLVM cannot emit assembly for " + cpu);
+  passes.run(module);
+  return std::string(text.str());
 }
 
 std::string optimized_ir_text(CpuIsa isa, llvm::Module& module) {

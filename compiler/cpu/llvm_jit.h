@@ -43,6 +43,11 @@ class LlvmJit {
 // The module's text (what `orthojit compile --emit llvm` prints), after the same optimization.
 std::string optimized_ir_text(CpuIsa isa, llvm::Module& module);
 
+// The x86-64 assembly of `module` for LLVM CPU `cpu` (e.g. "sapphirerapids"), after the same O3
+// optimization and code generation as the JIT: what a kernel compiles to on a CPU this machine
+// need not be (the AMX kernels' instruction test).
+std::string assembly_for_cpu(llvm::Module& module, const std::string& cpu);
+
 // Throws std::logic_error("<emitter> produced invalid IR: ...") when `module` fails LLVM's verifier.
 void verify_generated_module(const llvm::Module& module, const std::string& emitter);
 

@@ -11,11 +11,15 @@
 #include <stdexcept>
 #include <vector>
 
+#include "cpu/amx_codegen.h"
 #include "cpu/llvm_jit.h"
 
 namespace orthojit::cpu {
 
 std::string MicrokernelSpec::name() const {
+  if (amx)
+    return "orthojit_ukernel_amx_bf16_" + std::to_string(m_valid) + "x" + std::to_string(n_valid) + "_k" + std::to_string(kc) +
+           (amx_emulated ? "_emulated" : "");
   const IsaTraits t = traits_of(isa);
   return "orthojit_ukernel_" + std::string(to_string(isa)) + "_" + std::to_string(t.mr) + "x" + std::to_string(t.nr) + "_k" +
          std::to_string(kc) + (bf16_dot ? "_bf16dot" : "") +
@@ -24,6 +28,7 @@ std::string MicrokernelSpec::name() const {
 }
 
 std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm::LLVMContext& context) {
+  if (spec.amx) return emit_amx_microkernel(spec, context);
   if (spec.kc < 1) throw std::logic_error("emit_microkernel: kc must be positive");
   if (spec.bf16_dot && (spec.isa != CpuIsa::Avx512Bf16 || spec.kc % 2 != 0))
     throw std::logic_error("emit_microkernel: bf16 dot products need the avx512bf16 path and an even kc");

@@ -39,6 +39,14 @@ struct MicrokernelSpec {
   bool bf16_dot = false;
   bool a_direct = false, b_direct = false;  // f32 only, not with bf16_dot
   int b_prefetch = 0;  // prefetch B's row this many k steps (pair steps with bf16_dot) ahead; 0: none
+  // amx: the AMX-BF16 tile kernel instead (amx_codegen.h): bf16 panels packed by amx_packing.h,
+  // kc a multiple of 32, the microtile's valid rows and columns (1..32) baked in, and the last
+  // argument the number of 32-column B panels one call sweeps. amx_emulated: the same kernel with
+  // every tile instruction a call to the host emulator (amx_emulator.h), compiled for the generic
+  // path: the driver's AMX path, packing and remainders tested on CPUs without AMX.
+  bool amx = false;
+  int m_valid = 32, n_valid = 32;
+  bool amx_emulated = false;
   std::string name() const;  // e.g. "orthojit_ukernel_avx512f_12x32_k256"
 };
 

@@ -23,18 +23,30 @@ double measure_clock_ghz();  // about 50 ms of one core
 // the CPU has AVX512-BF16 (cpu::host_supports); about 30 ms.
 double measure_bf16_dot_flops_per_cycle(double clock_ghz);
 
+// The rate TDPBF16PS really retires on this core: 4 independent 16x16 f32 accumulator tiles
+// (tmm0-3) fed by 2 A and 2 B tiles loaded once (no memory operands in the loop), FLOPs per cycle
+// at the measured clock (16·16·32 multiply-adds = 16384 FLOPs per instruction; nominal 1024 per
+// cycle: one TDPBF16PS every 16 cycles, Intel Optimization Manual, AMX chapter). The ceiling of the
+// AMX kernels. Returns 0 where this process may not use AMX (support/host_cpu.h); about 30 ms.
+double measure_amx_bf16_flops_per_cycle(double clock_ghz);
+
 struct PeakEstimate {
   double clock_ghz = 0;
   int cores = 1;
   double f32_flops_per_cycle = 0;   // per core
   double bf16_flops_per_cycle = 0;  // per core, nominal (0 when the ISA has no bf16 dot product)
   double bf16_measured_flops_per_cycle = 0;  // per core, measure_bf16_dot_flops_per_cycle
+  double amx_flops_per_cycle = 0;            // per core, nominal (0 without the amx path)
+  double amx_measured_flops_per_cycle = 0;   // per core, measure_amx_bf16_flops_per_cycle
+  double amx_gflops() const { return clock_ghz * cores * amx_measured_flops_per_cycle; }
+  double bf16_dot_gflops() const { return clock_ghz * cores * bf16_measured_flops_per_cycle; }
   double f32_gflops() const { return clock_ghz * cores * f32_flops_per_cycle; }
   double bf16_gflops() const { return clock_ghz * cores * bf16_flops_per_cycle; }
   std::string describe() const;
 };
 
-// `isa`: "generic", "avx2", "avx512f" or "avx512bf16" (a path this CPU runs); `cores`: the threads
+// `isa`: "generic", "avx2", "avx512f", "avx512bf16" or "amx" (a path this CPU runs; amx measures
+// both bf16 ceilings); `cores`: the threads
 // the run uses.
 PeakEstimate estimate_peak(const std::string& isa, int cores);
 

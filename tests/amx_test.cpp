@@ -1,0 +1,415 @@
+// The AMX-BF16 engine: detection and its fallbacks, the generated kernel's instructions, and the
+// GEMM driver's AMX path (packing, tile shapes, remainders along M, N and K, triangular products,
+// the epilogue α·AB + β·C + γ·I, threads) against a double-precision product of the same bf16
+// values, judged per 16x16 tile. The driver tests run the emulated kernels on every machine (the
+// same generated code with each tile instruction a call to amx_emulator.cpp, which follows the
+// Intel SDM's operation sections) and the native kernels where this process may use AMX.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "autotune/error_measure.h"
+#include "cpu/amx_codegen.h"
+#include "cpu/amx_packing.h"
+#include "cpu/cpu_isa.h"
+#include "cpu/element_types.h"
+#include "cpu/epilogue_codegen.h"
+#include "cpu/gemm_driver.h"
+#include "cpu/kernel_cache.h"
+#include "cpu/thread_pool.h"
+#include "support/host_cpu.h"
+
+namespace orthojit::cpu {
+namespace {
+
+// ---- detection ---------------------------------------------------------------------------------
+
+AmxProbe full_probe() {
+  AmxProbe probe;
+  probe.amx_tile = probe.amx_bf16 = probe.avx512bf16 = probe.xcr0_tile_state = true;
+  probe.permission_error = 0;
+  probe.permission_in_mask = true;
+  return probe;
+}
+
+TEST(AmxDetection, UsableOnlyWithCpuidXcr0AndThePermission) {
+  EXPECT_TRUE(evaluate_amx(full_probe()).usable);
+  AmxProbe hidden = full_probe();
+  hidden.amx_tile = false;  // a hypervisor that hides the tile unit
+  EXPECT_FALSE(evaluate_amx(hidden).usable);
+  EXPECT_NE(evaluate_amx(hidden).reason.find("AMX-TILE"), std::string::npos);
+  AmxProbe no_bf16 = full_probe();
+  no_bf16.amx_bf16 = false;
+  EXPECT_NE(evaluate_amx(no_bf16).reason.find("AMX-BF16"), std::string::npos);
+  AmxProbe os_off = full_probe();
+  os_off.xcr0_tile_state = false;
+  EXPECT_NE(evaluate_amx(os_off).reason.find("XCR0"), std::string::npos);
+  AmxProbe not_asked = full_probe();
+  not_asked.permission_error = -1;
+  EXPECT_FALSE(evaluate_amx(not_asked).usable);
+  AmxProbe unlisted = full_probe();
+  unlisted.permission_in_mask = false;
+  EXPECT_FALSE(evaluate_amx(unlisted).usable);
+}
+
+// A refused permission (what ORTHOJIT_AMX_PERMISSION=refuse simulates for the whole process).
+TEST(AmxDetection, RefusedPermissionFallsBackAndSaysWhy) {
+  AmxProbe refused = full_probe();
+  refused.permission_error = EPERM;
+  refused.permission_in_mask = false;
+  const AmxAvailability availability = evaluate_amx(refused);
+  EXPECT_FALSE(availability.usable);
+  EXPECT_NE(availability.reason.find("refused"), std::string::npos) << availability.reason;
+  EXPECT_NE(availability.reason.find("ARCH_REQ_XCOMP_PERM"), std::string::npos) << availability.reason;
+  AmxProbe old_kernel = full_probe();
+  old_kernel.permission_error = EINVAL;
+  EXPECT_NE(evaluate_amx(old_kernel).reason.find("5.16"), std::string::npos);
+}
+
+TEST(AmxDetection, TheAmxPathExistsExactlyWhereTheProcessMayUseIt) {
+  const bool usable = amx_availability().usable;
+  EXPECT_EQ(host_supports(CpuIsa::AmxBf16), usable && host_supports(CpuIsa::Avx512Bf16));
+  const std::vector<CpuIsa> paths = supported_isas();
+  EXPECT_EQ(std::count(paths.begin(), paths.end(), CpuIsa::AmxBf16), host_supports(CpuIsa::AmxBf16) ? 1 : 0);
+  if (!host_supports(CpuIsa::AmxBf16)) {
+    EXPECT_FALSE(unsupported_reason(CpuIsa::AmxBf16).empty());
+    EXPECT_NE(best_host_isa(), CpuIsa::AmxBf16);
+  } else if (std::getenv("ORTHOJIT_CPU_ISA") == nullptr) {
+    EXPECT_EQ(best_host_isa(), CpuIsa::AmxBf16) << "the default path is AMX where the process may use it";
+  }
+  EXPECT_EQ(parse_cpu_isa("amx"), CpuIsa::AmxBf16);
+  EXPECT_EQ(to_string(CpuIsa::AmxBf16), "amx");
+}
+
+// The CLI in child processes: the environment decides before anything is cached.
+std::string run_command(const std::string& command) {
+  std::string output;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return output;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof buffer, pipe)) output += buffer;
+  pclose(pipe);
+  return output;
+}
+
+#ifdef ORTHOJIT_CLI_PATH
+TEST(AmxDetection, InfoSaysWhetherAmxIsUsableAndTheEnvironmentForcesOtherPaths) {
+  const std::string info = run_command(std::string(ORTHOJIT_CLI_PATH) + " info");
+  ASSERT_NE(info.find("amx:"), std::string::npos) << info;
+  if (host_supports(CpuIsa::AmxBf16)) EXPECT_NE(info.find("amx:        usable"), std::string::npos) << info;
+  else EXPECT_NE(info.find("amx:        not usable: "), std::string::npos) << info;
+  // ORTHOJIT_CPU_ISA forces the non-AMX path (generic runs everywhere).
+  const std::string forced = run_command("ORTHOJIT_CPU_ISA=generic " + std::string(ORTHOJIT_CLI_PATH) + " info");
+  EXPECT_NE(forced.find("(default generic;"), std::string::npos) << forced;
+  // A simulated refusal: AMX is not usable and the default is the strongest FMA path.
+  const std::string refused = run_command("ORTHOJIT_AMX_PERMISSION=refuse " + std::string(ORTHOJIT_CLI_PATH) + " info");
+  EXPECT_NE(refused.find("amx:        not usable: "), std::string::npos) << refused;
+  EXPECT_EQ(refused.find("(default amx;"), std::string::npos) << refused;
+  if (host_cpu().amx_tile && host_cpu().amx_bf16 && host_cpu().xcr0_tile_state && host_cpu().avx512bf16) {
+    EXPECT_NE(refused.find("refused"), std::string::npos) << refused;
+  }
+}
+#endif
+
+// ---- the generated kernel ------------------------------------------------------------------------
+
+MicrokernelSpec amx_kernel(int64_t kc, int m_valid, int n_valid, bool emulated) {
+  MicrokernelSpec spec;
+  spec.isa = CpuIsa::AmxBf16;
+  spec.kc = kc;
+  spec.amx = true;
+  spec.m_valid = m_valid;
+  spec.n_valid = n_valid;
+  spec.amx_emulated = emulated;
+  return spec;
+}
+
+int count_of(const std::string& text, const std::string& pattern) {
+  const std::regex expression(pattern);
+  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), expression), std::sregex_iterator()));
+}
+
+TEST(AmxKernel, CompilesToTileInstructionsWithoutSpills) {
+  // kc = 384: 12 steps of 4 TDPBF16PS, in the zeroing and the accumulating body.
+  for (auto [m_valid, n_valid, products] : {std::tuple{32, 32, 4}, std::tuple{32, 5, 2}, std::tuple{9, 32, 2}, std::tuple{7, 3, 1}, std::tuple{17, 31, 4}}) {
+    SCOPED_TRACE(std::to_string(m_valid) + "x" + std::to_string(n_valid));
+    const std::string assembly = amx_kernel_assembly(amx_kernel(384, m_valid, n_valid, false));
+    EXPECT_EQ(count_of(assembly, "\\bldtilecfg\\b"), 1) << assembly;
+    EXPECT_GE(count_of(assembly, "\\btilerelease\\b"), 1);
+    EXPECT_EQ(count_of(assembly, "\\btdpbf16ps\\b"), 2 * 12 * products);
+    EXPECT_GE(count_of(assembly, "\\btilezero\\b"), products);
+    EXPECT_GE(count_of(assembly, "\\btilestored\\b"), 2 * products);
+    // A tile spill is a tilestored to the stack frame; the C stores go through the argument pointer.
+    EXPECT_EQ(count_of(assembly, "tilestored\\s+%tmm[0-7], [-0-9]*\\(%rsp"), 0) << assembly;
+  }
+  EXPECT_THROW(amx_kernel_assembly(amx_kernel(100, 32, 32, false)), std::logic_error);  // kc not a multiple of 32
+  EXPECT_THROW(amx_kernel_assembly(amx_kernel(64, 33, 32, false)), std::logic_error);
+}
+
+// ---- packing -------------------------------------------------------------------------------------
+
+TEST(AmxPacking, PlacesKPairsTheWayTheTilesReadThem) {
+  // B's elements carry distinct bit patterns (copied as they are): where each lands is checked.
+  const int64_t k = 40, n = 37;
+  std::vector<uint16_t> b(static_cast<size_t>(k * n));
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = 0; j < n; ++j) b[static_cast<size_t>(i * n + j)] = static_cast<uint16_t>(i * 64 + j + 1);  // bit patterns, copied as is
+  const MatrixView view{b.data(), ScalarType::BF16, k, n, n, 1};
+  const int64_t kc = amx_padded_k(k);
+  std::vector<uint16_t> packed(static_cast<size_t>(2 * amx_panel_elements(kc)), 0xffff);
+  pack_amx_b(view, 0, k, kc, 0, n, 0, 2, packed.data());
+  for (int64_t panel = 0; panel < 2; ++panel)
+    for (int64_t kk = 0; kk < kc; ++kk)
+      for (int64_t c = 0; c < 32; ++c) {
+        const int64_t s = kk / 32, pair = (kk % 32) / 2, e = kk % 2, t = c / 16, column = panel * 32 + c;
+        const size_t at = static_cast<size_t>(panel * amx_panel_elements(kc) + ((s * 2 + t) * 16 + pair) * 32 + (c % 16) * 2 + e);
+        const uint16_t expected = kk < k && column < n ? b[static_cast<size_t>(kk * n + column)] : 0;
+        ASSERT_EQ(packed[at], expected) << "k " << kk << " column " << column;
+      }
+  // The transposed form (Xᵀ as B) packs the same panel.
+  std::vector<uint16_t> bt(static_cast<size_t>(k * n));
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = 0; j < n; ++j) bt[static_cast<size_t>(j * k + i)] = b[static_cast<size_t>(i * n + j)];
+  const MatrixView transposed{bt.data(), ScalarType::BF16, k, n, 1, k};
+  std::vector<uint16_t> packed_t(packed.size(), 0xffff);
+  pack_amx_b(transposed, 0, k, kc, 0, n, 0, 2, packed_t.data());
+  EXPECT_EQ(packed, packed_t);
+  // f32 sources are rounded to bf16 while packing (ties to even).
+  std::vector<float> f32 = {1.0f + 0x1.0p-8f, 1.0f + 0x1.8p-7f};  // ties (half a bf16 ulp of 2^-7 past): down to even, up to even
+  const MatrixView a_view{f32.data(), ScalarType::F32, 1, 2, 2, 1};
+  std::vector<uint16_t> packed_a(static_cast<size_t>(amx_panel_elements(32)), 0xffff);
+  pack_amx_a(a_view, 0, 2, 32, 0, 1, packed_a.data());
+  EXPECT_EQ(packed_a[0], 0x3f80);
+  EXPECT_EQ(packed_a[1], 0x3f82);
+  EXPECT_EQ(packed_a[2], 0);
+}
+
+// ---- the driver's AMX path vs a double product -------------------------------------------------
+
+uint64_t fresh_seed() { return (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}(); }
+
+std::vector<uint16_t> random_bf16(int64_t count, std::mt19937_64& random) {
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> values(static_cast<size_t>(count));
+  for (auto& value : values) value = from_float<Bf16>(normal(random)).bits;
+  return values;
+}
+double value_of(uint16_t bits) { return to_float(Bf16{bits}); }
+
+struct Product {
+  int64_t m, n, k;
+  bool transpose_a, transpose_b;  // A stored (k, m) and viewed transposed; B stored (n, k)
+  bool with_c;
+  float alpha, beta, gamma;
+  bool triangular;  // A·Aᵀ computed as its upper triangle and mirrored
+};
+
+// The kernels the driver runs: emulated (any machine) or native (AMX machines). Every spec it
+// asks for must be one microkernels_for listed (the executable compiles those before the run).
+struct KernelSource {
+  bool emulated;
+  std::vector<MicrokernelSpec> listed;
+  GemmDriver driver(const GemmBlocking& blocking) {
+    return GemmDriver(CpuIsa::AmxBf16, blocking, [this](const MicrokernelSpec& wanted) -> MicrokernelFunction {
+      EXPECT_TRUE(wanted.amx) << wanted.name();
+      EXPECT_TRUE(std::any_of(listed.begin(), listed.end(), [&](const MicrokernelSpec& spec) { return spec.name() == wanted.name(); }))
+          << wanted.name() << " was not listed by microkernels_for";
+      MicrokernelSpec spec = wanted;
+      spec.amx_emulated = emulated;
+      return get_microkernel(spec).function;
+    });
+  }
+};
+
+struct Result {
+  std::vector<float> d;
+  double tile_error = 0, frobenius = 0;
+  std::string where;
+};
+
+Result run_product(const Product& p, const GemmBlocking& blocking, bool emulated, ThreadPool* pool, uint64_t seed, EpilogueFunction epilogue,
+                   ScalarType d_type = ScalarType::F32) {
+  std::mt19937_64 random(seed);
+  const int64_t n = p.triangular ? p.m : p.n;
+  const std::vector<uint16_t> a = random_bf16(p.m * p.k, random);
+  const std::vector<uint16_t> b_values = p.triangular ? std::vector<uint16_t>() : random_bf16(p.k * n, random);
+  std::vector<float> c(static_cast<size_t>(p.m * n));
+  std::normal_distribution<float> normal;
+  for (auto& value : c) value = normal(random);
+  if (p.triangular)  // a symmetric C, as the symmetric products' C is
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t j = 0; j < i; ++j) c[static_cast<size_t>(i * n + j)] = c[static_cast<size_t>(j * n + i)];
+  auto a_at = [&](int64_t i, int64_t kk) { return value_of(a[static_cast<size_t>(i * p.k + kk)]); };
+  auto b_at = [&](int64_t kk, int64_t j) { return p.triangular ? a_at(j, kk) : value_of(b_values[static_cast<size_t>(kk * n + j)]); };
+  // Storage in the requested forms.
+  std::vector<uint16_t> a_store(a.size()), b_store(static_cast<size_t>(p.k * n));
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t kk = 0; kk < p.k; ++kk) a_store[static_cast<size_t>(p.transpose_a ? kk * p.m + i : i * p.k + kk)] = a[static_cast<size_t>(i * p.k + kk)];
+  for (int64_t kk = 0; kk < p.k; ++kk)
+    for (int64_t j = 0; j < n; ++j) b_store[static_cast<size_t>(p.transpose_b ? j * p.k + kk : kk * n + j)] = from_float<Bf16>(static_cast<float>(b_at(kk, j))).bits;
+  GemmProblem problem;
+  problem.a = p.transpose_a ? MatrixView{a_store.data(), ScalarType::BF16, p.k, p.m, p.m, 1}.transposed() : MatrixView{a_store.data(), ScalarType::BF16, p.m, p.k, p.k, 1};
+  problem.b = p.transpose_b ? MatrixView{b_store.data(), ScalarType::BF16, n, p.k, p.k, 1}.transposed() : MatrixView{b_store.data(), ScalarType::BF16, p.k, n, n, 1};
+  if (p.with_c) problem.c = MatrixView{c.data(), ScalarType::F32, p.m, n, n, 1};
+  Result result;
+  result.d.assign(static_cast<size_t>(p.m * n), std::nanf(""));  // poisoned
+  std::vector<uint16_t> d16(static_cast<size_t>(p.m * n), 0x7fc1);
+  problem.d = d_type == ScalarType::F32 ? MatrixView{result.d.data(), ScalarType::F32, p.m, n, n, 1} : MatrixView{d16.data(), d_type, p.m, n, n, 1};
+  problem.alpha = p.alpha;
+  problem.beta = p.with_c ? p.beta : 0.0f;
+  problem.gamma = p.gamma;
+  problem.triangular = p.triangular;
+  problem.epilogue = epilogue;
+  KernelSource source{emulated, microkernels_for(CpuIsa::AmxBf16, blocking, problem.a, problem.b)};
+  source.driver(blocking).run(problem, pool);
+  if (d_type != ScalarType::F32)
+    for (size_t i = 0; i < d16.size(); ++i) result.d[i] = to_float(Bf16{d16[i]});
+  // The double product of the same bf16 values, with the epilogue in double.
+  std::vector<double> reference(static_cast<size_t>(p.m * n));
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t kk = 0; kk < p.k; ++kk) sum += a_at(i, kk) * b_at(kk, j);
+      double value = p.alpha * sum;
+      if (p.with_c) value += p.beta * c[static_cast<size_t>(i * n + j)];
+      if (i == j) value += p.gamma;
+      reference[static_cast<size_t>(i * n + j)] = value;
+    }
+  const autotune::ErrorMeasure measure = autotune::measure_error(result.d.data(), reference.data(), p.m, n, 1);
+  result.tile_error = measure.finite ? measure.tile : INFINITY;
+  result.frobenius = measure.frobenius;
+  result.where = "rows " + std::to_string(measure.tile_row) + ", cols " + std::to_string(measure.tile_col);
+  return result;
+}
+
+const Product kProducts[] = {
+    // m, n, k, Aᵀ, Bᵀ, C, α, β, γ, triangular
+    {1, 1, 1, false, false, false, 1, 0, 0, false},       // a 1x1 microtile, k padded from 1 to 32
+    {7, 300, 13, false, false, true, 2.0f, -0.5f, 0, false},
+    {32, 32, 32, false, false, false, 1, 0, 0, false},    // exactly one microtile and one k step
+    {33, 47, 65, false, true, true, 1.5f, 0.25f, 3.0f, false},  // one past in M, N and K; B = Xᵀ
+    {129, 517, 300, false, false, true, 1, 1, -2.0f, false},    // several K blocks with a remainder, column blocks
+    {300, 64, 129, true, false, false, -1.0f, 0, 0, false},     // A = Xᵀ
+    {17, 1000, 31, false, false, true, 0.5f, 3.0f, 1.0f, false},
+    {96, 96, 200, false, true, true, 1.0f, -1.0f, 1.0f, true},  // triangular with the epilogue
+    {77, 77, 45, false, true, false, 1, 0, 0, true},             // triangular with edges
+    {64, 64, 1000, false, true, true, 3.4445f, -4.7750f, 2.0315f, true},  // an NS-like Gram step
+};
+
+// f32 output: the only error is the f32 accumulation (one rounding per k pair), far below bf16's.
+constexpr double kF32OutputTileBound = 2e-5;
+
+void check_all_products(bool emulated, const GemmBlocking& blocking, ThreadPool* pool) {
+  const uint64_t seed = fresh_seed();
+  for (const Product& p : kProducts) {
+    SCOPED_TRACE((emulated ? "emulated " : "native ") + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) +
+                 (p.triangular ? " triangular" : "") + " seed " + std::to_string(seed) + " blocking " + std::to_string(blocking.mc) + "/" +
+                 std::to_string(blocking.kc) + "/" + std::to_string(blocking.nc));
+    const Result result = run_product(p, blocking, emulated, pool, seed, nullptr);
+    EXPECT_LT(result.tile_error, kF32OutputTileBound) << "worst tile at " << result.where << ", Frobenius " << result.frobenius;
+  }
+}
+
+TEST(AmxGemm, EmulatedKernelsMatchADoubleProductOnEveryRemainder) {
+  check_all_products(true, GemmBlocking{64, 64, 64}, nullptr);  // small blocks: K blocks, row and column blocks
+  check_all_products(true, GemmBlocking{}, nullptr);             // the defaults
+}
+
+TEST(AmxGemm, NativeKernelsMatchADoubleProductOnEveryRemainder) {
+  if (!host_supports(CpuIsa::AmxBf16)) GTEST_SKIP() << "AMX not usable here: " << unsupported_reason(CpuIsa::AmxBf16);
+  ThreadPool pool(2);
+  check_all_products(false, GemmBlocking{64, 64, 64}, nullptr);
+  check_all_products(false, GemmBlocking{}, nullptr);
+  check_all_products(false, GemmBlocking{64, 96, 64}, &pool);
+}
+
+TEST(AmxGemm, TheGeneratedEpilogueAndBf16OutputOnTheAmxPath) {
+  const bool native = host_supports(CpuIsa::AmxBf16);
+  const Product p = {129, 517, 300, false, true, true, 1.5f, -0.5f, 2.0f, false};
+  const Product t = {100, 100, 150, false, true, true, 1.0f, 1.0f, -1.0f, true};
+  for (const Product& product : {p, t})
+    for (ScalarType d_type : {ScalarType::F32, ScalarType::BF16}) {
+      EpilogueSpec spec;
+      spec.isa = native ? CpuIsa::AmxBf16 : best_host_isa();
+      spec.alpha = product.alpha;
+      spec.beta = product.beta;
+      spec.gamma = product.gamma;
+      spec.has_c = true;
+      spec.c_type = ScalarType::F32;
+      spec.d_type = d_type;
+      const EpilogueFunction epilogue = get_epilogue(spec).function;
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE(std::string(to_string(d_type)) + (product.triangular ? " triangular" : "") + " seed " + std::to_string(seed));
+      const Result result = run_product(product, GemmBlocking{64, 128, 128}, !native, nullptr, seed, epilogue, d_type);
+      // bf16 output: one rounding of the result (2^-9 of |value|, a few times the tile's RMS at
+      // most) dominates; a misplaced k pair or tile gives errors of order 1.
+      EXPECT_LT(result.tile_error, d_type == ScalarType::F32 ? kF32OutputTileBound : 0.02) << result.where;
+    }
+}
+
+// Threads and batches: 1 and 2 workers give identical bits (each element is accumulated in K
+// order by one task), and independent products on concurrent threads (the batch form: one matrix
+// per worker, each thread loading its own tile configuration) give the same bits as alone.
+TEST(AmxGemm, IdenticalBitsForOneAndTwoThreadsAndConcurrentBatches) {
+  const bool emulated = !host_supports(CpuIsa::AmxBf16);
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  ThreadPool pool(2);
+  const GemmBlocking blocking{64, 96, 64};
+  const Product p = {150, 230, 333, false, false, true, 1.0f, 0.5f, 1.0f, false};
+  const Product t = {150, 150, 333, false, true, true, 1.0f, 0.5f, 1.0f, true};
+  for (const Product& product : {p, t}) {
+    const Result alone = run_product(product, blocking, emulated, nullptr, seed, nullptr);
+    const Result two = run_product(product, blocking, emulated, &pool, seed, nullptr);
+    EXPECT_EQ(0, std::memcmp(alone.d.data(), two.d.data(), alone.d.size() * sizeof(float)));
+    std::vector<Result> batch(4);
+    std::vector<std::thread> threads;
+    for (size_t item = 0; item < batch.size(); ++item)
+      threads.emplace_back([&, item] { batch[item] = run_product(product, blocking, emulated, nullptr, seed + item, nullptr); });
+    for (auto& thread : threads) thread.join();
+    for (size_t item = 0; item < batch.size(); ++item) {
+      const Result single = run_product(product, blocking, emulated, nullptr, seed + item, nullptr);
+      EXPECT_EQ(0, std::memcmp(single.d.data(), batch[item].d.data(), single.d.size() * sizeof(float))) << "batch item " << item;
+    }
+  }
+}
+
+// The forced non-AMX path: the same bf16 product on the avx512bf16 path (or whatever FMA path
+// this CPU has) never asks for an AMX kernel.
+TEST(AmxGemm, OtherPathsNeverUseTheTileKernels) {
+  std::vector<uint16_t> a(64 * 64, 0x3f80), b(64 * 64, 0x3f80);
+  const MatrixView av{a.data(), ScalarType::BF16, 64, 64, 64, 1}, bv{b.data(), ScalarType::BF16, 64, 64, 64, 1};
+  for (CpuIsa isa : {CpuIsa::Generic, CpuIsa::Avx2Fma, CpuIsa::Avx512f, CpuIsa::Avx512Bf16}) {
+    EXPECT_FALSE(uses_amx(isa, av, bv));
+    for (const MicrokernelSpec& spec : microkernels_for(isa, GemmBlocking{}, av, bv)) EXPECT_FALSE(spec.amx);
+  }
+  EXPECT_TRUE(uses_amx(CpuIsa::AmxBf16, av, bv));
+  std::vector<float> f(64 * 64);
+  const MatrixView fv{f.data(), ScalarType::F32, 64, 64, 64, 1};
+  EXPECT_FALSE(uses_amx(CpuIsa::AmxBf16, fv, bv)) << "f32 stays on FMAs";
+  for (const MicrokernelSpec& spec : microkernels_for(CpuIsa::AmxBf16, GemmBlocking{}, fv, fv)) EXPECT_FALSE(spec.amx);
+  // On a host without AMX, the best path runs the same bf16 product on FMAs.
+  const CpuIsa best = best_host_isa();
+  std::vector<float> d(64 * 64, -1);
+  GemmProblem problem;
+  problem.a = av;
+  problem.b = bv;
+  problem.d = {d.data(), ScalarType::F32, 64, 64, 64, 1};
+  GemmDriver(best, GemmBlocking{}, [](const MicrokernelSpec& spec) { return get_microkernel(spec).function; }).run(problem, nullptr);
+  EXPECT_EQ(d[0], 64.0f);
+  EXPECT_EQ(d[64 * 64 - 1], 64.0f);
+}
+
+}  // namespace
+}  // namespace orthojit::cpu
