@@ -13,12 +13,13 @@ extern const char* const kCpuSearchSpaceJson;  // generated from search_spaces/c
 
 std::string Candidate::label() const {
   if (engine == "openblas") return "openblas " + strategy + (triangular ? " syrk" : " gemm");
-  return engine + " " + strategy + (triangular ? " tri " : " dense ") + std::to_string(mc) + "/" + std::to_string(kc) + "/" + std::to_string(nc);
+  return engine + (kernel.empty() ? "" : " " + kernel) + " " + strategy + (triangular ? " tri " : " dense ") + std::to_string(mc) + "/" + std::to_string(kc) + "/" + std::to_string(nc);
 }
 
 nlohmann::json Candidate::to_json() const {
   nlohmann::json value = {{"engine", engine}, {"strategy", strategy}, {"triangular", triangular}};
   if (engine == "jit") value["blocking"] = {mc, kc, nc};
+  if (engine == "jit" && !kernel.empty()) value["kernel"] = kernel;
   return value;
 }
 
@@ -34,12 +35,15 @@ Candidate Candidate::from_json(const nlohmann::json& value) {
       candidate.mc = blocking[0];
       candidate.kc = blocking[1];
       candidate.nc = blocking[2];
+      candidate.kernel = value.value("kernel", std::string());
     }
   } catch (const nlohmann::json::exception& error) {
     throw std::invalid_argument(std::string("bad candidate configuration ") + value.dump() + ": " + error.what());
   }
   if (candidate.engine != "jit" && candidate.engine != "openblas")
     throw std::invalid_argument("unknown engine '" + candidate.engine + "' (expected jit or openblas)");
+  if (!candidate.kernel.empty() && candidate.kernel != "amx" && candidate.kernel != "bf16dot" && candidate.kernel != "fma")
+    throw std::invalid_argument("unknown kernel '" + candidate.kernel + "' (expected amx, bf16dot or fma)");
   if (candidate.strategy != "standard" && candidate.strategy != "gram")
     throw std::invalid_argument("unknown strategy '" + candidate.strategy + "' (expected standard or gram)");
   if (candidate.mc < 1 || candidate.kc < 2 || candidate.nc < 1) throw std::invalid_argument("blocking must be positive (KC at least 2): " + value.dump());
@@ -51,7 +55,20 @@ cpu::GemmBlocking Candidate::blocking() const {
   result.mc = mc;
   result.kc = kc;
   result.nc = nc;
+  result.bf16_dot = kernel == "bf16dot";
   return result;
+}
+
+std::optional<cpu::CpuIsa> Candidate::cpu_isa() const {
+  if (engine != "jit" || kernel.empty()) return std::nullopt;
+  if (kernel == "amx") return cpu::CpuIsa::AmxBf16;
+  if (kernel == "bf16dot") return cpu::CpuIsa::Avx512Bf16;
+  const cpu::CpuIsa best = cpu::best_host_isa();  // fma: the default path without its AMX products
+  return best == cpu::CpuIsa::AmxBf16 ? cpu::CpuIsa::Avx512Bf16 : best;
+}
+
+std::string default_kernel(ScalarType storage) {
+  return storage == ScalarType::BF16 && cpu::best_host_isa() == cpu::CpuIsa::AmxBf16 ? "amx" : "fma";
 }
 
 SearchSpace parse_search_space(const nlohmann::json& document) {
@@ -65,6 +82,7 @@ SearchSpace parse_search_space(const nlohmann::json& document) {
       if (values.size() != 3) throw std::invalid_argument("each blocking is [MC, KC, NC]");
       space.blocking.push_back({values[0], values[1], values[2]});
     }
+    if (document.contains("kernels")) space.kernels = document.at("kernels").get<std::vector<std::string>>();
     space.tie_tolerance = document.value("tie_tolerance", 0.02);
     space.retime_top = document.value("retime_top", 3);
   } catch (const nlohmann::json::exception& error) {
@@ -85,10 +103,12 @@ const SearchSpace& search_space(const std::string& backend) {
 std::vector<Candidate> stage_one_candidates(const SearchSpace& space) {
   std::vector<Candidate> result;
   for (const auto& engine : space.engines)
+    for (const auto& kernel : engine == "jit" ? space.kernels : std::vector<std::string>{""})
     for (const auto& strategy : space.strategies)
       for (bool triangular : space.triangular) {
         Candidate candidate;
         candidate.engine = engine;
+        candidate.kernel = kernel;
         candidate.strategy = strategy;
         candidate.triangular = triangular;
         candidate.mc = space.blocking.front()[0];
@@ -116,13 +136,15 @@ namespace {
 
 // The blocking the GEMM driver really uses for this problem: MC and NC cannot exceed the rounded
 // matrix sides, KC not the largest inner dimension (the products' sides are at most max(rows, cols)).
-Candidate effective(const Candidate& candidate, int64_t rows, int64_t cols) {
+Candidate effective(const Candidate& candidate, int64_t rows, int64_t cols, ScalarType storage) {
   Candidate result = candidate;
   result.stage = 0;
   if (candidate.engine != "jit") {
     result.mc = result.kc = result.nc = 0;
     return result;
   }
+  // Only bf16 products have a choice of engine; the default path's is named.
+  result.kernel = storage != ScalarType::BF16 || candidate.kernel.empty() ? default_kernel(storage) : candidate.kernel;
   const cpu::IsaTraits traits = cpu::traits_of(cpu::best_host_isa());
   const int64_t large = std::max(rows, cols);
   auto round_up = [](int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; };
@@ -135,14 +157,20 @@ Candidate effective(const Candidate& candidate, int64_t rows, int64_t cols) {
 }  // namespace
 
 std::optional<std::string> prune_reason(const Candidate& candidate, int64_t rows, int64_t cols, const std::string& gram_error,
-                                        const std::vector<Candidate>& earlier) {
+                                        const std::vector<Candidate>& earlier, ScalarType storage) {
+  if (candidate.engine == "jit" && candidate.kernel == "amx" && cpu::best_host_isa() != cpu::CpuIsa::AmxBf16)
+    return "amx: " + (cpu::host_supports(cpu::CpuIsa::AmxBf16) ? std::string("ORTHOJIT_CPU_ISA forces another path")
+                                                                : cpu::unsupported_reason(cpu::CpuIsa::AmxBf16));
+  if (candidate.engine == "jit" && candidate.kernel == "bf16dot" &&
+      !(cpu::best_host_isa() == cpu::CpuIsa::AmxBf16 || cpu::best_host_isa() == cpu::CpuIsa::Avx512Bf16))
+    return "bf16dot: the default path " + std::string(cpu::to_string(cpu::best_host_isa())) + " has no vdpbf16ps (AVX512-BF16)";
   if (candidate.strategy == "gram" && !gram_error.empty()) return "gram is impossible for this program: " + gram_error;
   if (candidate.engine == "openblas" && !cpu::vendor_blas_unavailable_reason().empty()) return cpu::vendor_blas_unavailable_reason();
   if (candidate.engine == "openblas" && !candidate.triangular && candidate.strategy == "gram")
     return "gram's symmetric products on OpenBLAS: syrk is the vendor's way; dense sgemm adds nothing to compare";
-  const Candidate mine = effective(candidate, rows, cols);
+  const Candidate mine = effective(candidate, rows, cols, storage);
   for (const Candidate& other : earlier)
-    if (effective(other, rows, cols) == mine) return "same effective configuration as '" + other.label() + "' at " + std::to_string(rows) + "x" + std::to_string(cols);
+    if (effective(other, rows, cols, storage) == mine) return "same effective configuration as '" + other.label() + "' at " + std::to_string(rows) + "x" + std::to_string(cols);
   return std::nullopt;
 }
 

@@ -19,17 +19,25 @@ struct Candidate {
   std::string strategy = "standard";
   bool triangular = true;      // symmetric products computed as one triangle
   int64_t mc = 144, kc = 384, nc = 1024;  // jit blocking
+  // jit: the engine of the bf16 products (the search axis "kernels"): "amx" (AMX-BF16 tiles, the
+  // amx path), "bf16dot" (vdpbf16ps on the avx512bf16 path), "fma" (operands widened to f32 on
+  // the strongest FMA path); "" is the default path (best_host_isa: amx where usable).
+  std::string kernel;
   int stage = 1;
 
   std::string label() const;  // "jit gram tri 144/384/1024", "openblas standard syrk"
   nlohmann::json to_json() const;
   static Candidate from_json(const nlohmann::json& value);  // throws std::invalid_argument naming the bad field
-  cpu::GemmBlocking blocking() const;
+  cpu::GemmBlocking blocking() const;  // with bf16_dot set for kernel "bf16dot"
+  // The ISA path the kernel runs on (nullopt: the default path). A tuned record's winner is
+  // applied with it (and blocking()).
+  std::optional<cpu::CpuIsa> cpu_isa() const;
   bool operator==(const Candidate& other) const { return to_json() == other.to_json(); }
 };
 
 struct SearchSpace {
   std::vector<std::string> strategies, engines;
+  std::vector<std::string> kernels = {""};  // the jit engines of the bf16 products (Candidate::kernel)
   std::vector<bool> triangular;
   std::vector<std::array<int64_t, 3>> blocking;
   double tie_tolerance = 0.02;
@@ -50,7 +58,13 @@ std::vector<Candidate> stage_two_candidates(const SearchSpace& space, const Cand
 // reason gram is impossible for the program (empty when it is possible); `earlier` are the
 // candidates already accepted (a candidate whose effective configuration equals one of theirs is
 // redundant: e.g. every KC at or above the largest inner dimension gives the same kernels).
+// `storage`: the policy's storage type (kernels other than fma differ only for bf16 storage; a
+// kernel this machine or the forced path cannot run is pruned with the reason).
 std::optional<std::string> prune_reason(const Candidate& candidate, int64_t rows, int64_t cols, const std::string& gram_error,
-                                        const std::vector<Candidate>& earlier);
+                                        const std::vector<Candidate>& earlier, ScalarType storage = ScalarType::F32);
+
+// The kernel the default path runs bf16 products on for `storage`: "amx" where the default path
+// is amx, "fma" otherwise (also for other storage types).
+std::string default_kernel(ScalarType storage);
 
 }  // namespace orthojit::autotune

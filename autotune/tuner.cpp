@@ -43,6 +43,7 @@ cpu::CpuOptions cpu_options_for(const Candidate& candidate, int threads) {
   options.threads = threads;
   options.blocking = candidate.blocking();
   options.engine = candidate.engine == "openblas" ? cpu::ProductEngine::OpenBlas : cpu::ProductEngine::Jit;
+  if (auto isa = candidate.cpu_isa()) options.isa = *isa;
   return options;
 }
 
@@ -87,6 +88,9 @@ Candidate default_candidate(const dsl::Program& program, int64_t rows, int64_t c
   if (reason) *reason = choice.reason;
   Candidate candidate;
   candidate.strategy = ir::to_string(choice.strategy);
+  // The default path's engine of the bf16 products, named (amx where usable): the untuned default
+  // is one of the searched candidates.
+  candidate.kernel = default_kernel(standard.policy.storage);
   return candidate;
 }
 
@@ -97,6 +101,7 @@ nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settin
   std::string default_reason;
   const Candidate fallback = default_candidate(*problem.program, problem.rows, problem.cols, problem.precision, &default_reason);
 
+  const ScalarType storage = passes::effective_policy(problem.program->policy, problem.precision).storage;
   // Can gram be compiled at all (every step an odd polynomial)?
   std::string gram_error;
   try {
@@ -130,7 +135,7 @@ nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settin
       Trial trial;
       trial.candidate = candidate;
       trial.is_default = candidate == fallback;
-      if (auto reason = prune_reason(candidate, problem.rows, problem.cols, gram_error, accepted)) {
+      if (auto reason = prune_reason(candidate, problem.rows, problem.cols, gram_error, accepted, storage)) {
         trial.status = "pruned";
         trial.message = *reason;
       } else {

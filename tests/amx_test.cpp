@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "autotune/error_measure.h"
+#include "autotune/search_space.h"
 #include "cpu/amx_codegen.h"
 #include "cpu/amx_packing.h"
 #include "cpu/cpu_isa.h"
@@ -409,6 +410,54 @@ TEST(AmxGemm, OtherPathsNeverUseTheTileKernels) {
   GemmDriver(best, GemmBlocking{}, [](const MicrokernelSpec& spec) { return get_microkernel(spec).function; }).run(problem, nullptr);
   EXPECT_EQ(d[0], 64.0f);
   EXPECT_EQ(d[64 * 64 - 1], 64.0f);
+}
+
+// ---- the engine as a tuning axis --------------------------------------------------------------
+
+TEST(AmxTuning, TheEngineIsASearchAxisAndTheDefaultPicksAmxWherePresent) {
+  using autotune::Candidate;
+  const autotune::SearchSpace& space = autotune::search_space("cpu");
+  for (const char* kernel : {"amx", "bf16dot", "fma"})
+    EXPECT_NE(std::find(space.kernels.begin(), space.kernels.end(), kernel), space.kernels.end()) << kernel;
+  int amx = 0, dot = 0, fma = 0;
+  for (const Candidate& candidate : autotune::stage_one_candidates(space)) {
+    amx += candidate.kernel == "amx";
+    dot += candidate.kernel == "bf16dot";
+    fma += candidate.kernel == "fma";
+    if (candidate.engine != "jit") {
+      EXPECT_TRUE(candidate.kernel.empty());
+    }
+  }
+  EXPECT_GT(amx, 0);
+  EXPECT_EQ(amx, dot);
+  EXPECT_EQ(amx, fma);
+  Candidate candidate;
+  candidate.kernel = "amx";
+  EXPECT_EQ(Candidate::from_json(candidate.to_json()), candidate);
+  EXPECT_EQ(candidate.cpu_isa(), CpuIsa::AmxBf16);
+  candidate.kernel = "bf16dot";
+  EXPECT_TRUE(candidate.blocking().bf16_dot);
+  EXPECT_EQ(candidate.cpu_isa(), CpuIsa::Avx512Bf16);
+  candidate.kernel = "fma";
+  EXPECT_NE(candidate.cpu_isa(), CpuIsa::AmxBf16);
+  EXPECT_THROW(Candidate::from_json({{"engine", "jit"}, {"strategy", "standard"}, {"triangular", true}, {"blocking", {144, 384, 1024}}, {"kernel", "tpu"}}),
+               std::invalid_argument);
+  // Pruning: AMX where the default path is not amx, with the reason; for f32 storage every kernel
+  // is the fma configuration.
+  Candidate with_amx, with_fma;
+  with_amx.kernel = "amx";
+  with_fma.kernel = "fma";
+  const auto amx_reason = autotune::prune_reason(with_amx, 1024, 4096, "", {}, ScalarType::BF16);
+  EXPECT_EQ(amx_reason.has_value(), best_host_isa() != CpuIsa::AmxBf16);
+  if (amx_reason) {
+    EXPECT_NE(amx_reason->find("amx"), std::string::npos);
+  }
+  if (!amx_reason) {
+    EXPECT_TRUE(autotune::prune_reason(with_amx, 1024, 4096, "", {with_fma}, ScalarType::F32).has_value()) << "f32 products stay on FMAs";
+    EXPECT_FALSE(autotune::prune_reason(with_amx, 1024, 4096, "", {with_fma}, ScalarType::BF16).has_value());
+  }
+  EXPECT_EQ(autotune::default_kernel(ScalarType::BF16), best_host_isa() == CpuIsa::AmxBf16 ? "amx" : "fma");
+  EXPECT_EQ(autotune::default_kernel(ScalarType::F32), "fma");
 }
 
 }  // namespace
