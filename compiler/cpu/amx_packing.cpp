@@ -3,6 +3,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "cpu/element_types.h"
 #include "cpu/gemm_driver.h"
@@ -61,6 +65,45 @@ void pack_b(const MatrixView& b, int64_t k0, int64_t k_valid, int64_t kc_padded,
         const int valid_k = static_cast<int>(std::clamp<int64_t>(k_valid - k_begin, 0, kAmxKStep));
         if (valid_cols < kAmxTile || valid_k < kAmxKStep) std::memset(tile, 0, kAmxTileBytes);
         const T* origin = base + (k0 + k_begin) * b.row_stride + (col0 + first_col) * b.col_stride;
+#if defined(__SSE2__)
+        if constexpr (std::is_same_v<T, Bf16>) {
+          if (valid_cols == kAmxTile && valid_k == kAmxKStep && b.col_stride == 1) {
+            // Row-major bf16 B, a full tile: each pair row interleaves rows 2p and 2p+1 (SSE2
+            // unpack of 16-bit lanes: 8 columns per instruction pair).
+            const uint16_t* source = reinterpret_cast<const uint16_t*>(origin);
+            for (int pair = 0; pair < kAmxTile; ++pair) {
+              const uint16_t* even = source + 2 * pair * b.row_stride;
+              const uint16_t* odd = even + b.row_stride;
+              const __m128i e0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(even)), e1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(even + 8));
+              const __m128i o0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(odd)), o1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(odd + 8));
+              __m128i* target = reinterpret_cast<__m128i*>(tile + pair * 32);
+              _mm_storeu_si128(target, _mm_unpacklo_epi16(e0, o0));
+              _mm_storeu_si128(target + 1, _mm_unpackhi_epi16(e0, o0));
+              _mm_storeu_si128(target + 2, _mm_unpacklo_epi16(e1, o1));
+              _mm_storeu_si128(target + 3, _mm_unpackhi_epi16(e1, o1));
+            }
+            continue;
+          }
+          if (valid_cols == kAmxTile && valid_k == kAmxKStep && b.row_stride == 1) {
+            // Transposed bf16 B (Xᵀ): column j's pairs are 16 consecutive 32-bit values, so the
+            // tile is a 16x16 transposition of 32-bit elements, done as 4x4 blocks in SSE registers.
+            const uint16_t* source = reinterpret_cast<const uint16_t*>(origin);
+            for (int j0 = 0; j0 < kAmxTile; j0 += 4)
+              for (int p0 = 0; p0 < kAmxTile; p0 += 4) {
+                __m128 r0 = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(source + (j0 + 0) * b.col_stride + 2 * p0)));
+                __m128 r1 = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(source + (j0 + 1) * b.col_stride + 2 * p0)));
+                __m128 r2 = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(source + (j0 + 2) * b.col_stride + 2 * p0)));
+                __m128 r3 = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(source + (j0 + 3) * b.col_stride + 2 * p0)));
+                _MM_TRANSPOSE4_PS(r0, r1, r2, r3);  // now r_q holds pair p0 + q of columns j0..j0+3
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(tile + (p0 + 0) * 32 + 2 * j0), _mm_castps_si128(r0));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(tile + (p0 + 1) * 32 + 2 * j0), _mm_castps_si128(r1));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(tile + (p0 + 2) * 32 + 2 * j0), _mm_castps_si128(r2));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(tile + (p0 + 3) * 32 + 2 * j0), _mm_castps_si128(r3));
+              }
+            continue;
+          }
+        }
+#endif
         if (b.col_stride == 1) {
           // Row-major B: each pair row interleaves two source rows, 16 values each.
           for (int k = 0; k < valid_k; ++k) {
