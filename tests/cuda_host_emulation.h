@@ -159,9 +159,13 @@ struct F32 {
 struct WarpState {
   std::barrier<> barrier{32};
   u32 a[2][32][4], b[2][32][2];
+  // ldmatrix's exchange: the row addresses the lanes give (two sets, as for the MMA).
+  std::barrier<> ldmatrix_barrier{32};
+  const u16* rows[2][32];
 };
 inline std::unique_ptr<WarpState[]> warps;  // one per warp of the running CTA
 inline thread_local unsigned mma_calls;     // this lane's MMAs in the running CTA
+inline thread_local unsigned ldmatrix_calls;  // this lane's ldmatrix calls in the running CTA
 
 // D(16x8) += A(16x16)·B(16x8) with the fragment layout documented at oj::mma_bf16.
 inline void mma_16x8x16(bool bf16, float* c, const u32* a, const u32* b) {
@@ -186,6 +190,27 @@ inline void mma_16x8x16(bool bf16, float* c, const u32* a, const u32* b) {
     c[q] = sum;
   }
 }
+// ldmatrix.sync.aligned.m8n8.{x2,x4}.trans.shared.b16 (see orthojit_device.cuh): the lanes post a
+// row address each (lanes 8j..8j+7 matrix j's rows; 16-byte aligned, checked), then lane (g, t)
+// takes element g of rows 2t and 2t+1 of each matrix.
+template <int MATRICES>
+inline void ldmatrix_trans(u32* r, const u16* row) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  WarpState& state = warps[warp];
+  const unsigned set = ldmatrix_calls++ % 2;
+  if (lane < 8 * MATRICES && reinterpret_cast<std::uintptr_t>(row) % 16 != 0) {
+    std::fprintf(stderr, "ldmatrix: misaligned row address %p (block %u,%u,%u thread %u)\n", static_cast<const void*>(row), blockIdx.x, blockIdx.y,
+                 blockIdx.z, threadIdx.x);
+    std::abort();
+  }
+  state.rows[set][lane] = row;
+  state.ldmatrix_barrier.arrive_and_wait();
+  for (int j = 0; j < MATRICES; ++j)
+    r[j] = static_cast<u32>(state.rows[set][8 * j + 2 * t][g]) | static_cast<u32>(state.rows[set][8 * j + 2 * t + 1][g]) << 16;
+}
+inline void ldmatrix_x2_trans(u32* r, const u16* row) { ldmatrix_trans<2>(r, row); }
+inline void ldmatrix_x4_trans(u32* r, const u16* row) { ldmatrix_trans<4>(r, row); }
+
 inline void mma_bf16(float* c, const u32* a, const u32* b) { mma_16x8x16(true, c, a, b); }
 inline void mma_f16(float* c, const u32* a, const u32* b) { mma_16x8x16(false, c, a, b); }
 
@@ -242,6 +267,7 @@ void run_grid(const unsigned grid[3], unsigned block, Body body) {
           for (unsigned x = 0; x < grid[0]; ++x) {
             blockIdx = {x, y, z};
             oj::mma_calls = 0;
+            oj::ldmatrix_calls = 0;
             body();
             cta_barrier->arrive_and_drop();
             between.arrive_and_wait();

@@ -338,6 +338,8 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
         const bool narrow = std::max({a.matrix_stride, b.matrix_stride, out.matrix_stride, c.matrix_stride, m * k, k * n, m * n}) < (int64_t{1} << 31);
         auto idx = [&](int64_t value) { return narrow ? std::to_string(value) : ll(value); };
         const char* mma = a.type == ScalarType::BF16 ? "oj::mma_bf16" : "oj::mma_f16";
+        const bool a_k_contiguous = a.col_stride == 1;
+        const bool b_k_contiguous = b.row_stride == 1;
         const int wm = tile.bm / tile.warps_m, wn = tile.bn / tile.warps_n;
         source << "// " << node.name << " = " << node.alpha << "·A·B" << (has_c ? " + " + std::to_string(node.beta) + "·C" : "")
                << (node.gamma != 0 ? " + " + std::to_string(node.gamma) + "·I" : "") << ": " << m << "x" << n << "x" << k << (triangular ? ", triangular" : "")
@@ -357,15 +359,15 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                << (triangular ? "  oj::upper_tile(blockIdx.x, ti, tj);\n" : "  ti = blockIdx.y;\n  tj = blockIdx.x;\n")
                << "  const int row0 = ti * BM, col0 = tj * BN;\n"
                << "  __shared__ __align__(16) oj::u16 As[BM][BK + 8];  // k-contiguous rows; +8: conflict-free 32-bit fragment loads\n"
-               << "  __shared__ __align__(16) oj::u16 Bs[BN][BK + 8];  // B stored n-major (the MMA's col layout)\n"
+               << (b_k_contiguous ? "  __shared__ __align__(16) oj::u16 Bs[BN][BK + 8];  // B k-contiguous: n-major rows, the MMA's col layout\n"
+                                  : "  __shared__ __align__(16) oj::u16 Bs[BK][BN + 8];  // B n-contiguous: k-major rows as loaded (16-byte stores); "
+                                    "fragments by ldmatrix.trans; +8: conflict-free rows\n")
                << "  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;\n"
                << "  const int wrow = (warp / WARPS_N) * WM, wcol = (warp % WARPS_N) * WN;\n"
                << "  float acc[FM][FN][4];\n"
                << "#pragma unroll\n  for (int x = 0; x < FM; ++x)\n#pragma unroll\n    for (int y = 0; y < FN; ++y)\n"
                << "#pragma unroll\n      for (int q = 0; q < 4; ++q) acc[x][y][q] = 0.0f;\n";
         // Global -> registers: consecutive threads walk the operand's contiguous dimension.
-        const bool a_k_contiguous = a.col_stride == 1;
-        const bool b_k_contiguous = b.row_stride == 1;
         // Global -> registers -> shared, written out where used (not as lambdas: arrays captured by
         // reference end up in local memory). Each thread moves chunks of V consecutive elements
         // along the operand's contiguous dimension: 16-byte loads (V = 8) when extents and strides
@@ -395,10 +397,13 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                << idx(row_stride_of_rows) << " + gk * " << idx(stride_of_k) << "]) : " << zero(width) << ";\n    }\n";
           return code.str();
         };
-        auto operand_store = [&](const char* regs, const char* shared, int width, bool k_major, const char* rows_name) {
+        auto operand_store = [&](const char* regs, const char* shared, int width, bool k_major, const char* rows_name, bool keep_layout = false) {
           std::ostringstream code;
           code << "#pragma unroll\n    for (int s = 0; s < (" << rows_name << " * BK / " << width << ") / THREADS; ++s) {\n      const int e = tid + s * THREADS;\n";
-          if (k_major) {
+          if (!k_major && keep_layout) {  // stored as loaded: k rows, the contiguous dimension along them
+            code << "      const int kk = e / (" << rows_name << " / " << width << "), r = (e % (" << rows_name << " / " << width << ")) * " << width << ";\n"
+                 << "      *reinterpret_cast<" << register_type(width) << "*>(&" << shared << "[kk][r]) = " << regs << "[s];\n    }\n";
+          } else if (k_major) {
             code << "      const int r = e / (BK / " << width << "), kk = (e % (BK / " << width << ")) * " << width << ";\n"
                  << "      *reinterpret_cast<" << register_type(width) << "*>(&" << shared << "[r][kk]) = " << regs << "[s];\n    }\n";
           } else {
@@ -417,7 +422,7 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                  operand_load("rb", "b", vb, b_k_contiguous, "BN", "col0", "N", b.col_stride, b.row_stride, k0);
         };
         std::ostringstream store_code;
-        store_code << operand_store("ra", "As", va, a_k_contiguous, "BM") << operand_store("rb", "Bs", vb, b_k_contiguous, "BN");
+        store_code << operand_store("ra", "As", va, a_k_contiguous, "BM") << operand_store("rb", "Bs", vb, b_k_contiguous, "BN", true);
         if ((tile.bm * tile.bk / va) % tile.threads() != 0 || (tile.bn * tile.bk / vb) % tile.threads() != 0)
           throw std::invalid_argument("tile " + tile.label() + ": the tile's chunks do not divide evenly among its threads");
         source << "  " << register_type(va) << " ra[BM * BK / " << va << " / THREADS];\n  " << register_type(vb) << " rb[BN * BK / " << vb << " / THREADS];\n";
@@ -433,9 +438,16 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                << "        af[x][1] = *reinterpret_cast<const oj::u32*>(&As[r + 8][kk + 2 * t]);\n"
                << "        af[x][2] = *reinterpret_cast<const oj::u32*>(&As[r][kk + 2 * t + 8]);\n"
                << "        af[x][3] = *reinterpret_cast<const oj::u32*>(&As[r + 8][kk + 2 * t + 8]);\n      }\n"
-               << "#pragma unroll\n      for (int y = 0; y < FN; ++y) {\n        const int cc = wcol + y * 8 + g;\n"
-               << "        bf[y][0] = *reinterpret_cast<const oj::u32*>(&Bs[cc][kk + 2 * t]);\n"
-               << "        bf[y][1] = *reinterpret_cast<const oj::u32*>(&Bs[cc][kk + 2 * t + 8]);\n      }\n"
+               << (b_k_contiguous
+                       ? "#pragma unroll\n      for (int y = 0; y < FN; ++y) {\n        const int cc = wcol + y * 8 + g;\n"
+                         "        bf[y][0] = *reinterpret_cast<const oj::u32*>(&Bs[cc][kk + 2 * t]);\n"
+                         "        bf[y][1] = *reinterpret_cast<const oj::u32*>(&Bs[cc][kk + 2 * t + 8]);\n      }\n"
+                       // Lanes 0-15 address the 16 k rows of the 8 columns wcol + 8y (lanes 0-7 the first 8x8
+                       // matrix, 8-15 the second); .trans hands lane (g, t) B[2t..2t+1][g] and B[2t+8..2t+9][g].
+                       // With FN even, .x4 loads two fragments at once: lanes 16-31 address columns wcol + 8(y+1).
+                       : (wn / 8) % 2 == 0
+                           ? "#pragma unroll\n      for (int y = 0; y < FN; y += 2) oj::ldmatrix_x4_trans(&bf[y][0], &Bs[kk + (lane & 15)][wcol + (y + lane / 16) * 8]);\n"
+                           : "#pragma unroll\n      for (int y = 0; y < FN; ++y) oj::ldmatrix_x2_trans(bf[y], &Bs[kk + (lane & 15)][wcol + y * 8]);\n")
                << "#pragma unroll\n      for (int x = 0; x < FM; ++x)\n#pragma unroll\n        for (int y = 0; y < FN; ++y) " << mma << "(acc[x][y], af[x], bf[y]);\n"
                << "    }\n  }\n";
         // Epilogue: α·acc + β·C + γ·I, rounded once to D's type; a triangular product stores the

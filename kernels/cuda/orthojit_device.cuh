@@ -85,6 +85,27 @@ __device__ __forceinline__ void mma_f16(float* c, const u32* a, const u32* b) {
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// ---- ldmatrix: 8x8 b16 matrices from shared memory, a warp collective (PTX ISA, "ldmatrix") ----
+// .x2.trans: lanes 0-15 give the 16-byte-aligned address of one row of 8 values each (lanes 0-7
+// the rows of matrix 0, 8-15 those of matrix 1); lane (g = lane / 4, t = lane % 4) receives
+// r[j] = M_j[2t][g] | M_j[2t + 1][g] << 16: with k rows and n columns stored, exactly the m16n8k16
+// B fragment (b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g]) of an n-contiguous B, without the
+// transposing stores into shared memory that such a B would otherwise need.
+// (volatile: it reads shared memory the compiler does not see, so it must stay after the barrier
+// that publishes the tile.)
+__device__ __forceinline__ void ldmatrix_x2_trans(u32* r, const u16* row) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(address));
+}
+// .x4.trans: four matrices, lanes 8j..8j+7 giving the rows of matrix j; r[j] as above. Two B
+// fragments (two 8-column groups) in one instruction.
+__device__ __forceinline__ void ldmatrix_x4_trans(u32* r, const u16* row) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
 // ---- triangular tile scheduling: linear index -> (ti, tj) with ti <= tj ----
 // Tiles are enumerated column by column of the upper triangle: index = tj(tj+1)/2 + ti.
 __device__ __forceinline__ void upper_tile(int index, int& ti, int& tj) {
