@@ -20,7 +20,9 @@
 #include "cpu/build_status.h"
 #include "kernels/program_library.h"
 #include "runtime/muon/deepspeed_config.h"
+#include "runtime/muon/device_optimizer.h"
 #include "runtime/muon/hybrid_optimizer.h"
+#include "runtime/muon/memory_space.h"
 #include "runtime/muon/optimizer_settings.h"
 #include "runtime/muon/parameter.h"
 #include "runtime/muon/parameter_tagging.h"
@@ -38,8 +40,12 @@ namespace rt = orthojit::runtime;
 struct oj_optimizer {
   rt::OptimizerSettings settings;
   std::vector<rt::Parameter> parameters;  // everything added, in order (kept after build for the info)
+  // Where data, gradients and state live: host memory (`built`, stepped by oj_optimizer_step) or
+  // CUDA memory (`device`, stepped by oj_optimizer_step_on_stream); set by the "memory" option.
+  bool cuda_memory = false;
   std::unique_ptr<rt::HybridOptimizer> built;
-  std::vector<rt::ParameterInfo> infos;   // of `built`, in its order
+  std::unique_ptr<rt::DeviceOptimizer> device;
+  std::vector<rt::ParameterInfo> infos;   // of `built` or `device`, in its order
   std::string skip_reason, description;
 };
 
@@ -167,12 +173,33 @@ rt::Parameter& require_parameter(oj_optimizer* optimizer, const char* name) {
   throw_api(OJ_INVALID_ARGUMENT, "no parameter named '" + text + "' was added");
 }
 
+bool is_built(const oj_optimizer* optimizer) { return optimizer->built || optimizer->device; }
+
+const rt::OptimizerSettings& built_settings(const oj_optimizer* optimizer) {
+  return optimizer->device ? optimizer->device->settings() : optimizer->built->settings();
+}
+
+// OJ_UNAVAILABLE, with the reason, when device memory cannot be used here.
+void check_cuda_memory_available() {
+  const std::string why = rt::cuda_backend_unavailable_reason();
+  if (!why.empty())
+    throw_api(OJ_UNAVAILABLE, "memory = cuda needs the cuda backend, which cannot run here: " + why + "; available backends: " + join(rt::available_backends()));
+}
+
 void require_collecting(const oj_optimizer* optimizer, const std::string& what) {
-  if (optimizer->built) throw_api(OJ_INVALID_STATE, what + " is only possible before the optimizer is built (oj_optimizer_build or the first step)");
+  if (is_built(optimizer)) throw_api(OJ_INVALID_STATE, what + " is only possible before the optimizer is built (oj_optimizer_build or the first step)");
 }
 
 void build(oj_optimizer* optimizer) {
-  if (optimizer->built) return;
+  if (is_built(optimizer)) return;
+  if (optimizer->cuda_memory) {
+    // Every Muon step runs on the cuda backend whatever muon.backend says.
+    check_cuda_memory_available();
+    auto device = std::make_unique<rt::DeviceOptimizer>(optimizer->parameters, optimizer->settings, rt::cuda_memory());
+    optimizer->infos = device->parameters();
+    optimizer->device = std::move(device);
+    return;
+  }
   bool any_muon = false;
   for (const auto& parameter : optimizer->parameters)
     if (parameter.requires_grad && parameter.use_muon.value_or(rt::default_use_muon(parameter.name, parameter.shape, optimizer->settings.tagging))) any_muon = true;
@@ -180,6 +207,16 @@ void build(oj_optimizer* optimizer) {
   auto built = std::make_unique<rt::HybridOptimizer>(optimizer->parameters, optimizer->settings);
   optimizer->infos = built->parameters();
   optimizer->built = std::move(built);
+}
+
+void fill_report(const oj_optimizer* optimizer, const rt::StepReport& result, oj_step_report* report) {
+  if (!report) return;
+  report->skipped = result.skipped ? 1 : 0;
+  report->muon_updated = result.muon_updated;
+  report->adam_updated = result.adam_updated;
+  report->without_gradient = result.without_gradient;
+  report->orthogonalize_seconds = result.orthogonalize_seconds;
+  report->steps_taken = optimizer->device ? optimizer->device->steps_taken() : optimizer->built->steps_taken();
 }
 
 void check_learning_rate(double lr, const char* what) {
@@ -263,15 +300,24 @@ oj_status oj_optimizer_set_option(oj_optimizer* optimizer, const char* key, cons
     check_handle(optimizer);
     const std::string name = require_string(key, "key");
     require(value, "value");
-    if (!optimizer->built) {
+    if (name == "memory") {
+      const std::string where = value;
+      if (where != "host" && where != "cuda") throw_api(OJ_INVALID_ARGUMENT, "memory '" + where + "': expected host or cuda");
+      require_collecting(optimizer, "setting 'memory'");
+      if (where == "cuda") check_cuda_memory_available();
+      optimizer->cuda_memory = where == "cuda";
+      return OJ_OK;
+    }
+    if (!is_built(optimizer)) {
       rt::apply_setting(optimizer->settings, name, value);
       return OJ_OK;
     }
-    rt::OptimizerSettings changed = optimizer->built->settings();
+    rt::OptimizerSettings changed = built_settings(optimizer);
     rt::apply_setting(changed, name, value);  // validates key and value first
     if (name != "muon.lr" && name != "adam.lr")
       throw_api(OJ_INVALID_STATE, "'" + name + "' cannot change after the optimizer is built; only muon.lr and adam.lr can");
-    optimizer->built->set_learning_rates(changed.muon.lr, changed.adam.lr);
+    if (optimizer->device) optimizer->device->set_learning_rates(changed.muon.lr, changed.adam.lr);
+    else optimizer->built->set_learning_rates(changed.muon.lr, changed.adam.lr);
     optimizer->settings = changed;
     return OJ_OK;
   });
@@ -281,7 +327,9 @@ oj_status oj_optimizer_describe(oj_optimizer* optimizer, const char** out) {
   return guarded("oj_optimizer_describe", [&] {
     check_handle(optimizer);
     require(out, "out");
-    optimizer->description = rt::describe(optimizer->built ? optimizer->built->settings() : optimizer->settings);
+    optimizer->description = rt::describe(is_built(optimizer) ? built_settings(optimizer) : optimizer->settings);
+    if (!optimizer->description.empty() && optimizer->description.back() != '\n') optimizer->description += '\n';
+    optimizer->description += std::string("memory = ") + (optimizer->cuda_memory ? "cuda" : "host") + "\n";
     *out = optimizer->description.c_str();
     return OJ_OK;
   });
@@ -363,6 +411,7 @@ oj_status oj_optimizer_set_gradient(oj_optimizer* optimizer, const char* name, c
     check_handle(optimizer);
     rt::Parameter& parameter = require_parameter(optimizer, name);
     const rt::DType type = to_dtype(grad_dtype, "grad_dtype");
+    if (optimizer->device && parameter.requires_grad) optimizer->device->set_gradient(parameter.name, grad, type);
     if (optimizer->built && parameter.requires_grad) optimizer->built->set_gradient(parameter.name, grad, type);
     parameter.grad = grad;
     parameter.grad_dtype = type;
@@ -375,6 +424,7 @@ oj_status oj_optimizer_set_data(oj_optimizer* optimizer, const char* name, void*
     check_handle(optimizer);
     rt::Parameter& parameter = require_parameter(optimizer, name);
     require(data, "data");
+    if (optimizer->device && parameter.requires_grad) optimizer->device->set_data(parameter.name, data);
     if (optimizer->built && parameter.requires_grad) optimizer->built->set_data(parameter.name, data);
     parameter.data = data;
     return OJ_OK;
@@ -384,18 +434,27 @@ oj_status oj_optimizer_set_data(oj_optimizer* optimizer, const char* name, void*
 oj_status oj_optimizer_step(oj_optimizer* optimizer, oj_step_report* report) {
   return guarded("oj_optimizer_step", [&] {
     check_handle(optimizer);
+    if (optimizer->cuda_memory)
+      throw_api(OJ_INVALID_STATE, "this optimizer's memory is cuda (its data and gradients are device pointers): use oj_optimizer_step_on_stream");
     build(optimizer);
     optimizer->skip_reason.clear();
     const rt::StepReport result = optimizer->built->step();
     if (result.skipped) optimizer->skip_reason = result.reason;
-    if (report) {
-      report->skipped = result.skipped ? 1 : 0;
-      report->muon_updated = result.muon_updated;
-      report->adam_updated = result.adam_updated;
-      report->without_gradient = result.without_gradient;
-      report->orthogonalize_seconds = result.orthogonalize_seconds;
-      report->steps_taken = optimizer->built->steps_taken();
-    }
+    fill_report(optimizer, result, report);
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_step_on_stream(oj_optimizer* optimizer, void* stream, oj_step_report* report) {
+  return guarded("oj_optimizer_step_on_stream", [&] {
+    check_handle(optimizer);
+    if (!optimizer->cuda_memory)
+      throw_api(OJ_INVALID_STATE, "this optimizer's memory is host (the default; set the option memory = cuda before build for device pointers): use oj_optimizer_step");
+    build(optimizer);
+    optimizer->skip_reason.clear();
+    const rt::StepReport result = optimizer->device->step(stream);
+    if (result.skipped) optimizer->skip_reason = result.reason;
+    fill_report(optimizer, result, report);
     return OJ_OK;
   });
 }
@@ -408,6 +467,7 @@ oj_status oj_optimizer_set_learning_rates(oj_optimizer* optimizer, double muon_l
     check_learning_rate(muon_lr, "muon_lr");
     check_learning_rate(adam_lr, "adam_lr");
     if (optimizer->built) optimizer->built->set_learning_rates(muon_lr, adam_lr);
+    if (optimizer->device) optimizer->device->set_learning_rates(muon_lr, adam_lr);
     optimizer->settings.muon.lr = muon_lr;
     optimizer->settings.adam.lr = adam_lr;
     return OJ_OK;
@@ -418,7 +478,7 @@ oj_status oj_optimizer_state_bytes(oj_optimizer* optimizer, int64_t* muon_bytes,
   return guarded("oj_optimizer_state_bytes", [&] {
     check_handle(optimizer);
     build(optimizer);
-    const rt::StateBytes bytes = optimizer->built->state_bytes();
+    const rt::StateBytes bytes = optimizer->device ? optimizer->device->state_bytes() : optimizer->built->state_bytes();
     if (muon_bytes) *muon_bytes = bytes.muon;
     if (adam_bytes) *adam_bytes = bytes.adam;
     return OJ_OK;
@@ -429,7 +489,7 @@ oj_status oj_optimizer_steps_taken(oj_optimizer* optimizer, int64_t* out) {
   return guarded("oj_optimizer_steps_taken", [&] {
     check_handle(optimizer);
     require(out, "out");
-    *out = optimizer->built ? optimizer->built->steps_taken() : 0;
+    *out = optimizer->device ? optimizer->device->steps_taken() : optimizer->built ? optimizer->built->steps_taken() : 0;
     return OJ_OK;
   });
 }
@@ -479,7 +539,9 @@ oj_status oj_optimizer_qk_clip(oj_optimizer* optimizer, const char* q_name, cons
     require(s_max, "s_max");
     if (n_heads <= 0) throw_api(OJ_INVALID_ARGUMENT, "n_heads must be > 0 (got " + std::to_string(n_heads) + ")");
     build(optimizer);
-    optimizer->built->qk_clip(q, k, head_rows, std::vector<double>(s_max, s_max + n_heads), tau);
+    const std::vector<double> maxima(s_max, s_max + n_heads);
+    if (optimizer->device) optimizer->device->qk_clip(q, k, head_rows, maxima, tau);
+    else optimizer->built->qk_clip(q, k, head_rows, maxima, tau);
     return OJ_OK;
   });
 }
@@ -491,7 +553,8 @@ oj_status oj_optimizer_save_state(oj_optimizer* optimizer, const char* path) {
         check_handle(optimizer);
         const std::string file = require_string(path, "path");
         build(optimizer);
-        optimizer->built->save_state(file);
+        if (optimizer->device) optimizer->device->save_state(file);
+        else optimizer->built->save_state(file);
         return OJ_OK;
       },
       OJ_IO_ERROR);
@@ -504,7 +567,8 @@ oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path) {
         check_handle(optimizer);
         const std::string file = require_string(path, "path");
         build(optimizer);
-        optimizer->built->load_state(file);
+        if (optimizer->device) optimizer->device->load_state(file);
+        else optimizer->built->load_state(file);
         return OJ_OK;
       },
       OJ_IO_ERROR);

@@ -677,6 +677,53 @@ static void test_deepspeed_config(void) {
   remove(g_path_json);
 }
 
+/* Device memory (memory = cuda): the option's values, the step entry point each memory needs, and
+ * without the cuda backend (this build or this machine) OJ_UNAVAILABLE saying why. Steps on device
+ * pointers are device_optimizer_test's (DeviceOptimizer.OnCudaMemoryWhenADeviceIsHere); this C
+ * program allocates no device memory. */
+static void test_device_memory(void) {
+  oj_optimizer* opt = NULL;
+  float w[32], g[32];
+  int64_t shape[2] = {4, 8};
+  oj_step_report report;
+  const char* text = NULL;
+  fill(w, 32, 1.0f);
+  fill(g, 32, 1.0f);
+  CHECK_OK(oj_optimizer_create("keller", &opt));
+  CHECK_FAILS(oj_optimizer_set_option(opt, "memory", "gpu"), OJ_INVALID_ARGUMENT, "expected host or cuda");
+  CHECK_FAILS(oj_optimizer_set_option(opt, "memory", NULL), OJ_INVALID_ARGUMENT, "value");
+  CHECK_OK(oj_optimizer_set_option(opt, "memory", "host"));
+  CHECK_OK(oj_optimizer_describe(opt, &text));
+  CHECK(text != NULL && strstr(text, "memory = host") != NULL);
+  CHECK_OK(oj_optimizer_set_option(opt, "muon.backend", "ref"));
+  CHECK_OK(oj_optimizer_add_parameter(opt, "w", 2, shape, OJ_DTYPE_F32, w, OJ_DTYPE_F32, g, OJ_TAG_MUON));
+  /* A host optimizer is stepped by oj_optimizer_step only. */
+  CHECK_FAILS(oj_optimizer_step_on_stream(opt, NULL, &report), OJ_INVALID_STATE, "use oj_optimizer_step");
+  CHECK_FAILS(oj_optimizer_step_on_stream(NULL, NULL, &report), OJ_INVALID_ARGUMENT, "optimizer");
+  CHECK_OK(oj_optimizer_step(opt, &report));
+  CHECK(report.steps_taken == 1);
+  /* The memory is fixed once built. */
+  CHECK_FAILS(oj_optimizer_set_option(opt, "memory", "cuda"), OJ_INVALID_STATE, "before the optimizer is built");
+  oj_optimizer_destroy(opt);
+
+  CHECK_OK(oj_optimizer_create("deepspeed", &opt));
+  if (!backend_available("cuda")) {
+    CHECK_FAILS(oj_optimizer_set_option(opt, "memory", "cuda"), OJ_UNAVAILABLE, "memory = cuda needs the cuda backend");
+    CHECK_FAILS(oj_optimizer_set_option(opt, "memory", "cuda"), OJ_UNAVAILABLE, "cuda");
+    CHECK_OK(oj_optimizer_describe(opt, &text));
+    CHECK(text != NULL && strstr(text, "memory = host") != NULL); /* unchanged */
+  } else {
+    /* A device optimizer is stepped by oj_optimizer_step_on_stream only (checked before build:
+     * these host pointers are never touched). */
+    CHECK_OK(oj_optimizer_set_option(opt, "memory", "cuda"));
+    CHECK_OK(oj_optimizer_describe(opt, &text));
+    CHECK(text != NULL && strstr(text, "memory = cuda") != NULL);
+    CHECK_OK(oj_optimizer_add_parameter(opt, "w", 2, shape, OJ_DTYPE_F32, w, OJ_DTYPE_F32, g, OJ_TAG_MUON));
+    CHECK_FAILS(oj_optimizer_step(opt, &report), OJ_INVALID_STATE, "oj_optimizer_step_on_stream");
+  }
+  oj_optimizer_destroy(opt);
+}
+
 int main(void) {
   const long pid = (long)getpid();
   snprintf(g_path_a, sizeof g_path_a, "c_api_test_%ld_a.safetensors", pid);
@@ -692,6 +739,7 @@ int main(void) {
   test_splits_and_qk_clip();
   test_orthogonalize();
   test_deepspeed_config();
+  test_device_memory();
 
   if (g_failures) {
     fprintf(stderr, "c_api_test: %d of %d checks failed\n", g_failures, g_checks);

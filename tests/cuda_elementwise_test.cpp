@@ -111,6 +111,7 @@ TEST(CudaElementwise, EveryVariantCompilesForSm80AndSm90WithoutSpills) {
     sources.push_back(cuda::generate_muon_apply({p}));
     for (ScalarType g : {ScalarType::F32, ScalarType::BF16})
       for (bool moonlight : {false, true}) sources.push_back(cuda::generate_adamw({g, p, moonlight}));
+    sources.push_back(cuda::generate_nonfinite_check(p));
   }
   for (const std::string& source : sources)
     for (const char* arch : {"sm_80", "sm_90"}) {
@@ -224,6 +225,39 @@ TEST(CudaElementwise, AdamWKernelsMatchTheUpdateRulesBitForBit) {
 
 // f64 → bf16 / f16 in one rounding: values a hair above or below a tie, which a detour through
 // f32 (to nearest) turns into the exact tie and then rounds to even, the wrong way half the time.
+// The device optimizer's non-finite check (runtime/muon/memory_space.h): the flag is set exactly
+// when an element is a NaN or an infinity, in each storage type, wherever it is (the grid-stride
+// loop's every wrap), and never cleared by the finite elements of a later launch.
+TEST(CudaElementwise, NonFiniteCheckFlagsExactlyTheNaNsAndInfinities) {
+  if (!have_host_compiler()) GTEST_SKIP() << "no host c++ for the emulation";
+  std::mt19937 random(std::random_device{}());
+  const int64_t count = 1000;
+  using Run = void(const void*, unsigned*, long long, unsigned, unsigned);
+  for (DType grad : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(to_string(grad));
+    EmulatedKernel kernel(cuda::generate_nonfinite_check(scalar(grad)), "oj_nonfinite", "const void* g, unsigned* flag, long long count",
+                          "static_cast<OJ_PARAM(0)>(g), flag, count");
+    std::vector<double> values = random_values(count, random, 1.0);
+    values[5] = 65000.0;  // large but finite in every type
+    unsigned flag = 0;
+    std::vector<unsigned char> g = stored(grad, values);
+    kernel.function<Run>()(g.data(), &flag, count, kGrid, kBlock);
+    EXPECT_EQ(flag, 0u) << "finite values flagged";
+    for (double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL})
+      for (int64_t where : {int64_t{0}, int64_t{500}, count - 1}) {
+        std::vector<double> poisoned = values;
+        poisoned[static_cast<size_t>(where)] = bad;
+        g = stored(grad, poisoned);
+        flag = 0;
+        kernel.function<Run>()(g.data(), &flag, count, kGrid, kBlock);
+        EXPECT_EQ(flag, 1u) << bad << " at " << where;
+      }
+    g = stored(grad, values);
+    kernel.function<Run>()(g.data(), &flag, count, kGrid, kBlock);
+    EXPECT_EQ(flag, 1u) << "a finite launch cleared the flag";
+  }
+}
+
 TEST(CudaElementwise, SixteenBitStoresRoundOnceFromFloat64) {
   if (!have_host_compiler()) GTEST_SKIP() << "no host c++ for the emulation";
   using Run = void(const double*, unsigned short*, unsigned short*, long long, unsigned, unsigned);

@@ -50,6 +50,7 @@ class CudaError : public std::runtime_error {
   X(cuMemcpyDtoH)                         \
   X(cuMemcpyDtoDAsync)                    \
   X(cuMemcpyHtoDAsync)                    \
+  X(cuMemcpyDtoHAsync)                    \
   X(cuStreamBeginCapture)                 \
   X(cuStreamEndCapture)                   \
   X(cuGraphInstantiate)                   \

@@ -123,4 +123,17 @@ std::string generate_adamw(const AdamWKernel& kernel) {
   return out.str();
 }
 
+std::string generate_nonfinite_check(ScalarType grad) {
+  const Storage g = storage(grad, "the gradient");
+  // The exponent field of each storage: all ones is an infinity or a NaN.
+  const char* test = grad == ScalarType::F32 ? "(reinterpret_cast<const unsigned int*>(g)[i] & 0x7f800000u) == 0x7f800000u"
+                     : grad == ScalarType::BF16 ? "(static_cast<unsigned>(g[i]) & 0x7f80u) == 0x7f80u"
+                                                : "(static_cast<unsigned>(g[i]) & 0x7c00u) == 0x7c00u";
+  std::ostringstream out;
+  emit_header(out, "non-finite check, gradient " + std::string(to_string(grad)));
+  out << "extern \"C\" __global__ void oj_nonfinite(const " << g.type << "* __restrict__ g, unsigned int* flag, long long count) {\n"
+      << kLoop << "    if (" << test << ") *flag = 1u;\n  }\n}\n";
+  return out.str();
+}
+
 }  // namespace orthojit::cuda

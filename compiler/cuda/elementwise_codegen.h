@@ -8,6 +8,8 @@
 //                     block (a per-row f64 array, or one value for all rows), written in p's type
 //   oj_adamw          m, v (f32, in place), then p ← p·decay − δ with the standard or the
 //                     Moonlight formula
+//   oj_nonfinite      flag ← 1 when any element of g is a NaN or an infinity (the step's check
+//                     before anything changes; the exponent bits, so fast math cannot drop it)
 //
 // The arithmetic is float64 in exactly the order of the C++ update rules
 // (runtime/muon/update_rules.cpp: muon_momentum, apply_muon, adam_step), with _rn intrinsics that
@@ -58,5 +60,9 @@ std::string storage_access_functions(const char* prefix, ScalarType type, const 
 const char* storage_element_type(ScalarType type);
 std::string generate_muon_apply(const MuonApplyKernel& kernel);
 std::string generate_adamw(const AdamWKernel& kernel);
+// oj_nonfinite(const G* g, unsigned int* flag, long long count): writes 1 into *flag when an
+// element's exponent bits are all ones (NaN or ±infinity), never 0 (the caller zeroes the flag),
+// so one flag can collect any number of launches.
+std::string generate_nonfinite_check(ScalarType grad);
 
 }  // namespace orthojit::cuda

@@ -72,4 +72,11 @@ void ElementwiseKernels::adamw(const AdamWKernel& kernel, CUdeviceptr g, CUdevic
   launch(f, count, arguments, stream);
 }
 
+void ElementwiseKernels::nonfinite(ScalarType grad, CUdeviceptr g, CUdeviceptr flag, int64_t count, CUstream stream) {
+  CUfunction f = function(generate_nonfinite_check(grad), "oj_nonfinite");
+  long long n = count;
+  void* arguments[] = {&g, &flag, &n};
+  launch(f, count, arguments, stream);
+}
+
 }  // namespace orthojit::cuda

@@ -29,6 +29,9 @@ class ElementwiseKernels {
   void adamw(const AdamWKernel& kernel, CUdeviceptr g, CUdeviceptr m, CUdeviceptr v, CUdeviceptr p, double beta1, double beta2, double lr,
              double bias1, double bias2, double eps, double scale, double decay, int64_t count, CUstream stream);
 
+  // *flag (a device u32) ← 1 when one of g's `count` elements is a NaN or an infinity (never 0).
+  void nonfinite(ScalarType grad, CUdeviceptr g, CUdeviceptr flag, int64_t count, CUstream stream);
+
   // The process's (device headers from the embedded vocabulary).
   static ElementwiseKernels& process_default(const NamedSources& headers);
 

@@ -138,8 +138,9 @@ void oj_optimizer_destroy(oj_optimizer* optimizer);
  * muon.threads, adam.lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.formula,
  * tensor_layout (flatten | batch | trailing), conv_scale (kernel | matrix), missing_grad
  * (skip | zero: what a step does with a parameter whose gradient is NULL), tagging
- * (deepspeed | moonlight), experts_as_batch. An unknown key or bad value: OJ_INVALID_ARGUMENT
- * naming what is valid.
+ * (deepspeed | moonlight), experts_as_batch, memory (host | cuda: where data, gradients and state
+ * live; see "Device memory" below). An unknown key or bad value: OJ_INVALID_ARGUMENT naming what
+ * is valid.
  * After the optimizer is built only "muon.lr" and "adam.lr" may change (OJ_INVALID_STATE for the
  * others); oj_optimizer_set_learning_rates does the same. */
 oj_status oj_optimizer_set_option(oj_optimizer* optimizer, const char* key, const char* value);
@@ -197,8 +198,39 @@ typedef struct oj_step_report {
 } oj_step_report;
 
 /* One optimizer step over every parameter with a gradient (builds first if needed). A skipped
- * step is not an error: it returns OJ_OK with report->skipped = 1. report may be NULL. */
+ * step is not an error: it returns OJ_OK with report->skipped = 1. report may be NULL.
+ * An optimizer with memory = cuda: OJ_INVALID_STATE (use oj_optimizer_step_on_stream). */
 oj_status oj_optimizer_step(oj_optimizer* optimizer, oj_step_report* report);
+
+/* Device memory. With oj_optimizer_set_option(opt, "memory", "cuda") before build, every data and
+ * grad pointer given to the optimizer (oj_optimizer_add_parameter, oj_optimizer_set_data,
+ * oj_optimizer_set_gradient) is a CUdeviceptr value (cudaMalloc, a framework's tensor) of device
+ * 0's primary context, the one the CUDA runtime and PyTorch use; the optimizer allocates its
+ * state (momentum, exp_avg, exp_avg_sq; f32) in device memory there, zeroed, and frees it on
+ * destroy. Setting memory = cuda in a build without the CUDA backend or on a machine without a
+ * usable driver and device: OJ_UNAVAILABLE, saying why (the setting is unchanged). muon.backend
+ * is not used: every Muon step runs on the cuda backend.
+ *
+ * oj_optimizer_step_on_stream enqueues one step on `stream` (a CUstream / cudaStream_t; NULL: the
+ * legacy default stream): the Muon parameters as compiled Muon steps (momentum, Newton–Schulz and
+ * the update in the generated kernels; equal blocks of all parameters batched; replayed as one
+ * CUDA graph per set of shapes), the AdamW parameters with a generated kernel. It never
+ * synchronizes the device. Its one wait is the non-finite check: a small generated kernel per
+ * gradient sets one device flag, which is copied back on `stream`, and `stream` is synchronized
+ * once (a step with a NaN or an infinity in any gradient changes nothing, so this is known before
+ * anything is enqueued). When the flag is set, the gradients are copied to the host to name the
+ * first bad element in oj_optimizer_skip_reason. Everything else of the step is asynchronous:
+ * the parameters and state are updated when `stream` reaches that point, so the trainer orders
+ * later work on the same stream (or synchronizes). The first step of a new set of shapes
+ * compiles (NVRTC, cached on disk). report->orthogonalize_seconds is 0 (nothing is timed).
+ * Results match oj_optimizer_step on the same values up to the Newton–Schulz kernels' rounding:
+ * the element-wise arithmetic is the host's, bit for bit.
+ *
+ * oj_optimizer_save_state, oj_optimizer_load_state and oj_optimizer_qk_clip on such an optimizer
+ * synchronize the device (cuCtxSynchronize) and copy through host memory; the state file is the
+ * same as a host optimizer's (either loads the other's). An optimizer with memory = host (the
+ * default): oj_optimizer_step_on_stream is OJ_INVALID_STATE (use oj_optimizer_step). */
+oj_status oj_optimizer_step_on_stream(oj_optimizer* optimizer, void* stream, oj_step_report* report);
 
 /* Why the last step was skipped ("" when it was not, or before the first step). Owned by the
  * handle, valid until the next step or destroy. NULL handle: "". */

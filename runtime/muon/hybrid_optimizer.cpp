@@ -181,7 +181,23 @@ void HybridOptimizer::qk_clip(const std::string& q_name, const std::string& k_na
   }
 }
 
-void HybridOptimizer::save_state(const std::string& path) const {
+std::vector<StateOwner> HybridOptimizer::state_owners() const {
+  std::vector<StateOwner> owners;
+  for (const Entry& entry : entries_) owners.push_back({entry.parameter.name, entry.parameter.shape, entry.muon});
+  return owners;
+}
+
+void HybridOptimizer::save_state(const std::string& path) const { write_state_file(path, state_owners(), state_, settings_, steps_); }
+
+void HybridOptimizer::load_state(const std::string& path) {
+  int64_t steps = 0;
+  std::map<std::string, State> loaded = read_state_file(path, state_owners(), settings_, steps);
+  state_ = std::move(loaded);
+  steps_ = steps;
+}
+
+void write_state_file(const std::string& path, const std::vector<StateOwner>& owners, const std::map<std::string, HybridOptimizer::State>& state,
+                      const OptimizerSettings& settings, int64_t steps_taken) {
   std::vector<NamedTensor> tensors;
   auto f32_tensor = [&](const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& values) {
     NamedTensor tensor;
@@ -192,32 +208,34 @@ void HybridOptimizer::save_state(const std::string& path) const {
     std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
     tensors.push_back(std::move(tensor));
   };
-  for (const Entry& entry : entries_) {
-    const State& state = state_.at(entry.parameter.name);
+  for (const StateOwner& entry : owners) {
+    const HybridOptimizer::State& values = state.at(entry.name);
     if (entry.muon) {
-      f32_tensor(entry.parameter.name + ".momentum_buffer", entry.parameter.shape, state.momentum);
+      f32_tensor(entry.name + ".momentum_buffer", entry.shape, values.momentum);
     } else {
-      f32_tensor(entry.parameter.name + ".exp_avg", entry.parameter.shape, state.exp_avg);
-      f32_tensor(entry.parameter.name + ".exp_avg_sq", entry.parameter.shape, state.exp_avg_sq);
+      f32_tensor(entry.name + ".exp_avg", entry.shape, values.exp_avg);
+      f32_tensor(entry.name + ".exp_avg_sq", entry.shape, values.exp_avg_sq);
       NamedTensor step;
-      step.name = entry.parameter.name + ".step";
+      step.name = entry.name + ".step";
       step.dtype = "I64";
       step.bytes.resize(sizeof(int64_t));
-      std::memcpy(step.bytes.data(), &state.step, sizeof(int64_t));
+      std::memcpy(step.bytes.data(), &values.step, sizeof(int64_t));
       tensors.push_back(std::move(step));
     }
   }
   char beta[32];
-  std::snprintf(beta, sizeof beta, "%.17g", settings_.muon.momentum);
+  std::snprintf(beta, sizeof beta, "%.17g", settings.muon.momentum);
   const std::map<std::string, std::string> metadata = {{"orthojit.format", kStateFormat},
-                                                       {"orthojit.preset", settings_.preset},
-                                                       {"orthojit.steps_taken", std::to_string(steps_)},
-                                                       {"orthojit.momentum_kind", to_string(settings_.muon.momentum_kind)},
+                                                       {"orthojit.preset", settings.preset},
+                                                       {"orthojit.steps_taken", std::to_string(steps_taken)},
+                                                       {"orthojit.momentum_kind", to_string(settings.muon.momentum_kind)},
                                                        {"orthojit.momentum", beta}};
   write_safetensors(path, tensors, metadata);
 }
 
-void HybridOptimizer::load_state(const std::string& path) {
+std::map<std::string, HybridOptimizer::State> read_state_file(const std::string& path, const std::vector<StateOwner>& owners,
+                                                              const OptimizerSettings& settings, int64_t& steps_taken) {
+  using State = HybridOptimizer::State;
   const SafetensorsFile file = read_safetensors(path);
   auto problem = [&](const std::string& what) { return std::runtime_error("optimizer state " + path + " does not match the parameters: " + what + "; nothing was loaded"); };
   const auto format = file.metadata.find("orthojit.format");
@@ -229,8 +247,8 @@ void HybridOptimizer::load_state(const std::string& path) {
   const auto kind = file.metadata.find("orthojit.momentum_kind");
   const MomentumKind saved_kind = saved_momentum_kind(format->second, preset == file.metadata.end() ? "" : preset->second,
                                                       kind == file.metadata.end() ? "" : kind->second);
-  if (saved_kind != settings_.muon.momentum_kind && std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.muon; }))
-    throw std::runtime_error(momentum_mismatch_message(path, format->second, saved_kind, settings_.muon.momentum_kind));
+  if (saved_kind != settings.muon.momentum_kind && std::any_of(owners.begin(), owners.end(), [](const StateOwner& e) { return e.muon; }))
+    throw std::runtime_error(momentum_mismatch_message(path, format->second, saved_kind, settings.muon.momentum_kind));
   std::map<std::string, const NamedTensor*> by_name;
   for (const NamedTensor& tensor : file.tensors) by_name[tensor.name] = &tensor;
   std::map<std::string, State> loaded;
@@ -248,27 +266,28 @@ void HybridOptimizer::load_state(const std::string& path) {
     std::memcpy(values.data(), tensor.bytes.data(), values.size() * sizeof(float));
     return values;
   };
-  for (const Entry& entry : entries_) {
-    State& state = loaded[entry.parameter.name];
+  for (const StateOwner& entry : owners) {
+    State& state = loaded[entry.name];
     if (entry.muon) {
-      state.momentum = floats(take(entry.parameter.name + ".momentum_buffer", "F32", entry.parameter.shape));
+      state.momentum = floats(take(entry.name + ".momentum_buffer", "F32", entry.shape));
     } else {
-      state.exp_avg = floats(take(entry.parameter.name + ".exp_avg", "F32", entry.parameter.shape));
-      state.exp_avg_sq = floats(take(entry.parameter.name + ".exp_avg_sq", "F32", entry.parameter.shape));
-      std::memcpy(&state.step, take(entry.parameter.name + ".step", "I64", {}).bytes.data(), sizeof(int64_t));
+      state.exp_avg = floats(take(entry.name + ".exp_avg", "F32", entry.shape));
+      state.exp_avg_sq = floats(take(entry.name + ".exp_avg_sq", "F32", entry.shape));
+      std::memcpy(&state.step, take(entry.name + ".step", "I64", {}).bytes.data(), sizeof(int64_t));
     }
   }
   if (used != file.tensors.size()) {
     for (const NamedTensor& tensor : file.tensors) {
       const std::string base = tensor.name.substr(0, tensor.name.rfind('.'));
-      if (!state_.count(base)) throw problem("it holds state for '" + base + "', which this optimizer does not have (or which is tagged differently)");
+      const bool known = std::any_of(owners.begin(), owners.end(), [&](const StateOwner& e) { return e.name == base; });
+      if (!known) throw problem("it holds state for '" + base + "', which this optimizer does not have (or which is tagged differently)");
     }
     throw problem("it holds tensors this optimizer does not use (a parameter tagged differently?)");
   }
   int64_t steps = 0;
   if (auto found = file.metadata.find("orthojit.steps_taken"); found != file.metadata.end()) steps = std::stoll(found->second);
-  state_ = std::move(loaded);
-  steps_ = steps;
+  steps_taken = steps;
+  return loaded;
 }
 
 }  // namespace orthojit::runtime

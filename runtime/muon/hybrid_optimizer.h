@@ -52,6 +52,13 @@ struct StateBytes {
   int64_t total() const { return muon + adam; }
 };
 
+// A parameter that has optimizer state, for the state file (shared with DeviceOptimizer).
+struct StateOwner {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool muon = false;
+};
+
 class HybridOptimizer {
  public:
   // Tags every parameter (parameter_tagging.h), validates it (throws std::invalid_argument naming
@@ -95,6 +102,7 @@ class HybridOptimizer {
   const std::map<std::string, State>& state() const { return state_; }
 
  private:
+  std::vector<StateOwner> state_owners() const;
   struct Entry;
   void muon_update(Entry& entry, const std::vector<float>& gradient, StepReport& report);
   void adam_update(Entry& entry, const std::vector<float>& gradient);
@@ -105,5 +113,14 @@ class HybridOptimizer {
   std::unique_ptr<BlockOrthogonalizer> orthogonalizer_;
   int64_t steps_ = 0;
 };
+
+// The state file save_state writes and load_state reads, for any optimizer holding `owners`'
+// state (DeviceOptimizer stages its device state through these): read_state_file checks every
+// tensor against `owners` and the settings' momentum form, throws std::runtime_error saying what
+// does not match (nothing is returned then), and sets `steps_taken`.
+void write_state_file(const std::string& path, const std::vector<StateOwner>& owners, const std::map<std::string, HybridOptimizer::State>& state,
+                      const OptimizerSettings& settings, int64_t steps_taken);
+std::map<std::string, HybridOptimizer::State> read_state_file(const std::string& path, const std::vector<StateOwner>& owners,
+                                                              const OptimizerSettings& settings, int64_t& steps_taken);
 
 }  // namespace orthojit::runtime

@@ -1,0 +1,276 @@
+// The optimizer on memory-space state (see device_optimizer.h).
+#include "runtime/muon/device_optimizer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <tuple>
+
+#include "ir/muon_step.h"
+#include "runtime/muon/update_rules.h"
+#include "runtime/orthogonalize.h"
+
+namespace orthojit::runtime {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "(";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + ")";
+}
+
+int64_t bytes_of(int64_t elements, DType type) { return elements * dtype_bytes(type); }
+
+}  // namespace
+
+std::uintptr_t DeviceOptimizer::Allocations::take(int64_t bytes) {
+  addresses.reserve(addresses.size() + 1);  // so the push below cannot throw after allocating
+  const std::uintptr_t address = memory->allocate(bytes);
+  addresses.push_back(address);
+  return address;
+}
+
+DeviceOptimizer::Allocations::~Allocations() {
+  for (std::uintptr_t address : addresses) memory->free(address);
+}
+
+DeviceOptimizer::DeviceOptimizer(std::vector<Parameter> parameters, OptimizerSettings settings, std::shared_ptr<MemorySpace> memory)
+    : settings_(std::move(settings)), memory_(std::move(memory)) {
+  if (!memory_) throw std::invalid_argument("DeviceOptimizer: no memory space");
+  allocations_.memory = memory_;
+  std::map<std::string, bool> seen;
+  int64_t largest = 0;
+  for (Parameter& parameter : parameters) {
+    if (parameter.name.empty()) throw std::invalid_argument("a parameter has an empty name");
+    if (seen[parameter.name]) throw std::invalid_argument("parameter '" + parameter.name + "' is given twice");
+    seen[parameter.name] = true;
+    if (!parameter.requires_grad) continue;
+    if (parameter.shape.empty()) parameter.shape = {1};
+    if (!parameter.data) throw std::invalid_argument("parameter '" + parameter.name + "' has no data pointer");
+    Entry entry;
+    entry.muon = parameter.use_muon.value_or(default_use_muon(parameter.name, parameter.shape, settings_.tagging));
+    if (entry.muon) entry.plan = plan_matrices(parameter, settings_.tensor_layout, settings_.conv_scale);
+    entry.parameter = std::move(parameter);
+    entries_.push_back(std::move(entry));
+  }
+  const bool any_muon = std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.muon; });
+  if (any_muon) muon_program(settings_.muon);  // fail now on a program or setting that cannot compile
+  for (Entry& entry : entries_) {
+    const int64_t elements = entry.parameter.elements();
+    largest = std::max(largest, elements);
+    if (entry.muon) {
+      entry.momentum = allocations_.take(bytes_of(elements, DType::F32));
+    } else {
+      entry.exp_avg = allocations_.take(bytes_of(elements, DType::F32));
+      entry.exp_avg_sq = allocations_.take(bytes_of(elements, DType::F32));
+    }
+  }
+  if (settings_.missing_gradient == MissingGradient::Zero && largest > 0) zeros_ = allocations_.take(bytes_of(largest, DType::F32));
+  MuonGroupSettings muon = settings_.muon;
+  if (memory_->is_device()) muon.backend = "cuda";
+  orthogonalizer_ = std::make_unique<BlockOrthogonalizer>(muon);
+}
+
+DeviceOptimizer::~DeviceOptimizer() = default;
+
+std::string DeviceOptimizer::locate_nonfinite() const {
+  // Only after the device flag said so: the gradients come to the host to name the first bad
+  // element exactly as HybridOptimizer::step does.
+  std::vector<unsigned char> host;
+  for (const Entry& entry : entries_) {
+    const Parameter& p = entry.parameter;
+    if (!p.grad) continue;
+    const int64_t count = p.elements();
+    host.resize(static_cast<size_t>(bytes_of(count, p.grad_dtype)));
+    memory_->download(host.data(), reinterpret_cast<std::uintptr_t>(p.grad), static_cast<int64_t>(host.size()));
+    for (int64_t i = 0; i < count; ++i) {
+      const double value = load_element(p.grad_dtype, host.data(), i);
+      if (!std::isfinite(value))
+        return "parameter '" + p.name + "': gradient element " + std::to_string(i) + " is " + (std::isnan(value) ? "NaN" : "infinite") +
+               "; the step was skipped and no parameter or state changed";
+    }
+  }
+  return "a gradient held a NaN or an infinity (it was not there when copied back to name it); the step was skipped and no parameter or state changed";
+}
+
+StepReport DeviceOptimizer::step(void* stream) {
+  StepReport report;
+  std::vector<TensorSpan> spans;
+  for (const Entry& entry : entries_)
+    if (entry.parameter.grad) spans.push_back({entry.parameter.grad_dtype, reinterpret_cast<std::uintptr_t>(entry.parameter.grad), entry.parameter.elements()});
+  if (memory_->any_nonfinite(spans, stream)) {
+    report.skipped = true;
+    report.reason = locate_nonfinite();
+    return report;
+  }
+
+  // Equal blocks of every Muon parameter, one group per (rows, cols, gradient type, parameter
+  // type); the blocks' addresses and scalars as BlockOrthogonalizer::muon_step computes them.
+  const MuonGroupSettings& muon = settings_.muon;
+  const double decay = 1.0 - muon.lr * muon.weight_decay;
+  std::map<std::tuple<int64_t, int64_t, int, int>, std::vector<ir::MuonStepMatrix>> groups;
+  for (Entry& entry : entries_) {
+    const Parameter& p = entry.parameter;
+    DType grad_type = p.grad_dtype;
+    std::uintptr_t grad = reinterpret_cast<std::uintptr_t>(p.grad);
+    if (!p.grad) {
+      ++report.without_gradient;
+      if (settings_.missing_gradient == MissingGradient::Skip) continue;
+      grad = zeros_;  // DeepSpeed, Keller: zeros and the full step
+      grad_type = DType::F32;
+    }
+    if (!entry.muon) {
+      entry.adam_steps += 1;
+      memory_->adam_step(settings_.adam, entry.adam_steps, grad_type, grad, entry.exp_avg, entry.exp_avg_sq, p.dtype, reinterpret_cast<std::uintptr_t>(p.data),
+                         p.elements(), stream);
+      ++report.adam_updated;
+      continue;
+    }
+    const MatrixPlan& plan = entry.plan;
+    const int64_t matrix_elements = plan.rows * plan.cols;
+    const std::uintptr_t param = reinterpret_cast<std::uintptr_t>(p.data);
+    for (int64_t matrix = 0; matrix < plan.batch; ++matrix)
+      for (const MatrixBlock& block : plan.blocks) {
+        const int64_t first = matrix * matrix_elements + block.row_offset * plan.cols;
+        const auto [scale_rows, scale_cols] = scale_shape(plan, block);
+        ir::MuonStepMatrix io;
+        io.grad = grad + static_cast<std::uintptr_t>(bytes_of(first, grad_type));
+        io.momentum = entry.momentum + static_cast<std::uintptr_t>(bytes_of(first, DType::F32));
+        io.param = param + static_cast<std::uintptr_t>(bytes_of(first, p.dtype));
+        io.beta = muon.momentum;
+        io.step = muon.lr * lr_scale(muon.lr_adjust, scale_rows, scale_cols);
+        io.decay = decay;
+        groups[{block.rows, plan.cols, static_cast<int>(grad_type), static_cast<int>(p.dtype)}].push_back(io);
+      }
+    ++report.muon_updated;
+  }
+  if (!groups.empty()) {
+    std::vector<MuonStepGroup> launches;
+    for (auto& [key, matrices] : groups) {
+      const auto [rows, cols, grad_type, param_type] = key;
+      const ir::MuonStepSpec spec{muon.momentum_kind == MomentumKind::Ema, muon.nesterov, scalar_type(static_cast<DType>(grad_type)),
+                                  scalar_type(static_cast<DType>(param_type))};
+      MuonStepGroup group;
+      group.compiled = orthogonalizer_->compiled(static_cast<int64_t>(matrices.size()), rows, cols, spec);
+      group.matrices = std::move(matrices);
+      launches.push_back(std::move(group));
+    }
+    const auto started = std::chrono::steady_clock::now();
+    launcher_.run(launches, stream, memory_->is_device());
+    if (!memory_->is_device()) report.orthogonalize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
+  ++steps_;
+  return report;
+}
+
+void DeviceOptimizer::set_learning_rates(double muon_lr, double adam_lr) {
+  if (!(muon_lr >= 0) || !(adam_lr >= 0) || !std::isfinite(muon_lr) || !std::isfinite(adam_lr))
+    throw std::invalid_argument("learning rates must be finite and >= 0");
+  settings_.muon.lr = muon_lr;
+  settings_.adam.lr = adam_lr;
+}
+
+DeviceOptimizer::Entry& DeviceOptimizer::find(const std::string& name) {
+  for (Entry& entry : entries_)
+    if (entry.parameter.name == name) return entry;
+  throw std::invalid_argument("no optimized parameter named '" + name + "'");
+}
+
+void DeviceOptimizer::set_gradient(const std::string& name, const void* grad, DType grad_dtype) {
+  Entry& entry = find(name);
+  entry.parameter.grad = grad;
+  entry.parameter.grad_dtype = grad_dtype;
+}
+
+void DeviceOptimizer::set_data(const std::string& name, void* data) {
+  if (!data) throw std::invalid_argument("parameter '" + name + "': null data pointer");
+  find(name).parameter.data = data;
+}
+
+std::vector<ParameterInfo> DeviceOptimizer::parameters() const {
+  std::vector<ParameterInfo> infos;
+  for (const Entry& entry : entries_) {
+    ParameterInfo info;
+    info.name = entry.parameter.name;
+    info.shape = entry.parameter.shape;
+    info.muon = entry.muon;
+    info.matrices = entry.plan;
+    info.state_bytes = entry.parameter.elements() * (entry.muon ? 4 : 8);
+    infos.push_back(info);
+  }
+  return infos;
+}
+
+StateBytes DeviceOptimizer::state_bytes() const {
+  StateBytes bytes;
+  for (const Entry& entry : entries_) (entry.muon ? bytes.muon : bytes.adam) += entry.parameter.elements() * (entry.muon ? 4 : 8);
+  return bytes;
+}
+
+void DeviceOptimizer::qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
+  check_qk_clip(head_rows, s_max, tau);
+  for (const std::string* name : {&q_name, &k_name}) {
+    const Parameter& p = find(*name).parameter;
+    if (p.shape.size() < 2 || p.shape[0] % head_rows != 0 || p.shape[0] / head_rows != static_cast<int64_t>(s_max.size()))
+      throw std::invalid_argument("QK-clip: '" + p.name + "' " + shape_text(p.shape) + " does not split into " + std::to_string(s_max.size()) +
+                                  " heads of " + std::to_string(head_rows) + " rows");
+  }
+  std::vector<unsigned char> host;
+  for (const std::string* name : {&q_name, &k_name}) {
+    Parameter& p = find(*name).parameter;
+    const int64_t bytes = bytes_of(p.elements(), p.dtype);
+    host.resize(static_cast<size_t>(bytes));
+    memory_->download(host.data(), reinterpret_cast<std::uintptr_t>(p.data), bytes);
+    qk_clip_rows(p.dtype, host.data(), p.elements() / p.shape[0], head_rows, s_max, tau);
+    memory_->upload(reinterpret_cast<std::uintptr_t>(p.data), host.data(), bytes);
+  }
+}
+
+std::map<std::string, HybridOptimizer::State> DeviceOptimizer::state() const {
+  std::map<std::string, HybridOptimizer::State> result;
+  auto fetch = [&](std::vector<float>& values, std::uintptr_t address, int64_t elements) {
+    values.resize(static_cast<size_t>(elements));
+    memory_->download(values.data(), address, bytes_of(elements, DType::F32));
+  };
+  for (const Entry& entry : entries_) {
+    HybridOptimizer::State& state = result[entry.parameter.name];
+    const int64_t elements = entry.parameter.elements();
+    if (entry.muon) {
+      fetch(state.momentum, entry.momentum, elements);
+    } else {
+      fetch(state.exp_avg, entry.exp_avg, elements);
+      fetch(state.exp_avg_sq, entry.exp_avg_sq, elements);
+      state.step = entry.adam_steps;
+    }
+  }
+  return result;
+}
+
+void DeviceOptimizer::save_state(const std::string& path) const {
+  std::vector<StateOwner> owners;
+  for (const Entry& entry : entries_) owners.push_back({entry.parameter.name, entry.parameter.shape, entry.muon});
+  write_state_file(path, owners, state(), settings_, steps_);
+}
+
+void DeviceOptimizer::load_state(const std::string& path) {
+  std::vector<StateOwner> owners;
+  for (const Entry& entry : entries_) owners.push_back({entry.parameter.name, entry.parameter.shape, entry.muon});
+  int64_t steps = 0;
+  const std::map<std::string, HybridOptimizer::State> loaded = read_state_file(path, owners, settings_, steps);  // checks everything first
+  for (Entry& entry : entries_) {
+    const HybridOptimizer::State& state = loaded.at(entry.parameter.name);
+    const int64_t bytes = bytes_of(entry.parameter.elements(), DType::F32);
+    if (entry.muon) {
+      memory_->upload(entry.momentum, state.momentum.data(), bytes);
+    } else {
+      memory_->upload(entry.exp_avg, state.exp_avg.data(), bytes);
+      memory_->upload(entry.exp_avg_sq, state.exp_avg_sq.data(), bytes);
+      entry.adam_steps = state.step;
+    }
+  }
+  steps_ = steps;
+}
+
+}  // namespace orthojit::runtime

@@ -1,0 +1,150 @@
+// Host and CUDA memory spaces (see memory_space.h).
+#include "runtime/muon/memory_space.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "runtime/muon/device_update_rules.h"
+#include "runtime/muon/update_rules.h"
+#include "runtime/orthogonalize.h"
+#ifdef ORTHOJIT_HAVE_CUDA
+#include "cuda/cuda_driver.h"
+#include "cuda/elementwise_kernels.h"
+#include "kernels/cuda_device_headers.h"
+#endif
+
+namespace orthojit::runtime {
+namespace {
+
+class HostMemory final : public MemorySpace {
+ public:
+  const char* name() const override { return "host"; }
+  bool is_device() const override { return false; }
+  std::uintptr_t allocate(int64_t bytes) override {
+    void* memory = std::calloc(static_cast<size_t>(bytes > 0 ? bytes : 1), 1);
+    if (!memory) throw std::bad_alloc();
+    return reinterpret_cast<std::uintptr_t>(memory);
+  }
+  void free(std::uintptr_t address) override { std::free(reinterpret_cast<void*>(address)); }
+  void zero(std::uintptr_t address, int64_t bytes, void*) override {
+    if (bytes > 0) std::memset(reinterpret_cast<void*>(address), 0, static_cast<size_t>(bytes));
+  }
+  void download(void* host, std::uintptr_t address, int64_t bytes) override {
+    if (bytes > 0) std::memcpy(host, reinterpret_cast<const void*>(address), static_cast<size_t>(bytes));
+  }
+  void upload(std::uintptr_t address, const void* host, int64_t bytes) override {
+    if (bytes > 0) std::memcpy(reinterpret_cast<void*>(address), host, static_cast<size_t>(bytes));
+  }
+  bool any_nonfinite(const std::vector<TensorSpan>& spans, void*) override {
+    for (const TensorSpan& span : spans)
+      for (int64_t i = 0; i < span.count; ++i)
+        if (!std::isfinite(load_element(span.type, reinterpret_cast<const void*>(span.address), i))) return true;
+    return false;
+  }
+  void adam_step(const AdamGroupSettings& adam, int64_t step, DType grad_type, std::uintptr_t grad, std::uintptr_t exp_avg, std::uintptr_t exp_avg_sq,
+                 DType param_type, std::uintptr_t param, int64_t count, void*) override {
+    // adam_step reads an f32 gradient: a 16-bit one is widened first (exactly), as HybridOptimizer does.
+    const float* gradient = reinterpret_cast<const float*>(grad);
+    std::vector<float> widened;
+    if (grad_type != DType::F32) {
+      widened.resize(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) widened[static_cast<size_t>(i)] = static_cast<float>(load_element(grad_type, reinterpret_cast<const void*>(grad), i));
+      gradient = widened.data();
+    }
+    runtime::adam_step(adam, step, gradient, reinterpret_cast<float*>(exp_avg), reinterpret_cast<float*>(exp_avg_sq), param_type, reinterpret_cast<void*>(param),
+                       0, count);
+  }
+};
+
+#ifdef ORTHOJIT_HAVE_CUDA
+
+class CudaMemory final : public MemorySpace {
+ public:
+  CudaMemory() : device_(cuda::Device::get()), api_(device_.api()) {
+    device_.make_current();
+    flag_ = allocate(sizeof(unsigned));
+  }
+  ~CudaMemory() override { free(flag_); }
+  const char* name() const override { return "cuda"; }
+  bool is_device() const override { return true; }
+
+  std::uintptr_t allocate(int64_t bytes) override {
+    device_.make_current();
+    CUdeviceptr pointer = 0;
+    const size_t size = static_cast<size_t>(bytes > 0 ? bytes : 1);
+    const CUresult result = api_.cuMemAlloc(&pointer, size);
+    if (result == CUDA_ERROR_OUT_OF_MEMORY) throw std::bad_alloc();
+    cuda::check(result, "cuMemAlloc(" + std::to_string(size) + " bytes)");
+    // Zeroed on the legacy default stream and waited for: allocation happens at build time.
+    cuda::check(api_.cuMemsetD8Async(pointer, 0, size, nullptr), "cuMemsetD8Async");
+    cuda::check(api_.cuStreamSynchronize(nullptr), "cuStreamSynchronize");
+    return static_cast<std::uintptr_t>(pointer);
+  }
+  void free(std::uintptr_t address) override {
+    if (!address) return;
+    device_.make_current();
+    api_.cuMemFree(static_cast<CUdeviceptr>(address));
+  }
+  void zero(std::uintptr_t address, int64_t bytes, void* stream) override {
+    if (bytes <= 0) return;
+    device_.make_current();
+    cuda::check(api_.cuMemsetD8Async(static_cast<CUdeviceptr>(address), 0, static_cast<size_t>(bytes), static_cast<CUstream>(stream)), "cuMemsetD8Async");
+  }
+  void download(void* host, std::uintptr_t address, int64_t bytes) override {
+    if (bytes <= 0) return;
+    device_.make_current();
+    cuda::check(api_.cuCtxSynchronize(), "cuCtxSynchronize");
+    cuda::check(api_.cuMemcpyDtoH(host, static_cast<CUdeviceptr>(address), static_cast<size_t>(bytes)), "cuMemcpyDtoH");
+  }
+  void upload(std::uintptr_t address, const void* host, int64_t bytes) override {
+    if (bytes <= 0) return;
+    device_.make_current();
+    cuda::check(api_.cuCtxSynchronize(), "cuCtxSynchronize");
+    cuda::check(api_.cuMemcpyHtoD(static_cast<CUdeviceptr>(address), host, static_cast<size_t>(bytes)), "cuMemcpyHtoD");
+  }
+  bool any_nonfinite(const std::vector<TensorSpan>& spans, void* stream) override {
+    if (spans.empty()) return false;
+    device_.make_current();
+    const auto s = static_cast<CUstream>(stream);
+    cuda::check(api_.cuMemsetD32Async(static_cast<CUdeviceptr>(flag_), 0, 1, s), "cuMemsetD32Async");
+    cuda::ElementwiseKernels& kernels = cuda::ElementwiseKernels::process_default(kernels::cuda_device_headers());
+    for (const TensorSpan& span : spans) kernels.nonfinite(scalar_type(span.type), span.address, flag_, span.count, s);
+    unsigned flag = 0;
+    cuda::check(api_.cuMemcpyDtoHAsync(&flag, static_cast<CUdeviceptr>(flag_), sizeof flag, s), "cuMemcpyDtoHAsync");
+    cuda::check(api_.cuStreamSynchronize(s), "cuStreamSynchronize");  // the step's one wait
+    return flag != 0;
+  }
+  void adam_step(const AdamGroupSettings& adam, int64_t step, DType grad_type, std::uintptr_t grad, std::uintptr_t exp_avg, std::uintptr_t exp_avg_sq,
+                 DType param_type, std::uintptr_t param, int64_t count, void* stream) override {
+    device_adam_step(adam, step, grad_type, grad, exp_avg, exp_avg_sq, param_type, param, count, stream);
+  }
+
+ private:
+  const cuda::Device& device_;
+  const cuda::DriverApi& api_;
+  std::uintptr_t flag_ = 0;  // the non-finite check's u32
+};
+
+#endif
+
+}  // namespace
+
+std::shared_ptr<MemorySpace> host_memory() {
+  static const std::shared_ptr<MemorySpace> memory = std::make_shared<HostMemory>();
+  return memory;
+}
+
+std::shared_ptr<MemorySpace> cuda_memory() {
+  if (const std::string why = cuda_backend_unavailable_reason(); !why.empty())
+    throw UsageError("memory = cuda needs the cuda backend: " + why);
+#ifdef ORTHOJIT_HAVE_CUDA
+  return std::make_shared<CudaMemory>();  // one per optimizer: its own flag
+#else
+  throw UsageError("memory = cuda needs the cuda backend: this build has no CUDA backend");
+#endif
+}
+
+}  // namespace orthojit::runtime
