@@ -1,5 +1,6 @@
 // The CPU GEMM alone, side by side with OpenBLAS sgemm in the same run: a 2048³ f32 product
-// (and bf16 operands with f32 accumulation for orthojit). Dense FLOPs = 2·M·N·K.
+// (and bf16 operands with f32 accumulation for orthojit: on f32 FMAs, on vdpbf16ps, and on AMX
+// tiles where usable). Dense FLOPs = 2·M·N·K.
 //   build/bin/orthojit_gemm_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 // Run OpenBLAS on its best kernel: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` (bench/RESULTS.md).
 #include <benchmark/benchmark.h>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +30,8 @@ void set_flops(benchmark::State& state, double m, double n, double k) {
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread, bool bf16_dot = false) {
+void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread, bool bf16_dot = false,
+                     std::optional<cpu::CpuIsa> forced = std::nullopt) {
   const int64_t size = state.range(0);
   const auto values = reference::gaussian_values(size * size, 1);
   std::vector<float> a32(values.begin(), values.end()), b32(a32), d32(static_cast<size_t>(size * size));
@@ -40,7 +43,9 @@ void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread, 
   problem.a = {f32 ? static_cast<void*>(a32.data()) : static_cast<void*>(a16.data()), type, size, size, size, 1};
   problem.b = {f32 ? static_cast<void*>(b32.data()) : static_cast<void*>(b16.data()), type, size, size, size, 1};
   problem.d = {d32.data(), ScalarType::F32, size, size, size, 1};
-  const cpu::CpuIsa isa = cpu::best_host_isa();
+  if (forced && !cpu::host_supports(*forced)) return state.SkipWithError(cpu::unsupported_reason(*forced).c_str());
+  // The default path (amx where usable: bf16 operands then run on AMX tiles) unless forced.
+  const cpu::CpuIsa isa = forced ? *forced : cpu::best_host_isa();
   cpu::EpilogueSpec epilogue;
   epilogue.isa = isa;
   problem.epilogue = cpu::get_epilogue(epilogue).function;
@@ -53,6 +58,13 @@ void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread, 
   driver.run(problem, pool);  // JIT outside the timing
   for (auto _ : state) driver.run(problem, pool);
   set_flops(state, static_cast<double>(size), static_cast<double>(size), static_cast<double>(size));
+  if (cpu::uses_amx(isa, problem.a, problem.b)) {
+    // The fraction of the measured TDPBF16PS ceiling of the threads that ran (cpu_peak.h).
+    const double ghz = measure_clock_ghz();
+    const double ceiling = ghz * measure_amx_bf16_flops_per_cycle(ghz) * (pool ? pool->size() : 1) * 1e9;
+    state.counters["of_amx_ceiling"] = benchmark::Counter(2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size) / ceiling,
+                                                          benchmark::Counter::kIsIterationInvariantRate);
+  }
 }
 
 void BM_OpenBlasSgemm(benchmark::State& state, bool one_thread) {
@@ -69,6 +81,10 @@ void BM_OpenBlasSgemm(benchmark::State& state, bool one_thread) {
 BENCHMARK_CAPTURE(BM_OrthojitGemm, f32, ScalarType::F32, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_operands, ScalarType::BF16, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_dot_products, ScalarType::BF16, false, true)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+// AMX-BF16 tiles (the amx path; skipped where AMX is not usable): the 2048³ targets are
+// >= 60% of the measured ceiling on one thread, >= 55% on two.
+BENCHMARK_CAPTURE(BM_OrthojitGemm, amx, ScalarType::BF16, false, false, cpu::CpuIsa::AmxBf16)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_OrthojitGemm, amx_1thread, ScalarType::BF16, true, false, cpu::CpuIsa::AmxBf16)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OpenBlasSgemm, all_threads, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OrthojitGemm, f32_1thread, ScalarType::F32, true)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OpenBlasSgemm, 1thread, true)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -109,6 +125,9 @@ void BM_MeasuredClock(benchmark::State& state) {
   // BM_MicrokernelAlone/bf16_dot with it.
   if (orthojit::cpu::host_supports(orthojit::cpu::CpuIsa::Avx512Bf16))
     state.counters["core_bf16_dot_measured_GFLOP/s"] = ghz * orthojit::measure_bf16_dot_flops_per_cycle(ghz);
+  // The AMX-BF16 ceiling: TDPBF16PS alone on tiles in registers.
+  if (orthojit::cpu::host_supports(orthojit::cpu::CpuIsa::AmxBf16))
+    state.counters["core_amx_bf16_measured_GFLOP/s"] = ghz * orthojit::measure_amx_bf16_flops_per_cycle(ghz);
 }
 BENCHMARK(BM_MeasuredClock)->Iterations(1);
 }  // namespace

@@ -132,7 +132,7 @@ int compile_command(const std::vector<std::string>& args) {
   cpu::CpuOptions cpu_options;
   if (auto isa = arguments.get("isa")) {
     auto parsed = cpu::parse_cpu_isa(*isa);
-    if (!parsed) throw runtime::UsageError("unknown ISA '" + *isa + "'; expected generic, avx2, avx512f or avx512bf16");
+    if (!parsed) throw runtime::UsageError("unknown ISA '" + *isa + "'; expected generic, avx2, avx512f, avx512bf16 or amx");
     if (!cpu::host_supports(*parsed)) throw runtime::UsageError("this CPU cannot run the " + *isa + " code path");
     cpu_options.isa = *parsed;
   }
