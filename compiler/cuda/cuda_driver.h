@@ -51,6 +51,7 @@ class CudaError : public std::runtime_error {
   X(cuMemcpyDtoDAsync)                    \
   X(cuMemcpyHtoDAsync)                    \
   X(cuMemcpyDtoHAsync)                    \
+  X(cuPointerGetAttribute)                \
   X(cuStreamBeginCapture)                 \
   X(cuStreamEndCapture)                   \
   X(cuGraphInstantiate)                   \

@@ -23,6 +23,8 @@
  *   oj_optimizer_add_parameter(opt, "layer1.weight", 2, shape, OJ_DTYPE_F32, w, OJ_DTYPE_F32, gw, OJ_TAG_AUTO);
  *   ...
  *   for (step...) { compute gradients into gw...; oj_optimizer_step(opt, &report); }
+ *   (CUDA memory: oj_optimizer_set_option(opt, "memory", "cuda") first, device pointers for w and
+ *   gw, and oj_optimizer_step_on_stream(opt, stream, &report); see "Device memory" below)
  *   oj_optimizer_destroy(opt);
  *
  * The optimizer's formulas, presets and settings are those of the C++ runtime
@@ -209,7 +211,9 @@ oj_status oj_optimizer_step(oj_optimizer* optimizer, oj_step_report* report);
  * state (momentum, exp_avg, exp_avg_sq; f32) in device memory there, zeroed, and frees it on
  * destroy. Setting memory = cuda in a build without the CUDA backend or on a machine without a
  * usable driver and device: OJ_UNAVAILABLE, saying why (the setting is unchanged). muon.backend
- * is not used: every Muon step runs on the cuda backend.
+ * is not used: every Muon step runs on the cuda backend. At build and in oj_optimizer_set_data /
+ * oj_optimizer_set_gradient, a pointer the driver does not know (host memory the CUDA runtime
+ * never allocated or registered) is OJ_INVALID_ARGUMENT naming the parameter.
  *
  * oj_optimizer_step_on_stream enqueues one step on `stream` (a CUstream / cudaStream_t; NULL: the
  * legacy default stream): the Muon parameters as compiled Muon steps (momentum, Newton–Schulz and

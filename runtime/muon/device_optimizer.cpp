@@ -49,6 +49,8 @@ DeviceOptimizer::DeviceOptimizer(std::vector<Parameter> parameters, OptimizerSet
     if (!parameter.requires_grad) continue;
     if (parameter.shape.empty()) parameter.shape = {1};
     if (!parameter.data) throw std::invalid_argument("parameter '" + parameter.name + "' has no data pointer");
+    check_address(parameter.name, parameter.data, "data");
+    check_address(parameter.name, parameter.grad, "gradient");
     Entry entry;
     entry.muon = parameter.use_muon.value_or(default_use_muon(parameter.name, parameter.shape, settings_.tagging));
     if (entry.muon) entry.plan = plan_matrices(parameter, settings_.tensor_layout, settings_.conv_scale);
@@ -74,6 +76,12 @@ DeviceOptimizer::DeviceOptimizer(std::vector<Parameter> parameters, OptimizerSet
 }
 
 DeviceOptimizer::~DeviceOptimizer() = default;
+
+void DeviceOptimizer::check_address(const std::string& name, const void* address, const char* what) const {
+  if (!address) return;
+  if (const std::string problem = memory_->address_problem(reinterpret_cast<std::uintptr_t>(address)); !problem.empty())
+    throw std::invalid_argument("parameter '" + name + "': the " + what + " pointer " + problem);
+}
 
 std::string DeviceOptimizer::locate_nonfinite() const {
   // Only after the device flag said so: the gradients come to the host to name the first bad
@@ -180,13 +188,16 @@ DeviceOptimizer::Entry& DeviceOptimizer::find(const std::string& name) {
 
 void DeviceOptimizer::set_gradient(const std::string& name, const void* grad, DType grad_dtype) {
   Entry& entry = find(name);
+  check_address(name, grad, "gradient");
   entry.parameter.grad = grad;
   entry.parameter.grad_dtype = grad_dtype;
 }
 
 void DeviceOptimizer::set_data(const std::string& name, void* data) {
   if (!data) throw std::invalid_argument("parameter '" + name + "': null data pointer");
-  find(name).parameter.data = data;
+  Entry& entry = find(name);
+  check_address(name, data, "data");
+  entry.parameter.data = data;
 }
 
 std::vector<ParameterInfo> DeviceOptimizer::parameters() const {

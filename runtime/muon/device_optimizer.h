@@ -84,6 +84,7 @@ class DeviceOptimizer {
     ~Allocations();
   };
   Entry& find(const std::string& name);
+  void check_address(const std::string& name, const void* address, const char* what) const;
   std::string locate_nonfinite() const;
 
   OptimizerSettings settings_;

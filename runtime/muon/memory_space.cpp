@@ -23,6 +23,7 @@ class HostMemory final : public MemorySpace {
  public:
   const char* name() const override { return "host"; }
   bool is_device() const override { return false; }
+  std::string address_problem(std::uintptr_t) const override { return ""; }
   std::uintptr_t allocate(int64_t bytes) override {
     void* memory = std::calloc(static_cast<size_t>(bytes > 0 ? bytes : 1), 1);
     if (!memory) throw std::bad_alloc();
@@ -70,6 +71,15 @@ class CudaMemory final : public MemorySpace {
   ~CudaMemory() override { free(flag_); }
   const char* name() const override { return "cuda"; }
   bool is_device() const override { return true; }
+  std::string address_problem(std::uintptr_t address) const override {
+    device_.make_current();
+    unsigned type = 0;
+    const CUresult result = api_.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, static_cast<CUdeviceptr>(address));
+    if (result == CUDA_ERROR_INVALID_VALUE)
+      return "is not CUDA memory (the driver does not know the address: a host pointer?); memory = cuda takes device pointers of device 0";
+    if (result != CUDA_SUCCESS) return "could not be checked: cuPointerGetAttribute failed with error " + std::to_string(static_cast<int>(result));
+    return "";
+  }
 
   std::uintptr_t allocate(int64_t bytes) override {
     device_.make_current();

@@ -33,6 +33,10 @@ class MemorySpace {
   virtual ~MemorySpace() = default;
   virtual const char* name() const = 0;  // "host" | "cuda"
   virtual bool is_device() const = 0;
+  // Empty when `address` can be used as this space's memory, else why not (CUDA: the driver does
+  // not know the address: host memory the CUDA runtime never allocated or registered). Host:
+  // always empty (host memory cannot be told from anything else).
+  virtual std::string address_problem(std::uintptr_t address) const = 0;
 
   // Memory of `bytes` bytes, zeroed when this returns (an allocation at build time: it may
   // synchronize). free(0) is a no-op.
