@@ -100,6 +100,9 @@ nlohmann::json info_record() {
                         {"avx512f", cpu.avx512f}, {"avx512bf16", cpu.avx512bf16}, {"best_isa", cpu.best_isa()}}},
           {"cpu_paths", paths},
           {"cpu_default_path", std::string(cpu::to_string(cpu::best_host_isa()))},
+          {"amx", {{"amx_tile", cpu.amx_tile}, {"amx_bf16", cpu.amx_bf16}, {"amx_fp16", cpu.amx_fp16}, {"xcr0_tile_state", cpu.xcr0_tile_state},
+                   {"usable", cpu::host_supports(cpu::CpuIsa::AmxBf16)}, {"reason", cpu::host_supports(cpu::CpuIsa::AmxBf16) ? amx_availability().reason
+                                                                                                                        : cpu::unsupported_reason(cpu::CpuIsa::AmxBf16)}}},
           {"cache_dir", cache_directory()},
           {"tuning", autotune::describe_tuning_records()},
           {"programs", programs}};

@@ -29,6 +29,10 @@
 #include "cpu/gemm_driver.h"
 #include "cpu/kernel_cache.h"
 #include "cpu/thread_pool.h"
+#include "kernels/program_library.h"
+#include "reference/random_matrix.h"
+#include "runtime/orthogonalize.h"
+#include "test_support.h"
 #include "support/host_cpu.h"
 
 namespace orthojit::cpu {
@@ -110,6 +114,8 @@ TEST(AmxDetection, InfoSaysWhetherAmxIsUsableAndTheEnvironmentForcesOtherPaths) 
   ASSERT_NE(info.find("amx:"), std::string::npos) << info;
   if (host_supports(CpuIsa::AmxBf16)) EXPECT_NE(info.find("amx:        usable"), std::string::npos) << info;
   else EXPECT_NE(info.find("amx:        not usable: "), std::string::npos) << info;
+  const std::string json = run_command(std::string(ORTHOJIT_CLI_PATH) + " info --json");
+  EXPECT_NE(json.find(std::string("\"usable\": ") + (host_supports(CpuIsa::AmxBf16) ? "true" : "false")), std::string::npos) << json;
   // ORTHOJIT_CPU_ISA forces the non-AMX path (generic runs everywhere).
   const std::string forced = run_command("ORTHOJIT_CPU_ISA=generic " + std::string(ORTHOJIT_CLI_PATH) + " info");
   EXPECT_NE(forced.find("(default generic;"), std::string::npos) << forced;
@@ -410,6 +416,51 @@ TEST(AmxGemm, OtherPathsNeverUseTheTileKernels) {
   GemmDriver(best, GemmBlocking{}, [](const MicrokernelSpec& spec) { return get_microkernel(spec).function; }).run(problem, nullptr);
   EXPECT_EQ(d[0], 64.0f);
   EXPECT_EQ(d[64 * 64 - 1], 64.0f);
+}
+
+// ---- whole programs on the amx path ------------------------------------------------------------
+
+// Every bf16 shipped program, both strategies, the shapes and a batch, on --isa amx: within
+// bf16 tolerance of the interpreter's bf16 result (cpu_backend_test's argument for 3e-2), outputs
+// poisoned, and identical for 1, 2 and 3 threads. Needs AMX (the emulated kernels cover the
+// driver above).
+TEST(AmxPrograms, MatchTheInterpreterAndAgreeForAnyThreads) {
+  if (!host_supports(CpuIsa::AmxBf16)) GTEST_SKIP() << "AMX not usable here: " << unsupported_reason(CpuIsa::AmxBf16);
+  struct Shape {
+    int64_t batch, rows, cols;
+  };
+  const Shape shapes[] = {{1, 1, 1}, {1, 7, 300}, {1, 129, 517}, {1, 300, 64}, {1, 17, 1000}, {4, 33, 70}};
+  for (const auto& shipped : kernels::shipped_programs()) {
+    const dsl::Program program = kernels::load_program_by_name_or_path(std::string(shipped.name));
+    if (program.policy.storage != ScalarType::BF16) continue;
+    for (const char* strategy : {"standard", "gram"})
+      for (const Shape& shape : shapes) {
+        SCOPED_TRACE(std::string(shipped.name) + " " + strategy + " " + std::to_string(shape.batch) + "x" + std::to_string(shape.rows) + "x" +
+                     std::to_string(shape.cols));
+        const auto input = reference::gaussian_values(shape.batch * shape.rows * shape.cols, fresh_seed());
+        runtime::OrthogonalizeOptions options;
+        options.strategy = strategy;
+        std::vector<float> as_f32(input.begin(), input.end());
+        options.backend = "ref";
+        const std::vector<double> reference = runtime::orthogonalize(program, std::vector<double>(as_f32.begin(), as_f32.end()), shape.batch,
+                                                                     shape.rows, shape.cols, options).values;
+        options.backend = "cpu";
+        options.cpu_isa = "amx";
+        std::vector<float> first;
+        for (int threads : {1, 2, 3}) {
+          options.threads = threads;
+          auto compiled = runtime::compile_orthogonalizer(program, shape.batch, shape.rows, shape.cols, options);
+          std::vector<float> out(input.size(), std::nanf(""));
+          compiled->run(as_f32.data(), out.data());
+          if (first.empty()) {
+            first = out;
+            EXPECT_LT(testing::relative_error(std::vector<double>(out.begin(), out.end()), reference), 3e-2);
+          } else {
+            EXPECT_EQ(0, std::memcmp(first.data(), out.data(), out.size() * sizeof(float))) << threads << " threads";
+          }
+        }
+      }
+  }
 }
 
 // ---- the engine as a tuning axis --------------------------------------------------------------
