@@ -116,6 +116,29 @@ void BM_MicrokernelAlone(benchmark::State& state, bool bf16_dot) {
 BENCHMARK_CAPTURE(BM_MicrokernelAlone, f32_fma, false)->Arg(256)->Arg(384)->Arg(512);
 BENCHMARK_CAPTURE(BM_MicrokernelAlone, bf16_dot, true)->Arg(256);
 
+// The AMX kernel alone, one thread: one A panel (32 x kc) against 8 B panels (kc x 32) resident in
+// L1/L2, 8 microtiles per call (the driver's row of microtiles); compare with the measured
+// TDPBF16PS ceiling in BM_MeasuredClock.
+void BM_AmxMicrokernelAlone(benchmark::State& state) {
+  using namespace orthojit::cpu;
+  if (!host_supports(CpuIsa::AmxBf16)) return state.SkipWithError(unsupported_reason(CpuIsa::AmxBf16).c_str());
+  const int64_t kc = state.range(0), panels = 8;
+  MicrokernelSpec spec;
+  spec.isa = CpuIsa::AmxBf16;
+  spec.kc = kc;
+  spec.amx = true;
+  auto kernel = get_microkernel(spec).function;
+  std::vector<uint16_t> a(static_cast<size_t>(32 * kc), 0x3f00), b(static_cast<size_t>(panels * 32 * kc), 0x3e80);
+  std::vector<float> c(static_cast<size_t>(32 * panels * 32 + 64));
+  for (auto _ : state) {
+    for (int repeat = 0; repeat < 100; ++repeat)
+      kernel(reinterpret_cast<const float*>(a.data()), reinterpret_cast<const float*>(b.data()), c.data(), panels * 32, 1, 0, panels);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(100.0 * 2.0 * static_cast<double>(kc * 32 * 32 * panels) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AmxMicrokernelAlone)->Arg(256)->Arg(384)->Arg(512);
+
 void BM_MeasuredClock(benchmark::State& state) {
   double ghz = 0;
   for (auto _ : state) ghz = orthojit::measure_clock_ghz();
