@@ -418,6 +418,71 @@ TEST(AmxGemm, OtherPathsNeverUseTheTileKernels) {
   EXPECT_EQ(d[64 * 64 - 1], 64.0f);
 }
 
+// One Newton–Schulz step as the executable runs it on the amx path, bf16 storage throughout:
+// A = X·Xᵀ (triangular, B operand a transposed view), B = c·A·A + b·A (triangular, C = A in bf16),
+// X' = B·X + a·X (C = X in bf16); against the same step in double with the bf16 roundings at the
+// same points. Emulated kernels here, native ones on AMX machines.
+TEST(AmxGemm, ANewtonSchulzStepWithBf16OperandsEverywhere) {
+  const bool emulated = !host_supports(CpuIsa::AmxBf16);
+  const int64_t m = 70, n = 300;
+  const double ca = 3.4445, cb = -4.7750, cc = 2.0315;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 random(seed);
+  std::vector<uint16_t> x = random_bf16(m * n, random);
+  for (auto& bits : x) bits = from_float<Bf16>(to_float(Bf16{bits}) / std::sqrt(static_cast<float>(n))).bits;  // about unit rows
+  std::vector<uint16_t> a(static_cast<size_t>(m * m)), b(a.size()), x_next(x.size());
+  ThreadPool pool(2);
+  const GemmBlocking blocking{64, 128, 64};
+  auto run = [&](MatrixView left, MatrixView right, std::optional<MatrixView> c, MatrixView d, float alpha, float beta, bool triangular) {
+    GemmProblem problem;
+    problem.a = left;
+    problem.b = right;
+    problem.c = c;
+    problem.d = d;
+    problem.alpha = alpha;
+    problem.beta = c ? beta : 0.0f;
+    problem.triangular = triangular;
+    KernelSource source{emulated, microkernels_for(CpuIsa::AmxBf16, blocking, left, right)};
+    source.driver(blocking).run(problem, &pool);
+  };
+  const MatrixView xv{x.data(), ScalarType::BF16, m, n, n, 1};
+  const MatrixView av{a.data(), ScalarType::BF16, m, m, m, 1}, bv{b.data(), ScalarType::BF16, m, m, m, 1};
+  run(xv, xv.transposed(), std::nullopt, av, 1.0f, 0.0f, true);
+  run(av, av, av, bv, static_cast<float>(cc), static_cast<float>(cb), true);
+  run(bv, xv, xv, {x_next.data(), ScalarType::BF16, m, n, n, 1}, 1.0f, static_cast<float>(ca), false);
+  // The double step with the stored values rounded to bf16 where the program stores them.
+  auto round16 = [](double value) { return static_cast<double>(to_float(from_float<Bf16>(static_cast<float>(value)))); };
+  auto xd = [&](int64_t i, int64_t j) { return static_cast<double>(to_float(Bf16{x[static_cast<size_t>(i * n + j)]})); };
+  std::vector<double> ar(static_cast<size_t>(m * m)), br(ar.size()), xr(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < m; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < n; ++k) sum += xd(i, k) * xd(j, k);
+      ar[static_cast<size_t>(i * m + j)] = round16(sum);
+    }
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < m; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < m; ++k) sum += ar[static_cast<size_t>(i * m + k)] * ar[static_cast<size_t>(k * m + j)];
+      br[static_cast<size_t>(i * m + j)] = round16(cc * sum + cb * ar[static_cast<size_t>(i * m + j)]);
+    }
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < m; ++k) sum += br[static_cast<size_t>(i * m + k)] * xd(k, j);
+      xr[static_cast<size_t>(i * n + j)] = sum + ca * xd(i, j);
+    }
+  std::vector<float> got(x_next.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = to_float(Bf16{x_next[i]});
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < m; ++j) ASSERT_EQ(a[static_cast<size_t>(i * m + j)], a[static_cast<size_t>(j * m + i)]) << "A is exactly symmetric";
+  const autotune::ErrorMeasure measure = autotune::measure_error(got.data(), xr.data(), m, n, 1);
+  // A flipped bf16 rounding of A or B (f32 vs double sums) moves X' by a few bf16 units at most.
+  EXPECT_LT(measure.tile, 0.03) << "rows " << measure.tile_row << ", cols " << measure.tile_col;
+  EXPECT_LT(measure.frobenius, 0.01);
+}
+
 // ---- whole programs on the amx path ------------------------------------------------------------
 
 // Every bf16 shipped program, both strategies, the shapes and a batch, on --isa amx: within
