@@ -2,6 +2,7 @@
  * optimizer's arithmetic against independent computations written here from the documented
  * formulas. Prints each failed check and exits 1 when any failed. */
 #define _POSIX_C_SOURCE 200809L /* getpid, pthreads under -std=c99 */
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -677,10 +678,130 @@ static void test_deepspeed_config(void) {
   remove(g_path_json);
 }
 
+/* The CUDA driver, opened here the way orthojit opens it (this test links no CUDA library), for
+ * device memory to hand the optimizer: cuMemAlloc'd buffers of device 0's primary context. */
+typedef unsigned long long dptr;
+static struct {
+  int (*init)(unsigned);
+  int (*device_get)(int*, int);
+  int (*retain)(void**, int);
+  int (*set_current)(void*);
+  int (*alloc)(dptr*, size_t);
+  int (*free_)(dptr);
+  int (*htod)(dptr, const void*, size_t);
+  int (*dtoh)(void*, dptr, size_t);
+  int (*synchronize)(void);
+} g_cu;
+
+/* A symbol into a function pointer without converting an object pointer (ISO C forbids that). */
+#define LOAD(field, name)                                 \
+  do {                                                    \
+    void* symbol_ = dlsym(library, name);                 \
+    memcpy(&g_cu.field, &symbol_, sizeof symbol_);        \
+  } while (0)
+
+static int open_driver(void) {
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  int device = 0;
+  void* context = NULL;
+  if (!library) return 0;
+  LOAD(init, "cuInit");
+  LOAD(device_get, "cuDeviceGet");
+  LOAD(retain, "cuDevicePrimaryCtxRetain");
+  LOAD(set_current, "cuCtxSetCurrent");
+  LOAD(alloc, "cuMemAlloc_v2");
+  LOAD(free_, "cuMemFree_v2");
+  LOAD(htod, "cuMemcpyHtoD_v2");
+  LOAD(dtoh, "cuMemcpyDtoH_v2");
+  LOAD(synchronize, "cuCtxSynchronize");
+  if (!g_cu.init || !g_cu.device_get || !g_cu.retain || !g_cu.set_current || !g_cu.alloc || !g_cu.free_ || !g_cu.htod || !g_cu.dtoh ||
+      !g_cu.synchronize)
+    return 0;
+  return g_cu.init(0) == 0 && g_cu.device_get(&device, 0) == 0 && g_cu.retain(&context, device) == 0 && g_cu.set_current(context) == 0;
+}
+
+static dptr device_copy(const void* host, size_t bytes) {
+  dptr pointer = 0;
+  CHECK(g_cu.alloc(&pointer, bytes) == 0);
+  CHECK(g_cu.htod(pointer, host, bytes) == 0);
+  return pointer;
+}
+
+/* Where a CUDA device is usable: the same parameters and gradients stepped by a host optimizer
+ * (ref backend) and a device one (memory = cuda, the legacy default stream). AdamW is the
+ * generated kernel, the host's bits; Muon agrees within the Newton–Schulz kernels' rounding. A
+ * NaN skips the device step and names the element; the device state loads into a host optimizer. */
+static void test_device_steps(void) {
+  enum { R = 64, C = 32, N = R * C, B = 32 };
+  float w[N], gw[N], b[B], gb[B], w_host[N], b_host[B], w_dev[N], b_dev[B];
+  int64_t shape_w[2] = {R, C}, shape_b[1] = {B};
+  oj_optimizer *host = NULL, *dev = NULL;
+  oj_step_report report;
+  dptr dw, dgw, db, dgb;
+  int step, i;
+  double worst = 0;
+  if (!open_driver()) {
+    fprintf(stderr, "c_api_test: the cuda backend is available but this test could not open the driver itself; device steps not checked\n");
+    return;
+  }
+  fill(w, N, 0.5f);
+  fill(b, B, 0.5f);
+  fill(gw, N, 1.0f);
+  fill(gb, B, 1.0f);
+  memcpy(w_host, w, sizeof w);
+  memcpy(b_host, b, sizeof b);
+  dw = device_copy(w, sizeof w);
+  dgw = device_copy(gw, sizeof gw);
+  db = device_copy(b, sizeof b);
+  dgb = device_copy(gb, sizeof gb);
+  CHECK_OK(oj_optimizer_create("keller", &host));
+  CHECK_OK(oj_optimizer_create("keller", &dev));
+  CHECK_OK(oj_optimizer_set_option(host, "muon.backend", "ref"));
+  CHECK_OK(oj_optimizer_set_option(dev, "memory", "cuda"));
+  CHECK_OK(oj_optimizer_add_parameter(host, "layers.0.mlp.weight", 2, shape_w, OJ_DTYPE_F32, w_host, OJ_DTYPE_F32, gw, OJ_TAG_AUTO));
+  CHECK_OK(oj_optimizer_add_parameter(host, "layers.0.bias", 1, shape_b, OJ_DTYPE_F32, b_host, OJ_DTYPE_F32, gb, OJ_TAG_AUTO));
+  CHECK_OK(oj_optimizer_add_parameter(dev, "layers.0.mlp.weight", 2, shape_w, OJ_DTYPE_F32, (void*)(uintptr_t)dw, OJ_DTYPE_F32,
+                                      (const void*)(uintptr_t)dgw, OJ_TAG_AUTO));
+  CHECK_OK(oj_optimizer_add_parameter(dev, "layers.0.bias", 1, shape_b, OJ_DTYPE_F32, (void*)(uintptr_t)db, OJ_DTYPE_F32, (const void*)(uintptr_t)dgb,
+                                      OJ_TAG_AUTO));
+  for (step = 0; step < 3; ++step) {
+    CHECK_OK(oj_optimizer_step(host, &report));
+    CHECK_OK(oj_optimizer_step_on_stream(dev, NULL, &report));
+    CHECK(report.skipped == 0 && report.muon_updated == 1 && report.adam_updated == 1 && report.steps_taken == step + 1);
+  }
+  CHECK(g_cu.synchronize() == 0);
+  CHECK(g_cu.dtoh(w_dev, dw, sizeof w_dev) == 0);
+  CHECK(g_cu.dtoh(b_dev, db, sizeof b_dev) == 0);
+  CHECK(memcmp(b_dev, b_host, sizeof b_dev) == 0); /* AdamW: the same bits */
+  for (i = 0; i < N; ++i)
+    if (fabs((double)w_dev[i] - (double)w_host[i]) > worst) worst = fabs((double)w_dev[i] - (double)w_host[i]);
+  if (worst > 2e-3) fprintf(stderr, "device Muon steps: max |p_cuda - p_ref| = %g\n", worst);
+  CHECK(worst <= 2e-3);
+  CHECK(max_abs_diff(w_dev, w, N) > 1e-3); /* it moved */
+  /* A NaN: nothing changes, and the reason names the element. */
+  gb[7] = NAN;
+  CHECK(g_cu.htod(dgb, gb, sizeof gb) == 0);
+  CHECK_OK(oj_optimizer_step_on_stream(dev, NULL, &report));
+  CHECK(report.skipped == 1 && report.steps_taken == 3);
+  CHECK(strstr(oj_optimizer_skip_reason(dev), "parameter 'layers.0.bias': gradient element 7 is NaN") != NULL);
+  CHECK(g_cu.dtoh(b_host, db, sizeof b_host) == 0);
+  CHECK(memcmp(b_dev, b_host, sizeof b_dev) == 0);
+  /* The device state is a host optimizer's state file. */
+  CHECK_OK(oj_optimizer_save_state(dev, g_path_a));
+  CHECK_OK(oj_optimizer_load_state(host, g_path_a));
+  CHECK_OK(oj_optimizer_load_state(dev, g_path_a));
+  remove(g_path_a);
+  oj_optimizer_destroy(host);
+  oj_optimizer_destroy(dev);
+  g_cu.free_(dw);
+  g_cu.free_(dgw);
+  g_cu.free_(db);
+  g_cu.free_(dgb);
+}
+
 /* Device memory (memory = cuda): the option's values, the step entry point each memory needs, and
- * without the cuda backend (this build or this machine) OJ_UNAVAILABLE saying why. Steps on device
- * pointers are device_optimizer_test's (DeviceOptimizer.OnCudaMemoryWhenADeviceIsHere); this C
- * program allocates no device memory. */
+ * without the cuda backend (this build or this machine) OJ_UNAVAILABLE saying why; with it, device
+ * steps against host steps (test_device_steps). */
 static void test_device_memory(void) {
   oj_optimizer* opt = NULL;
   float w[32], g[32];
@@ -714,12 +835,14 @@ static void test_device_memory(void) {
     CHECK(text != NULL && strstr(text, "memory = host") != NULL); /* unchanged */
   } else {
     /* A device optimizer is stepped by oj_optimizer_step_on_stream only (checked before build:
-     * these host pointers are never touched). */
+     * these host pointers are never touched), and host pointers are refused at build. */
     CHECK_OK(oj_optimizer_set_option(opt, "memory", "cuda"));
     CHECK_OK(oj_optimizer_describe(opt, &text));
     CHECK(text != NULL && strstr(text, "memory = cuda") != NULL);
     CHECK_OK(oj_optimizer_add_parameter(opt, "w", 2, shape, OJ_DTYPE_F32, w, OJ_DTYPE_F32, g, OJ_TAG_MUON));
     CHECK_FAILS(oj_optimizer_step(opt, &report), OJ_INVALID_STATE, "oj_optimizer_step_on_stream");
+    CHECK_FAILS(oj_optimizer_build(opt), OJ_INVALID_ARGUMENT, "is not CUDA memory");
+    test_device_steps();
   }
   oj_optimizer_destroy(opt);
 }
