@@ -209,6 +209,17 @@ void build(oj_optimizer* optimizer) {
   optimizer->built = std::move(built);
 }
 
+// rt::apply_setting, with the C API's own key named where the runtime lists the valid ones.
+void apply_c_setting(rt::OptimizerSettings& settings, const std::string& key, const std::string& value) {
+  try {
+    rt::apply_setting(settings, key, value);
+  } catch (const std::invalid_argument& error) {
+    const std::string message = error.what();
+    if (message.rfind("unknown optimizer setting", 0) == 0) throw_api(OJ_INVALID_ARGUMENT, message + ", memory (host | cuda)");
+    throw;
+  }
+}
+
 void fill_report(const oj_optimizer* optimizer, const rt::StepReport& result, oj_step_report* report) {
   if (!report) return;
   report->skipped = result.skipped ? 1 : 0;
@@ -309,11 +320,11 @@ oj_status oj_optimizer_set_option(oj_optimizer* optimizer, const char* key, cons
       return OJ_OK;
     }
     if (!is_built(optimizer)) {
-      rt::apply_setting(optimizer->settings, name, value);
+      apply_c_setting(optimizer->settings, name, value);
       return OJ_OK;
     }
     rt::OptimizerSettings changed = built_settings(optimizer);
-    rt::apply_setting(changed, name, value);  // validates key and value first
+    apply_c_setting(changed, name, value);  // validates key and value first
     if (name != "muon.lr" && name != "adam.lr")
       throw_api(OJ_INVALID_STATE, "'" + name + "' cannot change after the optimizer is built; only muon.lr and adam.lr can");
     if (optimizer->device) optimizer->device->set_learning_rates(changed.muon.lr, changed.adam.lr);

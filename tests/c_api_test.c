@@ -812,6 +812,7 @@ static void test_device_memory(void) {
   fill(g, 32, 1.0f);
   CHECK_OK(oj_optimizer_create("keller", &opt));
   CHECK_FAILS(oj_optimizer_set_option(opt, "memory", "gpu"), OJ_INVALID_ARGUMENT, "expected host or cuda");
+  CHECK_FAILS(oj_optimizer_set_option(opt, "memroy", "cuda"), OJ_INVALID_ARGUMENT, "memory (host | cuda)");
   CHECK_FAILS(oj_optimizer_set_option(opt, "memory", NULL), OJ_INVALID_ARGUMENT, "value");
   CHECK_OK(oj_optimizer_set_option(opt, "memory", "host"));
   CHECK_OK(oj_optimizer_describe(opt, &text));

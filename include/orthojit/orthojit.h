@@ -152,7 +152,8 @@ oj_status oj_optimizer_set_option(oj_optimizer* optimizer, const char* key, cons
 oj_status oj_optimizer_describe(oj_optimizer* optimizer, const char** out);
 
 /* Adds a parameter (collecting phase only; OJ_INVALID_STATE after build). The optimizer keeps
- * the pointers and never copies or frees the memory behind them:
+ * the pointers and never copies or frees the memory behind them (device pointers under
+ * memory = cuda, see "Device memory" below):
  *   name        unique, non-empty (e.g. "layers.0.mlp.up_proj.weight")
  *   ndim, shape ndim >= 1 dimensions, each > 0; row-major
  *   dtype, data the parameter's element type and values, updated in place by each step
