@@ -36,6 +36,7 @@ CudaSearchSpace parse_cuda_search_space(const nlohmann::json& document) {
     }
     space.fused_small = document.value("fused_small", true);
     space.cublas = document.value("cublas", true);
+    space.cublaslt = document.value("cublaslt", true);
     space.min_repeats = document.value("min_repeats", 5);
     space.max_repeats = document.value("max_repeats", 50);
     space.tie_tolerance = document.value("tie_tolerance", 0.02);
@@ -64,6 +65,7 @@ std::vector<CudaCandidate> cuda_candidates(const CudaSearchSpace& space, const C
     for (const cuda::TileConfig& tile : space.tiles) add({strategy, "generated " + tile.label()});
     if (space.fused_small) add({strategy, "fused-small"});
     if (space.cublas) add({strategy, "cublas"});
+    if (space.cublaslt) add({strategy, "cublaslt"});
   }
   return candidates;
 }

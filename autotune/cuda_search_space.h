@@ -1,5 +1,6 @@
 // The CUDA search space as data (autotune/search_spaces/cuda.json, embedded): strategy x variant
-// (generated kernels per tile configuration, the fused small-matrix kernel, the cuBLAS NS), and
+// (generated kernels per tile configuration, the fused small-matrix kernel, the cuBLAS NS, the
+// cuBLASLt NS: the vendor candidate, standard or Gram by the strategy), and
 // the pruning of candidates that cannot run a problem, each with its reason. Host code only: the
 // candidate list and its pruning are tested without a GPU.
 #pragma once
@@ -29,7 +30,7 @@ struct CudaCandidate {
 struct CudaSearchSpace {
   std::vector<std::string> strategies;
   std::vector<cuda::TileConfig> tiles;
-  bool fused_small = true, cublas = true;
+  bool fused_small = true, cublas = true, cublaslt = true;
   int min_repeats = 5, max_repeats = 50;
   double tie_tolerance = 0.02;
   int retime_top = 3;
@@ -39,7 +40,7 @@ const CudaSearchSpace& cuda_search_space();
 CudaSearchSpace parse_cuda_search_space(const nlohmann::json& document);  // throws std::invalid_argument
 
 // Every candidate in order: `first` (the untuned default) leads, then per strategy the generated
-// variant with default tiles, each tile, the fused kernel, cuBLAS.
+// variant with default tiles, each tile, the fused kernel, cuBLAS, cuBLASLt.
 std::vector<CudaCandidate> cuda_candidates(const CudaSearchSpace& space, const CudaCandidate& first);
 
 // Why `candidate` cannot run `scheduled` (the problem compiled with the candidate's strategy), or

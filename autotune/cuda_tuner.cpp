@@ -235,7 +235,7 @@ nlohmann::json tune_shape_cuda(const TuneProblem& problem, const TuneSettings& s
   std::vector<TrialOutcome> outcomes;
   for (const Trial& trial : trials)
     outcomes.push_back({trial.candidate.label(), trial.candidate.to_json(), trial.status, trial.message, trial.timing, trial.error, trial.is_default,
-                        trial.candidate.variant == "cublas", std::nullopt});
+                        trial.candidate.variant == "cublaslt", std::nullopt});
   return make_tuning_entry(problem, key, std::move(bench), outcomes, space.tie_tolerance, fallback.label(), default_reason);
 }
 

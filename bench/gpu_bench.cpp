@@ -2,9 +2,12 @@
 // baselines, in one run, on the shapes of issue 5 (square, wide, MLP-sized, batched experts and
 // heads). Per case every applicable variant is timed (generated with each tile configuration,
 // the fused small-matrix kernel) and the fastest is orthojit's number; the baselines are the
-// cuBLAS Newton–Schulz from the formula (same program coefficients), the cuBLAS NS looped over
-// the batch (for batched cases), and a plain PyTorch bf16 NS5 when scripts/torch_ns_baseline.py
-// left its results (--torch FILE). The cuBLAS bf16 GEMM rate at 8192³ is measured first and
+// cuBLASLt Newton–Schulz (cublaslt_newton_schulz.h: C ≠ D, β in the call, heuristic algorithms;
+// same program coefficients) in the standard strategy, Gram NS on cuBLASLt (so "Gram vs
+// standard" is also measured on one library), the cuBLASLt standard NS looped over the batch
+// (for batched cases), the older cuBLAS NS (cublasGemmStridedBatchedEx plus device copies, the
+// "x cublas" column), and a plain PyTorch bf16 NS5 when scripts/torch_ns_baseline.py left its
+// results (--torch FILE). The cuBLAS bf16 GEMM rate at 8192³ is measured first and
 // rates are reported as fractions of it.
 //
 // Timing: CUDA events around one call, an L2 flush (a memset of twice the L2) before each, 3
@@ -39,6 +42,7 @@
 #include <vector>
 
 #include "cuda/cublas_newton_schulz.h"
+#include "cuda/cublaslt_newton_schulz.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_driver.h"
 #include "kernels/cuda_device_headers.h"
@@ -150,7 +154,8 @@ struct Row {
   std::vector<std::pair<std::string, std::string>> failures;  // label, error
   std::string best;
   double best_ms = 0, cublas_ms = 0, cublas_loop_ms = 0, torch_ms = 0;
-  std::string cublas_error, status = "not run";  // status: "ok", "failed: ...", "not run (budget)"
+  double lt_ms = 0, lt_gram_ms = 0, lt_loop_ms = 0;  // cuBLASLt: standard NS, Gram NS, standard looped over the batch
+  std::string cublas_error, lt_error, lt_gram_error, status = "not run";  // status: "ok", "failed: ...", "not run (budget)"
 };
 
 struct Report {
@@ -172,8 +177,8 @@ std::string table_text(const Report& report) {
   if (report.cublas_error.empty()) std::snprintf(line, sizeof line, "\ncuBLAS bf16 GEMM rate (8192^3): %.1f TFLOP/s on %s\n", report.cublas_tflops, report.device.c_str());
   else std::snprintf(line, sizeof line, "\ncuBLAS bf16 GEMM rate: not measured (%s) on %s\n", brief(report.cublas_error, 200).c_str(), report.device.c_str());
   table << line;
-  std::snprintf(line, sizeof line, "%-44s %-26s %9s %8s %7s %9s %9s %9s %9s\n", "case (bf16)", "orthojit best variant", "ms", "TFLOP/s", "of GEMM",
-                "x cuBLAS", "x looped", "x torch", "torch ms");
+  std::snprintf(line, sizeof line, "%-44s %-26s %9s %8s %7s %9s %9s %9s %9s %9s %9s %9s %9s\n", "case (bf16)", "orthojit best variant", "ms", "TFLOP/s",
+                "of GEMM", "x LtNS", "x LtGram", "x LtLoop", "LtNS ms", "x cublas", "x looped", "x torch", "torch ms");
   table << line;
   auto ratio = [](double baseline, double ms) {
     char cell[32];
@@ -194,16 +199,23 @@ std::string table_text(const Report& report) {
     char torch_ms[16];
     if (row.torch_ms > 0) std::snprintf(torch_ms, sizeof torch_ms, "%9.3f", row.torch_ms);
     else std::snprintf(torch_ms, sizeof torch_ms, "%9s", "-");
-    std::snprintf(line, sizeof line, "%-44s %-26s %9.3f %8.1f %s %s %s %s %s\n", row.c.key().c_str(), row.best.c_str(), row.best_ms, tflops, of_gemm,
+    char lt_ms[16];
+    if (row.lt_ms > 0) std::snprintf(lt_ms, sizeof lt_ms, "%9.3f", row.lt_ms);
+    else std::snprintf(lt_ms, sizeof lt_ms, "%9s", "-");
+    std::snprintf(line, sizeof line, "%-44s %-26s %9.3f %8.1f %s %s %s %s %s %s %s %s %s\n", row.c.key().c_str(), row.best.c_str(), row.best_ms, tflops,
+                  of_gemm, ratio(row.lt_ms, row.best_ms).c_str(), ratio(row.lt_gram_ms, row.best_ms).c_str(), ratio(row.lt_loop_ms, row.best_ms).c_str(), lt_ms,
                   ratio(row.cublas_ms, row.best_ms).c_str(), ratio(row.cublas_loop_ms, row.best_ms).c_str(), ratio(row.torch_ms, row.best_ms).c_str(), torch_ms);
     table << line;
   }
-  table << "(TFLOP/s: the standard algorithm's FLOPs over orthojit's time; x cuBLAS: the cuBLAS NS of the same program, standard strategy, over "
-           "orthojit's time; x looped: the cuBLAS NS one matrix at a time; -: baseline not run)\n";
+  table << "(TFLOP/s: the standard algorithm's FLOPs over orthojit's time; x LtNS: the cuBLASLt NS of the same program, standard strategy, over "
+           "orthojit's time; x LtGram: Gram NS on cuBLASLt over orthojit's time; x LtLoop: the cuBLASLt NS one matrix at a time; x cublas, x looped: "
+           "the older cublasGemmStridedBatchedEx NS, batched and one matrix at a time; -: baseline not run)\n";
   // What failed, once per message, after the table (the JSON has every one).
   std::map<std::string, int> failures;
   for (const Row& row : report.rows) {
     if (!row.cublas_error.empty()) ++failures["cublas baseline: " + brief(row.cublas_error, 160)];
+    if (!row.lt_error.empty()) ++failures["cublaslt standard baseline: " + brief(row.lt_error, 160)];
+    if (!row.lt_gram_error.empty()) ++failures["cublaslt gram baseline: " + brief(row.lt_gram_error, 160)];
     for (const auto& [label, error] : row.failures) ++failures[label + ": " + brief(error, 160)];
   }
   for (const auto& [what, count] : failures) table << "failed" << (count > 1 ? " (" + std::to_string(count) + " cases)" : std::string()) << ": " << what << "\n";
@@ -220,7 +232,9 @@ void write_outputs(const std::string& out_dir, const Report& report) {
     const Row& row = report.rows[r];
     json << "    {\"case\": " << json_string(row.c.key()) << ", \"status\": " << json_string(row.status) << ", \"best\": " << json_string(row.best)
          << ", \"best_ms\": " << row.best_ms << ", \"cublas_ms\": " << row.cublas_ms << ", \"cublas_looped_ms\": " << row.cublas_loop_ms
-         << ", \"cublas_error\": " << json_string(row.cublas_error) << ", \"torch_ms\": " << row.torch_ms << ", \"standard_flops\": " << standard_flops(row.c)
+         << ", \"cublas_error\": " << json_string(row.cublas_error) << ", \"cublaslt_ms\": " << row.lt_ms << ", \"cublaslt_gram_ms\": " << row.lt_gram_ms
+         << ", \"cublaslt_looped_ms\": " << row.lt_loop_ms << ", \"cublaslt_error\": " << json_string(row.lt_error)
+         << ", \"cublaslt_gram_error\": " << json_string(row.lt_gram_error) << ", \"torch_ms\": " << row.torch_ms << ", \"standard_flops\": " << standard_flops(row.c)
          << ", \"variants\": {";
     for (size_t v = 0; v < row.variants.size(); ++v) json << (v ? ", " : "") << json_string(row.variants[v].first) << ": " << row.variants[v].second;
     json << "}, \"failures\": {";
@@ -270,7 +284,11 @@ int main(int argc, char** argv) {
   }
   Report report;
   report.repeats = repeats;
-  for (const BenchCase& c : cases) report.rows.push_back({c, {}, {}, "", 0, 0, 0, 0, "", "not run"});
+  for (const BenchCase& c : cases) {
+    Row row{};
+    row.c = c;
+    report.rows.push_back(row);
+  }
   std::string reason;
   if (!cuda::driver(&reason)) report.device_error = reason;
   else
@@ -410,6 +428,45 @@ int main(int argc, char** argv) {
           row.cublas_error = error.what();
           std::printf("  cublas baseline failed: %s\n", brief(error.what(), 200).c_str());
         }
+      // The cuBLASLt baselines: standard NS (batched, and looped for batched cases), and Gram NS;
+      // measured once per program and shape (the standard and gram rows of a shape share them).
+      static std::map<std::string, Row> lt_measured;
+      if (auto done = lt_measured.find(c.torch_key()); done != lt_measured.end()) {
+        row.lt_ms = done->second.lt_ms;
+        row.lt_gram_ms = done->second.lt_gram_ms;
+        row.lt_loop_ms = done->second.lt_loop_ms;
+        row.lt_error = done->second.lt_error;
+        row.lt_gram_error = done->second.lt_gram_error;
+      } else
+      for (ir::StrategyKind strategy : {ir::StrategyKind::Standard, ir::StrategyKind::Gram}) {
+        const bool gram = strategy == ir::StrategyKind::Gram;
+        std::string& error_text = gram ? row.lt_gram_error : row.lt_error;
+        try {
+          BenchCase variant_case = c;
+          variant_case.strategy = strategy;
+          const ir::Function function = schedule(programs[r], variant_case, c.batch);
+          const cuda::CudaVariant lt{cuda::CudaVariant::Kind::Cublaslt, std::nullopt};
+          if (std::string why = cuda::variant_unavailable_reason(function, lt, 0); !why.empty()) throw std::runtime_error(why);
+          auto baseline = cuda::build_cuda_runner(programs[r], function, lt, headers);
+          double& ms = gram ? row.lt_gram_ms : row.lt_ms;
+          ms = timer->median_ms([&] { baseline->run_device(input.get(), output.get(), nullptr); });
+          std::printf("  %-32s %9.3f ms\n", gram ? "cublaslt gram NS (baseline)" : "cublaslt NS (baseline)", ms);
+          if (!gram && c.batch > 1) {
+            const ir::Function single = schedule(programs[r], variant_case, 1);
+            auto looped = cuda::build_cuda_runner(programs[r], single, lt, headers);
+            const int64_t per_matrix = c.rows * c.cols * 4;
+            row.lt_loop_ms = timer->median_ms([&] {
+              for (int64_t z = 0; z < c.batch; ++z)
+                looped->run_device(input.get() + static_cast<CUdeviceptr>(z * per_matrix), output.get() + static_cast<CUdeviceptr>(z * per_matrix), nullptr);
+            });
+            std::printf("  %-32s %9.3f ms\n", "cublaslt NS looped over the batch", row.lt_loop_ms);
+          }
+        } catch (const std::exception& error) {
+          error_text = error.what();
+          std::printf("  cublaslt %s baseline failed: %s\n", gram ? "gram" : "standard", brief(error.what(), 200).c_str());
+        }
+        if (gram) lt_measured[c.torch_key()] = row;
+      }
       if (auto found = torch.find(c.torch_key()); found != torch.end()) row.torch_ms = found->second;
       row.status = row.best.empty() ? "failed: no orthojit variant ran" : "ok";
     } catch (const std::exception& error) {

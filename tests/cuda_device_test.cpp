@@ -1,6 +1,7 @@
 // GPU correctness (ctest label `gpu`): every shipped program × strategy × precision (bf16, f16) ×
 // shape × CUDA variant (generated with the default tiles, every tile configuration on one shape,
-// the fused small-matrix kernel where eligible, the cuBLAS baseline for the standard strategy)
+// the fused small-matrix kernel where eligible, the cuBLAS baseline for the standard strategy, the
+// cuBLASLt baseline for both strategies: standard NS and Gram NS as cublasLtMatmul calls)
 // against the float64 reference interpreter, on fresh random inputs, with the output poisoned
 // (all bits set: NaN) before each run so a kernel that skips an element cannot pass.
 //
@@ -141,7 +142,8 @@ int main(int argc, char** argv) {
     for (ir::StrategyKind strategy : {ir::StrategyKind::Standard, ir::StrategyKind::Gram})
       for (ScalarType precision : {ScalarType::BF16, ScalarType::F16})
         for (const Shape& shape : shapes) {
-          for (auto kind : {cuda::CudaVariant::Kind::Generated, cuda::CudaVariant::Kind::FusedSmall, cuda::CudaVariant::Kind::Cublas}) {
+          for (auto kind : {cuda::CudaVariant::Kind::Generated, cuda::CudaVariant::Kind::FusedSmall, cuda::CudaVariant::Kind::Cublas,
+                            cuda::CudaVariant::Kind::Cublaslt}) {
             cuda::CudaVariant variant;
             variant.kind = kind;
             cases.push_back({std::string(shipped.name), strategy, precision, shape, variant});
@@ -200,7 +202,7 @@ int main(int argc, char** argv) {
           problem_inputs[p] = reference::gaussian_values(c.shape.rows * c.shape.cols * c.shape.batch, seed_base + p * 7919);
           problem_references[p] = reference::interpret(functions[index], problem_inputs[p]);
         });
-        if (c.variant.kind != cuda::CudaVariant::Kind::Cublas) {
+        if (c.variant.kind != cuda::CudaVariant::Kind::Cublas && c.variant.kind != cuda::CudaVariant::Kind::Cublaslt) {
           const cuda::CudaProgram generated = cuda::generate_variant(functions[index], c.variant, shared_limit);
           cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, target);
         }
@@ -225,7 +227,7 @@ int main(int argc, char** argv) {
         std::printf("FAIL %s: %s\n", cases[index].name().c_str(), outcomes[index].message.c_str());
       } else ++compiled;
     }
-    std::printf("%d cases ready (generated and compiled for %s, or cuBLAS), %d not applicable, %d failed\n", compiled, target.c_str(), not_applicable, failures);
+    std::printf("%d cases ready (generated and compiled for %s, or cuBLAS/cuBLASLt), %d not applicable, %d failed\n", compiled, target.c_str(), not_applicable, failures);
     return failures == 0 ? 0 : 1;
   }
   const cuda::DeviceInfo& device = cuda::Device::get().info();

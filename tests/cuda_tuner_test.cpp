@@ -6,6 +6,7 @@
 #include <set>
 
 #include "autotune/cuda_search_space.h"
+#include "cuda/cublaslt_newton_schulz.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_driver.h"
 #include "kernels/cuda_device_headers.h"
@@ -27,6 +28,7 @@ TEST(CudaSearchSpace, EmbeddedSpaceParsesAndEveryTileIsValid) {
   for (const auto& tile : space.tiles) EXPECT_EQ(tile.invalid_reason(), "") << tile.label();
   EXPECT_TRUE(space.fused_small);
   EXPECT_TRUE(space.cublas);
+  EXPECT_TRUE(space.cublaslt);
 }
 
 TEST(CudaSearchSpace, BadDocumentsAreRejectedWithTheReason) {
@@ -52,8 +54,8 @@ TEST(CudaSearchSpace, DefaultLeadsAndNoCandidateRepeats) {
   EXPECT_EQ(candidates.front(), first);
   std::set<std::string> labels;
   for (const auto& candidate : candidates) EXPECT_TRUE(labels.insert(candidate.label()).second) << candidate.label() << " twice";
-  // strategies x (default tiles + each tile + fused + cublas)
-  EXPECT_EQ(candidates.size(), space.strategies.size() * (space.tiles.size() + 3));
+  // strategies x (default tiles + each tile + fused + cublas + cublaslt)
+  EXPECT_EQ(candidates.size(), space.strategies.size() * (space.tiles.size() + 4));
 }
 
 TEST(CudaSearchSpace, PruningSaysWhy) {
@@ -70,6 +72,9 @@ TEST(CudaSearchSpace, PruningSaysWhy) {
   EXPECT_NE(reason({"standard", "fused-small"}, wide).find("512 rows"), std::string::npos);
   EXPECT_EQ(reason({"standard", "fused-small"}, heads), "");
   EXPECT_NE(reason({"gram", "cublas"}, wide_gram).find("standard strategy only"), std::string::npos);
+  // cuBLASLt runs Gram too: only a missing library or device prunes it.
+  EXPECT_EQ(reason({"gram", "cublaslt"}, wide_gram), cuda::CublasLtNewtonSchulz::unavailable_reason());
+  EXPECT_NE(reason({"standard", "cublaslt"}, f32).find("bf16 or f16"), std::string::npos);
   EXPECT_NE(reason({"standard", "generated"}, f32).find("bf16 or f16"), std::string::npos);
   // 128x128 tiles on 64-row products: mostly padding.
   EXPECT_NE(reason({"standard", "generated 128x128x32/2x4"}, heads).find("at least twice"), std::string::npos);

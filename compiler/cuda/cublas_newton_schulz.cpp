@@ -11,6 +11,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "cuda/baseline_kernels.h"
 #include "cuda/nvrtc_compiler.h"
 
 namespace orthojit::cuda {
@@ -72,67 +73,6 @@ void check_cublas(cublasStatus_t status, const std::string& what) {
   throw std::runtime_error(what + ": " + cublas().cublasGetStatusString(status));
 }
 
-// Normalization and the f32 output, with run-time shapes (the baseline is not specialized).
-// Sum of squares per matrix with atomics: the order is not fixed, as in the frameworks.
-constexpr const char* kHelperSource = R"(#include "orthojit_device.cuh"
-extern "C" __global__ void __launch_bounds__(256) baseline_sum_squares(const float* __restrict__ g, long long per_matrix, float* __restrict__ sums) {
-  __shared__ float scratch[256];
-  const long long z = blockIdx.z;
-  float sum = 0.0f;
-  for (long long e = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x; e < per_matrix; e += static_cast<long long>(gridDim.x) * 256) {
-    const float v = g[z * per_matrix + e];
-    sum += v * v;
-  }
-  sum = oj::block_sum<float, 256>(sum, scratch);
-  if (threadIdx.x == 0) atomicAdd(&sums[z], sum);
-}
-// x (row-major, m x n with m <= n) = cast(g / (safety·‖g‖ + eps)), transposing a tall g.
-extern "C" __global__ void __launch_bounds__(256) baseline_scale_cast(const float* __restrict__ g, int rows, int cols, int transpose,
-    const float* __restrict__ sums, float safety, float eps, int clamp, int f16, unsigned short* __restrict__ x) {
-  const long long z = blockIdx.z, per_matrix = static_cast<long long>(rows) * cols;
-  const float norm = sqrtf(sums[z]) * safety;
-  const float denominator = clamp ? fmaxf(norm, eps) : norm + eps;
-  for (long long e = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x; e < per_matrix; e += static_cast<long long>(gridDim.x) * 256) {
-    const long long i = e / cols, j = e % cols;
-    const float v = g[z * per_matrix + e] / denominator;
-    x[z * per_matrix + (transpose ? j * rows + i : e)] = f16 ? oj::f32_to_f16(v) : oj::f32_to_bf16(v);
-  }
-}
-extern "C" __global__ void __launch_bounds__(256) baseline_output(const unsigned short* __restrict__ x, int rows, int cols, int transpose, int f16,
-    float* __restrict__ out) {
-  const long long z = blockIdx.z, per_matrix = static_cast<long long>(rows) * cols;
-  for (long long e = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x; e < per_matrix; e += static_cast<long long>(gridDim.x) * 256) {
-    const long long i = e / cols, j = e % cols;
-    const unsigned short bits = x[z * per_matrix + (transpose ? j * rows + i : e)];
-    out[z * per_matrix + e] = f16 ? oj::f16_to_f32(bits) : oj::bf16_to_f32(bits);
-  }
-}
-)";
-
-struct HelperModule {
-  CUmodule module = nullptr;
-  CUfunction sum_squares = nullptr, scale_cast = nullptr, output = nullptr;
-};
-
-const HelperModule& helpers(const NamedSources& headers) {
-  static HelperModule module;
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    const Device& device = Device::get();
-    device.make_current();
-    const NvrtcOutput compiled = compile_cuda(kHelperSource, headers, device.compile_target(), "cublas_ns_helpers.cu");
-    std::vector<char> image = compiled.image;
-    image.push_back('\0');
-    check(device.api().cuModuleLoadData(&module.module, image.data()), "cuModuleLoadData(cuBLAS baseline helpers)");
-    check(device.api().cuModuleGetFunction(&module.sum_squares, module.module, "baseline_sum_squares"), "cuModuleGetFunction");
-    check(device.api().cuModuleGetFunction(&module.scale_cast, module.module, "baseline_scale_cast"), "cuModuleGetFunction");
-    check(device.api().cuModuleGetFunction(&module.output, module.module, "baseline_output"), "cuModuleGetFunction");
-  });
-  return module;
-}
-
-unsigned elementwise_blocks(int64_t elements) { return static_cast<unsigned>(std::clamp<int64_t>((elements + 2047) / 2048, 1, 1024)); }
-
 }  // namespace
 
 struct CublasNewtonSchulz::State {
@@ -174,7 +114,7 @@ CublasNewtonSchulz::CublasNewtonSchulz(int64_t batch, int64_t rows, int64_t cols
   s.a = DeviceBuffer(batch * s.m * s.m * 2);
   s.b = DeviceBuffer(batch * s.m * s.m * 2);
   s.sums = DeviceBuffer(batch * 4);
-  helpers(s.headers);
+  baseline_kernels(s.headers);
 }
 
 CublasNewtonSchulz::~CublasNewtonSchulz() {
@@ -186,24 +126,10 @@ void CublasNewtonSchulz::run_device(CUdeviceptr input, CUdeviceptr output, CUstr
   const Device& device = Device::get();
   device.make_current();
   const DriverApi& api = device.api();
-  const HelperModule& kernels = helpers(s.headers);
-  const int rows = static_cast<int>(s.rows), cols = static_cast<int>(s.cols), transpose = s.transpose ? 1 : 0;
+  const BaselineKernels& kernels = baseline_kernels(s.headers);
   const int f16 = s.storage == ScalarType::F16 ? 1 : 0;
-  const unsigned blocks = elementwise_blocks(s.rows * s.cols), batch = static_cast<unsigned>(s.batch);
-  long long per_matrix = s.rows * s.cols;
-  CUdeviceptr sums = s.sums.get(), x = s.x.get(), x_next = s.x_next.get(), a = s.a.get(), b = s.b.get();
-  float safety = static_cast<float>(s.normalization.safety), eps = static_cast<float>(s.normalization.eps);
-  int clamp = s.normalization.mode == dsl::Normalization::Mode::Clamp ? 1 : 0;
-  check(api.cuMemsetD32Async(sums, 0, static_cast<size_t>(s.batch), stream), "cuMemsetD32Async");
-  {
-    void* parameters[] = {&input, &per_matrix, &sums};
-    check(api.cuLaunchKernel(kernels.sum_squares, blocks, 1, batch, 256, 1, 1, 0, stream, parameters, nullptr), "baseline_sum_squares");
-  }
-  {
-    void* parameters[] = {&input, const_cast<int*>(&rows), const_cast<int*>(&cols), const_cast<int*>(&transpose), &sums, &safety, &eps, &clamp,
-                          const_cast<int*>(&f16), &x};
-    check(api.cuLaunchKernel(kernels.scale_cast, blocks, 1, batch, 256, 1, 1, 0, stream, parameters, nullptr), "baseline_scale_cast");
-  }
+  CUdeviceptr x = s.x.get(), x_next = s.x_next.get(), a = s.a.get(), b = s.b.get();
+  enqueue_baseline_normalize(kernels, input, s.batch, s.rows, s.cols, f16 != 0, s.normalization, s.sums.get(), x, stream);
   const CublasApi& blas = cublas();
   check_cublas(blas.cublasSetStream(s.handle, reinterpret_cast<cudaStream_t>(stream)), "cublasSetStream");
   const cudaDataType type = f16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -233,10 +159,7 @@ void CublasNewtonSchulz::run_device(CUdeviceptr input, CUdeviceptr output, CUstr
                  "cublasGemmStridedBatchedEx (X = a·X + B·X)");
     std::swap(x, x_next);
   }
-  {
-    void* parameters[] = {&x, const_cast<int*>(&rows), const_cast<int*>(&cols), const_cast<int*>(&transpose), const_cast<int*>(&f16), &output};
-    check(api.cuLaunchKernel(kernels.output, blocks, 1, batch, 256, 1, 1, 0, stream, parameters, nullptr), "baseline_output");
-  }
+  enqueue_baseline_output(kernels, x, s.batch, s.rows, s.cols, f16 != 0, output, stream);
 }
 
 void CublasNewtonSchulz::run(const float* input, float* output) const {

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "cuda/cublas_newton_schulz.h"
+#include "cuda/cublaslt_newton_schulz.h"
 #include "cuda/cuda_executable.h"
 #include "cuda/fused_small_codegen.h"
 
@@ -59,6 +60,53 @@ class CublasRunner : public CudaRunner {
   CublasNewtonSchulz baseline_;
 };
 
+}  // namespace
+
+std::vector<std::vector<double>> cublaslt_polynomials(const ir::Function& scheduled, std::string* why_not) {
+  std::vector<std::vector<double>> polynomials;
+  const bool gram = scheduled.strategy.kind == ir::StrategyKind::Gram;
+  for (size_t k = 0; k < scheduled.steps.size(); ++k) {
+    const ir::StepInfo& step = scheduled.steps[k];
+    if (!step.recognized || step.polynomial.empty() || (!gram && step.polynomial.size() > 3)) {
+      if (why_not)
+        *why_not = "step " + std::to_string(k) + " of the program is not " +
+                   (gram ? std::string("X ← p(X·Xᵀ)·X, the form Gram NS on cuBLASLt computes") : std::string("X ← (a + b·A + c·A²)·X, the form the cuBLASLt baseline computes"));
+      return {};
+    }
+    polynomials.push_back(step.polynomial);
+  }
+  if (polynomials.empty() && why_not) *why_not = "the program has no Newton–Schulz steps";
+  return polynomials;
+}
+
+LtSchedule cublaslt_schedule_for(const ir::Function& scheduled) {
+  std::string why_not;
+  const auto polynomials = cublaslt_polynomials(scheduled, &why_not);
+  if (polynomials.empty()) throw std::invalid_argument(why_not);
+  const int64_t rows = scheduled.input_shape.rows.size, cols = scheduled.input_shape.cols.size;
+  return scheduled.strategy.kind == ir::StrategyKind::Gram ? gram_lt_schedule(rows, cols, polynomials, scheduled.strategy.gram_restarts)
+                                                           : standard_lt_schedule(rows, cols, polynomials);
+}
+
+namespace {
+
+class CublasLtRunner : public CudaRunner {
+ public:
+  CublasLtRunner(const dsl::Program& program, const ir::Function& scheduled, const NamedSources& headers)
+      : baseline_(scheduled.batch, scheduled.input_shape.rows.size, scheduled.input_shape.cols.size, scheduled.policy.storage,
+                  cublaslt_schedule_for(scheduled), program.normalization, headers) {
+    size_t matmuls = 0;
+    for (const LtOp& op : baseline_.schedule().ops) matmuls += op.kind == LtOp::Kind::Matmul ? 1 : 0;
+    description_ = std::string("cublaslt ") + ir::to_string(scheduled.strategy.kind) + " (Newton–Schulz as " + std::to_string(matmuls) +
+                   " cublasLtMatmul calls, C ≠ D, heuristic algorithms)";
+  }
+  void run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const override { baseline_.run_device(input, output, stream); }
+  void run(const float* input, float* output) const override { baseline_.run(input, output); }
+
+ private:
+  CublasLtNewtonSchulz baseline_;
+};
+
 const char* source_name(ProgramCache::Result::Source source) {
   switch (source) {
     case ProgramCache::Result::Source::Memory: return "memory cache";
@@ -87,6 +135,7 @@ std::string CudaVariant::label() const {
     case Kind::Generated: return tile ? "generated " + tile->label() : "generated";
     case Kind::FusedSmall: return "fused-small";
     case Kind::Cublas: return "cublas";
+    case Kind::Cublaslt: return "cublaslt";
   }
   return "?";
 }
@@ -102,6 +151,10 @@ CudaVariant CudaVariant::parse(const std::string& text) {
     variant.kind = Kind::Cublas;
     return variant;
   }
+  if (text == "cublaslt") {
+    variant.kind = Kind::Cublaslt;
+    return variant;
+  }
   if (text.rfind("generated ", 0) == 0) {
     TileConfig tile;
     if (std::sscanf(text.c_str() + 10, "%dx%dx%d/%dx%d", &tile.bm, &tile.bn, &tile.bk, &tile.warps_m, &tile.warps_n) == 5 && tile.label() == text.substr(10)) {
@@ -110,7 +163,7 @@ CudaVariant CudaVariant::parse(const std::string& text) {
       return variant;
     }
   }
-  throw std::invalid_argument("unknown CUDA variant '" + text + "'; valid: generated, 'generated BMxBNxBK/WMxWN' (e.g. 'generated 128x128x32/2x4'), fused-small, cublas");
+  throw std::invalid_argument("unknown CUDA variant '" + text + "'; valid: generated, 'generated BMxBNxBK/WMxWN' (e.g. 'generated 128x128x32/2x4'), fused-small, cublas, cublaslt");
 }
 
 std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit) {
@@ -130,6 +183,12 @@ std::string variant_unavailable_reason(const ir::Function& scheduled, const Cuda
       if (!sixteen_bit) return "the cuBLAS baseline runs bf16 or f16 storage";
       if (polynomial_steps(scheduled).empty()) return "a step of the program is not X ← (a + b·A + c·A²)·X, the form the cuBLAS baseline computes";
       return CublasNewtonSchulz::unavailable_reason();
+    case CudaVariant::Kind::Cublaslt: {
+      if (!sixteen_bit) return "the cuBLASLt baseline runs bf16 or f16 storage";
+      std::string why_not;
+      if (cublaslt_polynomials(scheduled, &why_not).empty()) return why_not;
+      return CublasLtNewtonSchulz::unavailable_reason();
+    }
   }
   return "unknown variant";
 }
@@ -146,9 +205,10 @@ CudaProgram generate_variant(const ir::Function& scheduled, const CudaVariant& v
       options.shared_memory_limit = shared_memory_limit;
       return generate_fused_small_cuda(scheduled, options);
     }
-    case CudaVariant::Kind::Cublas: break;
+    case CudaVariant::Kind::Cublas:
+    case CudaVariant::Kind::Cublaslt: break;
   }
-  throw std::invalid_argument("the cublas variant has no generated source (it calls cuBLAS)");
+  throw std::invalid_argument("the " + variant.label() + " variant has no generated source (it calls the vendor library)");
 }
 
 std::unique_ptr<CudaRunner> build_cuda_runner(const dsl::Program& program, const ir::Function& scheduled, const CudaVariant& variant,
@@ -158,6 +218,7 @@ std::unique_ptr<CudaRunner> build_cuda_runner(const dsl::Program& program, const
   if (const std::string reason = variant_unavailable_reason(scheduled, variant, shared_limit); !reason.empty())
     throw std::invalid_argument("CUDA variant " + variant.label() + " cannot run " + scheduled.name + ": " + reason);
   if (variant.kind == CudaVariant::Kind::Cublas) return std::make_unique<CublasRunner>(program, scheduled, device_headers);
+  if (variant.kind == CudaVariant::Kind::Cublaslt) return std::make_unique<CublasLtRunner>(program, scheduled, device_headers);
   CudaProgram generated = generate_variant(scheduled, variant, shared_limit);
   ProgramCache& programs = cache ? *cache : ProgramCache::process_default();
   const std::string target = device.compile_target();

@@ -5,7 +5,10 @@
 //               configuration (or the per-product default)
 //   fused-small the whole iteration in one CTA per matrix (fused_small_codegen.h), m <= 128
 //   cublas      Newton–Schulz from the formula with cuBLAS products (cublas_newton_schulz.h),
-//               the baseline; standard strategy only
+//               the old baseline (cublasGemmStridedBatchedEx plus device copies); standard only
+//   cublaslt    Newton–Schulz as cuBLASLt matmuls (cublaslt_newton_schulz.h), C ≠ D with β in
+//               the call: the vendor baseline and the tuner's vendor candidate; the program's
+//               strategy decides which iteration runs (standard, or Gram NS on cuBLASLt)
 #pragma once
 
 #include <memory>
@@ -13,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cublaslt_schedule.h"
 #include "cuda/cuda_codegen.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/nvrtc_compiler.h"
@@ -23,18 +27,27 @@
 namespace orthojit::cuda {
 
 struct CudaVariant {
-  enum class Kind { Generated, FusedSmall, Cublas } kind = Kind::Generated;
+  enum class Kind { Generated, FusedSmall, Cublas, Cublaslt } kind = Kind::Generated;
   std::optional<TileConfig> tile;  // generated: every product's tile; none = default per product
-  std::string label() const;       // "generated", "generated 128x128x32/2x4", "fused-small", "cublas"
+  std::string label() const;       // "generated", "generated 128x128x32/2x4", "fused-small", "cublas", "cublaslt"
   // Parses label(); throws std::invalid_argument naming the valid forms.
   static CudaVariant parse(const std::string& text);
 };
 
 // Empty when `variant` can run `scheduled` (fused-small: its eligibility; cublas: standard
-// strategy, 16-bit storage, cuBLAS present); else why not.
+// strategy, 16-bit storage, cuBLAS present; cublaslt: 16-bit storage, steps of the form the
+// strategy needs, cuBLASLt and a device present); else why not.
 std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit);
 
-// The generated source of a variant (not cublas), for `orthojit compile --emit cuda`.
+// The cublaslt variant's per-step polynomials ([a, b, c] for standard, p_k for gram); empty
+// with the reason in `why_not` when a step is not of the form the strategy needs.
+std::vector<std::vector<double>> cublaslt_polynomials(const ir::Function& scheduled, std::string* why_not = nullptr);
+// The cublaslt variant's sequence of matmuls for `scheduled` (its strategy, steps and gram
+// restarts): what the device runs, and what tests/cublaslt_schedule_test.cpp runs in f64.
+// Throws std::invalid_argument when a step is not of the form.
+LtSchedule cublaslt_schedule_for(const ir::Function& scheduled);
+
+// The generated source of a variant (not cublas or cublaslt), for `orthojit compile --emit cuda`.
 CudaProgram generate_variant(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit = 163 * 1024);
 
 class CudaRunner {
@@ -60,7 +73,7 @@ class CudaRunner {
 };
 
 // Compiles (through `cache`, the process default when null) and loads the variant on the
-// device. `program` supplies the coefficients and normalization of the cublas variant.
+// device. `program` supplies the normalization of the cublas and cublaslt variants.
 // Throws std::invalid_argument for a variant that cannot run the function, CudaCompileError,
 // CudaError or std::runtime_error (no device).
 std::unique_ptr<CudaRunner> build_cuda_runner(const dsl::Program& program, const ir::Function& scheduled, const CudaVariant& variant,
