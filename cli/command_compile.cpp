@@ -61,6 +61,8 @@ int emit_cuda(const ir::Function& function, const std::string& emit, const std::
     throw runtime::UsageError(error.what());
   }
   if (variant.kind == cuda::CudaVariant::Kind::Cublas) throw runtime::UsageError("--variant cublas calls cuBLAS: it has no generated code to emit");
+  if (variant.kind == cuda::CudaVariant::Kind::Cublaslt)
+    throw runtime::UsageError("--variant cublaslt calls cuBLASLt: it has no generated code to emit (its call sequence is cuda::cublaslt_schedule_for)");
   // sm_80 allows 163 KiB of shared memory per block, sm_90 227 KiB (the fused kernel's budget).
   const int shared_limit = sm >= 90 ? 227 * 1024 : 163 * 1024;
   if (const std::string why = cuda::variant_unavailable_reason(function, variant, shared_limit); !why.empty())

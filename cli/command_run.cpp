@@ -28,7 +28,7 @@ options:
                         or auto (ref for f64 storage, e.g. --precision f64; cpu otherwise)
   --isa I               cpu: generic, avx2, avx512f or avx512bf16 (default: the best this CPU runs)
   --threads T           cpu: worker threads (default: one per logical core)
-  --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small, cublas
+  --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small, cublas, cublaslt
   --verbose             print the strategy chosen and the time taken
 
 exit codes: 0 ok, 2 bad input or usage, 1 internal error

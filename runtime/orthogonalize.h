@@ -27,7 +27,7 @@ struct OrthogonalizeOptions {
   std::optional<std::vector<int>> gram_restarts;
   std::optional<ScalarType> precision;
   std::string backend = "ref";  // ref | cpu | cuda | auto (ref for f64 storage, else cpu)
-  // cuda backend: "" (generated, default tiles), "generated BMxBNxBK/WMxWN", "fused-small", "cublas"
+  // cuda backend: "" (generated, default tiles), "generated BMxBNxBK/WMxWN", "fused-small", "cublas", "cublaslt"
   std::string cuda_variant;
   // cpu backend
   std::string cpu_isa;  // "" = the best this machine runs; generic | avx2 | avx512f | avx512bf16
