@@ -4,7 +4,8 @@
 // a matrix layout describes the stored matrix (before op), column-major by default, with its
 // leading dimension, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and ..._STRIDED_BATCH_OFFSET (elements);
 // cublasLtMatmulAlgoGetHeuristic returns algorithms ordered by increasing estimated compute
-// time, each with the workspace it needs, filtered by the preference's maximum workspace.
+// time, each with the workspace it needs, filtered by the preference's maximum workspace and the
+// minimum alignments of A, B, C and D.
 #include "cuda/cublaslt_newton_schulz.h"
 
 #include <cublasLt.h>
@@ -215,7 +216,11 @@ CublasLtNewtonSchulz::CublasLtNewtonSchulz(int64_t batch, int64_t rows, int64_t 
         for (int64_t d = 0; d < m; ++d) identity[static_cast<size_t>(z * m * m + d * m + d)] = storage == ScalarType::F16 ? 0x3C00 : 0x3F80;
       s.buffers[i].upload(identity.data(), batch * m * m * 2);
     }
+  for (size_t i = 0; i < s.schedule.buffers.size(); ++i)
+    if (!s.schedule.buffers[i].identity)
+      check(device.api().cuMemsetD8Async(s.buffers[i].get(), 0, static_cast<size_t>(s.buffers[i].bytes()), nullptr), "cuMemsetD8Async");
   s.workspace = DeviceBuffer(static_cast<int64_t>(kWorkspaceBytes));
+  auto pointer = [&](int buffer) { return reinterpret_cast<void*>(s.buffers[static_cast<size_t>(buffer)].get()); };
   s.sums = DeviceBuffer(batch * 4);
   const cudaDataType type = storage == ScalarType::F16 ? CUDA_R_16F : CUDA_R_16BF;
   cublasLtMatmulPreference_t preference = nullptr;
@@ -255,11 +260,42 @@ CublasLtNewtonSchulz::CublasLtNewtonSchulz(int64_t batch, int64_t rows, int64_t 
           check_lt(api.cublasLtMatmulAlgoGetHeuristic(s.handle, prepared.desc, prepared.a.handle, prepared.b.handle, prepared.c.handle, prepared.d.handle,
                                                       preference, 8, results, &returned),
                    "cublasLtMatmulAlgoGetHeuristic (" + op.what + ")");
-          const cublasLtMatmulHeuristicResult_t* best = nullptr;
-          for (int i = 0; i < returned && !best; ++i)
-            if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= kWorkspaceBytes) best = &results[i];
-          if (!best) throw std::runtime_error("cublasLtMatmulAlgoGetHeuristic offers no algorithm for " + op.what + " (" + key + ")");
-          found = algorithm_cache().emplace(key, *best).first;
+          std::vector<cublasLtMatmulHeuristicResult_t> usable;
+          for (int i = 0; i < returned; ++i)
+            if (results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= kWorkspaceBytes) usable.push_back(results[i]);
+          if (usable.empty()) throw std::runtime_error("cublasLtMatmulAlgoGetHeuristic offers no algorithm for " + op.what + " (" + key + ")");
+          // The best of the returned ones: the heuristic's order, unless timing them on this
+          // product (its buffers, zeroed above) finds a faster one; ORTHOJIT_CUBLASLT_ALGO=heuristic
+          // takes the heuristic's first without timing.
+          size_t chosen = 0;
+          const char* mode = std::getenv("ORTHOJIT_CUBLASLT_ALGO");
+          if (usable.size() > 1 && !(mode && std::string(mode) == "heuristic")) {
+            EventTimer timer;
+            float best_ms = 0;
+            bool timed = false;
+            for (size_t candidate = 0; candidate < usable.size(); ++candidate) {
+              auto launch = [&] {
+                return api.cublasLtMatmul(s.handle, prepared.desc, &prepared.alpha, pointer(op.a), prepared.a.handle, pointer(op.b), prepared.b.handle,
+                                          &prepared.beta, pointer(op.c >= 0 ? op.c : op.d), prepared.c.handle, pointer(op.d), prepared.d.handle,
+                                          &usable[candidate].algo, reinterpret_cast<void*>(s.workspace.get()), kWorkspaceBytes, nullptr);
+              };
+              if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; an algorithm that refuses to run is skipped
+              float fastest = 0;
+              for (int repeat = 0; repeat < 3; ++repeat) {
+                timer.start(nullptr);
+                launch();
+                const float ms = timer.stop(nullptr);
+                fastest = repeat == 0 ? ms : std::min(fastest, ms);
+              }
+              // Ties (within 3%) go to the earlier in the heuristic's order.
+              if (!timed || fastest < best_ms * 0.97f) {
+                chosen = candidate;
+                best_ms = fastest;
+                timed = true;
+              }
+            }
+          }
+          found = algorithm_cache().emplace(key, usable[chosen]).first;
         }
         prepared.choice = found->second;
       }

@@ -6,8 +6,10 @@
 //   * 16-bit storage (bf16 or f16), f32 compute and scale (CUBLAS_COMPUTE_32F, CUDA_R_32F);
 //   * the batch as strided batched layouts (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and
 //     CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET);
-//   * per product the first (fastest estimated) of cublasLtMatmulAlgoGetHeuristic's results, queried
-//     once per distinct shape and layout and cached for the process, with a workspace;
+//   * per product the best of cublasLtMatmulAlgoGetHeuristic's results (up to 8, within a 32 MiB
+//     workspace): each timed on the product at construction, the fastest kept, ties within 3% to
+//     the heuristic's order (ORTHOJIT_CUBLASLT_ALGO=heuristic: its first, untimed); chosen once per
+//     distinct shape and layout and cached for the process;
 //   * the epilogue cuBLASLt has for this (α·op(A)·op(B) + β·C, CUBLASLT_EPILOGUE_DEFAULT); the γ·I
 //     of Gram's first Horner product has no cuBLASLt epilogue and is a diagonal kernel.
 // The normalization and the f32 output are the shared baseline kernels (baseline_kernels.h); a
