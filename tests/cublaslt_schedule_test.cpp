@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -328,16 +329,20 @@ TEST(CublasLtVariant, ReasonsSayWhatIsMissing) {
   EXPECT_EQ(gram_reason, CublasLtNewtonSchulz::unavailable_reason());
   EXPECT_NE(variant_unavailable_reason(gram, CudaVariant::parse("cublas"), 0).find("standard strategy only"), std::string::npos);
 
+#ifdef ORTHOJIT_HAVE_CUBLASLT_BASELINE
   // A library that cannot be found: every name and path tried is in the reason.
   const std::string missing = CublasLtNewtonSchulz::probe_library({"/nonexistent/nvidia/cu13/lib/libcublasLt.so.13", "libcublasLt.so.99"});
   EXPECT_NE(missing.find("/nonexistent/nvidia/cu13/lib/libcublasLt.so.13"), std::string::npos) << missing;
   EXPECT_NE(missing.find("libcublasLt.so.99"), std::string::npos) << missing;
   EXPECT_NE(missing.find("tried"), std::string::npos) << missing;
-#ifdef ORTHOJIT_HAVE_CUBLASLT_BASELINE
   const auto candidates = CublasLtNewtonSchulz::library_candidates();
   ASSERT_GE(candidates.size(), 3u);
   EXPECT_NE(std::find(candidates.begin(), candidates.end(), "libcublasLt.so.13"), candidates.end());
   EXPECT_NE(std::find(candidates.begin(), candidates.end(), "libcublasLt.so.12"), candidates.end());
+  // An explicit path is tried first.
+  setenv("ORTHOJIT_CUBLASLT_LIBRARY", "/opt/wheel/nvidia/cu13/lib/libcublasLt.so.13", 1);
+  EXPECT_EQ(CublasLtNewtonSchulz::library_candidates().front(), "/opt/wheel/nvidia/cu13/lib/libcublasLt.so.13");
+  unsetenv("ORTHOJIT_CUBLASLT_LIBRARY");
 #endif
 
   // Without a device (this machine's libcuda is the toolkit's stub): the reason names the driver's
