@@ -211,6 +211,37 @@ inline void ldmatrix_trans(u32* r, const u16* row) {
 inline void ldmatrix_x2_trans(u32* r, const u16* row) { ldmatrix_trans<2>(r, row); }
 inline void ldmatrix_x4_trans(u32* r, const u16* row) { ldmatrix_trans<4>(r, row); }
 
+// cp.async, as late as the ISA allows: a chunk's bytes are read when it is issued (the sources
+// do not change during a kernel) but land in shared memory only when a wait_group retires its
+// group, so a kernel that reads a stage before waiting for it sees stale or poisoned data.
+struct PendingCopy {
+  void* destination;
+  unsigned char bytes[16];
+};
+inline thread_local std::vector<PendingCopy> open_copies;
+inline thread_local std::vector<std::vector<PendingCopy>> committed_copies;
+inline void cp_async_16(void* destination, const void* source, bool valid) {
+  if (reinterpret_cast<std::uintptr_t>(destination) % 16 != 0 || (valid && reinterpret_cast<std::uintptr_t>(source) % 16 != 0)) {
+    std::fprintf(stderr, "cp.async: misaligned 16-byte copy %p <- %p (block %u,%u,%u thread %u)\n", destination, source, blockIdx.x, blockIdx.y,
+                 blockIdx.z, threadIdx.x);
+    std::abort();
+  }
+  PendingCopy copy{destination, {}};
+  if (valid) std::memcpy(copy.bytes, source, 16);
+  open_copies.push_back(copy);
+}
+inline void cp_async_commit() {
+  committed_copies.push_back(std::move(open_copies));
+  open_copies.clear();
+}
+template <int N>
+inline void cp_async_wait() {
+  while (committed_copies.size() > static_cast<size_t>(N)) {
+    for (const PendingCopy& copy : committed_copies.front()) std::memcpy(copy.destination, copy.bytes, 16);
+    committed_copies.erase(committed_copies.begin());
+  }
+}
+
 inline void mma_bf16(float* c, const u32* a, const u32* b) { mma_16x8x16(true, c, a, b); }
 inline void mma_f16(float* c, const u32* a, const u32* b) { mma_16x8x16(false, c, a, b); }
 

@@ -358,10 +358,6 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                << "  int ti, tj;\n"
                << (triangular ? "  oj::upper_tile(blockIdx.x, ti, tj);\n" : "  ti = blockIdx.y;\n  tj = blockIdx.x;\n")
                << "  const int row0 = ti * BM, col0 = tj * BN;\n"
-               << "  __shared__ __align__(16) oj::u16 As[BM][BK + 8];  // k-contiguous rows; +8: conflict-free 32-bit fragment loads\n"
-               << (b_k_contiguous ? "  __shared__ __align__(16) oj::u16 Bs[BN][BK + 8];  // B k-contiguous: n-major rows, the MMA's col layout\n"
-                                  : "  __shared__ __align__(16) oj::u16 Bs[BK][BN + 8];  // B n-contiguous: k-major rows as loaded (16-byte stores); "
-                                    "fragments by ldmatrix.trans; +8: conflict-free rows\n")
                << "  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;\n"
                << "  const int wrow = (warp / WARPS_N) * WM, wcol = (warp % WARPS_N) * WN;\n"
                << "  float acc[FM][FN][4];\n"
@@ -425,13 +421,62 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
         store_code << operand_store("ra", "As", va, a_k_contiguous, "BM") << operand_store("rb", "Bs", vb, b_k_contiguous, "BN", true);
         if ((tile.bm * tile.bk / va) % tile.threads() != 0 || (tile.bn * tile.bk / vb) % tile.threads() != 0)
           throw std::invalid_argument("tile " + tile.label() + ": the tile's chunks do not divide evenly among its threads");
-        source << "  " << register_type(va) << " ra[BM * BK / " << va << " / THREADS];\n  " << register_type(vb) << " rb[BN * BK / " << vb << " / THREADS];\n";
-        source << "  {\n" << load_code("0") << "  }\n"
-               << "  for (int k0 = 0; k0 < K; k0 += BK) {\n"
-               << "    __syncthreads();  // everyone is done reading the previous tile\n"
-               << store_code.str() << "    __syncthreads();\n"
-               << "    if (k0 + BK < K) {  // the next tile's loads overlap this tile's MMAs\n" << load_code("(k0 + BK)") << "    }\n"
-               << "#pragma unroll\n    for (int kk = 0; kk < BK; kk += 16) {\n"
+        // Shared tiles: A k-contiguous rows (+8: conflict-free 32-bit fragment loads); B either
+        // n-major rows (k-contiguous B, the MMA's col layout) or k-major rows as loaded
+        // (n-contiguous B, fragments by ldmatrix.trans).
+        const std::string a_shape = "[BM][BK + 8]", b_shape = b_k_contiguous ? "[BN][BK + 8]" : "[BK][BN + 8]";
+        const int stage_bytes = (tile.bm * (tile.bk + 8) + (b_k_contiguous ? tile.bn * (tile.bk + 8) : tile.bk * (tile.bn + 8))) * 2;
+        // The cp.async pipeline (sm_80+): 16-byte chunks go from global straight into shared
+        // memory, `stages` k-tiles in flight, one barrier per k-tile. It needs 16-byte chunks
+        // of both operands along their rows as stored (A k-contiguous) and the stages within the
+        // 48 KiB of static shared memory; otherwise registers stage one tile ahead.
+        const int stages = std::min(3, 48 * 1024 / stage_bytes);
+        const bool pipelined = va == 8 && vb == 8 && a_k_contiguous && stages >= 2;
+        if (pipelined) {
+          auto issue = [&](const char* shared, bool k_major, const char* rows_name, const char* pointer, const char* origin, const char* extent,
+                           int64_t row_stride_of_rows, int64_t stride_of_k) {
+            std::ostringstream code;
+            code << "#pragma unroll\n    for (int s = 0; s < (" << rows_name << " * BK / 8) / THREADS; ++s) {\n      const int e = tid + s * THREADS;\n";
+            if (k_major) code << "      const int r = e / (BK / 8), kk = (e % (BK / 8)) * 8;\n";
+            else code << "      const int kk = e / (" << rows_name << " / 8), r = (e % (" << rows_name << " / 8)) * 8;\n";
+            // Outside the matrix: a valid address and a source size of 0 (cp.async zero-fills).
+            code << "      const int gr = " << origin << " + r, gk = k0 + kk;\n      const bool inside = gr < " << extent << " && gk < K;\n"
+                 << "      oj::cp_async_16(&" << shared << "[stage]" << (k_major ? "[r][kk]" : "[kk][r]") << ", &" << pointer << "[inside ? gr * "
+                 << idx(row_stride_of_rows) << " + gk * " << idx(stride_of_k) << " : 0], inside);\n    }\n";
+            return code.str();
+          };
+          // Written out at both places it is used (a lambda capturing the shared arrays by
+          // reference would put them behind a local-memory pointer).
+          auto issue_tile = [&](const std::string& which, const std::string& indent) {
+            return indent + "{\n" + indent + "  const int stage = (" + which + ") % STAGES, k0 = (" + which + ") * BK;\n" +
+                   issue("As_stages", true, "BM", "a", "row0", "M", a.row_stride, a.col_stride) +
+                   issue("Bs_stages", b_k_contiguous, "BN", "b", "col0", "N", b.col_stride, b.row_stride) + indent + "}\n";
+          };
+          source << "  constexpr int STAGES = " << stages << ", TILES = (K + BK - 1) / BK;\n"
+                 << "  __shared__ __align__(16) oj::u16 As_stages[STAGES]" << a_shape << ";\n"
+                 << "  __shared__ __align__(16) oj::u16 Bs_stages[STAGES]" << b_shape << ";\n"
+                 << "  // k-tile t goes into stage t % STAGES.\n"
+                 << "#pragma unroll\n  for (int pre = 0; pre < STAGES - 1; ++pre) {\n    if (pre < TILES)\n" << issue_tile("pre", "    ")
+                 << "    oj::cp_async_commit();\n  }\n"
+                 // Unrolled by two: ptxas (NVRTC 13, sm_90) spilled a register or two here both with
+                 // its own partial unrolling and with none, in some of the shipped shapes; by two it
+                 // spilled in none (tests/cuda_codegen_test.cpp checks every generated kernel).
+                 << "#pragma unroll 2\n  for (int tile = 0; tile < TILES; ++tile) {\n"
+                 << "    oj::cp_async_wait<STAGES - 2>();  // this thread's copies of `tile` landed\n"
+                 << "    __syncthreads();  // everyone's did, and everyone finished computing tile - 1, whose stage is refilled next\n"
+                 << "    if (tile + STAGES - 1 < TILES)\n" << issue_tile("tile + STAGES - 1", "    ")
+                 << "    oj::cp_async_commit();  // an empty group at the end keeps the count\n"
+                 << "    auto& As = As_stages[tile % STAGES];\n    auto& Bs = Bs_stages[tile % STAGES];\n";
+        } else {
+          source << "  __shared__ __align__(16) oj::u16 As" << a_shape << ";\n  __shared__ __align__(16) oj::u16 Bs" << b_shape << ";\n";
+          source << "  " << register_type(va) << " ra[BM * BK / " << va << " / THREADS];\n  " << register_type(vb) << " rb[BN * BK / " << vb << " / THREADS];\n";
+          source << "  {\n" << load_code("0") << "  }\n"
+                 << "  for (int k0 = 0; k0 < K; k0 += BK) {\n"
+                 << "    __syncthreads();  // everyone is done reading the previous tile\n"
+                 << store_code.str() << "    __syncthreads();\n"
+                 << "    if (k0 + BK < K) {  // the next tile's loads overlap this tile's MMAs\n" << load_code("(k0 + BK)") << "    }\n";
+        }
+        source << "#pragma unroll\n    for (int kk = 0; kk < BK; kk += 16) {\n"
                << "      oj::u32 af[FM][4], bf[FN][2];\n"
                << "#pragma unroll\n      for (int x = 0; x < FM; ++x) {\n        const int r = wrow + x * 16 + g;\n"
                << "        af[x][0] = *reinterpret_cast<const oj::u32*>(&As[r][kk + 2 * t]);\n"
@@ -478,10 +523,10 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
         }
         launch.grid[2] = function.batch;
         launch.block = tile.threads();
-        launch.shared_bytes = tile.shared_bytes();
+        launch.shared_bytes = pipelined ? stages * stage_bytes : stage_bytes;
         launch.args = {a.slot, b.slot, has_c ? c.slot : Slot{Slot::Kind::Buffer, -1}, carries_update[index] ? Slot{Slot::Kind::StepArgs, -1} : out.slot};
         launch.summary = "gemm %" + std::to_string(index) + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " tile " + tile.label() +
-                         (triangular ? " triangular" : "");
+                         (triangular ? " triangular" : "") + (pipelined ? ", cp.async x" + std::to_string(stages) : ", register-staged");
         program.launches.push_back(launch);
         break;
       }

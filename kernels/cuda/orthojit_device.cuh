@@ -106,6 +106,20 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32* r, const u16* row) {
                : "r"(address));
 }
 
+// ---- cp.async: global -> shared without registers (sm_80+; PTX ISA, "cp.async") ----
+// One 16-byte chunk; `valid` false copies nothing and zero-fills (the source size operand 0), so
+// tile edges need no branch around the copy. .cg: cached in L2 only (operands are streamed).
+__device__ __forceinline__ void cp_async_16(void* shared_destination, const void* global_source, bool valid) {
+  const unsigned destination = static_cast<unsigned>(__cvta_generic_to_shared(shared_destination));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(destination), "l"(global_source), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
 // ---- triangular tile scheduling: linear index -> (ti, tj) with ti <= tj ----
 // Tiles are enumerated column by column of the upper triangle: index = tj(tj+1)/2 + ti.
 __device__ __forceinline__ void upper_tile(int index, int& ti, int& tj) {
