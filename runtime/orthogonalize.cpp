@@ -172,7 +172,7 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
   cpu::CpuOptions cpu_options;
   if (!options.cpu_isa.empty()) {
     auto isa = cpu::parse_cpu_isa(options.cpu_isa);
-    if (!isa) throw UsageError("unknown ISA '" + options.cpu_isa + "'; expected generic, avx2, avx512f or avx512bf16");
+    if (!isa) throw UsageError("unknown ISA '" + options.cpu_isa + "'; expected generic, avx2, avx512f, avx512bf16 or amx");
     if (!cpu::host_supports(*isa)) throw UsageError("this CPU cannot run the " + options.cpu_isa + " code path");
     cpu_options.isa = *isa;
   }
@@ -239,6 +239,9 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
       if (!blocking_from_environment) {
         cpu_options.blocking = winner.blocking();
         cpu_options.engine = winner.engine == "openblas" ? cpu::ProductEngine::OpenBlas : cpu::ProductEngine::Jit;
+        // The ISA path the winner's kernel needs (amx, the vdpbf16ps kernel, FMAs), unless the
+        // caller forced one or this CPU cannot run it.
+        if (auto isa = winner.cpu_isa(); isa && options.cpu_isa.empty() && cpu::host_supports(*isa)) cpu_options.isa = *isa;
       }
       reason = std::string(ir::to_string(compile.strategy)) + ": " + tuned.reason;
     } else {
