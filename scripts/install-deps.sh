@@ -47,3 +47,17 @@ if ! /usr/bin/python3 -c "import nanobind" 2>/dev/null; then
   [[ $(id -u) -eq 0 ]] || pip_user=(--user)
   /usr/bin/python3 -m pip install -q --break-system-packages "${pip_user[@]}" "nanobind>=2.0" >/dev/null
 fi
+
+# cuobjdump and nvdisasm for the SASS checks of the generated CUDA (tests/cuda_sass_test.cpp), from
+# PyPI when the toolkit has none; without a network the test says where it looked and skips.
+if command -v nvcc >/dev/null 2>&1 || [[ -n "${CUDA_HOME:-}" ]]; then
+  toolkit_bin="${CUDA_HOME:-/usr/local/cuda}/bin"
+  if [[ ! -x "$toolkit_bin/cuobjdump" || ! -x "$toolkit_bin/nvdisasm" ]] &&
+     ! /usr/bin/python3 -c 'import nvidia, os, sys; d = os.path.join(list(nvidia.__path__)[0], "cu13", "bin"); sys.exit(0 if os.path.exists(os.path.join(d, "cuobjdump")) and os.path.exists(os.path.join(d, "nvdisasm")) else 1)' 2>/dev/null; then
+    echo "orthojit: installing cuobjdump and nvdisasm from PyPI for /usr/bin/python3 (SASS checks)"
+    pip_user=()
+    [[ $(id -u) -eq 0 ]] || pip_user=(--user)
+    /usr/bin/python3 -m pip install -q --break-system-packages "${pip_user[@]}" nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm >/dev/null ||
+      echo "orthojit: could not install nvidia-cuda-cuobjdump/nvdisasm (no network?): tests/cuda_sass_test.cpp will skip"
+  fi
+fi

@@ -1,0 +1,147 @@
+// What the generated product kernels become in machine code, checked in the SASS of NVRTC's
+// cubins (cuobjdump -sass; the tool comes with the CUDA toolkit or from PyPI's
+// nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels, which scripts/install-deps.sh installs
+// for /usr/bin/python3). No GPU is needed. For every product kernel of a standard and a Gram
+// schedule, on sm_80 and sm_90:
+//   * tensor-core MMAs (HMMA.16816) and no local memory (LDL/STL: spills or arrays behind pointers);
+//   * a kernel whose source loads fragments with ldmatrix.trans has the transposing LDSM
+//     (LDSM.16.MT88) and, when its operands move in 16-byte chunks, no 16-bit shared stores
+//     (STS.U16: the transposing stores it replaced);
+//   * a kernel staged through cp.async has LDGSTS and its wait (DEPBAR), and no register staging.
+// Without cuobjdump the test is skipped, saying where it looked.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "cuda/cuda_codegen.h"
+#include "cuda/nvrtc_compiler.h"
+#include "kernels/cuda_device_headers.h"
+#include "kernels/program_library.h"
+#include "passes/pipeline.h"
+
+namespace orthojit::cuda {
+namespace {
+
+std::string run(const std::string& command) {
+  std::string output;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    std::array<char, 4096> buffer;
+    size_t n;
+    while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+    pclose(pipe);
+  }
+  return output;
+}
+
+// The folder holding cuobjdump and nvdisasm: $ORTHOJIT_CUDA_BINUTILS, the toolkit's bin, PATH, or
+// the PyPI wheels' nvidia/cu13/bin of /usr/bin/python3.
+std::string binutils(std::string& looked) {
+  std::vector<std::string> candidates;
+  if (const char* forced = std::getenv("ORTHOJIT_CUDA_BINUTILS")) candidates.push_back(forced);
+  if (const char* home = std::getenv("CUDA_HOME")) candidates.push_back(std::string(home) + "/bin");
+  candidates.push_back("/usr/local/cuda/bin");
+  const std::string on_path = run("dirname \"$(command -v cuobjdump 2>/dev/null)\" 2>/dev/null");
+  if (!on_path.empty() && on_path != ".\n") candidates.push_back(on_path.substr(0, on_path.size() - 1));
+  const std::string wheel = run("/usr/bin/python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \"cu13\", \"bin\"))' 2>/dev/null");
+  if (!wheel.empty()) candidates.push_back(wheel.substr(0, wheel.size() - 1));
+  for (const std::string& folder : candidates) {
+    looked += " " + folder;
+    if (std::filesystem::exists(folder + "/cuobjdump") && std::filesystem::exists(folder + "/nvdisasm")) return folder;
+  }
+  return "";
+}
+
+// Function name -> its SASS text.
+std::map<std::string, std::string> sass_by_function(const std::string& folder, const NvrtcOutput& compiled) {
+  const std::filesystem::path cubin = std::filesystem::path(::testing::TempDir()) / ("orthojit_sass_" + std::to_string(::getpid()) + ".cubin");
+  std::ofstream(cubin, std::ios::binary).write(compiled.image.data(), static_cast<std::streamsize>(compiled.image.size()));
+  const std::string text = run("PATH=\"" + folder + ":$PATH\" \"" + folder + "/cuobjdump\" -sass \"" + cubin.string() + "\" 2>&1");
+  std::filesystem::remove(cubin);
+  std::map<std::string, std::string> functions;
+  std::istringstream lines(text);
+  std::string line, current;
+  while (std::getline(lines, line)) {
+    if (const size_t at = line.find("Function : "); at != std::string::npos) {
+      current = line.substr(at + 11);
+      continue;
+    }
+    if (!current.empty()) functions[current] += line + "\n";
+  }
+  return functions;
+}
+
+// The source of one kernel: from its declaration to the next kernel's.
+std::string kernel_source(const std::string& source, const std::string& name) {
+  const size_t begin = source.find(") " + name + "(");
+  if (begin == std::string::npos) return "";
+  const size_t end = source.find("extern \"C\"", begin);
+  return source.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+TEST(CudaSass, ProductKernelsUseTensorCoresLdmatrixAndCpAsyncWithoutLocalMemory) {
+  std::string looked;
+  const std::string folder = binutils(looked);
+  if (folder.empty()) GTEST_SKIP() << "cuobjdump and nvdisasm not found in:" << looked << " (scripts/install-deps.sh installs them from PyPI)";
+  struct Case {
+    const char* program;
+    int64_t rows, cols;
+    ir::StrategyKind strategy;
+  };
+  int ldmatrix_kernels = 0, pipelined_kernels = 0, products = 0;
+  for (const Case& c : {Case{"jordan_ns5", 1024, 4096, ir::StrategyKind::Standard}, Case{"gram_polar_express5", 512, 2048, ir::StrategyKind::Gram},
+                        Case{"jordan_ns5", 129, 517, ir::StrategyKind::Standard}}) {
+    passes::CompileOptions options;
+    options.rows = c.rows;
+    options.cols = c.cols;
+    options.strategy = c.strategy;
+    const CudaProgram program = generate_cuda(passes::compile_program(kernels::load_program_by_name_or_path(c.program), options));
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      const NvrtcOutput compiled = compile_cuda(program.source, kernels::cuda_device_headers(), arch);
+      const auto sass = sass_by_function(folder, compiled);
+      ASSERT_FALSE(sass.empty()) << "cuobjdump printed no functions";
+      for (const Launch& launch : program.launches) {
+        if (launch.kernel.rfind("gemm_", 0) != 0) continue;
+        SCOPED_TRACE(std::string(c.program) + " " + arch + ": " + launch.summary);
+        const auto found = sass.find(launch.kernel);
+        ASSERT_NE(found, sass.end());
+        const std::string& code = found->second;
+        const std::string source = kernel_source(program.source, launch.kernel);
+        ++products;
+        EXPECT_NE(code.find("HMMA.16816.F32"), std::string::npos);
+        EXPECT_EQ(code.find("LDL"), std::string::npos) << "local memory loads";
+        EXPECT_EQ(code.find("STL"), std::string::npos) << "local memory stores";
+        if (source.find("ldmatrix_x4_trans") != std::string::npos || source.find("ldmatrix_x2_trans") != std::string::npos) {
+          ++ldmatrix_kernels;
+          EXPECT_NE(code.find("LDSM.16.MT88"), std::string::npos) << "no transposing ldmatrix";
+          // With 16-byte chunks of both operands (cp.async, or uint4 registers) every shared store
+          // is 16 bytes; a 16-bit one would be a transposing store left behind. (Odd shapes move
+          // single elements and store them one by one, along the rows: not transposing.)
+          const bool wide = launch.summary.find("cp.async") != std::string::npos ||
+                            (source.find("uint4 ra[") != std::string::npos && source.find("uint4 rb[") != std::string::npos);
+          if (wide) {
+            EXPECT_EQ(code.find("STS.U16"), std::string::npos) << "16-bit shared stores (transposing stores) remain";
+          }
+        }
+        if (launch.summary.find("cp.async") != std::string::npos) {
+          ++pipelined_kernels;
+          EXPECT_NE(code.find("LDGSTS"), std::string::npos) << "no cp.async";
+          EXPECT_NE(code.find("DEPBAR"), std::string::npos) << "no cp.async wait";
+        }
+      }
+    }
+  }
+  // The cases must exercise both paths (n-contiguous B products, 16-byte-aligned shapes).
+  EXPECT_GT(ldmatrix_kernels, 0);
+  EXPECT_GT(pipelined_kernels, 0);
+  EXPECT_GT(products, pipelined_kernels);  // 129 x 517 is register-staged
+}
+
+}  // namespace
+}  // namespace orthojit::cuda
