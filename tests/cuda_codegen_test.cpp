@@ -97,11 +97,31 @@ TEST(CudaCodegen, TriangularProductsLaunchTheUpperTilesOnly) {
   for (const auto& launch : program.launches) {
     if (launch.summary.find("triangular") == std::string::npos) continue;
     ++triangular;
-    // 1000 rows in 128-row tiles: T = 8 tiles per side, T(T+1)/2 = 36 launched instead of 64.
-    EXPECT_EQ(launch.grid[0], 36) << launch.summary;
+    // 1000 rows: 128-row tiles would launch T(T+1)/2 = 36 CTAs (T = 8) on 132 SMs, so the default
+    // is the 64-row tile: T = 16, 136 upper tiles launched instead of 256.
+    EXPECT_EQ(launch.grid[0], 136) << launch.summary;
     EXPECT_EQ(launch.grid[1], 1);
+    EXPECT_NE(launch.summary.find("tile 64x64x32/2x2"), std::string::npos) << launch.summary;
   }
   EXPECT_EQ(triangular, 10);  // X·Xᵀ and c·A·A + b·A in each of the 5 steps
+}
+
+TEST(CudaCodegen, DefaultTilesFillTheMultiprocessors) {
+  // Large tiles where their CTAs fill the GPU, small ones where they would leave SMs idle.
+  EXPECT_EQ(default_tile_config(4096, 4096, true).label(), "128x128x32/2x4");   // 528 upper tiles
+  EXPECT_EQ(default_tile_config(1024, 1024, true).label(), "64x64x32/2x2");     // 36 of 128: too few
+  EXPECT_EQ(default_tile_config(1024, 4096, false).label(), "128x128x32/2x4");  // 256
+  EXPECT_EQ(default_tile_config(1024, 1024, false).label(), "64x64x32/2x2");    // 64 dense of 128
+  EXPECT_EQ(default_tile_config(1024, 1024, true, 4).label(), "128x128x32/2x4");  // a batch of 4: 144
+  EXPECT_EQ(default_tile_config(1024, 1024, true, 1, 32).label(), "128x128x32/2x4");  // a 32-SM GPU
+  EXPECT_EQ(default_tile_config(300, 300, false).label(), "64x64x32/2x2");      // small
+  // The generator passes the product's facts: a 4096-row X·Xᵀ keeps the large tile.
+  const CudaProgram program = generate_cuda(schedule("jordan_ns5", 4096, 8192, 1, "standard"));
+  for (const auto& launch : program.launches) {
+    if (launch.summary.find("triangular") != std::string::npos) {
+      EXPECT_EQ(launch.grid[0], 528) << launch.summary;
+    }
+  }
 }
 
 TEST(CudaCodegen, ThirtyTwoBitStorageIsRefusedWithAClearMessage) {

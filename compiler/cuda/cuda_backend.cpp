@@ -1,6 +1,7 @@
 // CUDA variants compiled and loaded (see cuda_backend.h).
 #include "cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "cuda/cublas_newton_schulz.h"
@@ -193,10 +194,11 @@ std::string variant_unavailable_reason(const ir::Function& scheduled, const Cuda
   return "unknown variant";
 }
 
-CudaProgram generate_variant(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit) {
+CudaProgram generate_variant(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit, int multiprocessors) {
   switch (variant.kind) {
     case CudaVariant::Kind::Generated: {
       CodegenOptions options;
+      options.multiprocessors = multiprocessors;
       if (variant.tile) options.gemm_tiles.assign(scheduled.nodes.size(), *variant.tile);
       return generate_cuda(scheduled, options);
     }
@@ -219,7 +221,7 @@ std::unique_ptr<CudaRunner> build_cuda_runner(const dsl::Program& program, const
     throw std::invalid_argument("CUDA variant " + variant.label() + " cannot run " + scheduled.name + ": " + reason);
   if (variant.kind == CudaVariant::Kind::Cublas) return std::make_unique<CublasRunner>(program, scheduled, device_headers);
   if (variant.kind == CudaVariant::Kind::Cublaslt) return std::make_unique<CublasLtRunner>(program, scheduled, device_headers);
-  CudaProgram generated = generate_variant(scheduled, variant, shared_limit);
+  CudaProgram generated = generate_variant(scheduled, variant, shared_limit, std::max(1, device.info().multiprocessors));
   ProgramCache& programs = cache ? *cache : ProgramCache::process_default();
   const std::string target = device.compile_target();
   ProgramCache::Result compiled = programs.get_or_compile(generated.source, device_headers, target);

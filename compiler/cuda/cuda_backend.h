@@ -48,7 +48,7 @@ std::vector<std::vector<double>> cublaslt_polynomials(const ir::Function& schedu
 LtSchedule cublaslt_schedule_for(const ir::Function& scheduled);
 
 // The generated source of a variant (not cublas or cublaslt), for `orthojit compile --emit cuda`.
-CudaProgram generate_variant(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit = 163 * 1024);
+CudaProgram generate_variant(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit = 163 * 1024, int multiprocessors = 132);
 
 class CudaRunner {
  public:

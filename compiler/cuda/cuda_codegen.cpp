@@ -139,9 +139,12 @@ std::vector<TileConfig> tile_configs() {
   return {{128, 128, 32, 2, 4}, {64, 64, 32, 2, 2}, {128, 64, 32, 2, 2}, {64, 128, 32, 2, 2}, {128, 128, 64, 2, 4}, {32, 32, 32, 1, 2}};
 }
 
-TileConfig default_tile_config(int64_t m, int64_t n) {
-  if (m * n <= 512 * 512) return {64, 64, 32, 2, 2};
-  return {128, 128, 32, 2, 4};
+TileConfig default_tile_config(int64_t m, int64_t n, bool triangular, int64_t batch, int multiprocessors) {
+  const TileConfig small{64, 64, 32, 2, 2}, large{128, 128, 32, 2, 4};
+  if (m * n <= 512 * 512) return small;
+  const int64_t tiles_m = (m + large.bm - 1) / large.bm, tiles_n = (n + large.bn - 1) / large.bn;
+  const int64_t ctas = (triangular ? tiles_m * (tiles_m + 1) / 2 : tiles_m * tiles_n) * batch;
+  return ctas >= multiprocessors ? large : small;
 }
 
 CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& options) {
@@ -325,12 +328,12 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
         if (a.type != b.type || (a.type != ScalarType::BF16 && a.type != ScalarType::F16))
           throw std::invalid_argument("the cuda backend runs products on 16-bit operands (bf16 or f16 storage, f32 accumulate); this program stores " +
                                       std::string(to_string(a.type)) + " (use --precision bf16 or f16, or the cpu backend)");
-        TileConfig tile = static_cast<size_t>(gemm_index) < options.gemm_tiles.size() ? options.gemm_tiles[static_cast<size_t>(gemm_index)]
-                                                                                      : default_tile_config(m, n);
+        const bool triangular = node.symmetric && function.strategy.triangular_products && m == n;
+        const TileConfig fallback = default_tile_config(m, n, triangular, function.batch, options.multiprocessors);
+        TileConfig tile = static_cast<size_t>(gemm_index) < options.gemm_tiles.size() ? options.gemm_tiles[static_cast<size_t>(gemm_index)] : fallback;
         ++gemm_index;
         if (const std::string reason = tile.invalid_reason(); !reason.empty()) throw std::invalid_argument("tile " + tile.label() + ": " + reason);
-        const bool triangular = node.symmetric && function.strategy.triangular_products && m == n;
-        if (triangular && tile.bm != tile.bn) tile = default_tile_config(m, n);  // triangular scheduling needs square tiles
+        if (triangular && tile.bm != tile.bn) tile = fallback;  // triangular scheduling needs square tiles
         const int64_t tiles_m = (m + tile.bm - 1) / tile.bm, tiles_n = (n + tile.bn - 1) / tile.bn;
         const View c = has_c ? operand(2) : View{};
         // 32-bit index arithmetic when every per-matrix offset fits (64-bit addresses cost registers:

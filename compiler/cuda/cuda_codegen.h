@@ -36,9 +36,11 @@ struct TileConfig {
 // The configurations the tests compile and the tuner searches.
 std::vector<TileConfig> tile_configs();
 
-// Which configuration a product of this size uses by default: small products take the 64x64 tile
-// (more CTAs to fill the SMs), large ones 128x128.
-TileConfig default_tile_config(int64_t m, int64_t n);
+// Which configuration a product of this size uses by default: small products (up to 512x512
+// outputs) take the 64x64 tile; larger ones 128x128 when its CTAs (the T(T+1)/2 upper tiles of a
+// triangular product, times the batch) fill the GPU's multiprocessors at least once, else 64x64
+// (a 1024x1024 triangular product: 36 CTAs of 128 on 132 SMs, 136 of 64).
+TileConfig default_tile_config(int64_t m, int64_t n, bool triangular = false, int64_t batch = 1, int multiprocessors = 132);
 
 // Where a kernel argument points: the input (f32), the output (f32), a planned buffer, the
 // normalization partial sums, or a Muon step's argument block (ir/muon_step.h: per matrix its
@@ -71,6 +73,8 @@ struct CudaProgram {
 struct CodegenOptions {
   // Per-product tile override (the tuner's choice); empty: default_tile_config per product.
   std::vector<TileConfig> gemm_tiles;
+  // The target's multiprocessors, for the default tiles (132: H100 SXM and H200).
+  int multiprocessors = 132;
 };
 
 // Throws std::invalid_argument for IR the CUDA backend does not run (f32 or f64 storage in a
