@@ -69,6 +69,25 @@ std::string element(const View& view, const std::string& pointer) {
 
 int64_t elementwise_blocks(int64_t elements) { return std::clamp<int64_t>((elements + 1023) / 1024, 1, 4096); }
 
+// The start of a normalize's second kernel: thread 0 sums the matrix's partials in block order
+// (the same in every block: deterministic), forms the denominator in the norm type, and every
+// thread reads it as `denominator`.
+std::string normalize_denominator(const ir::Node& node, int64_t blocks, int64_t partial_offset) {
+  const bool f64 = node.norm_type == ScalarType::F64;
+  const char* acc = f64 ? "double" : "float";
+  const dsl::Normalization& norm = node.normalization;
+  std::ostringstream code;
+  code << "  __shared__ float denominator_shared;\n"
+       << "  if (threadIdx.x == 0) {\n"
+       << "    " << acc << " total = 0;\n"
+       << "    for (int b = 0; b < " << blocks << "; ++b) total += partials[" << ll(partial_offset) << " + blockIdx.z * " << ll(blocks) << " + b];\n"
+       << "    const " << acc << " norm = sqrt(total) * (" << acc << ")" << (f64 ? f64_literal(norm.safety) : literal(norm.safety)) << ";\n"
+       << "    const " << acc << " eps = (" << acc << ")" << (f64 ? f64_literal(norm.eps) : literal(norm.eps)) << ";\n"
+       << "    denominator_shared = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)") << ");\n"
+       << "  }\n  __syncthreads();\n  const float denominator = denominator_shared;\n";
+  return code.str();
+}
+
 // A Muon step's normalize with the momentum fused in (fuse_update_rules.cpp): `g` is the
 // gradient's view (one pointer per matrix: z does not move it); M lies like g. The first kernel
 // computes M and U, writes M and reduces U's squares per block; the second sums the partials,
@@ -98,17 +117,9 @@ void emit_momentum_normalize(std::ostringstream& source, CudaProgram& program, c
          << "  if (threadIdx.x == 0) partials[" << ll(partial_offset) << " + z * " << ll(blocks) << " + blockIdx.x] = sum;\n}\n\n";
   program.launches.push_back({name + "_partial", {blocks, 1, batch}, 256, 256 * (f64 ? 8 : 4), {{Slot::Kind::StepArgs, -1}, {Slot::Kind::NormPartials, -1}},
                               "normalize %" + std::to_string(index) + " with the Muon momentum: M, U and sums of squares"});
-  const dsl::Normalization& norm = node.normalization;
   source << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "_scale(const oj::u64* __restrict__ args, const " << acc
          << "* __restrict__ partials, " << storage_tag(node.type) << "::storage* __restrict__ out) {\n"
-         << "  __shared__ float denominator_shared;\n"
-         << "  if (threadIdx.x == 0) {\n"
-         << "    " << acc << " total = 0;\n"
-         << "    for (int b = 0; b < " << blocks << "; ++b) total += partials[" << ll(partial_offset) << " + blockIdx.z * " << ll(blocks) << " + b];\n"
-         << "    const " << acc << " norm = sqrt(total) * (" << acc << ")" << (f64 ? f64_literal(norm.safety) : literal(norm.safety)) << ";\n"
-         << "    const " << acc << " eps = (" << acc << ")" << (f64 ? f64_literal(norm.eps) : literal(norm.eps)) << ";\n"
-         << "    denominator_shared = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)") << ");\n"
-         << "  }\n  __syncthreads();\n  const float denominator = denominator_shared;\n"
+         << normalize_denominator(node, blocks, partial_offset)
          << elementwise_loop(rows, cols) << pointers << offset
          << "    const double gi = static_cast<double>(static_cast<float>(grad_load(g[off])));\n"
          << "    " << element(out, "out") << " = " << storage_tag(node.type) << "::store(oj_update_value(gi, m[off], beta) / denominator);\n  }\n}\n\n";
@@ -268,18 +279,9 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
         program.launches.push_back({name + "_partial", {blocks, 1, function.batch}, 256, 256 * (f64 ? 8 : 4), {x.slot, {Slot::Kind::NormPartials, -1}},
                                     "normalize %" + std::to_string(index) + " sums of squares"});
         // Pass 2: every block sums the partials in the same order, then scales and casts.
-        const dsl::Normalization& norm = node.normalization;
         source << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "_scale(" << pointer_type(x) << " __restrict__ x, const " << acc
                << "* __restrict__ partials, " << storage_tag(node.type) << "::storage* __restrict__ out) {\n"
-               << "  __shared__ float denominator_shared;\n"
-               << "  if (threadIdx.x == 0) {\n"
-               << "    " << acc << " total = 0;\n"
-               << "    for (int b = 0; b < " << blocks << "; ++b) total += partials[" << ll(partial_offset) << " + blockIdx.z * " << ll(blocks) << " + b];\n"
-               << "    const " << acc << " norm = sqrt(total) * (" << acc << ")" << (f64 ? f64_literal(norm.safety) : literal(norm.safety)) << ";\n"
-               << "    const " << acc << " eps = (" << acc << ")" << (f64 ? f64_literal(norm.eps) : literal(norm.eps)) << ";\n"
-               << "    denominator_shared = (float)("
-               << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)") << ");\n"
-               << "  }\n  __syncthreads();\n  const float denominator = denominator_shared;\n"
+               << normalize_denominator(node, blocks, partial_offset)
                << elementwise_loop(rows, cols) << "    " << element(out, "out") << " = " << storage_tag(node.type) << "::store(" << storage_tag(x.type)
                << "::load(" << element(x, "x") << ") / denominator);\n  }\n}\n\n";
         program.launches.push_back({name + "_scale", {elementwise_blocks(elements), 1, function.batch}, 256, 4,

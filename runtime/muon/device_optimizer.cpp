@@ -15,12 +15,6 @@
 namespace orthojit::runtime {
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "(";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + ")";
-}
-
 int64_t bytes_of(int64_t elements, DType type) { return elements * dtype_bytes(type); }
 
 }  // namespace
@@ -202,32 +196,19 @@ void DeviceOptimizer::set_data(const std::string& name, void* data) {
 
 std::vector<ParameterInfo> DeviceOptimizer::parameters() const {
   std::vector<ParameterInfo> infos;
-  for (const Entry& entry : entries_) {
-    ParameterInfo info;
-    info.name = entry.parameter.name;
-    info.shape = entry.parameter.shape;
-    info.muon = entry.muon;
-    info.matrices = entry.plan;
-    info.state_bytes = entry.parameter.elements() * (entry.muon ? 4 : 8);
-    infos.push_back(info);
-  }
+  for (const Entry& entry : entries_) infos.push_back(parameter_info(entry.parameter, entry.muon, entry.plan));
   return infos;
 }
 
 StateBytes DeviceOptimizer::state_bytes() const {
   StateBytes bytes;
-  for (const Entry& entry : entries_) (entry.muon ? bytes.muon : bytes.adam) += entry.parameter.elements() * (entry.muon ? 4 : 8);
+  for (const Entry& entry : entries_) (entry.muon ? bytes.muon : bytes.adam) += parameter_info(entry.parameter, entry.muon, entry.plan).state_bytes;
   return bytes;
 }
 
 void DeviceOptimizer::qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
   check_qk_clip(head_rows, s_max, tau);
-  for (const std::string* name : {&q_name, &k_name}) {
-    const Parameter& p = find(*name).parameter;
-    if (p.shape.size() < 2 || p.shape[0] % head_rows != 0 || p.shape[0] / head_rows != static_cast<int64_t>(s_max.size()))
-      throw std::invalid_argument("QK-clip: '" + p.name + "' " + shape_text(p.shape) + " does not split into " + std::to_string(s_max.size()) +
-                                  " heads of " + std::to_string(head_rows) + " rows");
-  }
+  for (const std::string* name : {&q_name, &k_name}) check_qk_clip_target(find(*name).parameter, head_rows, s_max.size());
   std::vector<unsigned char> host;
   for (const std::string* name : {&q_name, &k_name}) {
     Parameter& p = find(*name).parameter;

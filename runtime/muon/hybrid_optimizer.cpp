@@ -147,34 +147,37 @@ void HybridOptimizer::set_data(const std::string& name, void* data) {
   find_entry(entries_, name).parameter.data = data;
 }
 
+ParameterInfo parameter_info(const Parameter& parameter, bool muon, const MatrixPlan& plan) {
+  ParameterInfo info;
+  info.name = parameter.name;
+  info.shape = parameter.shape;
+  info.muon = muon;
+  info.matrices = plan;
+  info.state_bytes = parameter.elements() * (muon ? 4 : 8);  // f32 momentum; f32 exp_avg and exp_avg_sq
+  return info;
+}
+
+void check_qk_clip_target(const Parameter& p, int64_t head_rows, size_t heads) {
+  if (p.shape.size() < 2 || p.shape[0] % head_rows != 0 || p.shape[0] / head_rows != static_cast<int64_t>(heads))
+    throw std::invalid_argument("QK-clip: '" + p.name + "' " + shape_text(p.shape) + " does not split into " + std::to_string(heads) + " heads of " +
+                                std::to_string(head_rows) + " rows");
+}
+
 std::vector<ParameterInfo> HybridOptimizer::parameters() const {
   std::vector<ParameterInfo> infos;
-  for (const Entry& entry : entries_) {
-    ParameterInfo info;
-    info.name = entry.parameter.name;
-    info.shape = entry.parameter.shape;
-    info.muon = entry.muon;
-    info.matrices = entry.plan;
-    info.state_bytes = entry.parameter.elements() * (entry.muon ? 4 : 8);
-    infos.push_back(info);
-  }
+  for (const Entry& entry : entries_) infos.push_back(parameter_info(entry.parameter, entry.muon, entry.plan));
   return infos;
 }
 
 StateBytes HybridOptimizer::state_bytes() const {
   StateBytes bytes;
-  for (const Entry& entry : entries_) (entry.muon ? bytes.muon : bytes.adam) += entry.parameter.elements() * (entry.muon ? 4 : 8);
+  for (const Entry& entry : entries_) (entry.muon ? bytes.muon : bytes.adam) += parameter_info(entry.parameter, entry.muon, entry.plan).state_bytes;
   return bytes;
 }
 
 void HybridOptimizer::qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
   check_qk_clip(head_rows, s_max, tau);
-  for (const std::string* name : {&q_name, &k_name}) {
-    const Parameter& p = find_entry(entries_, *name).parameter;
-    if (p.shape.size() < 2 || p.shape[0] % head_rows != 0 || p.shape[0] / head_rows != static_cast<int64_t>(s_max.size()))
-      throw std::invalid_argument("QK-clip: '" + p.name + "' " + shape_text(p.shape) + " does not split into " + std::to_string(s_max.size()) +
-                                  " heads of " + std::to_string(head_rows) + " rows");
-  }
+  for (const std::string* name : {&q_name, &k_name}) check_qk_clip_target(find_entry(entries_, *name).parameter, head_rows, s_max.size());
   for (const std::string* name : {&q_name, &k_name}) {
     Parameter& p = find_entry(entries_, *name).parameter;
     qk_clip_rows(p.dtype, p.data, p.elements() / p.shape[0], head_rows, s_max, tau);

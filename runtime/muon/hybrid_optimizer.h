@@ -52,6 +52,11 @@ struct StateBytes {
   int64_t total() const { return muon + adam; }
 };
 
+// What both optimizers (this one and DeviceOptimizer) report for one parameter, and QK-clip's
+// check that a parameter splits into `heads` heads of `head_rows` rows (std::invalid_argument).
+ParameterInfo parameter_info(const Parameter& parameter, bool muon, const MatrixPlan& plan);
+void check_qk_clip_target(const Parameter& parameter, int64_t head_rows, size_t heads);
+
 // A parameter that has optimizer state, for the state file (shared with DeviceOptimizer).
 struct StateOwner {
   std::string name;
