@@ -2,7 +2,7 @@
 #include "autotune/f64_products.h"
 
 #ifdef ORTHOJIT_HAVE_VENDOR_BLAS
-#include <cblas.h>
+#include "cpu/openblas_library.h"
 #endif
 
 #include <algorithm>
@@ -73,11 +73,13 @@ void portable_f64_products(int64_t m, int64_t n, int64_t k, const double* a, con
 
 void f64_products(int64_t m, int64_t n, int64_t k, const double* a, const double* b_t, double* sums) {
 #ifdef ORTHOJIT_HAVE_VENDOR_BLAS
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a, static_cast<int>(k), b_t,
-              static_cast<int>(k), 0.0, sums, static_cast<int>(n));
-#else
-  portable_f64_products(m, n, k, a, b_t, sums);
+  // The portable loop too when the library cannot be opened at run time (cpu/openblas_library.h).
+  if (cpu::openblas_unavailable_reason().empty()) {
+    cpu::openblas_dgemm_nt(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), a, b_t, sums);
+    return;
+  }
 #endif
+  portable_f64_products(m, n, k, a, b_t, sums);
 }
 
 }  // namespace orthojit::autotune

@@ -6,6 +6,8 @@
 
 #include "cpu/build_status.h"
 #include "cpu/cpu_isa.h"
+#include "cpu/openblas_library.h"
+#include "cpu/vendor_gemm.h"
 
 namespace orthojit::autotune {
 
@@ -13,6 +15,7 @@ extern const char* const kCpuSearchSpaceJson;  // generated from search_spaces/c
 
 std::string Candidate::label() const {
   if (engine == "openblas") return "openblas " + strategy + (triangular ? " syrk" : " gemm");
+  if (engine == "onednn") return "onednn " + strategy + " matmul";
   return engine + (kernel.empty() ? "" : " " + kernel) + " " + strategy + (triangular ? " tri " : " dense ") + std::to_string(mc) + "/" + std::to_string(kc) + "/" + std::to_string(nc);
 }
 
@@ -40,8 +43,8 @@ Candidate Candidate::from_json(const nlohmann::json& value) {
   } catch (const nlohmann::json::exception& error) {
     throw std::invalid_argument(std::string("bad candidate configuration ") + value.dump() + ": " + error.what());
   }
-  if (candidate.engine != "jit" && candidate.engine != "openblas")
-    throw std::invalid_argument("unknown engine '" + candidate.engine + "' (expected jit or openblas)");
+  if (candidate.engine != "jit" && candidate.engine != "openblas" && candidate.engine != "onednn")
+    throw std::invalid_argument("unknown engine '" + candidate.engine + "' (expected jit, openblas or onednn)");
   if (!candidate.kernel.empty() && candidate.kernel != "amx" && candidate.kernel != "bf16dot" && candidate.kernel != "fma")
     throw std::invalid_argument("unknown kernel '" + candidate.kernel + "' (expected amx, bf16dot or fma)");
   if (candidate.strategy != "standard" && candidate.strategy != "gram")
@@ -141,6 +144,8 @@ Candidate effective(const Candidate& candidate, int64_t rows, int64_t cols, Scal
   result.stage = 0;
   if (candidate.engine != "jit") {
     result.mc = result.kc = result.nc = 0;
+    // oneDNN has no triangular product (no syrk): both settings run the same dense matmuls.
+    if (candidate.engine == "onednn") result.triangular = true;
     return result;
   }
   // Only bf16 products have a choice of engine; the default path's is named.
@@ -165,7 +170,9 @@ std::optional<std::string> prune_reason(const Candidate& candidate, int64_t rows
       !(cpu::best_host_isa() == cpu::CpuIsa::AmxBf16 || cpu::best_host_isa() == cpu::CpuIsa::Avx512Bf16))
     return "bf16dot: the default path " + std::string(cpu::to_string(cpu::best_host_isa())) + " has no vdpbf16ps (AVX512-BF16)";
   if (candidate.strategy == "gram" && !gram_error.empty()) return "gram is impossible for this program: " + gram_error;
-  if (candidate.engine == "openblas" && !cpu::vendor_blas_unavailable_reason().empty()) return cpu::vendor_blas_unavailable_reason();
+  if (candidate.engine == "openblas" && !cpu::openblas_unavailable_reason().empty()) return cpu::openblas_unavailable_reason();
+  if (candidate.engine == "onednn")
+    if (std::string reason = cpu::onednn_unavailable_reason(storage); !reason.empty()) return reason;
   if (candidate.engine == "openblas" && !candidate.triangular && candidate.strategy == "gram")
     return "gram's symmetric products on OpenBLAS: syrk is the vendor's way; dense sgemm adds nothing to compare";
   const Candidate mine = effective(candidate, rows, cols, storage);

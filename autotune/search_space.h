@@ -15,7 +15,7 @@ namespace orthojit::autotune {
 
 // One configuration of the CPU backend.
 struct Candidate {
-  std::string engine = "jit";  // jit (generated kernels) | openblas (the vendor library)
+  std::string engine = "jit";  // jit (generated kernels) | openblas | onednn (the vendor libraries)
   std::string strategy = "standard";
   bool triangular = true;      // symmetric products computed as one triangle
   int64_t mc = 144, kc = 384, nc = 1024;  // jit blocking
@@ -25,7 +25,7 @@ struct Candidate {
   std::string kernel;
   int stage = 1;
 
-  std::string label() const;  // "jit gram tri 144/384/1024", "openblas standard syrk"
+  std::string label() const;  // "jit gram tri 144/384/1024", "openblas standard syrk", "onednn gram matmul"
   nlohmann::json to_json() const;
   static Candidate from_json(const nlohmann::json& value);  // throws std::invalid_argument naming the bad field
   cpu::GemmBlocking blocking() const;  // with bf16_dot set for kernel "bf16dot"

@@ -15,6 +15,8 @@
 #include "autotune/timing_harness.h"
 #include "autotune/tuning_record.h"
 #include "cpu/cpu_executable.h"
+#include "cpu/openblas_library.h"
+#include "cpu/vendor_gemm.h"
 #include "ir/lower_program.h"
 #include "ir/printer.h"
 #include "passes/pipeline.h"
@@ -42,7 +44,9 @@ cpu::CpuOptions cpu_options_for(const Candidate& candidate, int threads) {
   cpu::CpuOptions options;
   options.threads = threads;
   options.blocking = candidate.blocking();
-  options.engine = candidate.engine == "openblas" ? cpu::ProductEngine::OpenBlas : cpu::ProductEngine::Jit;
+  options.engine = candidate.engine == "openblas" ? cpu::ProductEngine::OpenBlas
+                   : candidate.engine == "onednn" ? cpu::ProductEngine::OneDnn
+                                                  : cpu::ProductEngine::Jit;
   if (auto isa = candidate.cpu_isa()) options.isa = *isa;
   return options;
 }
@@ -151,7 +155,7 @@ nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settin
   auto priority = [&](const Candidate& candidate) {
     if (candidate == fallback) return 0;
     if (candidate.engine == "jit" && candidate.triangular) return 1;
-    if (candidate.engine == "openblas" && candidate.triangular) return 2;
+    if ((candidate.engine == "openblas" || candidate.engine == "onednn") && candidate.triangular) return 2;
     return 3;
   };
   std::stable_sort(first.begin(), first.end(), [&](const Candidate& a, const Candidate& b) { return priority(a) < priority(b); });
@@ -279,12 +283,14 @@ nlohmann::json tune_shape(const TuneProblem& problem, const TuneSettings& settin
                           {"flush_bytes", cache_flush_bytes()},
                           {"warmup", "one run (kept as a sample when longer than 1 s)"},
                           {"blas", std::string("OpenBLAS ") + cpu::openblas_kernel_name()},
+                          {"blas_coretype", cpu::openblas_coretype_origin()},
+                          {"onednn", cpu::onednn_description()},
                           {"elapsed_s", elapsed_ms() / 1000}};
   if (bounds) bench["tolerance"] = tolerance_json(*bounds);
   std::vector<TrialOutcome> outcomes;
   for (const Trial& trial : trials)
     outcomes.push_back({trial.candidate.label(), trial.candidate.to_json(), trial.status, trial.message, trial.timing, trial.error, trial.is_default,
-                        trial.candidate.engine == "openblas", trial.candidate.stage});
+                        trial.candidate.engine == "openblas" || trial.candidate.engine == "onednn", trial.candidate.stage});
   return make_tuning_entry(problem, key, std::move(bench), outcomes, space.tie_tolerance, fallback.label(), default_reason);
 }
 
@@ -309,6 +315,7 @@ nlohmann::json make_tuning_entry(const TuneProblem& problem, const ProblemKey& k
   entry["bench"] = std::move(bench);
   nlohmann::json candidates = nlohmann::json::array();
   std::optional<double> default_ms, vendor_ms;
+  std::string vendor_label;
   for (const TrialOutcome& trial : trials) {
     nlohmann::json item = {{"label", trial.label}, {"config", trial.config}, {"status", trial.status}};
     if (trial.stage) item["stage"] = *trial.stage;
@@ -320,14 +327,20 @@ nlohmann::json make_tuning_entry(const TuneProblem& problem, const ProblemKey& k
       item["p80_ms"] = trial.timing.p80_ms;
       item["repeats"] = trial.timing.repeats();
       if (trial.is_default) default_ms = trial.timing.p50_ms;
-      if (trial.is_vendor && (!vendor_ms || trial.timing.p50_ms < *vendor_ms)) vendor_ms = trial.timing.p50_ms;
+      if (trial.is_vendor && (!vendor_ms || trial.timing.p50_ms < *vendor_ms)) {
+        vendor_ms = trial.timing.p50_ms;  // the fastest vendor library: the library at its best
+        vendor_label = trial.label;
+      }
     }
     candidates.push_back(item);
   }
   entry["candidates"] = candidates;
   entry["default"] = {{"label", default_label}, {"reason", default_reason}};
   if (default_ms) entry["default"]["p50_ms"] = *default_ms;
-  if (vendor_ms) entry["vendor_p50_ms"] = *vendor_ms;
+  if (vendor_ms) {
+    entry["vendor_p50_ms"] = *vendor_ms;
+    entry["vendor_label"] = vendor_label;
+  }
   if (winner) {
     const TrialOutcome& trial = trials[*winner];
     entry["winner"] = {{"label", trial.label}, {"config", trial.config}, {"p50_ms", trial.timing.p50_ms}};

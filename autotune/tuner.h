@@ -68,7 +68,7 @@ struct TrialOutcome {
   Timing timing;                // when ok
   double error = -1;            // against the reference, when checked
   bool is_default = false;      // the untuned configuration
-  bool is_vendor = false;       // the vendor library (OpenBLAS, cuBLAS)
+  bool is_vendor = false;       // a vendor library (OpenBLAS, oneDNN, cuBLAS)
   std::optional<int> stage;
 };
 

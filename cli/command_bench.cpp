@@ -49,9 +49,11 @@ options:
   --json                print one JSON object instead of the table
 
 With --model (every distinct matrix shape of a Hugging Face config.json) or --compare, it times
-standard Newton–Schulz, Gram Newton–Schulz and the vendor library (OpenBLAS, the standard
-iteration with ssyrk) side by side in one run, with the tuner's harness (caches flushed, medians
-of repeats within --budget seconds, default 60), prints the speedups and with --plot draws them.
+standard Newton–Schulz, Gram Newton–Schulz and the vendor libraries (OpenBLAS, the standard
+iteration with ssyrk, on the kernel orthojit chooses for this CPU; oneDNN's matmul for bf16/f16
+storage) side by side in one run, with the tuner's harness (caches flushed, medians of repeats
+within --budget seconds, default 60), prints the speedups against the faster library and with
+--plot draws them.
 )";
 
 int bench_command(const std::vector<std::string>& args) {

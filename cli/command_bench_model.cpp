@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 data = json.load(open(sys.argv[1]))
 rows = data["shapes"]
 labels = [f'{r["label"]}\n({r["count"]} per step)' for r in rows]
-series = [("Gram NS / standard NS", "gram_speedup", "#4C72B0"), ("orthojit best / OpenBLAS NS", "vendor_speedup", "#DD8452")]
+series = [("Gram NS / standard NS", "gram_speedup", "#4C72B0"), ("orthojit best / best vendor NS", "vendor_speedup", "#DD8452")]
 width = 0.38
 fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows) + 2), 4.5))
 for i, (name, key, color) in enumerate(series):
@@ -89,7 +89,8 @@ int bench_model_command(const std::vector<std::string>& args) {
   if (const std::string warning = cpu::openblas_kernel_warning(); !warning.empty() && !json) std::fprintf(stderr, "warning: %s\n", warning.c_str());
 
   if (!json)
-    std::printf("%-18s %6s %6s %12s %12s %12s %10s %10s\n", "shape", "batch", "count", "standard ms", "gram ms", "OpenBLAS ms", "gram/std", "best/BLAS");
+    std::printf("%-18s %6s %6s %12s %12s %12s %12s %10s %12s\n", "shape", "batch", "count", "standard ms", "gram ms", "OpenBLAS ms", "oneDNN ms", "gram/std",
+                "best/vendor");
   std::fflush(stdout);
   CompareRequest request{&program, shapes, title, precision, budget, threads};
   const nlohmann::json data = compare_record(request, [&](const nlohmann::json& row) {
@@ -101,13 +102,17 @@ int bench_model_command(const std::vector<std::string>& args) {
       return std::string(text);
     };
     std::fflush(stdout);
-    std::printf("%-18s %6lld %6lld %12s %12s %12s %10s %10s\n", row["label"].get<std::string>().c_str(), static_cast<long long>(row["batch"].get<int64_t>()),
+    std::printf("%-18s %6lld %6lld %12s %12s %12s %12s %10s %12s\n", row["label"].get<std::string>().c_str(), static_cast<long long>(row["batch"].get<int64_t>()),
                 static_cast<long long>(row["count"].get<int64_t>()), cell("standard_ms", "%.2f").c_str(), cell("gram_ms", "%.2f").c_str(), cell("openblas_ms", "%.2f").c_str(),
-                cell("gram_speedup", "%.2fx").c_str(), cell("vendor_speedup", "%.2fx").c_str());
+                cell("onednn_ms", "%.2f").c_str(), cell("gram_speedup", "%.2fx").c_str(), cell("vendor_speedup", "%.2fx").c_str());
     std::fflush(stdout);
   }, !json);
   if (json) std::printf("%s\n", data.dump(2).c_str());
-  else std::printf("medians of repeats with caches flushed; gram/std = standard time / gram time; best/BLAS = OpenBLAS time / the faster of the two\n");
+  else {
+    std::printf("medians of repeats with caches flushed; gram/std = standard time / gram time; best/vendor = the faster vendor library's time / the faster of\n"
+                "standard and gram (vendors: OpenBLAS %s, %s; oneDNN for 16-bit storage only)\n",
+                cpu::openblas_kernel_name(), cpu::onednn_description().c_str());
+  }
   if (auto png = arguments.get("plot")) {
     plot(data, *png);
     if (!json) std::printf("plot: %s\n", png->c_str());

@@ -32,7 +32,8 @@ const char* const kTuneHelp = R"(usage: orthojit tune (--model CONFIG.json | --s
 Tunes each distinct matrix shape Muon would orthogonalize in the model (a Hugging Face
 config.json: dense Llama/Qwen/Mistral, GPT-2, MoE, MLA) and writes the winners to this device's
 tuning records, which `orthojit run`, `bench` and the runtime then use under --strategy auto.
-Each candidate (strategy, triangular products, blocking, the OpenBLAS engine) is checked against
+Each candidate (strategy, triangular products, blocking, the vendor engines OpenBLAS and, for
+bf16/f16 storage, oneDNN) is checked against
 the f64 reference before it may win, then timed (median of repeats, caches flushed). Shapes that
 already have a record are not timed again (--retune to redo them). Records are merged into the
 file after every shape, under a lock: nothing is lost when tuning stops early, and two tune
@@ -138,7 +139,7 @@ int tune_command(const std::vector<std::string>& args) {
     std::printf("%s\n", nlohmann::json({{"records", path}, {"elapsed_s", elapsed}, {"shapes", rows}}).dump(2).c_str());
     return 0;
   }
-  std::printf("\n%-16s %6s %6s  %-46s %10s %12s %12s\n", "shape", "batch", "count", "winner", "time ms", "vs default", backend == "cuda" ? "vs cuBLAS" : "vs OpenBLAS");
+  std::printf("\n%-16s %6s %6s  %-46s %10s %12s %-24s\n", "shape", "batch", "count", "winner", "time ms", "vs default", backend == "cuda" ? "vs cuBLAS" : "vs best vendor");
   for (const auto& row : rows) {
     auto ratio = [&](const char* name) {
       if (!row.contains(name)) return std::string("-");
@@ -150,10 +151,11 @@ int tune_command(const std::vector<std::string>& args) {
     if (row["cached"].get<bool>()) winner += " (record)";
     const int skipped = row["skipped_for_budget"].get<int>();
     if (skipped > 0) winner += " [" + std::to_string(skipped) + " over budget]";
-    std::printf("%-16s %6lld %6lld  %-46s %10s %12s %12s\n", shape_text(row["rows"], row["cols"], 1).c_str(), static_cast<long long>(row["batch"].get<int64_t>()),
+    std::string vendor = ratio("speedup_over_vendor");
+    if (row.contains("vendor") && backend == "cpu") vendor += " (" + row["vendor"].get<std::string>() + ")";
+    std::printf("%-16s %6lld %6lld  %-46s %10s %12s %-24s\n", shape_text(row["rows"], row["cols"], 1).c_str(), static_cast<long long>(row["batch"].get<int64_t>()),
                 static_cast<long long>(row["count"].get<int64_t>()), winner.c_str(),
-                row.contains("winner_ms") ? format_ms(row["winner_ms"].get<double>()).c_str() : "-", ratio("speedup_over_default").c_str(),
-                ratio("speedup_over_vendor").c_str());
+                row.contains("winner_ms") ? format_ms(row["winner_ms"].get<double>()).c_str() : "-", ratio("speedup_over_default").c_str(), vendor.c_str());
   }
   std::printf("\ntuned in %.1f s; records in %s\n", elapsed, path.c_str());
   return 0;

@@ -200,6 +200,7 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
       row["winner_ms"] = entry["winner"]["p50_ms"];
       if (entry["default"].contains("p50_ms")) row["speedup_over_default"] = entry["default"]["p50_ms"].get<double>() / entry["winner"]["p50_ms"].get<double>();
       if (entry.contains("vendor_p50_ms")) row["speedup_over_vendor"] = entry["vendor_p50_ms"].get<double>() / entry["winner"]["p50_ms"].get<double>();
+      if (entry.contains("vendor_label")) row["vendor"] = entry["vendor_label"];
     }
     int skipped = 0;
     for (const auto& candidate : entry["candidates"]) skipped += candidate["status"] == "skipped_budget" ? 1 : 0;
@@ -300,11 +301,20 @@ nlohmann::json compare_record(const CompareRequest& request, const std::function
     timing.budget_seconds = std::max(0.5, request.budget * static_cast<double>(shape.rows * shape.rows * shape.cols * shape.batch) / total / 3);
     nlohmann::json row = {{"rows", shape.rows}, {"cols", shape.cols}, {"batch", shape.batch}, {"count", shape.count},
                           {"label", shape_text(shape.rows, shape.cols, shape.batch)}};
+    // The vendor libraries as the tuner offers them: OpenBLAS always, oneDNN for 16-bit storage
+    // (its bf16 matmul); the faster of the two is the vendor column.
+    const ScalarType storage = passes::effective_policy(program.policy, request.precision).storage;
     for (const auto& [name, engine, strategy] : {std::tuple{"standard", "jit", "standard"}, std::tuple{"gram", "jit", "gram"},
-                                                 std::tuple{"openblas", "openblas", "standard"}}) {
+                                                 std::tuple{"openblas", "openblas", "standard"}, std::tuple{"onednn", "onednn", "standard"}}) {
       autotune::Candidate candidate;
       candidate.engine = engine;
       candidate.strategy = strategy;
+      if (candidate.engine == "onednn") {
+        if (std::string reason = cpu::onednn_unavailable_reason(storage); !reason.empty()) {
+          row[std::string(name) + "_error"] = reason;
+          continue;
+        }
+      }
       if (interactive) std::fprintf(stderr, "\r%-18s timing %-9s ...", row["label"].get<std::string>().c_str(), name);
       try {
         const auto executable = autotune::build_candidate(problem, candidate, request.threads);
@@ -321,11 +331,19 @@ nlohmann::json compare_record(const CompareRequest& request, const std::function
     if (interactive) std::fprintf(stderr, "\r%60s\r", "");
     if (row.contains("gram_ms")) row["gram_speedup"] = row["standard_ms"].get<double>() / row["gram_ms"].get<double>();
     const double best = row.contains("gram_ms") ? std::min(row["standard_ms"].get<double>(), row["gram_ms"].get<double>()) : row["standard_ms"].get<double>();
-    if (row.contains("openblas_ms")) row["vendor_speedup"] = row["openblas_ms"].get<double>() / best;
+    for (const char* vendor : {"openblas", "onednn"}) {
+      const std::string key = std::string(vendor) + "_ms";
+      if (row.contains(key) && (!row.contains("vendor_ms") || row[key].get<double>() < row["vendor_ms"].get<double>())) {
+        row["vendor_ms"] = row[key];
+        row["vendor"] = vendor;
+      }
+    }
+    if (row.contains("vendor_ms")) row["vendor_speedup"] = row["vendor_ms"].get<double>() / best;
     if (on_row) on_row(row);
     rows.push_back(row);
   }
-  return {{"title", program.name + " on " + request.title + ", cpu, OpenBLAS " + cpu::openblas_kernel_name()}, {"shapes", rows}};
+  return {{"title", program.name + " on " + request.title + ", cpu, OpenBLAS " + cpu::openblas_kernel_name() + ", " + cpu::onednn_description()},
+          {"shapes", rows}};
 }
 
 // ---- plan ---------------------------------------------------------------------------------

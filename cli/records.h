@@ -87,14 +87,15 @@ nlohmann::json bench_record(const BenchRequest& request, bool report);
 struct CompareRequest {
   const dsl::Program* program = nullptr;
   std::vector<autotune::UniqueShape> shapes;
-  std::string title;  // "<program> on <title>, cpu, OpenBLAS <kernel>" in the record
+  std::string title;  // "<program> on <title>, cpu, OpenBLAS <kernel>, oneDNN <version, matmuls>" in the record
   std::optional<ScalarType> precision;
   double budget = 60;
   int threads = 0;
 };
 
-// {"title", "shapes": [{rows, cols, batch, count, label, standard_ms, gram_ms, openblas_ms, ...,
-// gram_speedup, vendor_speedup}]}: standard vs gram vs OpenBLAS per shape. `on_row` sees each
+// {"title", "shapes": [{rows, cols, batch, count, label, standard_ms, gram_ms, openblas_ms,
+// onednn_ms (16-bit storage), vendor_ms and vendor (the faster library), ..., gram_speedup,
+// vendor_speedup}]}: standard vs gram vs the vendor libraries per shape. `on_row` sees each
 // row as soon as it is timed; `progress`: a progress line on stderr while timing.
 nlohmann::json compare_record(const CompareRequest& request, const std::function<void(const nlohmann::json&)>& on_row, bool progress);
 

@@ -13,7 +13,8 @@
 #   ORTHOJIT_WITH_LLVM         the CPU backend: LLVM 19 JIT microkernels (llvm-19-dev)
 #   ORTHOJIT_WITH_VENDOR_BLAS  OpenBLAS: the tuner's vendor-library candidate and the f64 products of
 #                              the reference checks (a plain loop without it); oneDNN, when found
-#                              too, for the CPU benchmark's bf16 baseline (libopenblas-dev, libdnnl-dev)
+#                              too, for the tuner's bf16 vendor candidate and the CPU benchmark's bf16
+#                              baseline (libopenblas-dev, libdnnl-dev)
 #   ORTHOJIT_WITH_MPI          the MPI engine of the distributed optimizer (libopenmpi-dev)
 #   ORTHOJIT_BUILD_PYTHON      the nanobind extension orthojit._orthojit (pip install nanobind, and
 #                              the interpreter's development headers)
@@ -92,6 +93,7 @@ if(NOT blas_off)
   find_library(OPENBLAS_LIBRARY NAMES openblas)
   find_path(OPENBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas)
   find_library(DNNL_LIBRARY NAMES dnnl)
+  find_path(DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp)
   if(OPENBLAS_LIBRARY AND OPENBLAS_INCLUDE_DIR)
     set(orthojit_openblas_found ON)
   endif()
@@ -100,6 +102,19 @@ orthojit_decide(ORTHOJIT_WITH_VENDOR_BLAS ORTHOJIT_HAVE_VENDOR_BLAS ${orthojit_o
 set(ORTHOJIT_VENDOR_BLAS_ABSENT_REASON "${ORTHOJIT_HAVE_VENDOR_BLAS_REASON}")
 if(NOT ORTHOJIT_HAVE_VENDOR_BLAS)
   set(OPENBLAS_LIBRARY "")  # what links ${OPENBLAS_LIBRARY} links nothing
+endif()
+# oneDNN, the tuner's bf16 vendor candidate (engine onednn) and the benchmark's bf16 baseline:
+# optional within the vendor part (no option of its own); without it the engine is not offered and
+# says why (ORTHOJIT_ONEDNN_ABSENT_REASON).
+if(blas_off)
+  set(ORTHOJIT_HAVE_ONEDNN OFF)
+  set(ORTHOJIT_ONEDNN_ABSENT_REASON "it was configured with -DORTHOJIT_WITH_VENDOR_BLAS=OFF")
+elseif(DNNL_LIBRARY AND DNNL_INCLUDE_DIR)
+  set(ORTHOJIT_HAVE_ONEDNN ON)
+  set(ORTHOJIT_ONEDNN_ABSENT_REASON "")
+else()
+  set(ORTHOJIT_HAVE_ONEDNN OFF)
+  set(ORTHOJIT_ONEDNN_ABSENT_REASON "oneDNN (libdnnl-dev) was not found at configure time")
 endif()
 
 # MPI (Open MPI on Debian).
@@ -163,7 +178,7 @@ endif()
 orthojit_decide(ORTHOJIT_WITH_BENCHMARK ORTHOJIT_HAVE_BENCHMARK ${orthojit_benchmark_found} "Google Benchmark" "install libbenchmark-dev (scripts/install-deps.sh)")
 set(ORTHOJIT_BENCHMARK_ABSENT_REASON "${ORTHOJIT_HAVE_BENCHMARK_REASON}")
 
-foreach(part CPU_BACKEND VENDOR_BLAS MPI PYTHON GTEST BENCHMARK)
+foreach(part CPU_BACKEND VENDOR_BLAS ONEDNN MPI PYTHON GTEST BENCHMARK)
   if(ORTHOJIT_HAVE_${part})
     message(STATUS "orthojit: ${part}: built")
   else()

@@ -5,6 +5,7 @@
 
 #include "cpu/build_status.h"
 #include "cpu/llvm_jit.h"
+#include "cpu/openblas_library.h"
 #include "cpu/vendor_gemm.h"
 #ifdef ORTHOJIT_HAVE_CUDA
 #include "cuda/cublas_newton_schulz.h"
@@ -30,8 +31,11 @@ std::vector<BuildPart> build_parts() {
   parts.push_back({"ref backend", true, "the f64 reference interpreter"});
   if (cpu::cpu_backend_unavailable_reason().empty()) parts.push_back({"cpu backend", true, cpu::llvm_version()});
   else parts.push_back({"cpu backend", false, ORTHOJIT_CPU_BACKEND_ABSENT_REASON});
-  if (cpu::vendor_blas_unavailable_reason().empty()) parts.push_back({"openblas", true, std::string("kernel ") + cpu::openblas_kernel_name()});
-  else parts.push_back({"openblas", false, ORTHOJIT_VENDOR_BLAS_ABSENT_REASON});
+  if (!cpu::vendor_blas_unavailable_reason().empty()) parts.push_back({"openblas", false, ORTHOJIT_VENDOR_BLAS_ABSENT_REASON});
+  else if (!cpu::openblas_unavailable_reason().empty()) parts.push_back({"openblas", false, cpu::openblas_unavailable_reason()});
+  else parts.push_back({"openblas", true, std::string("kernel ") + cpu::openblas_kernel_name() + " (" + cpu::openblas_coretype_origin() + ")"});
+  if (const std::string reason = cpu::onednn_unavailable_reason(ScalarType::BF16); reason.empty()) parts.push_back({"onednn", true, cpu::onednn_description()});
+  else parts.push_back({"onednn", false, reason});
 #ifdef ORTHOJIT_HAVE_CUDA
   parts.push_back({"cuda backend", true, "NVRTC " + cuda::nvrtc_version() + " (libcuda and cuBLAS opened at run time)"});
   const std::string cublas = cuda::CublasNewtonSchulz::unavailable_reason();

@@ -238,7 +238,9 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
       compile.triangular_products = winner.triangular;
       if (!blocking_from_environment) {
         cpu_options.blocking = winner.blocking();
-        cpu_options.engine = winner.engine == "openblas" ? cpu::ProductEngine::OpenBlas : cpu::ProductEngine::Jit;
+        cpu_options.engine = winner.engine == "openblas" ? cpu::ProductEngine::OpenBlas
+                             : winner.engine == "onednn" ? cpu::ProductEngine::OneDnn
+                                                         : cpu::ProductEngine::Jit;
         // The ISA path the winner's kernel needs (amx, the vdpbf16ps kernel, FMAs), unless the
         // caller forced one or this CPU cannot run it.
         if (auto isa = winner.cpu_isa(); isa && options.cpu_isa.empty() && cpu::host_supports(*isa)) cpu_options.isa = *isa;

@@ -130,6 +130,7 @@ std::vector<MatrixView> static_views(const ir::Function& function) {
 
 std::string CpuOptions::describe() const {
   if (engine == ProductEngine::OpenBlas) return std::string("openblas ") + openblas_kernel_name() + " threads=" + std::to_string(threads);
+  if (engine == ProductEngine::OneDnn) return "onednn (" + onednn_description() + ") threads=" + std::to_string(threads);
   return std::string(to_string(isa)) + " threads=" + std::to_string(threads) + " mc=" + std::to_string(blocking.mc) +
          " kc=" + std::to_string(blocking.kc) + " nc=" + std::to_string(blocking.nc) + (blocking.bf16_dot ? " bf16dot" : "") +
          (blocking.direct_operand_bytes != GemmBlocking{}.direct_operand_bytes ? " direct=" + std::to_string(blocking.direct_operand_bytes) : "") +
@@ -334,7 +335,8 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
         problem.gamma = static_cast<float>(node.gamma);
         problem.triangular = node.symmetric && function_.strategy.triangular_products;
         problem.epilogue = node_epilogues_[index];
-        if (options_.engine == ProductEngine::OpenBlas) run_openblas_product(problem, pool ? pool->size() : 1);
+        if (options_.engine == ProductEngine::OpenBlas) run_openblas_product(problem, pool);
+        else if (options_.engine == ProductEngine::OneDnn) run_onednn_product(problem, pool);
         else driver_->run(problem, pool);
         break;
       }

@@ -1,0 +1,147 @@
+// OpenBLAS opened with dlopen after choosing its kernel (see openblas_library.h).
+#include "cpu/openblas_library.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+
+#include <cpuid.h>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "cpu/build_status.h"
+
+extern "C" char* openblas_get_corename(void);
+extern "C" void openblas_set_num_threads(int threads);
+
+namespace orthojit::cpu {
+namespace {
+
+// The configured library first (the one the build found), then its usual soname, so a machine
+// with the runtime package only (no libopenblas.so development link) still opens it.
+constexpr const char* kLibraryPaths[] = {ORTHOJIT_OPENBLAS_LIBRARY, "libopenblas.so.0"};
+
+struct Library {
+  std::string unavailable, origin;
+  // Typed from cblas.h's own declarations, so a signature mismatch is a compile error.
+  decltype(&cblas_sgemm) sgemm = nullptr;
+  decltype(&cblas_ssyrk) ssyrk = nullptr;
+  decltype(&cblas_dgemm) dgemm = nullptr;
+  decltype(&openblas_set_num_threads) set_num_threads = nullptr;
+  decltype(&openblas_get_corename) get_corename = nullptr;
+};
+
+bool cpu_is_amd() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  return std::strcmp(vendor, "AuthenticAMD") == 0;
+}
+
+Library open_library() {
+  Library library;
+  // Already in the process (a program that links OpenBLAS itself, such as bench/'s baselines):
+  // its constructor has run and its kernel stands; dlopen below returns the same handle.
+  bool already_loaded = false;
+  for (const char* path : kLibraryPaths)
+    if (void* handle = ::dlopen(path, RTLD_NOW | RTLD_NOLOAD)) {
+      already_loaded = true;
+      ::dlclose(handle);
+    }
+  const char* user_choice = std::getenv("OPENBLAS_CORETYPE");
+  const std::string ours = openblas_coretype_for(host_cpu(), cpu_is_amd());
+  bool set_here = false;
+  if (already_loaded) {
+    library.origin = "OpenBLAS was loaded by the program before orthojit chose its kernel";
+  } else if (user_choice && *user_choice) {
+    library.origin = std::string("OPENBLAS_CORETYPE=") + user_choice + " set by the user";
+  } else if (!ours.empty()) {
+    // Read by the library's constructor during dlopen, then put back as the user had it (unset),
+    // so child processes and later readers of the environment see what they would have.
+    ::setenv("OPENBLAS_CORETYPE", ours.c_str(), 1);
+    set_here = true;
+    library.origin = "OPENBLAS_CORETYPE=" + ours + " set by orthojit for this CPU";
+  } else {
+    library.origin = "OpenBLAS's own detection";
+  }
+  void* handle = nullptr;
+  std::string errors;
+  for (const char* path : kLibraryPaths) {
+    if ((handle = ::dlopen(path, RTLD_NOW | RTLD_LOCAL))) break;
+    const char* error = ::dlerror();
+    errors += std::string(errors.empty() ? "" : "; ") + (error ? error : path);
+  }
+  if (set_here) ::unsetenv("OPENBLAS_CORETYPE");
+  if (!handle) {
+    library.unavailable = "OpenBLAS could not be opened (" + errors + "): the tuner's openblas candidates and the OpenBLAS baselines are left out";
+    return library;
+  }
+  auto resolve = [&](auto& pointer, const char* name) {
+    pointer = reinterpret_cast<std::remove_reference_t<decltype(pointer)>>(::dlsym(handle, name));
+    if (!pointer && library.unavailable.empty()) library.unavailable = std::string("the opened OpenBLAS has no ") + name + ": the openblas engine is left out";
+  };
+  resolve(library.sgemm, "cblas_sgemm");
+  resolve(library.ssyrk, "cblas_ssyrk");
+  resolve(library.dgemm, "cblas_dgemm");
+  resolve(library.set_num_threads, "openblas_set_num_threads");
+  resolve(library.get_corename, "openblas_get_corename");
+  return library;  // the handle stays open for the process's lifetime
+}
+
+const Library& library() {
+  static const Library opened = [] {
+    const std::string& built = vendor_blas_unavailable_reason();
+    if (!built.empty()) {
+      Library absent;
+      absent.unavailable = built;
+      return absent;
+    }
+    return open_library();
+  }();
+  return opened;
+}
+
+const Library& usable_library() {
+  const Library& opened = library();
+  if (!opened.unavailable.empty()) throw PartNotBuilt(opened.unavailable);
+  return opened;
+}
+
+CBLAS_TRANSPOSE transpose_flag(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
+
+}  // namespace
+
+std::string openblas_coretype_for(const HostCpu& cpu, bool amd) {
+  if (cpu.avx512f) return "SkylakeX";
+  if (cpu.avx2 && cpu.fma) return amd ? "Zen" : "Haswell";
+  return "";
+}
+
+const std::string& openblas_unavailable_reason() { return library().unavailable; }
+
+const std::string& openblas_coretype_origin() { return library().origin; }
+
+void openblas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+                    float* c, int ldc) {
+  usable_library().sgemm(CblasRowMajor, transpose_flag(trans_a), transpose_flag(trans_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void openblas_ssyrk(bool trans, int n, int k, float alpha, const float* a, int lda, float beta, float* c, int ldc) {
+  usable_library().ssyrk(CblasRowMajor, CblasUpper, transpose_flag(trans), n, k, alpha, a, lda, beta, c, ldc);
+}
+
+void openblas_dgemm_nt(int m, int n, int k, const double* a, const double* b, double* c) {
+  usable_library().dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0, a, k, b, k, 0.0, c, n);
+}
+
+void openblas_set_threads(int threads) { usable_library().set_num_threads(threads); }
+
+const char* openblas_core_name() {
+  const Library& opened = library();
+  return opened.unavailable.empty() ? opened.get_corename() : "(unavailable)";
+}
+
+}  // namespace orthojit::cpu
