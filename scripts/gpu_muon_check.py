@@ -233,7 +233,61 @@ def main() -> int:
             say(f"  {count} experts, torch.optim.Muon over {count} matrices: {torch_s * 1e3:.1f} ms per step; orthojit {torch_s / orthojit_s:.2f}x (target 3x)")
         return result
 
-    for name, phase, needs in (("numerics", numerics, 30), ("layer", layer, 40), ("experts", experts, 40)):
+    def distributed():
+        # orthojit.DistributedMuon on CUDA tensors over NCCL in one process (comm="local": no MPI
+        # on these machines) against orthojit.Muon on the same tensors: deepspeed mode runs the
+        # same compiled Muon steps, so the parameters must be bit-identical at every stage;
+        # balanced mode within 1e-5 (f32 roundings of lr*O). Then a step's time against Muon's.
+        nonlocal failures
+        results = []
+        settings = {"muon.precision": "f32", "muon.weight_decay": 0.01, "adam.weight_decay": 0.01}
+
+        def build(seed, dtype):
+            torch.manual_seed(seed)
+            layers = torch.nn.ModuleDict({"embed": torch.nn.Embedding(301, 64), "hidden": torch.nn.Linear(64, 257), "out": torch.nn.Linear(257, 96)})
+            layers.register_parameter("experts", torch.nn.Parameter(torch.randn(4, 96, 160) * 0.05))
+            return layers.to(device=device, dtype=dtype)
+
+        for dtype in (torch.float32, torch.bfloat16):
+            for stage in (1, 2, 3):
+                for mode in ("deepspeed", "balanced"):
+                    if mode == "balanced" and dtype != torch.float32:
+                        continue
+                    a, b = build(1, dtype), build(1, dtype)
+                    dist = orthojit.DistributedMuon(a.named_parameters(), "local", stage=stage, mode=mode, preset="keller", settings=settings,
+                                                    engine="nccl")
+                    single = orthojit.Muon(b.named_parameters(), preset="keller", settings=settings)
+                    largest = 0.0
+                    for step in range(3):
+                        torch.manual_seed(100 + step)
+                        grads = {n: torch.randn_like(p) for n, p in b.named_parameters()}
+                        for m in (a, b):
+                            for n, p in m.named_parameters():
+                                p.grad = grads[n].clone()
+                        report_step = dist.step()
+                        if report_step["skipped"]:
+                            raise RuntimeError(f"stage {stage} {mode}: step skipped: {report_step['reason']}")
+                        if stage == 3:
+                            dist.gather_parameters()
+                        single.step()
+                        torch.cuda.synchronize()
+                        for (n, x), (_, y) in zip(a.named_parameters(), b.named_parameters()):
+                            largest = max(largest, (x.detach().float() - y.detach().float()).abs().max().item())
+                    ok = largest == 0.0 if mode == "deepspeed" else largest < 1e-5
+                    failures += 0 if ok else 1
+                    results.append({"dtype": str(dtype), "stage": stage, "mode": mode, "largest_difference": largest, "ok": ok})
+                    say(f"  {str(dtype):>14} stage {stage} {mode:>9}: largest difference from orthojit.Muon {largest:.3g} {'ok' if ok else 'FAIL'}")
+        # One step's time on a Llama-like layer's hidden matrices, DistributedMuon (1 rank, stage 2) vs Muon.
+        a = [torch.nn.Parameter(torch.randn(r, c, dtype=torch.bfloat16, device=device) * 0.02) for r, c in ((4096, 4096), (1024, 4096), (14336, 4096))]
+        named = [(f"layer.w{i}", p) for i, p in enumerate(a)]
+        fill_grads(a)
+        dist = orthojit.DistributedMuon(named, "local", stage=2, preset="keller", engine="nccl")
+        single = orthojit.Muon(named, preset="keller")
+        dist_s, single_s = time_steps(dist.step, 3), time_steps(single.step, 3)
+        say(f"  3 hidden matrices (bf16): DistributedMuon 1 rank stage 2 {dist_s * 1e3:.1f} ms, orthojit.Muon {single_s * 1e3:.1f} ms per step")
+        return {"checks": results, "timing": {"distributed_s": dist_s, "muon_s": single_s}}
+
+    for name, phase, needs in (("numerics", numerics, 30), ("layer", layer, 40), ("experts", experts, 40), ("distributed", distributed, 40)):
         if remaining() < needs:
             say(f"{name}: skipped, {remaining():.0f} s of the budget left (needs about {needs} s)")
             report["phases"][name] = {"status": "skipped", "reason": "budget"}

@@ -112,7 +112,10 @@ TEST(CudaElementwise, EveryVariantCompilesForSm80AndSm90WithoutSpills) {
     for (ScalarType g : {ScalarType::F32, ScalarType::BF16})
       for (bool moonlight : {false, true}) sources.push_back(cuda::generate_adamw({g, p, moonlight}));
     sources.push_back(cuda::generate_nonfinite_check(p));
+    sources.push_back(cuda::generate_accumulate(p));
+    for (ScalarType d : {ScalarType::F32, ScalarType::BF16, ScalarType::F16}) sources.push_back(cuda::generate_convert(p, d));
   }
+  sources.push_back(cuda::generate_divide());
   for (const std::string& source : sources)
     for (const char* arch : {"sm_80", "sm_90"}) {
       const cuda::NvrtcOutput out = cuda::compile_cuda(source, kernels::cuda_device_headers(), arch);
@@ -162,29 +165,80 @@ TEST(CudaElementwise, ApplyKernelsMatchTheUpdateRulesBitForBit) {
   plan.batch = 3, plan.rows = 12, plan.cols = 30;
   plan.blocks = {{0, 4}, {4, 6}, {10, 2}};
   const int64_t count = plan.batch * plan.rows * plan.cols;
-  using Run = void(void*, const float*, const double*, double, double, long long, long long, long long, unsigned, unsigned);
+  using Run = void(void*, const float*, const double*, double, double, long long, long long, long long, long long, unsigned, unsigned);
   for (DType type : {DType::F32, DType::BF16, DType::F16})
     for (bool per_row : {true, false}) {
       SCOPED_TRACE(std::string(to_string(type)) + (per_row ? " per-row steps" : " one step"));
       EmulatedKernel kernel(cuda::generate_muon_apply({scalar(type)}), "oj_muon_apply",
-                            "void* p, const float* o, const double* row_step, double step, double decay, long long rows, long long cols, long long count",
-                            "static_cast<OJ_PARAM(0)>(p), o, row_step, step, decay, rows, cols, count");
+                            "void* p, const float* o, const double* row_step, double step, double decay, long long rows, long long cols, "
+                            "long long first, long long count",
+                            "static_cast<OJ_PARAM(0)>(p), o, row_step, step, decay, rows, cols, first, count");
       runtime::MuonGroupSettings muon;
       muon.lr = 0.0173;
       muon.weight_decay = 0.1;
       muon.lr_adjust = per_row ? runtime::LrAdjust::MatchRmsAdamW : runtime::LrAdjust::None;
       plan.blocks = per_row ? std::vector<runtime::MatrixBlock>{{0, 4}, {4, 6}, {10, 2}} : std::vector<runtime::MatrixBlock>{{0, 12}};
-      std::vector<unsigned char> p_kernel = stored(type, random_values(count, random, 0.05)), p_rules = p_kernel;
       const std::vector<double> o64 = random_values(count, random, 0.1);
       const std::vector<float> o(o64.begin(), o64.end());
       std::vector<double> steps(static_cast<size_t>(plan.rows));
       for (const runtime::MatrixBlock& block : plan.blocks)
         for (int64_t r = block.row_offset; r < block.row_offset + block.rows; ++r)
           steps[static_cast<size_t>(r)] = muon.lr * runtime::lr_scale(muon.lr_adjust, block.rows, plan.cols);
-      kernel.function<Run>()(p_kernel.data(), o.data(), per_row ? steps.data() : nullptr, steps[0], 1.0 - muon.lr * muon.weight_decay, plan.rows,
-                             plan.cols, count, kGrid, kBlock);
-      runtime::apply_muon(muon, plan, type, p_rules.data(), o.data(), 0, count);
-      EXPECT_EQ(p_kernel, p_rules);
+      // The whole parameter, and a ZeRO slice that starts and ends inside rows of different
+      // blocks and matrices (the kernel finds each element's row from `first`).
+      for (const auto& [lo, hi] : {std::pair<int64_t, int64_t>{0, count}, std::pair<int64_t, int64_t>{137, 811}}) {
+        SCOPED_TRACE("elements [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
+        std::vector<unsigned char> p_kernel = stored(type, random_values(count, random, 0.05)), p_rules = p_kernel;
+        const int64_t size = runtime::dtype_bytes(type);
+        kernel.function<Run>()(p_kernel.data() + lo * size, o.data() + lo, per_row ? steps.data() : nullptr, steps[0], 1.0 - muon.lr * muon.weight_decay,
+                               plan.rows, plan.cols, lo, hi - lo, kGrid, kBlock);
+        runtime::apply_muon(muon, plan, type, p_rules.data(), o.data(), lo, hi);
+        EXPECT_EQ(p_kernel, p_rules);
+      }
+    }
+}
+
+// The ZeRO step's element-wise kernels (runtime/zero/distributed_optimizer.h on device memory):
+// accumulation, the average and the conversions give the bits of the host loops they replace.
+TEST(CudaElementwise, ZeroStepKernelsMatchTheHostLoopsBitForBit) {
+  if (!have_host_compiler()) GTEST_SKIP() << "no host c++ for the emulation";
+  std::mt19937 random(std::random_device{}());
+  const int64_t count = 1000;
+  for (DType grad : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(to_string(grad));
+    using Accumulate = void(const void*, float*, long long, unsigned, unsigned);
+    EmulatedKernel kernel(cuda::generate_accumulate(scalar(grad)), "oj_accumulate", "const void* g, float* acc, long long count",
+                          "static_cast<OJ_PARAM(0)>(g), acc, count");
+    const std::vector<unsigned char> g = stored(grad, random_values(count, random, 1.0));
+    const std::vector<double> a64 = random_values(count, random, 3.0);
+    std::vector<float> acc_kernel(a64.begin(), a64.end()), acc_host = acc_kernel;
+    kernel.function<Accumulate>()(g.data(), acc_kernel.data(), count, kGrid, kBlock);
+    for (int64_t i = 0; i < count; ++i) acc_host[static_cast<size_t>(i)] += static_cast<float>(runtime::load_element(grad, g.data(), i));
+    EXPECT_EQ(std::memcmp(acc_kernel.data(), acc_host.data(), count * 4), 0) << "accumulate";
+  }
+  {
+    using Divide = void(float*, float, long long, unsigned, unsigned);
+    EmulatedKernel kernel(cuda::generate_divide(), "oj_divide", "float* x, float divisor, long long count", "x, divisor, count");
+    const std::vector<double> x64 = random_values(count, random, 2.0);
+    for (float world : {2.0f, 3.0f, 7.0f}) {  // 3 and 7: the quotient is inexact, so x·(1/world) would differ
+      std::vector<float> x_kernel(x64.begin(), x64.end()), x_host = x_kernel;
+      kernel.function<Divide>()(x_kernel.data(), world, count, kGrid, kBlock);
+      for (float& value : x_host) value /= world;
+      EXPECT_EQ(std::memcmp(x_kernel.data(), x_host.data(), count * 4), 0) << "divide by " << world;
+    }
+  }
+  // The conversions the step uses: parameters into the f32 gather buffer and back.
+  for (const auto& [from, to] : {std::pair{DType::F32, DType::F32}, std::pair{DType::BF16, DType::F32}, std::pair{DType::F16, DType::F32},
+                                 std::pair{DType::F32, DType::BF16}, std::pair{DType::F32, DType::F16}}) {
+      SCOPED_TRACE(std::string(to_string(from)) + " to " + to_string(to));
+      using Convert = void(const void*, void*, long long, unsigned, unsigned);
+      EmulatedKernel kernel(cuda::generate_convert(scalar(from), scalar(to)), "oj_convert", "const void* s, void* d, long long count",
+                            "static_cast<OJ_PARAM(0)>(s), static_cast<OJ_PARAM(1)>(d), count");
+      const std::vector<unsigned char> source = stored(from, random_values(count, random, 100.0));
+      std::vector<unsigned char> d_kernel(static_cast<size_t>(count * runtime::dtype_bytes(to)), 0xAB), d_host = d_kernel;
+      kernel.function<Convert>()(source.data(), d_kernel.data(), count, kGrid, kBlock);
+      for (int64_t i = 0; i < count; ++i) runtime::store_element(to, d_host.data(), i, runtime::load_element(from, source.data(), i));
+      EXPECT_EQ(d_kernel, d_host);
     }
 }
 

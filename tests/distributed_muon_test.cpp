@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "runtime/muon/hybrid_optimizer.h"
@@ -155,7 +156,7 @@ TEST_P(Distributed, SameReducedGradientsGiveBitIdenticalParameters) {
         const int root = tensor.owners.front();
         if (communicator.rank() == root) first = *optimizer.momentum(tensor.tensor.name);
         communicator.broadcast(first.data(), tensor.tensor.elements * 4, root);
-        if (const auto* mine = optimizer.momentum(tensor.tensor.name)) {
+        if (const auto mine = optimizer.momentum(tensor.tensor.name)) {
           EXPECT_EQ(std::memcmp(mine->data(), first.data(), first.size() * 4), 0) << tensor.tensor.name << " momentum differs on rank " << communicator.rank();
         }
       }
@@ -355,18 +356,18 @@ TEST_P(Distributed, EveryRanksOwnGradientsAreAveraged) {
       for (const PlannedTensor& tensor : optimizer.plan().tensors) {
         if (!tensor.tensor.muon) continue;
         const std::vector<float>& expected = reference.state().at(tensor.tensor.name).momentum;
-        const std::vector<float>* held = optimizer.momentum(tensor.tensor.name);
+        const std::optional<std::vector<float>> held = optimizer.momentum(tensor.tensor.name);
         const int64_t lo = std::clamp<int64_t>(part.begin - tensor.offset, 0, tensor.tensor.elements);
         const int64_t hi = std::clamp<int64_t>(part.end - tensor.offset, 0, tensor.tensor.elements);
         if (hi <= lo) {
-          EXPECT_EQ(held, nullptr) << tensor.tensor.name << where;
+          EXPECT_FALSE(held.has_value()) << tensor.tensor.name << where;
           continue;
         }
         // No ASSERT here: a rank that returned early would leave the others waiting in the next
         // step's collectives.
         const bool whole = mode == OrthogonalizationMode::DeepSpeed;
         const int64_t begin = whole ? 0 : lo, count = whole ? tensor.tensor.elements : hi - lo;
-        if (held == nullptr || static_cast<int64_t>(held->size()) != count) {
+        if (!held || static_cast<int64_t>(held->size()) != count) {
           ADD_FAILURE() << tensor.tensor.name << ": this rank holds " << (held ? std::to_string(held->size()) : std::string("no")) << " momentum elements, expected "
                         << count << where;
           continue;

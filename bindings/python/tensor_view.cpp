@@ -24,13 +24,9 @@ std::string dtype_name(nb::dlpack::dtype type) {
   return std::string(kind) + std::to_string(type.bits);
 }
 
-}  // namespace
-
-TensorView tensor_view(const nb::ndarray<>& array, const std::string& what, bool f32_only) {
+// dtype, shape and contiguity, wherever the memory is.
+TensorView described(const nb::ndarray<>& array, const std::string& what, bool f32_only) {
   TensorView result;
-  if (array.device_type() != nb::device::cpu::value)
-    throw std::invalid_argument(what + " is not in CPU memory (DLPack device type " + std::to_string(array.device_type()) +
-                                "); the Muon update rules run on the host (muon.backend = cuda moves only the orthogonalization to the GPU)");
   const nb::dlpack::dtype type = array.dtype();
   const auto code = static_cast<nb::dlpack::dtype_code>(type.code);
   if (type.lanes == 1 && code == nb::dlpack::dtype_code::Float && type.bits == 32) result.dtype = DType::F32;
@@ -47,6 +43,27 @@ TensorView tensor_view(const nb::ndarray<>& array, const std::string& what, bool
   for (size_t d = 0; d < array.ndim(); ++d) result.shape.push_back(static_cast<int64_t>(array.shape(d)));
   result.count = static_cast<int64_t>(array.size());
   result.data = array.data();
+  return result;
+}
+
+}  // namespace
+
+TensorView tensor_view(const nb::ndarray<>& array, const std::string& what, bool f32_only) {
+  if (array.device_type() != nb::device::cpu::value)
+    throw std::invalid_argument(what + " is not in CPU memory (DLPack device type " + std::to_string(array.device_type()) +
+                                "); the Muon update rules run on the host (muon.backend = cuda moves only the orthogonalization to the GPU)");
+  return described(array, what, f32_only);
+}
+
+TensorView host_or_cuda_view(const nb::ndarray<>& array, const std::string& what) {
+  if (array.device_type() == nb::device::cpu::value) return described(array, what, false);
+  if (array.device_type() != nb::device::cuda::value)
+    throw std::invalid_argument(what + " is neither in CPU nor in CUDA memory (DLPack device type " + std::to_string(array.device_type()) + ")");
+  if (array.device_id() != 0)
+    throw std::invalid_argument(what + " is on cuda:" + std::to_string(array.device_id()) + "; orthojit's CUDA kernels run on device 0 of the process "
+                                "(set CUDA_VISIBLE_DEVICES so that each rank sees its GPU as device 0)");
+  TensorView result = described(array, what, false);
+  result.cuda = true;
   return result;
 }
 

@@ -21,6 +21,8 @@
 #include "bindings/python/tensor_view.h"
 #include "cli/model_config.h"
 #include "cli/records.h"
+#include "runtime/muon/memory_space.h"
+#include "runtime/zero/communicator.h"
 #include "runtime/zero/model_layout.h"
 #include "runtime/zero/distributed_optimizer.h"
 #ifdef ORTHOJIT_HAVE_MPI
@@ -59,11 +61,13 @@ std::string plan(const std::string& model, bool model_is_json, int world, int st
   return cli::plan_record(label, runtime::plan_partitions(runtime::model_plan_tensors(shapes), settings)).dump();
 }
 
-// The distributed optimizer with the communicator it owns (a duplicate of the caller's MPI_Comm).
+// The distributed optimizer with the communicator it owns (a duplicate of the caller's MPI_Comm,
+// or the one-process communicator).
 class Distributed {
  public:
-  // parameters: (name, tensor, use_muon or None); mpi_comm: the MPI_Comm handle as an integer
-  // (mpi4py: MPI._handleof(comm)).
+  // parameters: (name, tensor, use_muon or None), all CPU or all CUDA tensors; mpi_comm: the
+  // MPI_Comm handle as an integer (mpi4py: MPI._handleof(comm)), or 0 for one process without MPI
+  // (a world of one rank: the engines' single-process test, one GPU).
   Distributed(const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>& parameters, uintptr_t mpi_comm, const std::string& preset,
               const std::map<std::string, std::string>& overrides, int stage, const std::string& mode, bool average_gradients, bool offload,
               const std::string& engine) {
@@ -75,10 +79,16 @@ class Distributed {
     distributed.average_gradients = average_gradients;
     distributed.offload_optimizer = offload;
     std::vector<runtime::Parameter> list;
+    std::optional<bool> cuda;
     for (const auto& [name, tensor, use_muon] : parameters) {
       runtime::Parameter p;
       p.name = name;
-      const TensorView view = tensor_view(tensor, "parameter '" + name + "'");
+      const TensorView view = host_or_cuda_view(tensor, "parameter '" + name + "'");
+      if (cuda && *cuda != view.cuda)
+        throw nb::value_error(("parameter '" + name + "' is in " + (view.cuda ? "CUDA" : "CPU") + " memory but the ones before it are not: " +
+                               "orthojit.DistributedMuon takes all parameters on one device")
+                                  .c_str());
+      cuda = view.cuda;
       p.data = view.data;
       p.dtype = view.dtype;
       p.shape = view.shape;
@@ -86,17 +96,25 @@ class Distributed {
       names_.push_back(name);
       list.push_back(p);
     }
-    // Open MPI's MPI_Comm is a pointer; the integer is what mpi4py's MPI._handleof returns.
+    cuda_ = cuda.value_or(false);
+    if (cuda_ && engine != "nccl")
+      throw nb::value_error(("the parameters are CUDA tensors: use engine='nccl' (engine '" + engine + "' moves host memory only)").c_str());
+    if (mpi_comm == 0) {
+      bootstrap_ = std::make_unique<runtime::LocalCommunicator>();
+    } else {
+      // Open MPI's MPI_Comm is a pointer; the integer is what mpi4py's MPI._handleof returns.
 #ifdef ORTHOJIT_HAVE_MPI
-    bootstrap_ = std::make_unique<runtime::MpiCommunicator>(reinterpret_cast<MPI_Comm>(mpi_comm));
+      bootstrap_ = std::make_unique<runtime::MpiCommunicator>(reinterpret_cast<MPI_Comm>(mpi_comm));
 #else
-    (void)mpi_comm;  // the engines bootstrap over MPI, which this build left out (cmake/optional_parts.cmake)
-    throw nb::value_error(("orthojit.DistributedMuon bootstraps every engine over MPI: " + runtime::mpi_unavailable_reason() + " (orthojit.Muon runs one process)").c_str());
+      throw nb::value_error(("orthojit.DistributedMuon bootstraps every engine over MPI: " + runtime::mpi_unavailable_reason() +
+                             " (orthojit.Muon runs one process)")
+                                .c_str());
 #endif
+    }
     runtime::Communicator* communicator = bootstrap_.get();
     if (engine == "nccl") {
 #ifdef ORTHOJIT_HAVE_NCCL
-      // One GPU per rank; NCCL's unique id travels over the MPI communicator.
+      // One GPU per rank; NCCL's unique id travels over the bootstrap communicator.
       nccl_ = runtime::NcclCommunicator::create(*bootstrap_);
       communicator = nccl_.get();
 #else
@@ -106,24 +124,29 @@ class Distributed {
       throw nb::value_error(("unknown engine '" + engine + "'; expected mpi or nccl").c_str());
     }
     communicator_ = communicator;
-    optimizer_ = std::make_unique<runtime::DistributedOptimizer>(std::move(list), std::move(settings), distributed, *communicator_);
+    optimizer_ = std::make_unique<runtime::DistributedOptimizer>(std::move(list), std::move(settings), distributed, *communicator_,
+                                                                cuda_ ? runtime::cuda_memory() : runtime::host_memory());
   }
 
-  nb::dict step(const std::vector<std::pair<std::string, nb::ndarray<>>>& gradients, bool accumulate_only) {
+  // stream: the CUstream (torch.cuda.current_stream().cuda_stream) of a step on CUDA tensors.
+  nb::dict step(const std::vector<std::pair<std::string, nb::ndarray<>>>& gradients, bool accumulate_only, uintptr_t stream) {
     for (const auto& [name, grad] : gradients) {
-      const TensorView view = tensor_view(grad, "the gradient of '" + name + "'");
+      const TensorView view = host_or_cuda_view(grad, "the gradient of '" + name + "'");
+      if (view.cuda != cuda_)
+        throw nb::value_error(("the gradient of '" + name + "' is in " + (view.cuda ? "CUDA" : "CPU") + " memory, its parameter is not").c_str());
       optimizer_->set_gradient(name, view.data, view.dtype);
     }
+    void* on = reinterpret_cast<void*>(stream);
     nb::dict result;
     if (accumulate_only) {
       nb::gil_scoped_release release;
-      optimizer_->accumulate_gradients();
+      optimizer_->accumulate_gradients(on);
       return result;
     }
     runtime::StepReport report;
     {
       nb::gil_scoped_release release;
-      report = optimizer_->step();
+      report = optimizer_->step(on);
     }
     result["skipped"] = report.skipped;
     result["reason"] = report.reason;
@@ -134,17 +157,19 @@ class Distributed {
     return result;
   }
 
-  void gather_parameters() {
+  void gather_parameters(uintptr_t stream) {
     nb::gil_scoped_release release;
-    optimizer_->gather_parameters();
+    optimizer_->gather_parameters(reinterpret_cast<void*>(stream));
   }
   int rank() const { return communicator_->rank(); }
   int world() const { return communicator_->world(); }
+  bool cuda() const { return cuda_; }
   std::string describe() const { return communicator_->describe(); }
   std::string plan_json() const { return cli::plan_record("parameters", optimizer_->plan()).dump(); }
 
  private:
   std::vector<std::string> names_;
+  bool cuda_ = false;
   std::unique_ptr<runtime::Communicator> bootstrap_;
 #ifdef ORTHOJIT_HAVE_NCCL
   std::unique_ptr<runtime::NcclCommunicator> nccl_;
@@ -161,8 +186,9 @@ void register_zero(nb::module_& module) {
                     const std::map<std::string, std::string>&, int, const std::string&, bool, bool, const std::string&>(),
            nb::arg("parameters"), nb::arg("mpi_comm"), nb::arg("preset"), nb::arg("overrides"), nb::arg("stage"), nb::arg("mode"), nb::arg("average_gradients"),
            nb::arg("offload"), nb::arg("engine") = "mpi")
-      .def("step", &Distributed::step, nb::arg("gradients"), nb::arg("accumulate_only") = false)
-      .def("gather_parameters", &Distributed::gather_parameters)
+      .def("step", &Distributed::step, nb::arg("gradients"), nb::arg("accumulate_only") = false, nb::arg("stream") = 0)
+      .def("gather_parameters", &Distributed::gather_parameters, nb::arg("stream") = 0)
+      .def_prop_ro("cuda", &Distributed::cuda)
       .def_prop_ro("rank", &Distributed::rank)
       .def_prop_ro("world", &Distributed::world)
       .def("describe", &Distributed::describe)

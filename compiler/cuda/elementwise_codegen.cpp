@@ -89,9 +89,11 @@ std::string generate_muon_apply(const MuonApplyKernel& kernel) {
   out << muon_device_functions(true, false);
   out << "\nextern \"C\" __global__ void oj_muon_apply(" << p.type
       << "* __restrict__ p, const float* __restrict__ o, const double* __restrict__ row_step, double step, double decay,\n"
-         "                                      long long rows, long long cols, long long count) {\n"
+         "                                      long long rows, long long cols, long long first, long long count) {\n"
       << kLoop
-      << "    const double s = row_step ? row_step[(i % (rows * cols)) / cols] : step;\n"
+      // `first`: the index of element 0 in the parameter, so a slice [first, first + count) finds
+      // its rows (the ZeRO owner of a slice applies only that slice).
+      << "    const double s = row_step ? row_step[((first + i) % (rows * cols)) / cols] : step;\n"
          "    p[i] = param_store(oj_parameter_next(param_load(p[i]), decay, s, o[i]));\n"
          "  }\n}\n";
   return out.str();
@@ -133,6 +135,37 @@ std::string generate_nonfinite_check(ScalarType grad) {
   emit_header(out, "non-finite check, gradient " + std::string(to_string(grad)));
   out << "extern \"C\" __global__ void oj_nonfinite(const " << g.type << "* __restrict__ g, unsigned int* flag, long long count) {\n"
       << kLoop << "    if (" << test << ") *flag = 1u;\n  }\n}\n";
+  return out.str();
+}
+
+std::string generate_accumulate(ScalarType grad) {
+  const Storage g = storage(grad, "the gradient");
+  std::ostringstream out;
+  emit_header(out, "gradient accumulation into f32, gradient " + std::string(to_string(grad)));
+  emit_access(out, "grad", g);
+  out << "extern \"C\" __global__ void oj_accumulate(const " << g.type << "* __restrict__ g, float* __restrict__ acc, long long count) {\n"
+      << kLoop
+      // The gradient is read into f32 exactly (bf16, f16 widen without rounding), then one f32 add.
+      << "    acc[i] = oj::f32_add(acc[i], static_cast<float>(grad_load(g[i])));\n  }\n}\n";
+  return out.str();
+}
+
+std::string generate_divide() {
+  std::ostringstream out;
+  emit_header(out, "f32 division by a scalar (the gradient average over the ranks)");
+  out << "extern \"C\" __global__ void oj_divide(float* __restrict__ x, float divisor, long long count) {\n"
+      << kLoop << "    x[i] = oj::f32_div(x[i], divisor);\n  }\n}\n";
+  return out.str();
+}
+
+std::string generate_convert(ScalarType from, ScalarType to) {
+  const Storage s = storage(from, "the source"), d = storage(to, "the destination");
+  std::ostringstream out;
+  emit_header(out, "conversion " + std::string(to_string(from)) + " to " + std::string(to_string(to)));
+  emit_access(out, "source", s);
+  emit_access(out, "destination", d);
+  out << "extern \"C\" __global__ void oj_convert(const " << s.type << "* __restrict__ s, " << d.type << "* __restrict__ d, long long count) {\n"
+      << kLoop << "    d[i] = destination_store(source_load(s[i]));\n  }\n}\n";
   return out.str();
 }
 

@@ -8,6 +8,10 @@
 //                     block (a per-row f64 array, or one value for all rows), written in p's type
 //   oj_adamw          m, v (f32, in place), then p ← p·decay − δ with the standard or the
 //                     Moonlight formula
+//   oj_accumulate     acc ← acc + g (f32, in place; the ZeRO step's gradient accumulation)
+//   oj_divide         x ← x / d (f32, in place; the gradient average over the ranks)
+//   oj_convert        d ← s in another storage type, rounded once (parameters to and from the
+//                     f32 all-gather buffer)
 //   oj_nonfinite      flag ← 1 when any element of g is a NaN or an infinity (the step's check
 //                     before anything changes; the exponent bits, so fast math cannot drop it)
 //
@@ -40,7 +44,8 @@ struct AdamWKernel {
 // CUDA C++ that includes "orthojit_device.cuh" and defines one extern "C" kernel of that name:
 //   oj_muon_momentum(const G* g, float* m, float* u, double beta, long long count)
 //   oj_muon_apply(P* p, const float* o, const double* row_step, double step, double decay,
-//                 long long rows, long long cols, long long count)   (row_step null: `step`)
+//                 long long rows, long long cols, long long first, long long count)
+//                 (row_step null: `step`; element i is element first + i of the parameter)
 //   oj_adamw(const G* g, float* m, float* v, P* p, double beta1, double beta2, double lr,
 //            double bias1, double bias2, double eps, double scale, double decay, long long count)
 //            (scale = lr·√bias2/bias1, used by the Moonlight formula)
@@ -64,5 +69,11 @@ std::string generate_adamw(const AdamWKernel& kernel);
 // element's exponent bits are all ones (NaN or ±infinity), never 0 (the caller zeroes the flag),
 // so one flag can collect any number of launches.
 std::string generate_nonfinite_check(ScalarType grad);
+// oj_accumulate(const G* g, float* acc, long long count), with G the gradient's storage;
+// oj_divide(float* x, float divisor, long long count);
+// oj_convert(const S* s, D* d, long long count).
+std::string generate_accumulate(ScalarType grad);
+std::string generate_divide();
+std::string generate_convert(ScalarType from, ScalarType to);
 
 }  // namespace orthojit::cuda

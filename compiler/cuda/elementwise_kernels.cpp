@@ -57,10 +57,31 @@ void ElementwiseKernels::muon_momentum(const MuonMomentumKernel& kernel, CUdevic
 }
 
 void ElementwiseKernels::muon_apply(const MuonApplyKernel& kernel, CUdeviceptr p, CUdeviceptr o, CUdeviceptr row_step, double step, double decay,
-                                    int64_t rows, int64_t cols, int64_t count, CUstream stream) {
+                                    int64_t rows, int64_t cols, int64_t first, int64_t count, CUstream stream) {
   CUfunction f = function(generate_muon_apply(kernel), "oj_muon_apply");
-  long long r = rows, c = cols, n = count;
-  void* arguments[] = {&p, &o, &row_step, &step, &decay, &r, &c, &n};
+  long long r = rows, c = cols, f0 = first, n = count;
+  void* arguments[] = {&p, &o, &row_step, &step, &decay, &r, &c, &f0, &n};
+  launch(f, count, arguments, stream);
+}
+
+void ElementwiseKernels::accumulate(ScalarType grad, CUdeviceptr g, CUdeviceptr acc, int64_t count, CUstream stream) {
+  CUfunction f = function(generate_accumulate(grad), "oj_accumulate");
+  long long n = count;
+  void* arguments[] = {&g, &acc, &n};
+  launch(f, count, arguments, stream);
+}
+
+void ElementwiseKernels::divide(CUdeviceptr x, float divisor, int64_t count, CUstream stream) {
+  CUfunction f = function(generate_divide(), "oj_divide");
+  long long n = count;
+  void* arguments[] = {&x, &divisor, &n};
+  launch(f, count, arguments, stream);
+}
+
+void ElementwiseKernels::convert(ScalarType from, CUdeviceptr s, ScalarType to, CUdeviceptr d, int64_t count, CUstream stream) {
+  CUfunction f = function(generate_convert(from, to), "oj_convert");
+  long long n = count;
+  void* arguments[] = {&s, &d, &n};
   launch(f, count, arguments, stream);
 }
 

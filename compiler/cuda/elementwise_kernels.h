@@ -25,7 +25,10 @@ class ElementwiseKernels {
   void muon_momentum(const MuonMomentumKernel& kernel, CUdeviceptr g, CUdeviceptr m, CUdeviceptr u, double beta, int64_t count, CUstream stream);
   // row_step: 0 for one step value for every row.
   void muon_apply(const MuonApplyKernel& kernel, CUdeviceptr p, CUdeviceptr o, CUdeviceptr row_step, double step, double decay, int64_t rows,
-                  int64_t cols, int64_t count, CUstream stream);
+                  int64_t cols, int64_t first, int64_t count, CUstream stream);
+  void accumulate(ScalarType grad, CUdeviceptr g, CUdeviceptr acc, int64_t count, CUstream stream);
+  void divide(CUdeviceptr x, float divisor, int64_t count, CUstream stream);
+  void convert(ScalarType from, CUdeviceptr s, ScalarType to, CUdeviceptr d, int64_t count, CUstream stream);
   void adamw(const AdamWKernel& kernel, CUdeviceptr g, CUdeviceptr m, CUdeviceptr v, CUdeviceptr p, double beta1, double beta2, double lr,
              double bias1, double bias2, double eps, double scale, double decay, int64_t count, CUstream stream);
 

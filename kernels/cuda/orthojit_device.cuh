@@ -40,6 +40,10 @@ __device__ __forceinline__ double f64_div(double a, double b) { return __ddiv_rn
 __device__ __forceinline__ double f64_sqrt(double a) { return __dsqrt_rn(a); }
 __device__ __forceinline__ float f64_to_f32(double value) { return __double2float_rn(value); }
 // A double passed as its 64 bits (the Muon step's argument block, ir/muon_step.h).
+// f32 add and divide with IEEE rounding whatever the compile flags (the ZeRO step's
+// accumulation and average must give the host's bits).
+__device__ __forceinline__ float f32_add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float f32_div(float a, float b) { return __fdiv_rn(a, b); }
 __device__ __forceinline__ double f64_from_bits(u64 bits) { return __longlong_as_double(static_cast<long long>(bits)); }
 // f64 to a 16-bit type with one rounding: to f32 rounding to odd (toward zero, then the last bit
 // set when inexact), then to nearest even; correct because f32 carries more than two bits beyond

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
-#include <tuple>
 
 #include "ir/muon_step.h"
 #include "runtime/muon/update_rules.h"
@@ -108,11 +107,9 @@ StepReport DeviceOptimizer::step(void* stream) {
     return report;
   }
 
-  // Equal blocks of every Muon parameter, one group per (rows, cols, gradient type, parameter
-  // type); the blocks' addresses and scalars as BlockOrthogonalizer::muon_step computes them.
-  const MuonGroupSettings& muon = settings_.muon;
-  const double decay = 1.0 - muon.lr * muon.weight_decay;
-  std::map<std::tuple<int64_t, int64_t, int, int>, std::vector<ir::MuonStepMatrix>> groups;
+  // Equal blocks of every Muon parameter batched: one compiled Muon step per (rows, cols,
+  // gradient type, parameter type).
+  std::vector<MuonStepTensor> muon_tensors;
   for (Entry& entry : entries_) {
     const Parameter& p = entry.parameter;
     DType grad_type = p.grad_dtype;
@@ -130,35 +127,11 @@ StepReport DeviceOptimizer::step(void* stream) {
       ++report.adam_updated;
       continue;
     }
-    const MatrixPlan& plan = entry.plan;
-    const int64_t matrix_elements = plan.rows * plan.cols;
-    const std::uintptr_t param = reinterpret_cast<std::uintptr_t>(p.data);
-    for (int64_t matrix = 0; matrix < plan.batch; ++matrix)
-      for (const MatrixBlock& block : plan.blocks) {
-        const int64_t first = matrix * matrix_elements + block.row_offset * plan.cols;
-        const auto [scale_rows, scale_cols] = scale_shape(plan, block);
-        ir::MuonStepMatrix io;
-        io.grad = grad + static_cast<std::uintptr_t>(bytes_of(first, grad_type));
-        io.momentum = entry.momentum + static_cast<std::uintptr_t>(bytes_of(first, DType::F32));
-        io.param = param + static_cast<std::uintptr_t>(bytes_of(first, p.dtype));
-        io.beta = muon.momentum;
-        io.step = muon.lr * lr_scale(muon.lr_adjust, scale_rows, scale_cols);
-        io.decay = decay;
-        groups[{block.rows, plan.cols, static_cast<int>(grad_type), static_cast<int>(p.dtype)}].push_back(io);
-      }
+    muon_tensors.push_back({&entry.plan, grad_type, grad, entry.momentum, p.dtype, reinterpret_cast<std::uintptr_t>(p.data)});
     ++report.muon_updated;
   }
-  if (!groups.empty()) {
-    std::vector<MuonStepGroup> launches;
-    for (auto& [key, matrices] : groups) {
-      const auto [rows, cols, grad_type, param_type] = key;
-      const ir::MuonStepSpec spec{muon.momentum_kind == MomentumKind::Ema, muon.nesterov, scalar_type(static_cast<DType>(grad_type)),
-                                  scalar_type(static_cast<DType>(param_type))};
-      MuonStepGroup group;
-      group.compiled = orthogonalizer_->compiled(static_cast<int64_t>(matrices.size()), rows, cols, spec);
-      group.matrices = std::move(matrices);
-      launches.push_back(std::move(group));
-    }
+  if (!muon_tensors.empty()) {
+    const std::vector<MuonStepGroup> launches = muon_step_groups(*orthogonalizer_, settings_.muon, muon_tensors);
     const auto started = std::chrono::steady_clock::now();
     launcher_.run(launches, stream, memory_->is_device());
     if (!memory_->is_device()) report.orthogonalize_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

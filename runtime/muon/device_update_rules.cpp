@@ -37,14 +37,41 @@ void device_muon_momentum(const MuonGroupSettings& muon, DType grad_type, std::u
 }
 
 void device_apply_muon(double lr, double weight_decay, DType param_type, std::uintptr_t param, std::uintptr_t orthogonal, std::uintptr_t row_step,
-                       double step, int64_t rows, int64_t cols, int64_t count, void* stream) {
+                       double step, int64_t rows, int64_t cols, int64_t first, int64_t count, void* stream) {
 #ifdef ORTHOJIT_HAVE_CUDA
   const double decay = 1.0 - lr * weight_decay;  // as apply_muon
-  kernels_or_throw().muon_apply(cuda::MuonApplyKernel{scalar_type(param_type)}, param, orthogonal, row_step, step, decay, rows, cols, count,
+  kernels_or_throw().muon_apply(cuda::MuonApplyKernel{scalar_type(param_type)}, param, orthogonal, row_step, step, decay, rows, cols, first, count,
                                 static_cast<CUstream>(stream));
 #else
-  (void)lr, (void)weight_decay, (void)param_type, (void)param, (void)orthogonal, (void)row_step, (void)step, (void)rows, (void)cols, (void)count,
-      (void)stream;
+  (void)lr, (void)weight_decay, (void)param_type, (void)param, (void)orthogonal, (void)row_step, (void)step, (void)rows, (void)cols, (void)first,
+      (void)count, (void)stream;
+  no_cuda();
+#endif
+}
+
+void device_accumulate(DType grad_type, std::uintptr_t grad, std::uintptr_t accumulator, int64_t count, void* stream) {
+#ifdef ORTHOJIT_HAVE_CUDA
+  kernels_or_throw().accumulate(scalar_type(grad_type), grad, accumulator, count, static_cast<CUstream>(stream));
+#else
+  (void)grad_type, (void)grad, (void)accumulator, (void)count, (void)stream;
+  no_cuda();
+#endif
+}
+
+void device_divide(std::uintptr_t values, float divisor, int64_t count, void* stream) {
+#ifdef ORTHOJIT_HAVE_CUDA
+  kernels_or_throw().divide(values, divisor, count, static_cast<CUstream>(stream));
+#else
+  (void)values, (void)divisor, (void)count, (void)stream;
+  no_cuda();
+#endif
+}
+
+void device_convert(DType from, std::uintptr_t source, DType to, std::uintptr_t destination, int64_t count, void* stream) {
+#ifdef ORTHOJIT_HAVE_CUDA
+  kernels_or_throw().convert(scalar_type(from), source, scalar_type(to), destination, count, static_cast<CUstream>(stream));
+#else
+  (void)from, (void)source, (void)to, (void)destination, (void)count, (void)stream;
   no_cuda();
 #endif
 }

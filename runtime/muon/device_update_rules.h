@@ -16,10 +16,16 @@ namespace orthojit::runtime {
 void device_muon_momentum(const MuonGroupSettings& muon, DType grad_type, std::uintptr_t grad, std::uintptr_t momentum, std::uintptr_t update,
                           int64_t count, void* stream);
 
-// p ← p·(1 − lr·wd) − step_row·O for `count` elements of `batch x rows x cols`; `row_step` is a
-// device array of `rows` f64 values (lr·s per row), or 0 for `step` on every row.
+// p ← p·(1 − lr·wd) − step_row·O for `count` elements of `batch x rows x cols` starting at
+// element `first` (param and orthogonal point at that element); `row_step` is a device array of
+// `rows` f64 values (lr·s per row), or 0 for `step` on every row.
 void device_apply_muon(double lr, double weight_decay, DType param_type, std::uintptr_t param, std::uintptr_t orthogonal, std::uintptr_t row_step,
-                       double step, int64_t rows, int64_t cols, int64_t count, void* stream);
+                       double step, int64_t rows, int64_t cols, int64_t first, int64_t count, void* stream);
+
+// acc ← acc + g (acc f32), x ← x / divisor (f32), and d ← s converted (rounded once).
+void device_accumulate(DType grad_type, std::uintptr_t grad, std::uintptr_t accumulator, int64_t count, void* stream);
+void device_divide(std::uintptr_t values, float divisor, int64_t count, void* stream);
+void device_convert(DType from, std::uintptr_t source, DType to, std::uintptr_t destination, int64_t count, void* stream);
 
 // One AdamW step (`step` already incremented), as adam_step.
 void device_adam_step(const AdamGroupSettings& adam, int64_t step, DType grad_type, std::uintptr_t grad, std::uintptr_t exp_avg,

@@ -1,6 +1,7 @@
 // Host and CUDA memory spaces (see memory_space.h).
 #include "runtime/muon/memory_space.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +58,29 @@ class HostMemory final : public MemorySpace {
     }
     runtime::adam_step(adam, step, gradient, reinterpret_cast<float*>(exp_avg), reinterpret_cast<float*>(exp_avg_sq), param_type, reinterpret_cast<void*>(param),
                        0, count);
+  }
+  void copy(std::uintptr_t destination, std::uintptr_t source, int64_t bytes, void*) override {
+    if (bytes > 0 && destination != source) std::memmove(reinterpret_cast<void*>(destination), reinterpret_cast<const void*>(source), static_cast<size_t>(bytes));
+  }
+  void accumulate(DType grad_type, std::uintptr_t grad, std::uintptr_t accumulator, int64_t count, void*) override {
+    float* acc = reinterpret_cast<float*>(accumulator);
+    for (int64_t i = 0; i < count; ++i) acc[i] += static_cast<float>(load_element(grad_type, reinterpret_cast<const void*>(grad), i));
+  }
+  void divide(std::uintptr_t values, float divisor, int64_t count, void*) override {
+    float* x = reinterpret_cast<float*>(values);
+    for (int64_t i = 0; i < count; ++i) x[i] /= divisor;
+  }
+  void convert(DType from, std::uintptr_t source, DType to, std::uintptr_t destination, int64_t count, void*) override {
+    for (int64_t i = 0; i < count; ++i)
+      store_element(to, reinterpret_cast<void*>(destination), i, load_element(from, reinterpret_cast<const void*>(source), i));
+  }
+  void muon_momentum(const MuonGroupSettings& muon, std::uintptr_t gradient, std::uintptr_t momentum, std::uintptr_t update, int64_t count,
+                     void*) override {
+    runtime::muon_momentum(muon, reinterpret_cast<const float*>(gradient), reinterpret_cast<float*>(momentum), reinterpret_cast<float*>(update), count);
+  }
+  void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType param_type, std::uintptr_t param, std::uintptr_t orthogonal,
+                  int64_t begin, int64_t end, void*) override {
+    runtime::apply_muon(muon, plan, param_type, reinterpret_cast<void*>(param), reinterpret_cast<const float*>(orthogonal), begin, end);
   }
 };
 
@@ -130,6 +154,40 @@ class CudaMemory final : public MemorySpace {
   void adam_step(const AdamGroupSettings& adam, int64_t step, DType grad_type, std::uintptr_t grad, std::uintptr_t exp_avg, std::uintptr_t exp_avg_sq,
                  DType param_type, std::uintptr_t param, int64_t count, void* stream) override {
     device_adam_step(adam, step, grad_type, grad, exp_avg, exp_avg_sq, param_type, param, count, stream);
+  }
+  void copy(std::uintptr_t destination, std::uintptr_t source, int64_t bytes, void* stream) override {
+    if (bytes <= 0 || destination == source) return;
+    device_.make_current();
+    cuda::check(api_.cuMemcpyDtoDAsync(static_cast<CUdeviceptr>(destination), static_cast<CUdeviceptr>(source), static_cast<size_t>(bytes),
+                                       static_cast<CUstream>(stream)),
+                "cuMemcpyDtoDAsync");
+  }
+  void accumulate(DType grad_type, std::uintptr_t grad, std::uintptr_t accumulator, int64_t count, void* stream) override {
+    device_accumulate(grad_type, grad, accumulator, count, stream);
+  }
+  void divide(std::uintptr_t values, float divisor, int64_t count, void* stream) override { device_divide(values, divisor, count, stream); }
+  void convert(DType from, std::uintptr_t source, DType to, std::uintptr_t destination, int64_t count, void* stream) override {
+    device_convert(from, source, to, destination, count, stream);
+  }
+  void muon_momentum(const MuonGroupSettings& muon, std::uintptr_t gradient, std::uintptr_t momentum, std::uintptr_t update, int64_t count,
+                     void* stream) override {
+    device_muon_momentum(muon, DType::F32, gradient, momentum, update, count, stream);
+  }
+  void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType param_type, std::uintptr_t param, std::uintptr_t orthogonal,
+                  int64_t begin, int64_t end, void* stream) override {
+    // One launch per piece of [begin, end) inside one block of one matrix: each piece has one
+    // step lr·s, computed as apply_muon computes it, so no per-row array travels to the device.
+    const int64_t matrix_elements = plan.rows * plan.cols, size = dtype_bytes(param_type);
+    for (int64_t matrix = begin / matrix_elements; matrix * matrix_elements < end; ++matrix)
+      for (const MatrixBlock& block : plan.blocks) {
+        const int64_t lo = std::max(begin, matrix * matrix_elements + block.row_offset * plan.cols);
+        const int64_t hi = std::min(end, matrix * matrix_elements + (block.row_offset + block.rows) * plan.cols);
+        if (lo >= hi) continue;
+        const auto [scale_rows, scale_cols] = scale_shape(plan, block);
+        device_apply_muon(muon.lr, muon.weight_decay, param_type, param + static_cast<std::uintptr_t>(lo * size),
+                          orthogonal + static_cast<std::uintptr_t>(lo * 4), 0, muon.lr * lr_scale(muon.lr_adjust, scale_rows, scale_cols), plan.rows,
+                          plan.cols, lo, hi - lo, stream);
+      }
   }
 
  private:

@@ -18,6 +18,7 @@
 
 #include "runtime/muon/optimizer_settings.h"
 #include "runtime/muon/parameter.h"
+#include "runtime/muon/parameter_tagging.h"
 
 namespace orthojit::runtime {
 
@@ -59,6 +60,24 @@ class MemorySpace {
   // (device_update_rules.h), the same bits.
   virtual void adam_step(const AdamGroupSettings& adam, int64_t step, DType grad_type, std::uintptr_t grad, std::uintptr_t exp_avg,
                          std::uintptr_t exp_avg_sq, DType param_type, std::uintptr_t param, int64_t count, void* stream) = 0;
+
+  // The distributed step's element-wise work (runtime/zero/distributed_optimizer.h), each with
+  // the host loop's bits (CUDA: the generated kernels of elementwise_codegen.h), enqueued:
+  //   copy          `bytes` bytes, source and destination in this space
+  //   accumulate    acc ← acc + g, acc f32, g in its own type
+  //   divide        x ← x / divisor, f32
+  //   convert       d ← s in another type (rounded once)
+  //   muon_momentum muon_momentum (update_rules.h) on `count` elements, g f32
+  //   apply_muon    apply_muon (update_rules.h) on the parameter's elements [begin, end);
+  //                 `orthogonal` is indexed like the whole parameter
+  virtual void copy(std::uintptr_t destination, std::uintptr_t source, int64_t bytes, void* stream) = 0;
+  virtual void accumulate(DType grad_type, std::uintptr_t grad, std::uintptr_t accumulator, int64_t count, void* stream) = 0;
+  virtual void divide(std::uintptr_t values, float divisor, int64_t count, void* stream) = 0;
+  virtual void convert(DType from, std::uintptr_t source, DType to, std::uintptr_t destination, int64_t count, void* stream) = 0;
+  virtual void muon_momentum(const MuonGroupSettings& muon, std::uintptr_t gradient, std::uintptr_t momentum, std::uintptr_t update, int64_t count,
+                             void* stream) = 0;
+  virtual void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType param_type, std::uintptr_t param, std::uintptr_t orthogonal,
+                          int64_t begin, int64_t end, void* stream) = 0;
 };
 
 // The process's host memory space.

@@ -2,12 +2,47 @@
 #include "runtime/muon/muon_step_launcher.h"
 
 #include <cstdio>
+#include <map>
+#include <tuple>
 
 #ifdef ORTHOJIT_HAVE_CUDA
 #include "cuda/cuda_graph.h"
 #endif
 
 namespace orthojit::runtime {
+
+std::vector<MuonStepGroup> muon_step_groups(BlockOrthogonalizer& orthogonalizer, const MuonGroupSettings& muon, const std::vector<MuonStepTensor>& tensors) {
+  const double decay = 1.0 - muon.lr * muon.weight_decay;
+  std::map<std::tuple<int64_t, int64_t, int, int>, std::vector<ir::MuonStepMatrix>> groups;
+  for (const MuonStepTensor& tensor : tensors) {
+    const MatrixPlan& plan = *tensor.plan;
+    const int64_t matrix_elements = plan.rows * plan.cols;
+    for (int64_t matrix = 0; matrix < plan.batch; ++matrix)
+      for (const MatrixBlock& block : plan.blocks) {
+        const int64_t first = matrix * matrix_elements + block.row_offset * plan.cols;
+        const auto [scale_rows, scale_cols] = scale_shape(plan, block);
+        ir::MuonStepMatrix io;
+        io.grad = tensor.grad + static_cast<std::uintptr_t>(first * dtype_bytes(tensor.grad_type));
+        io.momentum = tensor.momentum + static_cast<std::uintptr_t>(first * 4);
+        io.param = tensor.param + static_cast<std::uintptr_t>(first * dtype_bytes(tensor.param_type));
+        io.beta = muon.momentum;
+        io.step = muon.lr * lr_scale(muon.lr_adjust, scale_rows, scale_cols);
+        io.decay = decay;
+        groups[{block.rows, plan.cols, static_cast<int>(tensor.grad_type), static_cast<int>(tensor.param_type)}].push_back(io);
+      }
+  }
+  std::vector<MuonStepGroup> launches;
+  for (auto& [key, matrices] : groups) {
+    const auto [rows, cols, grad_type, param_type] = key;
+    const ir::MuonStepSpec spec{muon.momentum_kind == MomentumKind::Ema, muon.nesterov, scalar_type(static_cast<DType>(grad_type)),
+                                scalar_type(static_cast<DType>(param_type))};
+    MuonStepGroup group;
+    group.compiled = orthogonalizer.compiled(static_cast<int64_t>(matrices.size()), rows, cols, spec);
+    group.matrices = std::move(matrices);
+    launches.push_back(std::move(group));
+  }
+  return launches;
+}
 
 struct MuonStepLauncher::Graph {
 #ifdef ORTHOJIT_HAVE_CUDA

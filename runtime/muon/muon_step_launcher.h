@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ir/muon_step.h"
+#include "runtime/muon/update_rules.h"
 #include "runtime/orthogonalize.h"
 
 namespace orthojit::runtime {
@@ -19,6 +20,23 @@ struct MuonStepGroup {
   std::shared_ptr<CompiledOrthogonalizer> compiled;  // a Muon step, batch = matrices.size()
   std::vector<ir::MuonStepMatrix> matrices;
 };
+
+// One parameter's whole Muon step, at addresses of one memory space (host pointers or
+// CUdeviceptr values): an f32 or 16-bit gradient, the f32 momentum, the parameter in its type.
+struct MuonStepTensor {
+  const MatrixPlan* plan = nullptr;
+  DType grad_type = DType::F32;
+  std::uintptr_t grad = 0, momentum = 0;
+  DType param_type = DType::F32;
+  std::uintptr_t param = 0;
+};
+
+// The blocks of every tensor (each matrix of the batch, each row block), grouped by (rows,
+// cols, gradient type, parameter type) into one compiled Muon step per group, with each block's
+// addresses and scalars (β, lr·s with s from the block's shape, 1 − lr·wd) from `muon`, the
+// current settings; `orthogonalizer` compiles and caches them. Shared by the device optimizer
+// and the distributed one, so both batch and compute alike.
+std::vector<MuonStepGroup> muon_step_groups(BlockOrthogonalizer& orthogonalizer, const MuonGroupSettings& muon, const std::vector<MuonStepTensor>& tensors);
 
 class MuonStepLauncher {
  public:

@@ -40,6 +40,12 @@ class Communicator {
   };
   virtual void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) = 0;
 
+  // Whether buffers may be device memory (NCCL): the distributed optimizer on CUDA tensors needs
+  // it. Such a communicator enqueues collectives on device buffers on the stream set here (a
+  // CUstream; null: the legacy default stream) without waiting; host buffers it stages and waits.
+  virtual bool accepts_device_buffers() const { return false; }
+  virtual void set_stream(void* stream) { (void)stream; }
+
   // Bytes this rank has sent since construction (by the ring algorithms' count for collectives:
   // a reduce-scatter or all-gather of S total bytes sends (N−1)/N·S per rank, an all-reduce twice
   // that, a broadcast (N−1)/N·S; point-to-point sends exactly).

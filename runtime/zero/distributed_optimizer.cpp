@@ -2,6 +2,7 @@
 #include "runtime/zero/distributed_optimizer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -17,10 +18,25 @@ struct DistributedOptimizer::Entry {
   MatrixPlan matrices;
   size_t tensor = 0;       // index in plan_.tensors
   int64_t lo = 0, hi = 0;  // this rank's slice of the tensor's elements (empty: lo == hi)
-  std::vector<float> momentum;               // Muon: whole (deepspeed) or slice (balanced)
-  std::vector<float> exp_avg, exp_avg_sq;    // AdamW: the slice
+  // Addresses in memory_ (0: not held here), f32.
+  std::uintptr_t momentum = 0;              // Muon: whole (deepspeed) or slice (balanced)
+  std::uintptr_t exp_avg = 0, exp_avg_sq = 0;  // AdamW: the slice
+  std::uintptr_t update = 0;     // balanced: U of the slice
+  std::uintptr_t assembled = 0;  // balanced, on the matrix's orthogonalizer: the whole U
+  std::uintptr_t result = 0;     // balanced: the whole O (indexed like the parameter)
   int64_t step = 0;
 };
+
+std::uintptr_t DistributedOptimizer::Buffers::take(int64_t floats) {
+  addresses.reserve(addresses.size() + 1);  // so the push below cannot throw after allocating
+  const std::uintptr_t address = memory->allocate(std::max<int64_t>(floats, 1) * 4);
+  addresses.push_back(address);
+  return address;
+}
+
+DistributedOptimizer::Buffers::~Buffers() {
+  for (std::uintptr_t address : addresses) memory->free(address);
+}
 
 DistributedSettings distributed_settings(const DeepSpeedConfig& config) {
   DistributedSettings settings;
@@ -34,16 +50,31 @@ DistributedSettings distributed_settings(const DeepSpeedConfig& config) {
 }
 
 DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, OptimizerSettings settings, DistributedSettings distributed,
-                                           Communicator& communicator)
-    : settings_(std::move(settings)), distributed_(distributed), communicator_(communicator) {
+                                           Communicator& communicator, std::shared_ptr<MemorySpace> memory)
+    : settings_(std::move(settings)), distributed_(distributed), communicator_(communicator), memory_(std::move(memory)) {
+  if (!memory_) throw std::invalid_argument("DistributedOptimizer: no memory space");
+  buffers_.memory = memory_;
   if (distributed_.stage < 1 || distributed_.stage > 3) throw std::invalid_argument("ZeRO stage must be 1, 2 or 3 (got " + std::to_string(distributed_.stage) + ")");
   if (distributed_.offload_optimizer && settings_.muon.backend == "cuda")
     throw std::invalid_argument("optimizer offload keeps the state in host memory and orthogonalizes on the host: set muon.backend to cpu (it is cuda)");
+  if (memory_->is_device()) {
+    if (distributed_.offload_optimizer)
+      throw std::invalid_argument("optimizer offload keeps the state in host memory, but the parameters are in CUDA memory: pass CPU tensors to offload, "
+                                  "or leave offload off to keep the state on the device");
+    if (!communicator_.accepts_device_buffers())
+      throw std::invalid_argument("parameters in CUDA memory need a communicator that moves device buffers: engine nccl (this one is " +
+                                  communicator_.describe() + ")");
+    settings_.muon.backend = "cuda";  // the state is on the device; so is the iteration
+  }
   std::vector<PlanTensor> tensors;
   for (Parameter& parameter : parameters) {
     if (!parameter.requires_grad) continue;
     if (parameter.shape.empty()) parameter.shape = {1};
     if (!parameter.data) throw std::invalid_argument("parameter '" + parameter.name + "' has no data pointer");
+    for (const auto& [address, what] : {std::pair<const void*, const char*>{parameter.data, "data"}, {parameter.grad, "gradient"}})
+      if (address)
+        if (const std::string problem = memory_->address_problem(reinterpret_cast<std::uintptr_t>(address)); !problem.empty())
+          throw std::invalid_argument("parameter '" + parameter.name + "': the " + what + " pointer " + problem);
     Entry entry;
     entry.muon = parameter.use_muon.value_or(default_use_muon(parameter.name, parameter.shape, settings_.tagging));
     PlanTensor tensor;
@@ -71,32 +102,46 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
   plan_ = plan_partitions(tensors, plan_settings);
   const int rank = communicator_.rank();
   const RankSummary& mine = plan_.ranks[static_cast<size_t>(rank)];
+  const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
   for (Entry& entry : entries_) {
     const PlannedTensor& tensor = plan_.tensors[entry.tensor];
     entry.lo = std::clamp<int64_t>(mine.begin - tensor.offset, 0, tensor.tensor.elements);
     entry.hi = std::clamp<int64_t>(mine.end - tensor.offset, 0, tensor.tensor.elements);
-    const int64_t slice = entry.hi - entry.lo;
+    const int64_t slice = entry.hi - entry.lo, whole = tensor.tensor.elements;
+    const bool orthogonalizer = entry.muon && balanced && tensor.orthogonalizers.front() == rank;
+    if (orthogonalizer) entry.assembled = buffers_.take(whole);
+    if (entry.muon && balanced && (orthogonalizer || slice > 0)) entry.result = buffers_.take(whole);
     if (slice <= 0) continue;
-    if (entry.muon) entry.momentum.assign(static_cast<size_t>(distributed_.mode == OrthogonalizationMode::DeepSpeed ? tensor.tensor.elements : slice), 0.0f);
-    else {
-      entry.exp_avg.assign(static_cast<size_t>(slice), 0.0f);
-      entry.exp_avg_sq.assign(static_cast<size_t>(slice), 0.0f);
+    if (entry.muon) {
+      entry.momentum = buffers_.take(balanced ? slice : whole);
+      if (balanced) entry.update = buffers_.take(slice);
+    } else {
+      entry.exp_avg = buffers_.take(slice);
+      entry.exp_avg_sq = buffers_.take(slice);
     }
   }
+  flat_ = buffers_.take(plan_.padded_elements);
+  slice_ = buffers_.take(plan_.partition_elements);
   orthogonalizer_ = std::make_unique<BlockOrthogonalizer>(settings_.muon);
   if (std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.muon; })) muon_program(settings_.muon);
 }
 
 DistributedOptimizer::~DistributedOptimizer() = default;
 
-const std::vector<float>* DistributedOptimizer::momentum(const std::string& name) const {
+std::optional<std::vector<float>> DistributedOptimizer::momentum(const std::string& name) const {
   for (const Entry& entry : entries_)
-    if (entry.parameter.name == name) return entry.momentum.empty() ? nullptr : &entry.momentum;
-  return nullptr;
+    if (entry.parameter.name == name) {
+      if (!entry.momentum) return std::nullopt;
+      const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
+      std::vector<float> values(static_cast<size_t>(balanced ? entry.hi - entry.lo : entry.parameter.elements()));
+      memory_->download(values.data(), entry.momentum, static_cast<int64_t>(values.size()) * 4);
+      return values;
+    }
+  return std::nullopt;
 }
 
-void DistributedOptimizer::accumulate_gradients() {
-  if (!have_accumulated_) accumulated_.assign(static_cast<size_t>(plan_.padded_elements), 0.0f);
+void DistributedOptimizer::accumulate_gradients(void* stream) {
+  if (!have_accumulated_) memory_->zero(flat_, plan_.padded_elements * 4, stream);
   for (const Entry& entry : entries_) {
     const Parameter& p = entry.parameter;
     if (!p.grad) {
@@ -106,110 +151,128 @@ void DistributedOptimizer::accumulate_gradients() {
       throw std::invalid_argument("parameter '" + p.name + "' has no gradient: every rank must provide every gradient (zeros if unused), "
                                   "or set missing_grad = zero");
     }
-    const int64_t offset = plan_.tensors[entry.tensor].offset;
-    for (int64_t i = 0; i < p.elements(); ++i) accumulated_[static_cast<size_t>(offset + i)] += static_cast<float>(load_element(p.grad_dtype, p.grad, i));
+    memory_->accumulate(p.grad_dtype, reinterpret_cast<std::uintptr_t>(p.grad), at(flat_, plan_.tensors[entry.tensor].offset), p.elements(), stream);
   }
   have_accumulated_ = true;
 }
 
-// The reduced gradient of this rank's partition (stage 1: also every other element, in
-// accumulated_-sized `full_` kept by the caller through the return of the flat buffer).
-void DistributedOptimizer::reduce_gradients(std::vector<float>& flat) {
-  if (!have_accumulated_) accumulate_gradients();
-  flat.swap(accumulated_);
+// The reduced gradient of this rank's partition, in place in flat_ (stage 1: every element).
+void DistributedOptimizer::reduce_gradients(void* stream) {
+  if (!have_accumulated_) accumulate_gradients(stream);
   have_accumulated_ = false;
   const int64_t part = plan_.partition_elements;
   const float world = static_cast<float>(communicator_.world());
+  communicator_.set_stream(stream);
   if (distributed_.stage == 1) {
-    communicator_.all_reduce_sum(flat.data(), plan_.padded_elements);
-    if (distributed_.average_gradients)
-      for (float& value : flat) value /= world;
+    communicator_.all_reduce_sum(reinterpret_cast<float*>(flat_), plan_.padded_elements);
+    if (distributed_.average_gradients) memory_->divide(flat_, world, plan_.padded_elements, stream);
   } else {
-    std::vector<float> slice(static_cast<size_t>(part));
-    communicator_.reduce_scatter_sum(flat.data(), slice.data(), part);
-    if (distributed_.average_gradients)
-      for (float& value : slice) value /= world;
+    communicator_.reduce_scatter_sum(reinterpret_cast<const float*>(flat_), reinterpret_cast<float*>(slice_), part);
+    if (distributed_.average_gradients) memory_->divide(slice_, world, part, stream);
     // Keep the flat indexing: this rank's partition at its place, the rest unused.
-    std::copy(slice.begin(), slice.end(), flat.begin() + communicator_.rank() * part);
+    memory_->copy(at(flat_, communicator_.rank() * part), slice_, part * 4, stream);
   }
 }
 
-StepReport DistributedOptimizer::step() {
+std::string DistributedOptimizer::locate_nonfinite() const {
+  // Only after the check said so: this rank's partition comes to the host to name the first bad
+  // element.
+  const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
+  std::vector<float> values(static_cast<size_t>(mine.end - mine.begin));
+  memory_->download(values.data(), at(flat_, mine.begin), static_cast<int64_t>(values.size()) * 4);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (std::isfinite(values[i])) continue;
+    const int64_t index = mine.begin + static_cast<int64_t>(i);
+    for (const Entry& entry : entries_) {
+      const PlannedTensor& tensor = plan_.tensors[entry.tensor];
+      if (index >= tensor.offset && index < tensor.offset + tensor.tensor.elements)
+        return " (on rank " + std::to_string(communicator_.rank()) + ": parameter '" + entry.parameter.name + "')";
+    }
+    return "";
+  }
+  return "";
+}
+
+StepReport DistributedOptimizer::step(void* stream) {
   const int64_t bytes_before = communicator_.bytes_sent();
   StepReport report;
-  std::vector<float> flat;
-  reduce_gradients(flat);
+  reduce_gradients(stream);
   // A non-finite reduced gradient anywhere skips the step on every rank.
   const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
+  const bool bad_here = memory_->any_nonfinite({{DType::F32, at(flat_, mine.begin), mine.end - mine.begin}}, stream);
+  std::string where;
   float bad = 0;
-  int64_t first_bad = -1;
-  for (int64_t i = mine.begin; i < mine.end; ++i)
-    if (!std::isfinite(flat[static_cast<size_t>(i)])) {
-      bad += 1;
-      if (first_bad < 0) first_bad = i;
-    }
-  communicator_.all_reduce_sum(&bad, 1);
+  if (bad_here) {
+    where = locate_nonfinite();
+    bad = 1;
+  }
+  communicator_.all_reduce_sum(&bad, 1);  // a host scalar: staged and waited for by a device engine
   if (bad > 0) {
     report.skipped = true;
-    std::string where;
-    if (first_bad >= 0)
-      for (const Entry& entry : entries_) {
-        const PlannedTensor& tensor = plan_.tensors[entry.tensor];
-        if (first_bad >= tensor.offset && first_bad < tensor.offset + tensor.tensor.elements)
-          where = " (on rank " + std::to_string(communicator_.rank()) + ": parameter '" + entry.parameter.name + "')";
-      }
-    report.reason = std::to_string(static_cast<int64_t>(bad)) + " non-finite reduced gradient element(s)" + where +
+    report.reason = "non-finite reduced gradient element(s) on " + std::to_string(static_cast<int64_t>(bad)) + " rank(s)" + where +
                     "; the step was skipped on every rank and no parameter or state changed";
     bytes_last_step_ = communicator_.bytes_sent() - bytes_before;
     return report;
   }
-  if (distributed_.mode == OrthogonalizationMode::DeepSpeed) muon_deepspeed(flat, report);
-  else muon_balanced(flat, report);
-  adam(flat);
-  if (distributed_.stage <= 2) all_gather_parameters();
+  if (distributed_.mode == OrthogonalizationMode::DeepSpeed) muon_deepspeed(report, stream);
+  else muon_balanced(report, stream);
+  adam(stream);
+  if (distributed_.stage <= 2) all_gather_parameters(stream);
   for (const Entry& entry : entries_) (entry.muon ? report.muon_updated : report.adam_updated) += entry.hi > entry.lo ? 1 : 0;
   bytes_last_step_ = communicator_.bytes_sent() - bytes_before;
   return report;
 }
 
-void DistributedOptimizer::muon_deepspeed(const std::vector<float>& flat, StepReport& report) {
+void DistributedOptimizer::muon_deepspeed(StepReport& report, void* stream) {
   const int rank = communicator_.rank();
-  // Whole reduced gradients of the Muon matrices this rank owns.
-  std::map<size_t, std::vector<float>> whole;
+  // Each owner of a matrix assembles its whole reduced gradient in flat_ (at stage 1 it is all
+  // there; at stages 2-3 the other owners' pieces arrive at their places), then runs the whole
+  // Muon step on it: the compiled Muon steps of every matrix it owns, batched by shape.
   std::vector<Communicator::Transfer> sends, receives;
-  for (size_t e = 0; e < entries_.size(); ++e) {
-    Entry& entry = entries_[e];
+  std::vector<MuonStepTensor> owned;
+  for (Entry& entry : entries_) {
     if (!entry.muon || entry.hi <= entry.lo) continue;
     const PlannedTensor& tensor = plan_.tensors[entry.tensor];
-    std::vector<float>& gradient = whole[e];
-    gradient.assign(static_cast<size_t>(tensor.tensor.elements), 0.0f);
-    if (distributed_.stage == 1) {  // all-reduced: every element is here
-      std::copy(flat.begin() + tensor.offset, flat.begin() + tensor.offset + tensor.tensor.elements, gradient.begin());
-      continue;
-    }
-    std::copy(flat.begin() + tensor.offset + entry.lo, flat.begin() + tensor.offset + entry.hi, gradient.begin() + entry.lo);
-    for (int owner : tensor.owners) {
-      if (owner == rank) continue;
-      const RankSummary& theirs = plan_.ranks[static_cast<size_t>(owner)];
-      const int64_t lo = std::clamp<int64_t>(theirs.begin - tensor.offset, 0, tensor.tensor.elements);
-      const int64_t hi = std::clamp<int64_t>(theirs.end - tensor.offset, 0, tensor.tensor.elements);
-      sends.push_back({owner, const_cast<float*>(flat.data() + tensor.offset + entry.lo), (entry.hi - entry.lo) * 4});
-      receives.push_back({owner, gradient.data() + lo, (hi - lo) * 4});
-    }
+    if (distributed_.stage >= 2)
+      for (int owner : tensor.owners) {
+        if (owner == rank) continue;
+        const RankSummary& theirs = plan_.ranks[static_cast<size_t>(owner)];
+        const int64_t lo = std::clamp<int64_t>(theirs.begin - tensor.offset, 0, tensor.tensor.elements);
+        const int64_t hi = std::clamp<int64_t>(theirs.end - tensor.offset, 0, tensor.tensor.elements);
+        sends.push_back({owner, reinterpret_cast<void*>(at(flat_, tensor.offset + entry.lo)), (entry.hi - entry.lo) * 4});
+        receives.push_back({owner, reinterpret_cast<void*>(at(flat_, tensor.offset + lo)), (hi - lo) * 4});
+      }
+    owned.push_back({&entry.matrices, DType::F32, at(flat_, tensor.offset), entry.momentum, entry.parameter.dtype,
+                     reinterpret_cast<std::uintptr_t>(entry.parameter.data)});
   }
   if (distributed_.stage >= 2 && communicator_.world() > 1) communicator_.exchange(sends, receives);
-  for (auto& [e, gradient] : whole) {
-    Entry& entry = entries_[e];
-    std::vector<float> update(gradient.size()), orthogonal(gradient.size());
-    muon_momentum(settings_.muon, gradient.data(), entry.momentum.data(), update.data(), static_cast<int64_t>(gradient.size()));
-    const double before = orthogonalizer_->seconds();
-    orthogonalizer_->orthogonalize(entry.matrices, update.data(), orthogonal.data());
-    report.orthogonalize_seconds += orthogonalizer_->seconds() - before;
-    apply_muon(settings_.muon, entry.matrices, entry.parameter.dtype, entry.parameter.data, orthogonal.data(), entry.lo, entry.hi);
-  }
+  if (owned.empty()) return;
+  // The step writes the whole parameter; the elements outside this rank's slice get what their
+  // owners compute from the same inputs, and the all-gather (or gather_parameters) overwrites them.
+  const std::vector<MuonStepGroup> launches = muon_step_groups(*orthogonalizer_, settings_.muon, owned);
+  const auto started = std::chrono::steady_clock::now();
+  launcher_.run(launches, stream, memory_->is_device());
+  if (!memory_->is_device()) report.orthogonalize_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
-void DistributedOptimizer::muon_balanced(const std::vector<float>& flat, StepReport& report) {
+// O = NS(U) for a whole parameter: host memory through the block orthogonalizer; device memory
+// one launch sequence per (matrix, block), each a contiguous run of rows.
+void DistributedOptimizer::orthogonalize(const Entry& entry, std::uintptr_t update, std::uintptr_t orthogonal, StepReport& report, void* stream) {
+  const MatrixPlan& plan = entry.matrices;
+  if (!memory_->is_device()) {
+    const double before = orthogonalizer_->seconds();
+    orthogonalizer_->orthogonalize(plan, reinterpret_cast<const float*>(update), reinterpret_cast<float*>(orthogonal));
+    report.orthogonalize_seconds += orthogonalizer_->seconds() - before;
+    return;
+  }
+  for (int64_t matrix = 0; matrix < plan.batch; ++matrix)
+    for (const MatrixBlock& block : plan.blocks) {
+      const int64_t first = matrix * plan.rows * plan.cols + block.row_offset * plan.cols;
+      orthogonalizer_->compiled(1, block.rows, plan.cols)->run_device(at(update, first), at(orthogonal, first), stream);
+    }
+}
+
+void DistributedOptimizer::muon_balanced(StepReport& report, void* stream) {
   const int rank = communicator_.rank();
   auto slice_of = [&](const PlannedTensor& tensor, int owner, int64_t& lo, int64_t& hi) {
     const RankSummary& theirs = plan_.ranks[static_cast<size_t>(owner)];
@@ -217,100 +280,105 @@ void DistributedOptimizer::muon_balanced(const std::vector<float>& flat, StepRep
     hi = std::clamp<int64_t>(theirs.end - tensor.offset, 0, tensor.tensor.elements);
   };
   // 1. Momentum and U on the slices; U's pieces to each matrix's orthogonalizer.
-  std::map<size_t, std::vector<float>> updates;    // slice U (owners)
-  std::map<size_t, std::vector<float>> assembled;  // whole U (orthogonalizers)
   std::vector<Communicator::Transfer> sends, receives;
-  for (size_t e = 0; e < entries_.size(); ++e) {
-    Entry& entry = entries_[e];
+  for (Entry& entry : entries_) {
     if (!entry.muon) continue;
     const PlannedTensor& tensor = plan_.tensors[entry.tensor];
     const int target = tensor.orthogonalizers.front();
     if (entry.hi > entry.lo) {
-      std::vector<float>& update = updates[e];
-      update.resize(static_cast<size_t>(entry.hi - entry.lo));
-      muon_momentum(settings_.muon, flat.data() + tensor.offset + entry.lo, entry.momentum.data(), update.data(), entry.hi - entry.lo);
-      if (target != rank) sends.push_back({target, update.data(), static_cast<int64_t>(update.size()) * 4});
+      memory_->muon_momentum(settings_.muon, at(flat_, tensor.offset + entry.lo), entry.momentum, entry.update, entry.hi - entry.lo, stream);
+      if (target != rank) sends.push_back({target, reinterpret_cast<void*>(entry.update), (entry.hi - entry.lo) * 4});
     }
     if (target == rank) {
-      std::vector<float>& whole = assembled[e];
-      whole.assign(static_cast<size_t>(tensor.tensor.elements), 0.0f);
-      if (entry.hi > entry.lo) std::copy(updates[e].begin(), updates[e].end(), whole.begin() + entry.lo);
+      memory_->zero(entry.assembled, tensor.tensor.elements * 4, stream);
+      if (entry.hi > entry.lo) memory_->copy(at(entry.assembled, entry.lo), entry.update, (entry.hi - entry.lo) * 4, stream);
       for (int owner : tensor.owners) {
         if (owner == rank) continue;
         int64_t lo = 0, hi = 0;
         slice_of(tensor, owner, lo, hi);
-        receives.push_back({owner, whole.data() + lo, (hi - lo) * 4});
+        receives.push_back({owner, reinterpret_cast<void*>(at(entry.assembled, lo)), (hi - lo) * 4});
       }
     }
   }
+  communicator_.set_stream(stream);
   if (communicator_.world() > 1) communicator_.exchange(sends, receives);
   // 2. NS once per matrix, O's pieces back to the owners.
-  std::map<size_t, std::vector<float>> orthogonal;  // whole O (indexed like the parameter) where needed
   sends.clear();
   receives.clear();
-  for (size_t e = 0; e < entries_.size(); ++e) {
-    Entry& entry = entries_[e];
+  for (Entry& entry : entries_) {
     if (!entry.muon) continue;
     const PlannedTensor& tensor = plan_.tensors[entry.tensor];
     const int target = tensor.orthogonalizers.front();
     if (target == rank) {
-      std::vector<float>& result = orthogonal[e];
-      result.resize(static_cast<size_t>(tensor.tensor.elements));
-      const double before = orthogonalizer_->seconds();
-      orthogonalizer_->orthogonalize(entry.matrices, assembled[e].data(), result.data());
-      report.orthogonalize_seconds += orthogonalizer_->seconds() - before;
+      orthogonalize(entry, entry.assembled, entry.result, report, stream);
       for (int owner : tensor.owners) {
         if (owner == rank) continue;
         int64_t lo = 0, hi = 0;
         slice_of(tensor, owner, lo, hi);
-        sends.push_back({owner, result.data() + lo, (hi - lo) * 4});
+        sends.push_back({owner, reinterpret_cast<void*>(at(entry.result, lo)), (hi - lo) * 4});
       }
     } else if (entry.hi > entry.lo) {
-      std::vector<float>& result = orthogonal[e];
-      result.assign(static_cast<size_t>(tensor.tensor.elements), 0.0f);
-      receives.push_back({target, result.data() + entry.lo, (entry.hi - entry.lo) * 4});
+      receives.push_back({target, reinterpret_cast<void*>(at(entry.result, entry.lo)), (entry.hi - entry.lo) * 4});
     }
   }
   if (communicator_.world() > 1) communicator_.exchange(sends, receives);
-  for (auto& [e, result] : orthogonal) {
-    Entry& entry = entries_[e];
-    if (entry.hi > entry.lo) apply_muon(settings_.muon, entry.matrices, entry.parameter.dtype, entry.parameter.data, result.data(), entry.lo, entry.hi);
-  }
+  for (Entry& entry : entries_)
+    if (entry.muon && entry.hi > entry.lo)
+      memory_->apply_muon(settings_.muon, entry.matrices, entry.parameter.dtype, reinterpret_cast<std::uintptr_t>(entry.parameter.data), entry.result,
+                          entry.lo, entry.hi, stream);
 }
 
-void DistributedOptimizer::adam(const std::vector<float>& flat) {
+void DistributedOptimizer::adam(void* stream) {
   for (Entry& entry : entries_) {
     if (entry.muon || entry.hi <= entry.lo) continue;
     const PlannedTensor& tensor = plan_.tensors[entry.tensor];
     entry.step += 1;
-    adam_step(settings_.adam, entry.step, flat.data() + tensor.offset + entry.lo, entry.exp_avg.data(), entry.exp_avg_sq.data(), entry.parameter.dtype,
-              entry.parameter.data, entry.lo, entry.hi - entry.lo);
+    const std::uintptr_t param = reinterpret_cast<std::uintptr_t>(entry.parameter.data) + static_cast<std::uintptr_t>(entry.lo * dtype_bytes(entry.parameter.dtype));
+    memory_->adam_step(settings_.adam, entry.step, DType::F32, at(flat_, tensor.offset + entry.lo), entry.exp_avg, entry.exp_avg_sq, entry.parameter.dtype,
+                       param, entry.hi - entry.lo, stream);
   }
 }
 
-void DistributedOptimizer::all_gather_parameters() {
+void DistributedOptimizer::all_gather_parameters(void* stream) {
   const int64_t part = plan_.partition_elements;
   const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
-  std::vector<float> send(static_cast<size_t>(part), 0.0f), full(static_cast<size_t>(plan_.padded_elements));
+  memory_->zero(slice_, part * 4, stream);
+  auto address = [](const Entry& entry, int64_t element) {
+    return reinterpret_cast<std::uintptr_t>(entry.parameter.data) + static_cast<std::uintptr_t>(element * dtype_bytes(entry.parameter.dtype));
+  };
   for (const Entry& entry : entries_) {
+    if (entry.hi <= entry.lo) continue;
     const int64_t offset = plan_.tensors[entry.tensor].offset;
-    for (int64_t i = entry.lo; i < entry.hi; ++i)
-      send[static_cast<size_t>(offset + i - mine.begin)] = static_cast<float>(load_element(entry.parameter.dtype, entry.parameter.data, i));
+    memory_->convert(entry.parameter.dtype, address(entry, entry.lo), DType::F32, at(slice_, offset + entry.lo - mine.begin), entry.hi - entry.lo, stream);
   }
-  communicator_.all_gather(send.data(), part * 4, full.data());
+  // The gathered parameters land in flat_ when no micro-batch is accumulating there (after a
+  // step; the next accumulation zeroes it), else (stage 3 between micro-batches) in a buffer of
+  // their own, allocated the first time.
+  std::uintptr_t gathered = flat_;
+  if (have_accumulated_) {
+    if (!gather_) gather_ = buffers_.take(plan_.padded_elements);
+    gathered = gather_;
+  }
+  communicator_.set_stream(stream);
+  communicator_.all_gather(reinterpret_cast<const void*>(slice_), part * 4, reinterpret_cast<void*>(gathered));
   // Every value came from a parameter of the same type, so the stores are exact.
   for (const Entry& entry : entries_) {
     const int64_t offset = plan_.tensors[entry.tensor].offset;
-    for (int64_t i = 0; i < entry.parameter.elements(); ++i)
-      if (i < entry.lo || i >= entry.hi) store_element(entry.parameter.dtype, entry.parameter.data, i, full[static_cast<size_t>(offset + i)]);
+    const int64_t elements = entry.parameter.elements();
+    const int64_t lo = entry.hi > entry.lo ? entry.lo : elements, hi = entry.hi > entry.lo ? entry.hi : elements;
+    if (lo > 0) memory_->convert(DType::F32, at(gathered, offset), entry.parameter.dtype, address(entry, 0), lo, stream);
+    if (hi < elements) memory_->convert(DType::F32, at(gathered, offset + hi), entry.parameter.dtype, address(entry, hi), elements - hi, stream);
   }
 }
 
-void DistributedOptimizer::gather_parameters() { all_gather_parameters(); }
+void DistributedOptimizer::gather_parameters(void* stream) { all_gather_parameters(stream); }
 
 void DistributedOptimizer::set_gradient(const std::string& name, const void* grad, DType grad_dtype) {
   for (Entry& entry : entries_)
     if (entry.parameter.name == name) {
+      if (grad)
+        if (const std::string problem = memory_->address_problem(reinterpret_cast<std::uintptr_t>(grad)); !problem.empty())
+          throw std::invalid_argument("parameter '" + name + "': the gradient pointer " + problem);
       entry.parameter.grad = grad;
       entry.parameter.grad_dtype = grad_dtype;
       return;

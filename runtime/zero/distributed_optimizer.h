@@ -18,16 +18,30 @@
 // (update_rules.h), so given the same reduced gradients a rank's slice is bit-identical to the
 // single-rank update.
 //
-// Optimizer state lives in host memory; with `offload_optimizer` the orthogonalization must run
-// on the host too (muon.backend cpu or ref): DeepSpeed's offload has no working Muon path.
+// Where it runs: parameters, gradients, the optimizer state and the step's buffers all live in
+// one MemorySpace (runtime/muon/memory_space.h). Host memory (the default) over MPI or NCCL (host
+// buffers staged through the device); CUDA memory (PyTorch's CUDA tensors) over NCCL only, with
+// every element-wise part a generated kernel and every collective on device buffers, enqueued
+// on the caller's stream. The arithmetic is the same in both: the element rules have the host
+// loops' bits (elementwise_codegen.h), and the Muon step of the matrices a rank orthogonalizes
+// in deepspeed mode is the compiled Muon step the single-rank optimizers run
+// (muon_step_launcher.h), so on either memory the contract above holds against the single-rank
+// optimizer of that memory (HybridOptimizer; DeviceOptimizer on CUDA memory). A step on CUDA
+// memory waits once, for the non-finite check's flag (as DeviceOptimizer's).
+//
+// With `offload_optimizer` the state lives in host memory and the orthogonalization runs on the
+// host too (muon.backend cpu or ref): DeepSpeed's offload has no working Muon path.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/muon/hybrid_optimizer.h"
+#include "runtime/muon/memory_space.h"
+#include "runtime/muon/muon_step_launcher.h"
 #include "runtime/zero/communicator.h"
 #include "runtime/zero/partition_plan.h"
 
@@ -49,45 +63,66 @@ DistributedSettings distributed_settings(const DeepSpeedConfig& config);
 
 class DistributedOptimizer {
  public:
-  // Every rank passes the same parameters (names, shapes, order) and settings. Throws
-  // std::invalid_argument naming the problem (stage, offload with a GPU backend, ...).
-  DistributedOptimizer(std::vector<Parameter> parameters, OptimizerSettings settings, DistributedSettings distributed, Communicator& communicator);
+  // Every rank passes the same parameters (names, shapes, order) and settings; their data and
+  // gradient pointers are addresses in `memory`. Throws std::invalid_argument naming the problem
+  // (stage, offload with a GPU backend, CUDA memory over a host-only engine, ...).
+  DistributedOptimizer(std::vector<Parameter> parameters, OptimizerSettings settings, DistributedSettings distributed, Communicator& communicator,
+                       std::shared_ptr<MemorySpace> memory = host_memory());
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
+  // `stream`: a CUstream on CUDA memory (null: the legacy default stream), ignored on the host.
   // Adds the parameters' current gradients to the accumulation buffer (one micro-batch).
-  void accumulate_gradients();
+  void accumulate_gradients(void* stream = nullptr);
   // One optimizer step (Muon applied once, however many micro-batches were accumulated).
-  StepReport step();
+  StepReport step(void* stream = nullptr);
   // Stage 3: every rank's parameter buffers receive the other ranks' slices.
-  void gather_parameters();
+  void gather_parameters(void* stream = nullptr);
   // The trainer may re-point a gradient between steps (frameworks reallocate them).
   void set_gradient(const std::string& name, const void* grad, DType grad_dtype);
 
   const PartitionPlan& plan() const { return plan_; }
   const DistributedSettings& settings() const { return distributed_; }
-  // The momentum this rank holds for a Muon parameter (deepspeed: the whole matrix on each owner;
-  // balanced: its slice), or null when it holds none.
-  const std::vector<float>* momentum(const std::string& name) const;
+  // A host copy of the momentum this rank holds for a Muon parameter (deepspeed: the whole
+  // matrix on each owner; balanced: its slice), or nothing when it holds none.
+  std::optional<std::vector<float>> momentum(const std::string& name) const;
+  const MemorySpace& memory() const { return *memory_; }
   int64_t bytes_sent_last_step() const { return bytes_last_step_; }
 
  private:
   struct Entry;
-  void reduce_gradients(std::vector<float>& reduced);
-  void muon_deepspeed(const std::vector<float>& reduced, StepReport& report);
-  void muon_balanced(const std::vector<float>& reduced, StepReport& report);
-  void adam(const std::vector<float>& reduced);
-  void all_gather_parameters();
+  // Every allocation in memory_, freed with the optimizer (also when the constructor throws).
+  struct Buffers {
+    std::shared_ptr<MemorySpace> memory;
+    std::vector<std::uintptr_t> addresses;
+    std::uintptr_t take(int64_t floats);
+    ~Buffers();
+  };
+  std::uintptr_t at(std::uintptr_t base, int64_t floats) const { return base + static_cast<std::uintptr_t>(floats * 4); }
+  void reduce_gradients(void* stream);
+  std::string locate_nonfinite() const;
+  void muon_deepspeed(StepReport& report, void* stream);
+  void muon_balanced(StepReport& report, void* stream);
+  void orthogonalize(const Entry& entry, std::uintptr_t update, std::uintptr_t orthogonal, StepReport& report, void* stream);
+  void adam(void* stream);
+  void all_gather_parameters(void* stream);
 
   OptimizerSettings settings_;
   DistributedSettings distributed_;
   Communicator& communicator_;
+  std::shared_ptr<MemorySpace> memory_;
+  Buffers buffers_;
   PartitionPlan plan_;
   std::vector<Entry> entries_;
-  std::vector<float> accumulated_;
+  // f32, plan_.padded_elements: the accumulated gradients, then the reduced ones (this rank's
+  // partition; the whole of the matrices it orthogonalizes in deepspeed mode).
+  std::uintptr_t flat_ = 0;
+  std::uintptr_t slice_ = 0;   // f32, partition_elements: reduce-scatter output, all-gather input
+  std::uintptr_t gather_ = 0;  // f32, padded_elements, when needed: the all-gathered parameters
   bool have_accumulated_ = false;
   std::unique_ptr<BlockOrthogonalizer> orthogonalizer_;
+  MuonStepLauncher launcher_;
   int64_t bytes_last_step_ = 0;
 };
 

@@ -123,35 +123,65 @@ std::string NcclCommunicator::describe() const {
          std::to_string(rank_) + " of " + std::to_string(world_) + " on " + cuda::Device::get().info().name;
 }
 
-// Every operation below stages host buffers through the device (the optimizer's buffers are
-// host memory); trainers that hold device buffers pass them to NCCL themselves through `wrap`.
+namespace {
+
+// True when the driver knows `pointer` as device memory (cudaMalloc'd, PyTorch's CUDA tensors):
+// NCCL takes it directly. Anything else is host memory, staged through the device.
+bool on_device(const void* pointer) {
+  if (!pointer) return false;
+  unsigned type = 0;
+  const CUresult result =
+      cuda::Device::get().api().cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(pointer));
+  return result == CUDA_SUCCESS && type == CU_MEMORYTYPE_DEVICE;
+}
+
+void* raw(CUdeviceptr pointer) { return reinterpret_cast<void*>(pointer); }
+
+}  // namespace
+
+// Device buffers go to NCCL as they are, on stream_, and nothing waits; host buffers are staged
+// through device buffers on the legacy default stream (ordered with the synchronous staging
+// copies) and the device is waited for before they come back.
 void NcclCommunicator::all_reduce_sum(float* data, int64_t count) {
   const int64_t bytes = count * 4;
+  const auto stream = static_cast<cudaStream_t>(stream_);
+  bytes_sent_ += 2 * (world_ - 1) * bytes / world_;
+  if (on_device(data)) {
+    check(nccl().allReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, impl_->comm, stream), "ncclAllReduce");
+    return;
+  }
   const CUdeviceptr buffer = impl_->in(data, bytes);
-  check(nccl().allReduce(reinterpret_cast<void*>(buffer), reinterpret_cast<void*>(buffer), static_cast<size_t>(count), ncclFloat32, ncclSum, impl_->comm, nullptr),
-        "ncclAllReduce");
+  check(nccl().allReduce(raw(buffer), raw(buffer), static_cast<size_t>(count), ncclFloat32, ncclSum, impl_->comm, nullptr), "ncclAllReduce");
   impl_->synchronize();
   impl_->staging_in.download(data, bytes);
-  bytes_sent_ += 2 * (world_ - 1) * bytes / world_;
 }
 
 void NcclCommunicator::reduce_scatter_sum(const float* send, float* receive, int64_t count) {
+  const auto stream = static_cast<cudaStream_t>(stream_);
+  bytes_sent_ += (world_ - 1) * count * 4;
+  if (on_device(send) && on_device(receive)) {
+    check(nccl().reduceScatter(send, receive, static_cast<size_t>(count), ncclFloat32, ncclSum, impl_->comm, stream), "ncclReduceScatter");
+    return;
+  }
   const CUdeviceptr in = impl_->in(send, count * 4 * world_);
   const CUdeviceptr out = impl_->out(count * 4);
-  check(nccl().reduceScatter(reinterpret_cast<void*>(in), reinterpret_cast<void*>(out), static_cast<size_t>(count), ncclFloat32, ncclSum, impl_->comm, nullptr),
-        "ncclReduceScatter");
+  check(nccl().reduceScatter(raw(in), raw(out), static_cast<size_t>(count), ncclFloat32, ncclSum, impl_->comm, nullptr), "ncclReduceScatter");
   impl_->synchronize();
   impl_->staging_out.download(receive, count * 4);
-  bytes_sent_ += (world_ - 1) * count * 4;
 }
 
 void NcclCommunicator::all_gather(const void* send, int64_t bytes, void* receive) {
+  const auto stream = static_cast<cudaStream_t>(stream_);
+  bytes_sent_ += (world_ - 1) * bytes;
+  if (on_device(send) && on_device(receive)) {
+    check(nccl().allGather(send, receive, static_cast<size_t>(bytes), ncclUint8, impl_->comm, stream), "ncclAllGather");
+    return;
+  }
   const CUdeviceptr in = impl_->in(send, bytes);
   const CUdeviceptr out = impl_->out(bytes * world_);
-  check(nccl().allGather(reinterpret_cast<void*>(in), reinterpret_cast<void*>(out), static_cast<size_t>(bytes), ncclUint8, impl_->comm, nullptr), "ncclAllGather");
+  check(nccl().allGather(raw(in), raw(out), static_cast<size_t>(bytes), ncclUint8, impl_->comm, nullptr), "ncclAllGather");
   impl_->synchronize();
   impl_->staging_out.download(receive, bytes * world_);
-  bytes_sent_ += (world_ - 1) * bytes;
 }
 
 void NcclCommunicator::all_gather_v(const void* send, void* receive, const std::vector<int64_t>& bytes) {
@@ -159,33 +189,54 @@ void NcclCommunicator::all_gather_v(const void* send, void* receive, const std::
   if (static_cast<int>(bytes.size()) != world_) throw std::invalid_argument("all_gather_v: one size per rank");
   int64_t total = 0;
   for (int64_t b : bytes) total += b;
-  const CUdeviceptr in = impl_->in(send, bytes[static_cast<size_t>(rank_)]);
-  const CUdeviceptr out = impl_->out(total);
+  const bool direct = on_device(send) && on_device(receive);
+  const auto stream = direct ? static_cast<cudaStream_t>(stream_) : nullptr;
+  const CUdeviceptr in = direct ? reinterpret_cast<CUdeviceptr>(send) : impl_->in(send, bytes[static_cast<size_t>(rank_)]);
+  const CUdeviceptr out = direct ? reinterpret_cast<CUdeviceptr>(receive) : impl_->out(total);
   check(nccl().groupStart(), "ncclGroupStart");
   int64_t offset = 0;
   for (int root = 0; root < world_; ++root) {
-    check(nccl().broadcast(reinterpret_cast<void*>(in), reinterpret_cast<void*>(out + static_cast<CUdeviceptr>(offset)),
-                           static_cast<size_t>(bytes[static_cast<size_t>(root)]), ncclUint8, root, impl_->comm, nullptr),
+    check(nccl().broadcast(raw(in), raw(out + static_cast<CUdeviceptr>(offset)), static_cast<size_t>(bytes[static_cast<size_t>(root)]), ncclUint8, root,
+                           impl_->comm, stream),
           "ncclBroadcast");
     offset += bytes[static_cast<size_t>(root)];
   }
   check(nccl().groupEnd(), "ncclGroupEnd");
+  bytes_sent_ += (world_ - 1) * bytes[static_cast<size_t>(rank_)];
+  if (direct) return;
   impl_->synchronize();
   impl_->staging_out.download(receive, total);
-  bytes_sent_ += (world_ - 1) * bytes[static_cast<size_t>(rank_)];
 }
 
 void NcclCommunicator::broadcast(void* data, int64_t bytes, int root) {
+  const auto stream = static_cast<cudaStream_t>(stream_);
+  bytes_sent_ += (world_ - 1) * bytes / world_;
+  if (on_device(data)) {
+    check(nccl().broadcast(data, data, static_cast<size_t>(bytes), ncclUint8, root, impl_->comm, stream), "ncclBroadcast");
+    return;
+  }
   const CUdeviceptr buffer = impl_->in(data, bytes);
-  check(nccl().broadcast(reinterpret_cast<void*>(buffer), reinterpret_cast<void*>(buffer), static_cast<size_t>(bytes), ncclUint8, root, impl_->comm, nullptr),
-        "ncclBroadcast");
+  check(nccl().broadcast(raw(buffer), raw(buffer), static_cast<size_t>(bytes), ncclUint8, root, impl_->comm, nullptr), "ncclBroadcast");
   impl_->synchronize();
   impl_->staging_in.download(data, bytes);
-  bytes_sent_ += (world_ - 1) * bytes / world_;
 }
 
 void NcclCommunicator::exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) {
-  // Stage every send into one device buffer and every receive into another, then one group.
+  bool direct = true;
+  for (const std::vector<Transfer>* list : {&sends, &receives})
+    for (const Transfer& t : *list) direct = direct && (t.bytes == 0 || on_device(t.data));
+  if (direct) {  // device buffers: one group of sends and receives on the stream
+    const auto stream = static_cast<cudaStream_t>(stream_);
+    check(nccl().groupStart(), "ncclGroupStart");
+    for (const Transfer& t : sends) {
+      check(nccl().send(t.data, static_cast<size_t>(t.bytes), ncclUint8, t.peer, impl_->comm, stream), "ncclSend");
+      bytes_sent_ += t.bytes;
+    }
+    for (const Transfer& t : receives) check(nccl().recv(t.data, static_cast<size_t>(t.bytes), ncclUint8, t.peer, impl_->comm, stream), "ncclRecv");
+    check(nccl().groupEnd(), "ncclGroupEnd");
+    return;
+  }
+  // Host buffers: every send packed into one device buffer and every receive into another.
   int64_t send_total = 0, receive_total = 0;
   for (const Transfer& t : sends) send_total += t.bytes;
   for (const Transfer& t : receives) receive_total += t.bytes;
@@ -200,13 +251,13 @@ void NcclCommunicator::exchange(const std::vector<Transfer>& sends, const std::v
   check(nccl().groupStart(), "ncclGroupStart");
   offset = 0;
   for (const Transfer& t : sends) {
-    check(nccl().send(reinterpret_cast<void*>(in + static_cast<CUdeviceptr>(offset)), static_cast<size_t>(t.bytes), ncclUint8, t.peer, impl_->comm, nullptr), "ncclSend");
+    check(nccl().send(raw(in + static_cast<CUdeviceptr>(offset)), static_cast<size_t>(t.bytes), ncclUint8, t.peer, impl_->comm, nullptr), "ncclSend");
     offset += t.bytes;
     bytes_sent_ += t.bytes;
   }
   offset = 0;
   for (const Transfer& t : receives) {
-    check(nccl().recv(reinterpret_cast<void*>(out + static_cast<CUdeviceptr>(offset)), static_cast<size_t>(t.bytes), ncclUint8, t.peer, impl_->comm, nullptr), "ncclRecv");
+    check(nccl().recv(raw(out + static_cast<CUdeviceptr>(offset)), static_cast<size_t>(t.bytes), ncclUint8, t.peer, impl_->comm, nullptr), "ncclRecv");
     offset += t.bytes;
   }
   check(nccl().groupEnd(), "ncclGroupEnd");

@@ -1,7 +1,8 @@
 // The NCCL engine of the communicator: GPUs. libnccl is opened with dlopen (like libcuda), so the
 // library is always compiled and linked, and says why when NCCL or a device is missing. Buffers
-// may be device memory (used directly) or host memory (staged through a device buffer, which is
-// what the host-resident optimizer state uses: the "offload" configuration).
+// may be device memory (used directly, enqueued on the stream of set_stream without waiting: the
+// optimizer on CUDA tensors) or host memory (staged through a device buffer and waited for: the
+// host-resident optimizer state, the "offload" configuration). The driver tells which.
 #pragma once
 
 #include <memory>
@@ -33,12 +34,15 @@ class NcclCommunicator : public Communicator {
   void all_gather_v(const void* send, void* receive, const std::vector<int64_t>& bytes) override;
   void broadcast(void* data, int64_t bytes, int root) override;
   void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) override;
+  bool accepts_device_buffers() const override { return true; }
+  void set_stream(void* stream) override { stream_ = stream; }
 
  private:
   NcclCommunicator() = default;
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, world_ = 1;
+  void* stream_ = nullptr;
 };
 
 }  // namespace orthojit::runtime

@@ -1,6 +1,10 @@
 """orthojit.DistributedMuon: hybrid Muon + AdamW with ZeRO partitioning across the ranks of an
 MPI communicator (mpi4py), for data-parallel programs (docs/distributed.md).
 
+CPU tensors run over MPI (or NCCL, staged through the GPU); CUDA tensors over NCCL, with
+parameters, gradients, the optimizer state and every buffer of the step on the device, on
+torch's current stream.
+
 Every rank builds it with the same parameters (names, shapes, order). After backward, ``step()``
 reduces the gradients across the ranks (all-reduce at stage 1, reduce-scatter at stages 2-3,
 averaged), runs Muon where the plan says (``mode="deepspeed"``: every owner of a matrix;
@@ -15,6 +19,8 @@ __all__ = ["DistributedMuon"]
 
 
 def _mpi_handle(comm):
+    if isinstance(comm, str) and comm == "local":
+        return None, 0  # one process, no MPI: a world of one rank
     try:
         from mpi4py import MPI
     except ImportError as error:  # pragma: no cover - depends on the machine
@@ -29,10 +35,12 @@ class DistributedMuon:
     """Distributed hybrid Muon + AdamW.
 
     Args:
-        named_parameters: ``model.named_parameters()`` or ``(name, tensor)`` pairs; CPU,
-            contiguous, float32 / bfloat16 / float16. Frozen tensors (``requires_grad=False``) are
-            left out.
-        comm: an mpi4py communicator (default ``MPI.COMM_WORLD``); it is duplicated.
+        named_parameters: ``model.named_parameters()`` or ``(name, tensor)`` pairs; contiguous,
+            float32 / bfloat16 / float16, all on the CPU or all on the GPU (``cuda:0`` of each
+            process: one GPU per rank, e.g. with CUDA_VISIBLE_DEVICES). CUDA tensors need
+            ``engine="nccl"``. Frozen tensors (``requires_grad=False``) are left out.
+        comm: an mpi4py communicator (default ``MPI.COMM_WORLD``); it is duplicated. ``"local"``:
+            one process without MPI (a world of one rank).
         stage: ZeRO stage 1, 2 or 3.
         mode: ``"deepspeed"`` or ``"balanced"``.
         preset: ``"deepspeed"``, ``"keller"``, ``"moonlight"`` or ``"torch"``.
@@ -69,7 +77,15 @@ class DistributedMuon:
         # missing_grad = zero (deepspeed, keller): a parameter without a gradient is stepped with
         # zeros, as their code sets p.grad = zeros; under skip every rank must give every gradient.
         self._zero_missing = _orthojit.MuonSettings(preset, dict(overrides)).values()["missing_grad"] == "zero"
+        self._device = self._parameters[0][1].device if self._core.cuda else None
         self.last_report = None
+
+    def _stream(self):
+        if self._device is None:
+            return 0
+        import torch
+
+        return int(torch.cuda.current_stream(self._device).cuda_stream)
 
     @property
     def rank(self):
@@ -97,7 +113,7 @@ class DistributedMuon:
                 if self._zero_missing:
                     import torch
 
-                    gradients.append((name, torch.zeros(tensor.shape, dtype=torch.float32)))
+                    gradients.append((name, torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device)))
                     continue
                 raise ValueError(f"parameter '{name}' has no gradient: every rank must provide every gradient (zeros if unused), "
                                  "or set missing_grad to zero")
@@ -106,14 +122,14 @@ class DistributedMuon:
 
     def accumulate(self):
         """Adds the current gradients as one micro-batch; the next ``step()`` applies Muon once to their sum."""
-        self._core.step(self._gradients(), True)
+        self._core.step(self._gradients(), True, self._stream())
 
     def step(self):
         """One optimizer step on every rank; returns the report (skipped, reason, counts, bytes sent)."""
         gradients = self._gradients()
-        self.last_report = self._core.step(gradients, False)
+        self.last_report = self._core.step(gradients, False, self._stream())
         return self.last_report
 
     def gather_parameters(self):
         """Stage 3: every rank's parameters receive the other ranks' slices."""
-        self._core.gather_parameters()
+        self._core.gather_parameters(self._stream())
