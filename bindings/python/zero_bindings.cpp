@@ -19,6 +19,7 @@
 
 #include "bindings/python/bindings.h"
 #include "bindings/python/tensor_view.h"
+#include "bindings/python/torch_communicator.h"
 #include "cli/model_config.h"
 #include "cli/records.h"
 #include "runtime/muon/memory_space.h"
@@ -70,7 +71,7 @@ class Distributed {
   // (a world of one rank: the engines' single-process test, one GPU).
   Distributed(const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>& parameters, uintptr_t mpi_comm, const std::string& preset,
               const std::map<std::string, std::string>& overrides, int stage, const std::string& mode, bool average_gradients, bool offload,
-              const std::string& engine) {
+              const std::string& engine, nb::object collectives, bool gradients_reduced) {
     runtime::OptimizerSettings settings = runtime::preset_settings(preset);
     for (const auto& [key, value] : overrides) runtime::apply_setting(settings, key, value);
     runtime::DistributedSettings distributed;
@@ -78,6 +79,7 @@ class Distributed {
     distributed.mode = cli::parse_plan_mode(mode);
     distributed.average_gradients = average_gradients;
     distributed.offload_optimizer = offload;
+    distributed.gradients_reduced = gradients_reduced;
     std::vector<runtime::Parameter> list;
     std::optional<bool> cuda;
     for (const auto& [name, tensor, use_muon] : parameters) {
@@ -97,6 +99,22 @@ class Distributed {
       list.push_back(p);
     }
     cuda_ = cuda.value_or(false);
+    if (engine == "torch") {
+      // A torch.distributed process group (orthojit/distributed.py wraps it): gloo for CPU
+      // tensors, NCCL for CUDA tensors.
+      const std::string backend = nb::cast<std::string>(collectives.attr("backend"));
+      const bool cuda_group = nb::cast<bool>(collectives.attr("moves_cuda_tensors"));
+      if (cuda_ && !cuda_group)
+        throw nb::value_error(("the parameters are CUDA tensors but the process group's backend (" + backend +
+                               ") moves CPU tensors: use an NCCL group (torch.distributed.init_process_group('nccl'))")
+                                  .c_str());
+      torch_ = std::make_unique<TorchCommunicator>(collectives, nb::cast<int>(collectives.attr("rank")), nb::cast<int>(collectives.attr("world")), backend,
+                                                   cuda_);
+      communicator_ = torch_.get();
+      optimizer_ = std::make_unique<runtime::DistributedOptimizer>(std::move(list), std::move(settings), distributed, *communicator_,
+                                                                  cuda_ ? runtime::cuda_memory() : runtime::host_memory());
+      return;
+    }
     if (cuda_ && engine != "nccl")
       throw nb::value_error(("the parameters are CUDA tensors: use engine='nccl' (engine '" + engine + "' moves host memory only)").c_str());
     if (mpi_comm == 0) {
@@ -121,7 +139,7 @@ class Distributed {
       throw nb::value_error("engine 'nccl': this build has no NCCL engine (the CUDA toolkit or nccl.h was not found when it was configured)");
 #endif
     } else if (engine != "mpi") {
-      throw nb::value_error(("unknown engine '" + engine + "'; expected mpi or nccl").c_str());
+      throw nb::value_error(("unknown engine '" + engine + "'; expected mpi, nccl or torch").c_str());
     }
     communicator_ = communicator;
     optimizer_ = std::make_unique<runtime::DistributedOptimizer>(std::move(list), std::move(settings), distributed, *communicator_,
@@ -171,6 +189,7 @@ class Distributed {
   std::vector<std::string> names_;
   bool cuda_ = false;
   std::unique_ptr<runtime::Communicator> bootstrap_;
+  std::unique_ptr<TorchCommunicator> torch_;
 #ifdef ORTHOJIT_HAVE_NCCL
   std::unique_ptr<runtime::NcclCommunicator> nccl_;
 #endif
@@ -183,9 +202,9 @@ class Distributed {
 void register_zero(nb::module_& module) {
   nb::class_<Distributed>(module, "Distributed", "Distributed Muon + AdamW with ZeRO over an MPI communicator (orthojit.DistributedMuon wraps it).")
       .def(nb::init<const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>&, uintptr_t, const std::string&,
-                    const std::map<std::string, std::string>&, int, const std::string&, bool, bool, const std::string&>(),
+                    const std::map<std::string, std::string>&, int, const std::string&, bool, bool, const std::string&, nb::object, bool>(),
            nb::arg("parameters"), nb::arg("mpi_comm"), nb::arg("preset"), nb::arg("overrides"), nb::arg("stage"), nb::arg("mode"), nb::arg("average_gradients"),
-           nb::arg("offload"), nb::arg("engine") = "mpi")
+           nb::arg("offload"), nb::arg("engine") = "mpi", nb::arg("collectives") = nb::none(), nb::arg("gradients_reduced") = false)
       .def("step", &Distributed::step, nb::arg("gradients"), nb::arg("accumulate_only") = false, nb::arg("stream") = 0)
       .def("gather_parameters", &Distributed::gather_parameters, nb::arg("stream") = 0)
       .def_prop_ro("cuda", &Distributed::cuda)

@@ -160,6 +160,7 @@ void DistributedOptimizer::accumulate_gradients(void* stream) {
 void DistributedOptimizer::reduce_gradients(void* stream) {
   if (!have_accumulated_) accumulate_gradients(stream);
   have_accumulated_ = false;
+  if (distributed_.gradients_reduced) return;  // every rank holds the reduced gradients already
   const int64_t part = plan_.partition_elements;
   const float world = static_cast<float>(communicator_.world());
   communicator_.set_stream(stream);

@@ -54,6 +54,9 @@ struct DistributedSettings {
   OrthogonalizationMode mode = OrthogonalizationMode::DeepSpeed;
   int64_t alignment = 1;
   bool average_gradients = true;   // DeepSpeed averages over the data-parallel ranks
+  // The gradients are already reduced and the same on every rank (DistributedDataParallel
+  // averaged them in backward): taken as they are, neither reduced nor averaged again.
+  bool gradients_reduced = false;
   bool offload_optimizer = false;  // state in host memory, NS on the CPU backend
 };
 

@@ -18,6 +18,78 @@ from . import _orthojit
 __all__ = ["DistributedMuon"]
 
 
+class _TorchCollectives:
+    """The collectives of the C++ optimizer (bindings/python/torch_communicator.h) on a
+    torch.distributed process group; tensors come in as views of the optimizer's buffers."""
+
+    def __init__(self, group):
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world = dist.get_world_size(group)
+        self.backend = str(dist.get_backend(group))
+        self.moves_cuda_tensors = self.backend == "nccl"
+
+    def _global(self, rank):
+        # broadcast and point-to-point take global ranks; a subgroup's ranks map to them
+        get = getattr(self.dist, "get_global_rank", None) or self.dist.distributed_c10d._get_global_rank
+        return rank if self.group is None or self.group == self.dist.group.WORLD else get(self.group, rank)
+
+    def _staged(self, tensor):
+        # A host scalar (the step's non-finite flag) on an NCCL group goes through the device.
+        return tensor.cuda() if self.moves_cuda_tensors and not tensor.is_cuda else tensor
+
+    def all_reduce(self, tensor):
+        work = self._staged(tensor)
+        self.dist.all_reduce(work, group=self.group)
+        if work is not tensor:
+            tensor.copy_(work.cpu())
+
+    def reduce_scatter(self, source, destination):
+        if self.moves_cuda_tensors:
+            scatter = getattr(self.dist, "reduce_scatter_tensor", None) or self.dist._reduce_scatter_base
+            scatter(destination, source, group=self.group)
+            return
+        # gloo has no reduce-scatter: the sum of everything, then this rank's block
+        total = source.clone()
+        self.dist.all_reduce(total, group=self.group)
+        count = destination.numel()
+        destination.copy_(total[self.rank * count:(self.rank + 1) * count])
+
+    def all_gather(self, source, destination):
+        self.dist.all_gather(list(destination.chunk(self.world)), source, group=self.group)
+
+    def broadcast(self, tensor, root):
+        work = self._staged(tensor)
+        self.dist.broadcast(work, src=self._global(root), group=self.group)
+        if work is not tensor:
+            tensor.copy_(work.cpu())
+
+    def exchange(self, sends, receives):
+        ops = [self.dist.P2POp(self.dist.isend, t, self._global(peer), self.group) for peer, t in sends]
+        ops += [self.dist.P2POp(self.dist.irecv, t, self._global(peer), self.group) for peer, t in receives]
+        if ops:
+            for request in self.dist.batch_isend_irecv(ops):
+                request.wait()
+
+
+def _torch_group(comm):
+    """The torch.distributed process group `comm` stands for, or None when it is not one."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch without distributed
+        return None
+    if not dist.is_available():
+        return None
+    if comm is None or (isinstance(comm, str) and comm == "torch"):
+        return dist.group.WORLD if dist.is_initialized() else None
+    if isinstance(comm, dist.ProcessGroup):
+        return comm
+    return None
+
+
 def _mpi_handle(comm):
     if isinstance(comm, str) and comm == "local":
         return None, 0  # one process, no MPI: a world of one rank
@@ -39,8 +111,10 @@ class DistributedMuon:
             float32 / bfloat16 / float16, all on the CPU or all on the GPU (``cuda:0`` of each
             process: one GPU per rank, e.g. with CUDA_VISIBLE_DEVICES). CUDA tensors need
             ``engine="nccl"``. Frozen tensors (``requires_grad=False``) are left out.
-        comm: an mpi4py communicator (default ``MPI.COMM_WORLD``); it is duplicated. ``"local"``:
-            one process without MPI (a world of one rank).
+        comm: a ``torch.distributed`` process group (gloo for CPU tensors, NCCL for CUDA tensors;
+            ``"torch"`` or the default when torch.distributed is initialized, as under torchrun: the
+            default group), an mpi4py communicator (the default otherwise: ``MPI.COMM_WORLD``; it
+            is duplicated), or ``"local"``: one process without either (a world of one rank).
         stage: ZeRO stage 1, 2 or 3.
         mode: ``"deepspeed"`` or ``"balanced"``.
         preset: ``"deepspeed"``, ``"keller"``, ``"moonlight"`` or ``"torch"``.
@@ -48,19 +122,36 @@ class DistributedMuon:
         use_muon: ``{name: bool}`` overriding DeepSpeed's tagging rule.
         average_gradients: divide the reduced gradients by the world size (DeepSpeed does).
         offload: optimizer state in host memory with the orthogonalization on the host.
-        engine: ``"mpi"`` (collectives over ``comm``) or ``"nccl"`` (one GPU per rank; NCCL's
-            unique id is exchanged over ``comm``; host buffers are staged through the device).
+        engine: with an MPI ``comm``: ``"mpi"`` (collectives over it) or ``"nccl"`` (one GPU per
+            rank; NCCL's unique id is exchanged over ``comm``; host buffers are staged through the
+            device). With a process group the group's own backend moves the data (leave ``engine``
+            at its default).
+        gradients_reduced: the gradients are already reduced and equal on every rank
+            (DistributedDataParallel averaged them in backward): they are taken as they are,
+            neither reduced nor averaged again. Off (the default): each rank's own gradients are
+            reduced, and averaged when ``average_gradients``; under DDP that would reduce twice.
     """
 
     def __init__(self, named_parameters, comm=None, *, stage=2, mode="deepspeed", preset="deepspeed", settings=None, use_muon=None,
-                 average_gradients=True, offload=False, engine="mpi"):
-        self._comm, handle = _mpi_handle(comm)
+                 average_gradients=True, offload=False, engine="mpi", gradients_reduced=False):
+        if engine not in ("mpi", "nccl"):
+            raise ValueError(f"engine must be 'mpi' or 'nccl', got {engine!r}")
+        group = _torch_group(comm)
+        if group is not None:
+            if engine != "mpi":
+                raise ValueError(f"engine={engine!r} with a torch.distributed process group: the group's backend moves the data; "
+                                 "leave engine at its default")
+            self._comm, handle, collectives, engine = group, 0, _TorchCollectives(group), "torch"
+        else:
+            if isinstance(comm, str) and comm == "torch":
+                raise ValueError("comm='torch' but torch.distributed is not initialized: call torch.distributed.init_process_group "
+                                 "(torchrun sets up its environment) first")
+            self._comm, handle = _mpi_handle(comm)
+            collectives = None
         if stage not in (1, 2, 3):
             raise ValueError(f"stage must be 1, 2 or 3, got {stage!r}")
         if mode not in ("deepspeed", "balanced"):
             raise ValueError(f"mode must be 'deepspeed' or 'balanced', got {mode!r}")
-        if engine not in ("mpi", "nccl"):
-            raise ValueError(f"engine must be 'mpi' or 'nccl', got {engine!r}")
         use_muon = dict(use_muon or {})
         self._parameters = []
         for item in named_parameters:
@@ -73,7 +164,8 @@ class DistributedMuon:
         overrides = {str(k): (("true" if v else "false") if isinstance(v, bool) else repr(v) if isinstance(v, float) else str(v))
                      for k, v in (settings or {}).items()}
         self._core = _orthojit.Distributed([(name, tensor.detach(), use_muon.get(name)) for name, tensor in self._parameters], handle, preset,
-                                           overrides, stage, mode, bool(average_gradients), bool(offload), engine)
+                                           overrides, stage, mode, bool(average_gradients), bool(offload), engine, collectives,
+                                           bool(gradients_reduced))
         # missing_grad = zero (deepspeed, keller): a parameter without a gradient is stepped with
         # zeros, as their code sets p.grad = zeros; under skip every rank must give every gradient.
         self._zero_missing = _orthojit.MuonSettings(preset, dict(overrides)).values()["missing_grad"] == "zero"
