@@ -3,7 +3,17 @@
 
 #include <nanobind/nanobind.h>
 
+#include <string>
+
+#include "runtime/muon/optimizer_settings.h"
+
 namespace orthojit::python {
+
+// One optimizer setting from Python (a number, bool or string; muon.coefficients a triple):
+// runtime::apply_setting's keys plus the experts' muon.precision = f64, muon.square_precision and
+// muon.coefficients, and a cuda backend checked for. orthojit.Muon and orthojit.DistributedMuon
+// read their settings through this one function (optimizer_bindings.cpp).
+void apply_python_setting(runtime::OptimizerSettings& settings, const std::string& key, nanobind::handle value);
 
 void register_compiler(nanobind::module_& module);   // compiler_bindings.cpp: orthogonalize, compile, programs, tune, bench, info
 void register_optimizer(nanobind::module_& module);  // optimizer_bindings.cpp: the Muon + AdamW update rules on tensors

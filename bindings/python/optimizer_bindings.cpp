@@ -85,8 +85,10 @@ std::string value_text(const std::string& key, nb::handle value) {
 // apply_setting, plus what only the tests and experts need: "muon.precision" = "f64" (the exact
 // iteration, ref backend), "muon.square_precision" (DeepSpeed's storage for square matrices under
 // gram), "muon.coefficients" (a, b, c for every step); a cuda backend is checked for here.
-void set_setting(MuonSettings& self, const std::string& key, nb::handle value) {
-  runtime::MuonGroupSettings& muon = self.settings.muon;
+}  // namespace
+
+void apply_python_setting(runtime::OptimizerSettings& settings, const std::string& key, nb::handle value) {
+  runtime::MuonGroupSettings& muon = settings.muon;
   if (key == "muon.coefficients") {
     std::vector<double> abc = nb::cast<std::vector<double>>(value);
     if (abc.size() != 3) throw std::invalid_argument("muon.coefficients: expected three numbers (a, b, c)");
@@ -104,9 +106,15 @@ void set_setting(MuonSettings& self, const std::string& key, nb::handle value) {
         const std::string why = runtime::cuda_backend_unavailable_reason();
         if (!why.empty()) throw std::invalid_argument("muon.backend = cuda: " + why);
       }
-      runtime::apply_setting(self.settings, key, text);
+      runtime::apply_setting(settings, key, text);
     }
   }
+}
+
+namespace {
+
+void set_setting(MuonSettings& self, const std::string& key, nb::handle value) {
+  apply_python_setting(self.settings, key, value);
   self.orthogonalizer.reset();  // compiled for the old settings
   self.device_orthogonalizer.reset();
   self.launcher = std::make_unique<runtime::MuonStepLauncher>();

@@ -70,10 +70,10 @@ class Distributed {
   // MPI_Comm handle as an integer (mpi4py: MPI._handleof(comm)), or 0 for one process without MPI
   // (a world of one rank: the engines' single-process test, one GPU).
   Distributed(const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>& parameters, uintptr_t mpi_comm, const std::string& preset,
-              const std::map<std::string, std::string>& overrides, int stage, const std::string& mode, bool average_gradients, bool offload,
-              const std::string& engine, nb::object collectives, bool gradients_reduced) {
+              nb::dict overrides, int stage, const std::string& mode, bool average_gradients, bool offload, const std::string& engine,
+              nb::object collectives, bool gradients_reduced) {
     runtime::OptimizerSettings settings = runtime::preset_settings(preset);
-    for (const auto& [key, value] : overrides) runtime::apply_setting(settings, key, value);
+    for (auto [key, value] : overrides) apply_python_setting(settings, nb::cast<std::string>(key), value);
     runtime::DistributedSettings distributed;
     distributed.stage = stage;
     distributed.mode = cli::parse_plan_mode(mode);
@@ -202,7 +202,7 @@ class Distributed {
 void register_zero(nb::module_& module) {
   nb::class_<Distributed>(module, "Distributed", "Distributed Muon + AdamW with ZeRO over an MPI communicator (orthojit.DistributedMuon wraps it).")
       .def(nb::init<const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>&, uintptr_t, const std::string&,
-                    const std::map<std::string, std::string>&, int, const std::string&, bool, bool, const std::string&, nb::object, bool>(),
+                    nb::dict, int, const std::string&, bool, bool, const std::string&, nb::object, bool>(),
            nb::arg("parameters"), nb::arg("mpi_comm"), nb::arg("preset"), nb::arg("overrides"), nb::arg("stage"), nb::arg("mode"), nb::arg("average_gradients"),
            nb::arg("offload"), nb::arg("engine") = "mpi", nb::arg("collectives") = nb::none(), nb::arg("gradients_reduced") = false)
       .def("step", &Distributed::step, nb::arg("gradients"), nb::arg("accumulate_only") = false, nb::arg("stream") = 0)

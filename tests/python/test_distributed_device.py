@@ -91,3 +91,25 @@ def test_balanced_mode_on_cuda_tensors_agrees_with_muon_to_f32_rounding(stage):
     mismatches = run_both("cuda", torch.float32, "cuda", stage, "balanced", "nccl")
     for line in mismatches:
         assert float(line.rsplit(" ", 1)[1]) < 1e-5, line
+
+
+def test_distributed_muon_takes_muons_constructor_vocabulary_with_the_same_meaning():
+    # The same arguments to both: lr for both groups, weight decay, momentum, betas, eps, and the
+    # exact f64 iteration through settings. One process: the parameters agree bit for bit.
+    arguments = dict(lr=0.013, weight_decay=0.07, momentum=0.9, nesterov=False, betas=(0.85, 0.97), eps=1e-7,
+                     settings={"muon.precision": "f64"}, backend="ref")
+    a, b = model(3, "cpu", torch.float32), model(3, "cpu", torch.float32)
+    distributed = orthojit.DistributedMuon(a.named_parameters(), "local", stage=2, preset="keller", **arguments)
+    single = orthojit.Muon(b.named_parameters(), "keller", **arguments)
+    for step in range(2):
+        torch.manual_seed(50 + step)
+        for (_, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        distributed.step()
+        single.step()
+    for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        assert torch.equal(p.detach(), q.detach()), name
+    # The explicit arguments win over settings, as in orthojit.Muon; and a bad pair is named.
+    with pytest.raises(ValueError, match="betas must be a pair"):
+        orthojit.DistributedMuon(a.named_parameters(), "local", betas=(0.9,))

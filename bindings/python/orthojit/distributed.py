@@ -18,6 +18,27 @@ from . import _orthojit
 __all__ = ["DistributedMuon"]
 
 
+def _overrides(settings, *, lr, muon_lr, adam_lr, momentum, nesterov, weight_decay, betas, eps, backend):
+    """orthojit.Muon's constructor vocabulary as settings keys (the explicit arguments win)."""
+    overrides = {str(k): v for k, v in (settings or {}).items()}
+    explicit = {
+        "muon.lr": muon_lr if muon_lr is not None else lr,
+        "adam.lr": adam_lr if adam_lr is not None else lr,
+        "muon.momentum": momentum,
+        "muon.nesterov": nesterov,
+        "muon.weight_decay": weight_decay,
+        "adam.weight_decay": weight_decay,
+        "adam.eps": eps,
+        "muon.backend": backend,
+    }
+    if betas is not None:
+        if len(betas) != 2:
+            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        explicit["adam.beta1"], explicit["adam.beta2"] = float(betas[0]), float(betas[1])
+    overrides.update({key: value for key, value in explicit.items() if value is not None})
+    return overrides
+
+
 class _TorchCollectives:
     """The collectives of the C++ optimizer (bindings/python/torch_communicator.h) on a
     torch.distributed process group; tensors come in as views of the optimizer's buffers."""
@@ -118,7 +139,12 @@ class DistributedMuon:
         stage: ZeRO stage 1, 2 or 3.
         mode: ``"deepspeed"`` or ``"balanced"``.
         preset: ``"deepspeed"``, ``"keller"``, ``"moonlight"`` or ``"torch"``.
-        settings: runtime settings, e.g. ``{"muon.lr": 0.01, "adam.lr": 1e-4}`` (docs/muon.md).
+        settings: runtime settings, e.g. ``{"muon.lr": 0.01, "adam.lr": 1e-4}`` (docs/muon.md), read
+            as orthojit.Muon reads them (``"muon.precision": "f64"`` too).
+        lr, muon_lr, adam_lr, momentum, nesterov, weight_decay, betas, eps, backend: orthojit.Muon's
+            arguments, with its meaning and defaults (the preset's): ``lr`` sets both groups'
+            rates unless ``muon_lr`` / ``adam_lr`` is given, ``weight_decay`` both groups'; they
+            take precedence over ``settings``.
         use_muon: ``{name: bool}`` overriding DeepSpeed's tagging rule.
         average_gradients: divide the reduced gradients by the world size (DeepSpeed does).
         offload: optimizer state in host memory with the orthogonalization on the host.
@@ -133,7 +159,8 @@ class DistributedMuon:
     """
 
     def __init__(self, named_parameters, comm=None, *, stage=2, mode="deepspeed", preset="deepspeed", settings=None, use_muon=None,
-                 average_gradients=True, offload=False, engine="mpi", gradients_reduced=False):
+                 average_gradients=True, offload=False, engine="mpi", gradients_reduced=False, lr=None, muon_lr=None, adam_lr=None,
+                 momentum=None, nesterov=None, weight_decay=None, betas=None, eps=None, backend=None):
         if engine not in ("mpi", "nccl"):
             raise ValueError(f"engine must be 'mpi' or 'nccl', got {engine!r}")
         group = _torch_group(comm)
@@ -161,8 +188,8 @@ class DistributedMuon:
             if getattr(tensor, "requires_grad", True) is False:
                 continue
             self._parameters.append((name, tensor))
-        overrides = {str(k): (("true" if v else "false") if isinstance(v, bool) else repr(v) if isinstance(v, float) else str(v))
-                     for k, v in (settings or {}).items()}
+        overrides = _overrides(settings, lr=lr, muon_lr=muon_lr, adam_lr=adam_lr, momentum=momentum, nesterov=nesterov,
+                               weight_decay=weight_decay, betas=betas, eps=eps, backend=backend)
         self._core = _orthojit.Distributed([(name, tensor.detach(), use_muon.get(name)) for name, tensor in self._parameters], handle, preset,
                                            overrides, stage, mode, bool(average_gradients), bool(offload), engine, collectives,
                                            bool(gradients_reduced))
