@@ -10,6 +10,14 @@
  * only on success. Passing NULL where a pointer is required, or a value outside an enum, returns
  * OJ_INVALID_ARGUMENT.
  *
+ * ABI. The library is liborthojit_c.so.MAJOR (soname), installed with orthojit.pc and the CMake
+ * target orthojit::c (cmake --install; find_package(orthojit)). It exports the oj_* functions and
+ * nothing else. Within one major version: functions, enum values and option keys are only added,
+ * never removed or changed in meaning; the structs the caller allocates (oj_step_report) keep
+ * their size and layout; handles stay opaque.
+ * A new major version changes the soname, so a program never loads an incompatible library. The
+ * version in use: oj_version().
+ *
  * Threads. One handle must not be used by two threads at once. Handles share the runtime's
  * compiled kernels (through locked caches); running distinct handles on distinct threads at the
  * same time is not yet covered by a test.
