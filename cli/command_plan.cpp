@@ -132,7 +132,12 @@ int plan_command(const std::vector<std::string>& args) {
     }
     std::string owners, computed;
     for (int rank : tensor.owners) owners += (owners.empty() ? "" : ",") + std::to_string(rank);
-    for (int rank : tensor.orthogonalizers) computed += (computed.empty() ? "" : ",") + std::to_string(rank);
+    // balanced mode spreads a batch's matrices over many ranks: beyond 8, their count and range
+    if (tensor.orthogonalizers.size() > 8)
+      computed = std::to_string(tensor.orthogonalizers.size()) + " ranks (" + std::to_string(tensor.orthogonalizers.front()) + ".." +
+                 std::to_string(tensor.orthogonalizers.back()) + ")";
+    else
+      for (int rank : tensor.orthogonalizers) computed += (computed.empty() ? "" : ",") + std::to_string(rank);
     std::printf("  %-44s owners %-10s orthogonalized on %s\n", tensor.tensor.name.c_str(), owners.c_str(), computed.c_str());
   }
   std::printf("\n%-6s %10s %14s %9s %14s %14s %14s\n", "rank", "matrices", "NS work", "vs ideal", "optimizer", "gradients", "parameters");

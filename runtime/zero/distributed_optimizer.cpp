@@ -21,9 +21,10 @@ struct DistributedOptimizer::Entry {
   // Addresses in memory_ (0: not held here), f32.
   std::uintptr_t momentum = 0;              // Muon: whole (deepspeed) or slice (balanced)
   std::uintptr_t exp_avg = 0, exp_avg_sq = 0;  // AdamW: the slice
-  std::uintptr_t update = 0;     // balanced: U of the slice
-  std::uintptr_t assembled = 0;  // balanced, on the matrix's orthogonalizer: the whole U
-  std::uintptr_t result = 0;     // balanced: the whole O (indexed like the parameter)
+  // balanced: the matrices of the batch this rank orthogonalizes (ascending), their U assembled
+  // and their O, packed one after another; U and O of this rank's slice.
+  std::vector<int64_t> mine;
+  std::uintptr_t update = 0, assembled = 0, result = 0, slice_result = 0;
   int64_t step = 0;
 };
 
@@ -108,13 +109,22 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
     entry.lo = std::clamp<int64_t>(mine.begin - tensor.offset, 0, tensor.tensor.elements);
     entry.hi = std::clamp<int64_t>(mine.end - tensor.offset, 0, tensor.tensor.elements);
     const int64_t slice = entry.hi - entry.lo, whole = tensor.tensor.elements;
-    const bool orthogonalizer = entry.muon && balanced && tensor.orthogonalizers.front() == rank;
-    if (orthogonalizer) entry.assembled = buffers_.take(whole);
-    if (entry.muon && balanced && (orthogonalizer || slice > 0)) entry.result = buffers_.take(whole);
+    if (entry.muon && balanced) {
+      for (int64_t b = 0; b < entry.matrices.batch; ++b)
+        if (tensor.matrix_orthogonalizers[static_cast<size_t>(b)] == rank) entry.mine.push_back(b);
+      if (!entry.mine.empty()) {
+        const int64_t packed = static_cast<int64_t>(entry.mine.size()) * entry.matrices.rows * entry.matrices.cols;
+        entry.assembled = buffers_.take(packed);
+        entry.result = buffers_.take(packed);
+      }
+    }
     if (slice <= 0) continue;
     if (entry.muon) {
       entry.momentum = buffers_.take(balanced ? slice : whole);
-      if (balanced) entry.update = buffers_.take(slice);
+      if (balanced) {
+        entry.update = buffers_.take(slice);
+        entry.slice_result = buffers_.take(slice);
+      }
     } else {
       entry.exp_avg = buffers_.take(slice);
       entry.exp_avg_sq = buffers_.take(slice);
@@ -256,10 +266,9 @@ void DistributedOptimizer::muon_deepspeed(StepReport& report, void* stream) {
   if (!memory_->is_device()) report.orthogonalize_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
-// O = NS(U) for a whole parameter: host memory through the block orthogonalizer; device memory
+// O = NS(U) for `plan`'s matrices: host memory through the block orthogonalizer; device memory
 // one launch sequence per (matrix, block), each a contiguous run of rows.
-void DistributedOptimizer::orthogonalize(const Entry& entry, std::uintptr_t update, std::uintptr_t orthogonal, StepReport& report, void* stream) {
-  const MatrixPlan& plan = entry.matrices;
+void DistributedOptimizer::orthogonalize(const MatrixPlan& plan, std::uintptr_t update, std::uintptr_t orthogonal, StepReport& report, void* stream) {
   if (!memory_->is_device()) {
     const double before = orthogonalizer_->seconds();
     orthogonalizer_->orthogonalize(plan, reinterpret_cast<const float*>(update), reinterpret_cast<float*>(orthogonal));
@@ -275,58 +284,79 @@ void DistributedOptimizer::orthogonalize(const Entry& entry, std::uintptr_t upda
 
 void DistributedOptimizer::muon_balanced(StepReport& report, void* stream) {
   const int rank = communicator_.rank();
-  auto slice_of = [&](const PlannedTensor& tensor, int owner, int64_t& lo, int64_t& hi) {
+  // Each matrix of a batch has its own orthogonalizer (partition_plan.h): the pieces of U and O
+  // travel per matrix, the element ranges where a rank's slice meets a matrix.
+  auto slice_of = [&](int owner, int64_t offset, int64_t elements) {  // a rank's slice of a tensor
     const RankSummary& theirs = plan_.ranks[static_cast<size_t>(owner)];
-    lo = std::clamp<int64_t>(theirs.begin - tensor.offset, 0, tensor.tensor.elements);
-    hi = std::clamp<int64_t>(theirs.end - tensor.offset, 0, tensor.tensor.elements);
+    return std::pair<int64_t, int64_t>{std::clamp<int64_t>(theirs.begin - offset, 0, elements), std::clamp<int64_t>(theirs.end - offset, 0, elements)};
   };
-  // 1. Momentum and U on the slices; U's pieces to each matrix's orthogonalizer.
+  auto bytes = [](int64_t elements) { return elements * 4; };
+  // 1. Momentum and U on the slices; U's pieces to each matrix's orthogonalizer, which packs
+  //    its matrices' U one after another.
   std::vector<Communicator::Transfer> sends, receives;
   for (Entry& entry : entries_) {
     if (!entry.muon) continue;
     const PlannedTensor& tensor = plan_.tensors[entry.tensor];
-    const int target = tensor.orthogonalizers.front();
+    const int64_t matrix = entry.matrices.rows * entry.matrices.cols;
     if (entry.hi > entry.lo) {
       memory_->muon_momentum(settings_.muon, at(flat_, tensor.offset + entry.lo), entry.momentum, entry.update, entry.hi - entry.lo, stream);
-      if (target != rank) sends.push_back({target, reinterpret_cast<void*>(entry.update), (entry.hi - entry.lo) * 4});
+      for (int64_t b = entry.lo / matrix; b * matrix < entry.hi; ++b) {
+        const int target = tensor.matrix_orthogonalizers[static_cast<size_t>(b)];
+        const int64_t lo = std::max(entry.lo, b * matrix), hi = std::min(entry.hi, (b + 1) * matrix);
+        if (target != rank) sends.push_back({target, reinterpret_cast<void*>(at(entry.update, lo - entry.lo)), bytes(hi - lo)});
+      }
     }
-    if (target == rank) {
-      memory_->zero(entry.assembled, tensor.tensor.elements * 4, stream);
-      if (entry.hi > entry.lo) memory_->copy(at(entry.assembled, entry.lo), entry.update, (entry.hi - entry.lo) * 4, stream);
+    for (size_t slot = 0; slot < entry.mine.size(); ++slot) {
+      const int64_t b = entry.mine[slot], begin = b * matrix;
+      const std::uintptr_t packed = at(entry.assembled, static_cast<int64_t>(slot) * matrix);
       for (int owner : tensor.owners) {
-        if (owner == rank) continue;
-        int64_t lo = 0, hi = 0;
-        slice_of(tensor, owner, lo, hi);
-        receives.push_back({owner, reinterpret_cast<void*>(at(entry.assembled, lo)), (hi - lo) * 4});
+        const auto [their_lo, their_hi] = slice_of(owner, tensor.offset, tensor.tensor.elements);
+        const int64_t lo = std::max(their_lo, begin), hi = std::min(their_hi, begin + matrix);
+        if (lo >= hi) continue;
+        if (owner == rank) memory_->copy(at(packed, lo - begin), at(entry.update, lo - entry.lo), bytes(hi - lo), stream);
+        else receives.push_back({owner, reinterpret_cast<void*>(at(packed, lo - begin)), bytes(hi - lo)});
       }
     }
   }
   communicator_.set_stream(stream);
   if (communicator_.world() > 1) communicator_.exchange(sends, receives);
-  // 2. NS once per matrix, O's pieces back to the owners.
+  // 2. NS of this rank's matrices, batched; O's pieces back to their owners (and into this rank's
+  //    own slice of O).
   sends.clear();
   receives.clear();
   for (Entry& entry : entries_) {
     if (!entry.muon) continue;
     const PlannedTensor& tensor = plan_.tensors[entry.tensor];
-    const int target = tensor.orthogonalizers.front();
-    if (target == rank) {
-      orthogonalize(entry, entry.assembled, entry.result, report, stream);
-      for (int owner : tensor.owners) {
-        if (owner == rank) continue;
-        int64_t lo = 0, hi = 0;
-        slice_of(tensor, owner, lo, hi);
-        sends.push_back({owner, reinterpret_cast<void*>(at(entry.result, lo)), (hi - lo) * 4});
-      }
-    } else if (entry.hi > entry.lo) {
-      receives.push_back({target, reinterpret_cast<void*>(at(entry.result, entry.lo)), (entry.hi - entry.lo) * 4});
+    const int64_t matrix = entry.matrices.rows * entry.matrices.cols;
+    if (!entry.mine.empty()) {
+      MatrixPlan packed = entry.matrices;
+      packed.batch = static_cast<int64_t>(entry.mine.size());
+      orthogonalize(packed, entry.assembled, entry.result, report, stream);
     }
+    for (size_t slot = 0; slot < entry.mine.size(); ++slot) {
+      const int64_t b = entry.mine[slot], begin = b * matrix;
+      const std::uintptr_t packed = at(entry.result, static_cast<int64_t>(slot) * matrix);
+      for (int owner : tensor.owners) {
+        const auto [their_lo, their_hi] = slice_of(owner, tensor.offset, tensor.tensor.elements);
+        const int64_t lo = std::max(their_lo, begin), hi = std::min(their_hi, begin + matrix);
+        if (lo >= hi) continue;
+        if (owner == rank) memory_->copy(at(entry.slice_result, lo - entry.lo), at(packed, lo - begin), bytes(hi - lo), stream);
+        else sends.push_back({owner, reinterpret_cast<void*>(at(packed, lo - begin)), bytes(hi - lo)});
+      }
+    }
+    if (entry.hi > entry.lo)
+      for (int64_t b = entry.lo / matrix; b * matrix < entry.hi; ++b) {
+        const int target = tensor.matrix_orthogonalizers[static_cast<size_t>(b)];
+        const int64_t lo = std::max(entry.lo, b * matrix), hi = std::min(entry.hi, (b + 1) * matrix);
+        if (target != rank) receives.push_back({target, reinterpret_cast<void*>(at(entry.slice_result, lo - entry.lo)), bytes(hi - lo)});
+      }
   }
   if (communicator_.world() > 1) communicator_.exchange(sends, receives);
+  // 3. The update of the slice; apply_muon indexes O like the parameter, from the slice's start.
   for (Entry& entry : entries_)
     if (entry.muon && entry.hi > entry.lo)
-      memory_->apply_muon(settings_.muon, entry.matrices, entry.parameter.dtype, reinterpret_cast<std::uintptr_t>(entry.parameter.data), entry.result,
-                          entry.lo, entry.hi, stream);
+      memory_->apply_muon(settings_.muon, entry.matrices, entry.parameter.dtype, reinterpret_cast<std::uintptr_t>(entry.parameter.data),
+                          entry.slice_result - static_cast<std::uintptr_t>(entry.lo * 4), entry.lo, entry.hi, stream);
 }
 
 void DistributedOptimizer::adam(void* stream) {

@@ -107,7 +107,7 @@ class DistributedOptimizer {
   std::string locate_nonfinite() const;
   void muon_deepspeed(StepReport& report, void* stream);
   void muon_balanced(StepReport& report, void* stream);
-  void orthogonalize(const Entry& entry, std::uintptr_t update, std::uintptr_t orthogonal, StepReport& report, void* stream);
+  void orthogonalize(const MatrixPlan& plan, std::uintptr_t update, std::uintptr_t orthogonal, StepReport& report, void* stream);
   void adam(void* stream);
   void all_gather_parameters(void* stream);
 

@@ -2,6 +2,8 @@
 #include "runtime/zero/partition_plan.h"
 
 #include <algorithm>
+#include <queue>
+#include <set>
 #include <numeric>
 #include <stdexcept>
 
@@ -75,33 +77,55 @@ PartitionPlan plan_partitions(const std::vector<PlanTensor>& tensors, const Plan
     for (PlannedTensor& tensor : plan.tensors)
       if (tensor.tensor.muon) tensor.orthogonalizers = tensor.owners;
   } else {
-    // Longest processing time first, the costliest matrix first. A matrix goes to its least
-    // loaded owner when that keeps the owner within 5% of the ideal share (nothing to move:
-    // the owner holds the gradient and keeps the momentum), else to the least loaded rank
-    // (LPT proper). Ties go to the lower rank, so every rank computes the same plan.
-    std::vector<size_t> order;
+    // Longest processing time first over the matrices (each of a batch its own unit), the
+    // costliest first. A matrix goes to its least loaded owner when that keeps the owner within
+    // 5% of the ideal share (nothing to move: the owner holds the gradient and keeps the
+    // momentum), else to the least loaded rank (LPT proper). Ties go to the lower rank, so every
+    // rank computes the same plan. The least loaded rank comes from a heap: 58 layers x 256
+    // experts on 1024 ranks are 15k units.
+    struct Unit {
+      size_t tensor;
+      int64_t matrix;
+      double cost;
+    };
+    std::vector<Unit> units;
     double total_cost = 0;
-    for (size_t i = 0; i < plan.tensors.size(); ++i)
-      if (plan.tensors[i].tensor.muon) {
-        order.push_back(i);
-        total_cost += plan.tensors[i].cost;
-      }
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      PlannedTensor& tensor = plan.tensors[i];
+      if (!tensor.tensor.muon) continue;
+      tensor.matrix_orthogonalizers.assign(static_cast<size_t>(tensor.tensor.batch), 0);
+      for (int64_t b = 0; b < tensor.tensor.batch; ++b) units.push_back({i, b, tensor.cost / static_cast<double>(tensor.tensor.batch)});
+      total_cost += tensor.cost;
+    }
     const double ideal = total_cost / static_cast<double>(world);
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return plan.tensors[a].cost > plan.tensors[b].cost; });
+    std::stable_sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) { return a.cost > b.cost; });
     std::vector<double> load(static_cast<size_t>(world), 0.0);
-    for (size_t index : order) {
-      PlannedTensor& tensor = plan.tensors[index];
-      int owner = tensor.owners.front();
-      for (int rank : tensor.owners)
+    // (load, rank), smallest first; entries go stale when a rank's load changes and are skipped.
+    using Entry = std::pair<double, int>;
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> least;
+    for (int rank = 0; rank < world; ++rank) least.push({0.0, rank});
+    for (const Unit& work : units) {
+      PlannedTensor& tensor = plan.tensors[work.tensor];
+      const int64_t matrix_elements = tensor.tensor.rows * tensor.tensor.cols;
+      const int64_t first_element = tensor.offset + work.matrix * matrix_elements;
+      const int first_owner = static_cast<int>(first_element / plan.partition_elements);
+      const int last_owner = static_cast<int>((first_element + matrix_elements - 1) / plan.partition_elements);
+      int owner = first_owner;
+      for (int rank = first_owner; rank <= last_owner; ++rank)
         if (load[static_cast<size_t>(rank)] < load[static_cast<size_t>(owner)]) owner = rank;
       int best = owner;
-      if (load[static_cast<size_t>(owner)] + tensor.cost > 1.05 * ideal) {
-        best = 0;
-        for (int rank = 1; rank < world; ++rank)
-          if (load[static_cast<size_t>(rank)] < load[static_cast<size_t>(best)]) best = rank;
+      if (load[static_cast<size_t>(owner)] + work.cost > 1.05 * ideal) {
+        while (least.top().first != load[static_cast<size_t>(least.top().second)]) least.pop();  // stale
+        best = least.top().second;
       }
-      tensor.orthogonalizers = {best};
-      load[static_cast<size_t>(best)] += tensor.cost;
+      tensor.matrix_orthogonalizers[static_cast<size_t>(work.matrix)] = best;
+      load[static_cast<size_t>(best)] += work.cost;
+      least.push({load[static_cast<size_t>(best)], best});
+    }
+    for (PlannedTensor& tensor : plan.tensors) {
+      if (!tensor.tensor.muon) continue;
+      std::set<int> ranks(tensor.matrix_orthogonalizers.begin(), tensor.matrix_orthogonalizers.end());
+      tensor.orthogonalizers.assign(ranks.begin(), ranks.end());
     }
   }
   // Per-rank work and memory.
@@ -112,20 +136,31 @@ PartitionPlan plan_partitions(const std::vector<PlanTensor>& tensors, const Plan
       for (int rank : tensor.owners) plan.ranks[static_cast<size_t>(rank)].optimizer_bytes += settings.state_bytes_adam * slice(tensor, rank);
       continue;
     }
-    for (int rank : tensor.orthogonalizers) {
-      plan.ranks[static_cast<size_t>(rank)].orthogonalization_cost += tensor.cost;
-      plan.ranks[static_cast<size_t>(rank)].matrices += 1;
+    const int64_t matrix_elements = tensor.tensor.rows * tensor.tensor.cols;
+    const double matrix_cost = tensor.cost / static_cast<double>(tensor.tensor.batch);
+    if (deepspeed) {
+      for (int rank : tensor.orthogonalizers) {
+        plan.ranks[static_cast<size_t>(rank)].orthogonalization_cost += tensor.cost;
+        plan.ranks[static_cast<size_t>(rank)].matrices += static_cast<int>(tensor.tensor.batch);
+      }
+    } else {
+      for (int64_t b = 0; b < tensor.tensor.batch; ++b) {
+        const int rank = tensor.matrix_orthogonalizers[static_cast<size_t>(b)];
+        plan.ranks[static_cast<size_t>(rank)].orthogonalization_cost += matrix_cost;
+        plan.ranks[static_cast<size_t>(rank)].matrices += 1;
+        // U's pieces to the orthogonalizer and O's back: what it does not hold of the matrix.
+        const int64_t begin = tensor.offset + b * matrix_elements, end = begin + matrix_elements;
+        const RankSummary& target = plan.ranks[static_cast<size_t>(rank)];
+        const int64_t held = std::max<int64_t>(0, std::min(target.end, end) - std::max(target.begin, begin));
+        balanced_gather += matrix_elements - held;
+        balanced_scatter += matrix_elements - held;
+      }
     }
     for (int rank : tensor.owners) {
       // deepspeed: a full momentum copy on every owner; balanced: momentum of the slice only.
       plan.ranks[static_cast<size_t>(rank)].optimizer_bytes += settings.state_bytes_muon * (deepspeed ? tensor.tensor.elements : slice(tensor, rank));
       // deepspeed, stages 2-3: every owner of a straddler receives the pieces it lacks.
       if (deepspeed && tensor.straddles()) straddling_gather += tensor.tensor.elements - slice(tensor, rank);
-    }
-    if (!deepspeed) {
-      const int target = tensor.orthogonalizers.front();
-      balanced_gather += tensor.tensor.elements - slice(tensor, target);  // U pieces to the orthogonalizer
-      balanced_scatter += tensor.tensor.elements - slice(tensor, target);  // O pieces back to the owners
     }
   }
   const int64_t partition = plan.partition_elements, padded = plan.padded_elements;
@@ -145,8 +180,8 @@ PartitionPlan plan_partitions(const std::vector<PlanTensor>& tensors, const Plan
     plan.collectives.push_back({"gather straddling Muon gradients to their owners", settings.gradient_bytes * straddling_gather,
                                 "Σ straddlers Σ owners (elements − own slice)·g"});
   if (!deepspeed) {
-    plan.collectives.push_back({"gather Muon updates U to their orthogonalizer (f32)", 4 * balanced_gather, "Σ matrices (elements − slice on the orthogonalizer)·4"});
-    plan.collectives.push_back({"scatter orthogonalized O to the owners (f32)", 4 * balanced_scatter, "Σ matrices (elements − slice on the orthogonalizer)·4"});
+    plan.collectives.push_back({"gather Muon updates U to their orthogonalizer (f32)", 4 * balanced_gather, "Σ matrices (elements − what its orthogonalizer holds)·4"});
+    plan.collectives.push_back({"scatter orthogonalized O to the owners (f32)", 4 * balanced_scatter, "Σ matrices (elements − what its orthogonalizer holds)·4"});
   }
   if (settings.stage <= 2)
     plan.collectives.push_back({"all-gather updated parameters", (n - 1) * parameter_total, "(N−1)·P"});

@@ -8,7 +8,10 @@
 //   deepspeed  every rank that owns a piece computes the whole matrix (momentum copy on each),
 //              as DeepSpeed's stage 1/2 does;
 //   balanced   each matrix exactly once, on the rank chosen by longest-processing-time on its
-//              cost (batch·m²·n, m <= n), the result then gathered to the owners.
+//              cost (m²·n, m <= n), the result then gathered to the owners. The units are the
+//              matrices, not the tensors: each matrix of a batched tensor (the experts of a
+//              layer) is an independent Newton-Schulz problem with its own orthogonalizer, so
+//              the work keeps balancing when ranks outnumber the tensors.
 // Host-only arithmetic: the plan is tested (and printed by `orthojit plan`) without any rank.
 #pragma once
 
@@ -41,7 +44,10 @@ struct PlannedTensor {
   PlanTensor tensor;
   int64_t offset = 0;                // in the flat buffer
   std::vector<int> owners;           // ranks whose partition holds part of it, ascending
-  std::vector<int> orthogonalizers;  // Muon: ranks that compute its NS (deepspeed: the owners)
+  std::vector<int> orthogonalizers;  // Muon: ranks that compute its NS (deepspeed: the owners), ascending
+  // balanced: the rank that orthogonalizes each of its batch matrices (matrix b is elements
+  // [b·rows·cols, (b+1)·rows·cols) of the tensor); empty otherwise.
+  std::vector<int> matrix_orthogonalizers;
   double cost = 0;                   // Muon: batch·m²·n (the NS work scale)
   bool straddles() const { return owners.size() > 1; }
 };
@@ -49,7 +55,7 @@ struct PlannedTensor {
 struct RankSummary {
   int64_t begin = 0, end = 0;        // its partition of the flat buffer
   double orthogonalization_cost = 0; // sum of the costs of the matrices it orthogonalizes
-  int matrices = 0;
+  int matrices = 0;                  // matrices it orthogonalizes (each of a batch counted)
   int64_t optimizer_bytes = 0;       // Muon momentum (whole matrices it orthogonalizes) + AdamW moments of its slice
   int64_t gradient_bytes = 0, parameter_bytes = 0;  // what it holds of each (full or partitioned by stage)
 };
