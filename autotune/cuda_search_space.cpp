@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "autotune/tuning_options.h"
 #include "cuda/cuda_backend.h"
 
 namespace orthojit::autotune {
@@ -12,9 +13,7 @@ extern const char* const kCudaSearchSpaceJson;
 CudaCandidate CudaCandidate::from_json(const nlohmann::json& value) {
   if (!value.is_object() || value.value("backend", "") != "cuda") throw std::invalid_argument("not a cuda candidate (backend must be \"cuda\")");
   CudaCandidate candidate;
-  candidate.strategy = value.value("strategy", "");
-  if (candidate.strategy != "standard" && candidate.strategy != "gram")
-    throw std::invalid_argument("cuda candidate: strategy '" + candidate.strategy + "' is not standard or gram");
+  candidate.strategy = parse_strategy_or_throw(value.value("strategy", ""), "cuda candidate");
   candidate.variant = value.value("variant", "");
   cuda::CudaVariant::parse(candidate.variant);  // throws with the valid forms
   return candidate;
@@ -24,9 +23,8 @@ CudaSearchSpace parse_cuda_search_space(const nlohmann::json& document) {
   CudaSearchSpace space;
   try {
     if (document.at("backend").get<std::string>() != "cuda") throw std::invalid_argument("backend is not \"cuda\"");
-    space.strategies = document.at("strategies").get<std::vector<std::string>>();
-    for (const auto& strategy : space.strategies)
-      if (strategy != "standard" && strategy != "gram") throw std::invalid_argument("unknown strategy '" + strategy + "'");
+    for (const auto& name : document.at("strategies").get<std::vector<std::string>>())
+      space.strategies.push_back(parse_strategy_or_throw(name, "the CUDA search space"));
     for (const auto& tile : document.at("tiles")) {
       const auto values = tile.get<std::vector<int>>();
       if (values.size() != 5) throw std::invalid_argument("a tile is [BM, BN, BK, warps_m, warps_n]");
@@ -72,8 +70,9 @@ std::vector<CudaCandidate> cuda_candidates(const CudaSearchSpace& space, const C
 
 std::optional<std::string> cuda_prune_reason(const CudaCandidate& candidate, const ir::Function* scheduled, const std::string& strategy_error,
                                              int shared_memory_limit) {
-  if (!strategy_error.empty()) return "the " + candidate.strategy + " strategy cannot compile this program: " + strategy_error;
-  if (!scheduled) return "no schedule for the " + candidate.strategy + " strategy";
+  const std::string strategy = ir::to_string(candidate.strategy);
+  if (!strategy_error.empty()) return "the " + strategy + " strategy cannot compile this program: " + strategy_error;
+  if (!scheduled) return "no schedule for the " + strategy + " strategy";
   const cuda::CudaVariant variant = cuda::CudaVariant::parse(candidate.variant);
   if (std::string reason = cuda::variant_unavailable_reason(*scheduled, variant, shared_memory_limit); !reason.empty()) return reason;
   if (variant.tile) {

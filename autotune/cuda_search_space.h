@@ -18,17 +18,17 @@ namespace orthojit::autotune {
 
 // One configuration of the CUDA backend.
 struct CudaCandidate {
-  std::string strategy = "standard";  // standard | gram
+  ir::StrategyKind strategy = ir::StrategyKind::Standard;
   std::string variant = "generated";  // a cuda::CudaVariant label
-  std::string label() const { return "cuda " + strategy + " " + variant; }
-  nlohmann::json to_json() const { return {{"backend", "cuda"}, {"strategy", strategy}, {"variant", variant}}; }
+  std::string label() const { return "cuda " + std::string(ir::to_string(strategy)) + " " + variant; }
+  nlohmann::json to_json() const { return {{"backend", "cuda"}, {"strategy", ir::to_string(strategy)}, {"variant", variant}}; }
   // Throws std::invalid_argument naming the bad field.
   static CudaCandidate from_json(const nlohmann::json& value);
   bool operator==(const CudaCandidate& other) const = default;
 };
 
 struct CudaSearchSpace {
-  std::vector<std::string> strategies;
+  std::vector<ir::StrategyKind> strategies;  // parsed once from the document's names
   std::vector<cuda::TileConfig> tiles;
   bool fused_small = true, cublas = true, cublaslt = true;
   int min_repeats = 5, max_repeats = 50;

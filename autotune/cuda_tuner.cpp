@@ -7,29 +7,29 @@
 #include <map>
 #include <optional>
 
-#include "autotune/reference_check.h"
 #include "autotune/strategy_heuristic.h"
 #include "autotune/timing_harness.h"
+#include "autotune/tuning_loop.h"
 #include "autotune/tuning_record.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/nvrtc_compiler.h"
 #include "kernels/cuda_device_headers.h"
 #include "passes/pipeline.h"
-#include "reference/random_matrix.h"
 
 namespace orthojit::autotune {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-ir::Function compile_strategy(const TuneProblem& problem, const std::string& strategy, int64_t rows, int64_t cols, int64_t batch) {
+ir::Function compile_strategy(const dsl::Program& program, std::optional<ScalarType> precision, ir::StrategyKind strategy, int64_t rows, int64_t cols,
+                              int64_t batch) {
   passes::CompileOptions options;
   options.rows = rows;
   options.cols = cols;
   options.batch = batch;
-  options.precision = problem.precision;
-  options.strategy = strategy == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard;
-  return passes::compile_program(*problem.program, options);
+  options.precision = precision;
+  options.strategy = strategy;
+  return passes::compile_program(program, options);
 }
 
 // Device-side timing: CUDA events around one call, the L2 flushed before each.
@@ -59,19 +59,98 @@ class DeviceTimer {
   cuda::EventTimer events_;
 };
 
-// Runs `runner` on `input` into a poisoned output and returns the output.
-std::vector<float> run_checked(const cuda::CudaRunner& runner, const std::vector<float>& input) {
-  const int64_t bytes = static_cast<int64_t>(input.size()) * 4;
-  cuda::DeviceBuffer in(bytes), out(bytes);
-  in.upload(input.data(), bytes);
-  const auto& api = cuda::Device::get().api();
-  cuda::check(api.cuMemsetD8Async(out.get(), 0xff, static_cast<size_t>(bytes), nullptr), "poisoning the output");
-  runner.run_device(in.get(), out.get(), nullptr);
-  cuda::check(api.cuCtxSynchronize(), "running the candidate");
-  std::vector<float> output(input.size());
-  out.download(output.data(), bytes);
-  return output;
-}
+// A runner as the loop runs it: the check's run through the host (the output poisoned on the
+// device first), timing on device buffers with CUDA events.
+class CudaBuilt : public BuiltCandidate {
+ public:
+  CudaBuilt(std::unique_ptr<cuda::CudaRunner> runner, DeviceTimer& timer, const CudaSearchSpace& space)
+      : runner_(std::move(runner)), timer_(timer), space_(space) {}
+  void run(const std::vector<float>& input, std::vector<float>& output) override {
+    const int64_t bytes = static_cast<int64_t>(input.size()) * 4;
+    cuda::DeviceBuffer in(bytes), out(bytes);
+    in.upload(input.data(), bytes);
+    const auto& api = cuda::Device::get().api();
+    cuda::check(api.cuMemsetD8Async(out.get(), 0xff, static_cast<size_t>(bytes), nullptr), "poisoning the output");
+    runner_->run_device(in.get(), out.get(), nullptr);
+    cuda::check(api.cuCtxSynchronize(), "running the candidate");
+    out.download(output.data(), bytes);
+  }
+  Timing time(const std::vector<float>& input, const TimingSettings& settings) override {
+    const int64_t bytes = static_cast<int64_t>(input.size()) * 4;
+    cuda::DeviceBuffer in(bytes), out(bytes);
+    in.upload(input.data(), bytes);
+    return timer_.time(*runner_, in.get(), out.get(), space_.min_repeats, space_.max_repeats, std::max(20.0, settings.budget_seconds * 1000));
+  }
+
+ private:
+  std::unique_ptr<cuda::CudaRunner> runner_;
+  DeviceTimer& timer_;
+  const CudaSearchSpace& space_;
+};
+
+class CudaTuningBackend : public TuningBackend {
+ public:
+  CudaTuningBackend(const TuneProblem& problem, const CudaCandidate& fallback)
+      : problem_(problem), fallback_(fallback), space_(cuda_search_space()), headers_(kernels::cuda_device_headers()) {}
+
+  std::vector<Trial> candidates() override {
+    const int shared_limit = cuda::Device::get().info().max_shared_per_block_optin;
+    // Each strategy's schedule for the full problem (or why it cannot compile), for pruning.
+    std::map<ir::StrategyKind, ir::Function> schedules;
+    std::map<ir::StrategyKind, std::string> strategy_errors;
+    for (ir::StrategyKind strategy : space_.strategies) {
+      try {
+        schedules.emplace(strategy, compile_strategy(*problem_.program, problem_.precision, strategy, problem_.rows, problem_.cols, problem_.batch));
+      } catch (const std::exception& error) {
+        strategy_errors[strategy] = error.what();
+      }
+    }
+    std::vector<Trial> trials;
+    for (const CudaCandidate& candidate : cuda_candidates(space_, fallback_)) {
+      Trial trial;
+      trial.id = candidates_.size();
+      trial.label = candidate.label();
+      trial.config = candidate.to_json();
+      trial.strategy = candidate.strategy;
+      trial.is_default = candidate == fallback_;
+      trial.is_vendor = candidate.variant == "cublaslt";
+      const auto schedule = schedules.find(candidate.strategy);
+      const auto error = strategy_errors.find(candidate.strategy);
+      if (auto reason = cuda_prune_reason(candidate, schedule == schedules.end() ? nullptr : &schedule->second,
+                                          error == strategy_errors.end() ? "" : error->second, shared_limit)) {
+        trial.status = TrialStatus::Pruned;
+        trial.message = *reason;
+      }
+      candidates_.push_back(candidate);
+      trials.push_back(trial);
+    }
+    return trials;
+  }
+
+  ir::Function schedule(size_t id, const dsl::Program& program, int64_t rows, int64_t cols, int64_t batch) override {
+    return compile_strategy(program, problem_.precision, candidates_.at(id).strategy, rows, cols, batch);
+  }
+
+  // The reduced shape may not admit the variant (a tile larger than it is still valid).
+  std::unique_ptr<BuiltCandidate> build(size_t id, const dsl::Program& program, const ir::Function& schedule) override {
+    const cuda::CudaVariant variant = cuda::CudaVariant::parse(candidates_.at(id).variant);
+    return std::make_unique<CudaBuilt>(cuda::build_cuda_runner(program, schedule, variant, headers_), timer_, space_);
+  }
+
+  nlohmann::json bench_fields() override {
+    return {{"timer", "CUDA events, L2 flushed (memset of 2x L2) before each run"}, {"device", cuda::Device::get().info().describe()}};
+  }
+
+  const CudaSearchSpace& space() const { return space_; }
+
+ private:
+  const TuneProblem& problem_;
+  CudaCandidate fallback_;
+  const CudaSearchSpace& space_;
+  const std::vector<std::pair<std::string, std::string>>& headers_;
+  DeviceTimer timer_;
+  std::vector<CudaCandidate> candidates_;
+};
 
 }  // namespace
 
@@ -93,150 +172,16 @@ CudaCandidate default_cuda_candidate(const dsl::Program& program, int64_t rows, 
 }
 
 nlohmann::json tune_shape_cuda(const TuneProblem& problem, const TuneSettings& settings) {
-  const auto started = Clock::now();
-  const CudaSearchSpace& space = cuda_search_space();
-  const cuda::Device& device = cuda::Device::get();
-  const int shared_limit = device.info().max_shared_per_block_optin;
-  const auto& headers = kernels::cuda_device_headers();
-  const ProblemKey key = problem_key(*problem.program, problem.rows, problem.cols, problem.batch, problem.precision);
   std::string default_reason;
   const CudaCandidate fallback = default_cuda_candidate(*problem.program, problem.rows, problem.cols, problem.precision, &default_reason);
-
-  // Each strategy's schedule for the full problem (or why it cannot compile).
-  std::map<std::string, ir::Function> schedules;
-  std::map<std::string, std::string> strategy_errors;
-  for (const auto& strategy : space.strategies) {
-    try {
-      schedules.emplace(strategy, compile_strategy(problem, strategy, problem.rows, problem.cols, problem.batch));
-    } catch (const std::exception& error) {
-      strategy_errors[strategy] = error.what();
-    }
-  }
-
-  const auto values = reference::gaussian_values(problem.rows * problem.cols * problem.batch, 20261201);
-  const std::vector<float> input(values.begin(), values.end());
-  const int64_t bytes = static_cast<int64_t>(input.size()) * 4;
-  cuda::DeviceBuffer device_input(bytes), device_output(bytes);
-  device_input.upload(input.data(), bytes);
-  DeviceTimer timer;
-
-  struct Trial {
-    CudaCandidate candidate;
-    std::string status = "pending", message;
-    Timing timing;
-    double error = -1;
-    bool is_default = false;
-  };
-  std::vector<Trial> trials;
-  for (const CudaCandidate& candidate : cuda_candidates(space, fallback)) {
-    Trial trial;
-    trial.candidate = candidate;
-    trial.is_default = candidate == fallback;
-    const auto schedule = schedules.find(candidate.strategy);
-    const std::string strategy_error = strategy_errors.count(candidate.strategy) ? strategy_errors[candidate.strategy] : "";
-    if (auto reason = cuda_prune_reason(candidate, schedule == schedules.end() ? nullptr : &schedule->second, strategy_error, shared_limit)) {
-      trial.status = "pruned";
-      trial.message = *reason;
-    }
-    trials.push_back(trial);
-  }
-
-  const double budget_ms = settings.budget_seconds * 1000;
-  auto elapsed_ms = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - started).count(); };
-  // The f64 references by strategy, of the full shape or of the reduced one (computed once each).
-  std::map<std::string, Reference> references, reduced_references;
-  std::optional<ErrorBounds> bounds;  // those the candidates were checked against, for the record
-  std::map<size_t, std::unique_ptr<cuda::CudaRunner>> runners;
-  for (size_t index = 0; index < trials.size(); ++index) {
-    Trial& trial = trials[index];
-    if (trial.status != "pending") continue;
-    if (!trial.is_default && elapsed_ms() > budget_ms) {
-      trial.status = "skipped_budget";
-      trial.message = "the shape's tuning budget was spent";
-      continue;
-    }
-    if (settings.progress) settings.progress({static_cast<int>(index + 1), static_cast<int>(trials.size()), trial.candidate.label(), "check"});
-    const cuda::CudaVariant variant = cuda::CudaVariant::parse(trial.candidate.variant);
-    const ir::Function& function = schedules.at(trial.candidate.strategy);
-    std::unique_ptr<cuda::CudaRunner> runner;
-    try {
-      runner = cuda::build_cuda_runner(*problem.program, function, variant, headers);
-    } catch (const std::exception& error) {
-      trial.status = "compile_failed";
-      trial.message = error.what();
-      continue;
-    }
-    try {
-      std::vector<float> output = run_checked(*runner, input);
-      if (settings.tamper_output) settings.tamper_output(Candidate{}, output.data(), output.size());
-      if (!std::all_of(output.begin(), output.end(), [](float value) { return std::isfinite(value); })) {
-        trial.status = "wrong_result";
-        trial.message = "non-finite or unwritten output";
-        continue;
-      }
-      CheckResult check;
-      if (iteration_flops(function) <= kFullCheckFlops) {
-        auto cached = references.find(trial.candidate.strategy);
-        if (cached == references.end()) cached = references.emplace(trial.candidate.strategy, reference_of(function, input)).first;
-        check = compare(output, cached->second);
-        if (!bounds) bounds = cached->second.bounds;
-      } else {
-        // The same variant, batch included (it sets the grid), on a reduced shape of the same
-        // aspect class; checked like a full one.
-        int64_t small_rows = 0, small_cols = 0;
-        reduced_check_shape(problem.rows, problem.cols, small_rows, small_cols);
-        const ir::Function reduced = compile_strategy(problem, trial.candidate.strategy, small_rows, small_cols, problem.batch);
-        const auto reduced_values = reference::gaussian_values(small_rows * small_cols * problem.batch, 7);
-        const std::vector<float> reduced_input(reduced_values.begin(), reduced_values.end());
-        // The reduced shape may not admit the variant (a tile larger than it is still valid).
-        auto reduced_runner = cuda::build_cuda_runner(*problem.program, reduced, variant, headers);
-        std::vector<float> reduced_output = run_checked(*reduced_runner, reduced_input);
-        if (settings.tamper_output) settings.tamper_output(Candidate{}, reduced_output.data(), reduced_output.size());
-        auto cached = reduced_references.find(trial.candidate.strategy);
-        if (cached == reduced_references.end()) cached = reduced_references.emplace(trial.candidate.strategy, reference_of(reduced, reduced_input)).first;
-        check = compare(reduced_output, cached->second);
-        if (!bounds) bounds = cached->second.bounds;
-        if (!check.ok) check.message += " (on the reduced shape " + std::to_string(small_rows) + "x" + std::to_string(small_cols) + ")";
-      }
-      trial.error = check.error;
-      if (!check.ok) {
-        trial.status = "wrong_result";
-        trial.message = check.message;
-        continue;
-      }
-      if (settings.progress) settings.progress({static_cast<int>(index + 1), static_cast<int>(trials.size()), trial.candidate.label(), "time"});
-      const size_t remaining = static_cast<size_t>(std::count_if(trials.begin(), trials.end(), [](const Trial& t) { return t.status == "pending"; }));
-      const double share_ms = std::max(20.0, (budget_ms - elapsed_ms()) / static_cast<double>(remaining + 1));
-      trial.timing = timer.time(*runner, device_input.get(), device_output.get(), space.min_repeats, space.max_repeats, share_ms);
-      trial.status = "ok";
-      runners[index] = std::move(runner);
-    } catch (const std::exception& error) {
-      trial.status = "run_failed";
-      trial.message = error.what();
-    }
-  }
-  // Re-time the top few, then pick.
-  std::vector<size_t> ranked;
-  for (size_t i = 0; i < trials.size(); ++i)
-    if (trials[i].status == "ok") ranked.push_back(i);
-  std::sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) { return trials[a].timing.p50_ms < trials[b].timing.p50_ms; });
-  for (size_t r = 0; r < std::min<size_t>(ranked.size(), static_cast<size_t>(space.retime_top)) && ranked.size() > 1; ++r) {
-    Trial& trial = trials[ranked[r]];
-    if (settings.progress) settings.progress({static_cast<int>(ranked[r] + 1), static_cast<int>(trials.size()), trial.candidate.label(), "retime"});
-    const Timing again = timer.time(*runners.at(ranked[r]), device_input.get(), device_output.get(), space.min_repeats, space.max_repeats, 50.0);
-    trial.timing.samples_ms.insert(trial.timing.samples_ms.end(), again.samples_ms.begin(), again.samples_ms.end());
-    summarize(trial.timing);
-  }
-  nlohmann::json bench = {{"budget_s", settings.budget_seconds},
-                          {"timer", "CUDA events, L2 flushed (memset of 2x L2) before each run"},
-                          {"device", device.info().describe()},
-                          {"elapsed_s", elapsed_ms() / 1000}};
-  if (bounds) bench["tolerance"] = tolerance_json(*bounds);
-  std::vector<TrialOutcome> outcomes;
-  for (const Trial& trial : trials)
-    outcomes.push_back({trial.candidate.label(), trial.candidate.to_json(), trial.status, trial.message, trial.timing, trial.error, trial.is_default,
-                        trial.candidate.variant == "cublaslt", std::nullopt});
-  return make_tuning_entry(problem, key, std::move(bench), outcomes, space.tie_tolerance, fallback.label(), default_reason);
+  CudaTuningBackend backend(problem, fallback);
+  LoopSettings loop;
+  loop.tie_tolerance = backend.space().tie_tolerance;
+  loop.retime_top = backend.space().retime_top;
+  // A GPU runs a large shape's iteration in milliseconds: the proxy pays only from about 1e13
+  // FLOPs (tens of milliseconds a run on a current data-centre GPU) up.
+  loop.proxy_min_flops = 1e13;
+  return run_tuning_loop(problem, settings, loop, backend, fallback.label(), default_reason);
 }
 
 TunedCudaChoice lookup_tuned_cuda(const dsl::Program& program, int64_t rows, int64_t cols, int64_t batch, std::optional<ScalarType> precision) {

@@ -1,5 +1,5 @@
-// The CUDA tuner: the CPU tuner's procedure (tuner.h) over the CUDA search space
-// (cuda_search_space.h), on the device: every candidate compiled through the program cache,
+// The CUDA tuner: the CUDA backend of the shared tuning loop (tuning_loop.h) over the CUDA search
+// space (cuda_search_space.h), on the device: every candidate compiled through the program cache,
 // its output (poisoned first) checked against the f64 reference, timed with CUDA events after
 // an L2 flush (a memset of twice the L2), the top three timed again, ties within 2% to the
 // earlier candidate. Records go to their own file, keyed by the GPU's fingerprint.

@@ -8,31 +8,37 @@
 #include "cpu/cpu_isa.h"
 #include "cpu/openblas_library.h"
 #include "cpu/vendor_gemm.h"
+#include "autotune/tuning_options.h"
 
 namespace orthojit::autotune {
 
 extern const char* const kCpuSearchSpaceJson;  // generated from search_spaces/cpu.json
 
 std::string Candidate::label() const {
-  if (engine == "openblas") return "openblas " + strategy + (triangular ? " syrk" : " gemm");
-  if (engine == "onednn") return "onednn " + strategy + " matmul";
-  return engine + (kernel.empty() ? "" : " " + kernel) + " " + strategy + (triangular ? " tri " : " dense ") + std::to_string(mc) + "/" + std::to_string(kc) + "/" + std::to_string(nc);
+  const std::string strategy_name = ir::to_string(strategy);
+  if (engine == cpu::ProductEngine::OpenBlas) return "openblas " + strategy_name + (triangular ? " syrk" : " gemm");
+  if (engine == cpu::ProductEngine::OneDnn) return "onednn " + strategy_name + " matmul";
+  return std::string(cpu::to_string(engine)) + (kernel.empty() ? "" : " " + kernel) + " " + strategy_name + (triangular ? " tri " : " dense ") +
+         std::to_string(mc) + "/" + std::to_string(kc) + "/" + std::to_string(nc);
 }
 
+// The record's strings are those of earlier versions ("engine": "jit", "strategy": "gram"), so
+// their files still load.
 nlohmann::json Candidate::to_json() const {
-  nlohmann::json value = {{"engine", engine}, {"strategy", strategy}, {"triangular", triangular}};
-  if (engine == "jit") value["blocking"] = {mc, kc, nc};
-  if (engine == "jit" && !kernel.empty()) value["kernel"] = kernel;
+  nlohmann::json value = {{"engine", cpu::to_string(engine)}, {"strategy", ir::to_string(strategy)}, {"triangular", triangular}};
+  if (engine == cpu::ProductEngine::Jit) value["blocking"] = {mc, kc, nc};
+  if (engine == cpu::ProductEngine::Jit && !kernel.empty()) value["kernel"] = kernel;
   return value;
 }
 
 Candidate Candidate::from_json(const nlohmann::json& value) {
   Candidate candidate;
+  std::string engine, strategy;
   try {
-    candidate.engine = value.at("engine").get<std::string>();
-    candidate.strategy = value.at("strategy").get<std::string>();
+    engine = value.at("engine").get<std::string>();
+    strategy = value.at("strategy").get<std::string>();
     candidate.triangular = value.at("triangular").get<bool>();
-    if (candidate.engine == "jit") {
+    if (engine == "jit") {
       const auto blocking = value.at("blocking").get<std::vector<int64_t>>();
       if (blocking.size() != 3) throw std::invalid_argument("\"blocking\" must be [MC, KC, NC]");
       candidate.mc = blocking[0];
@@ -43,12 +49,12 @@ Candidate Candidate::from_json(const nlohmann::json& value) {
   } catch (const nlohmann::json::exception& error) {
     throw std::invalid_argument(std::string("bad candidate configuration ") + value.dump() + ": " + error.what());
   }
-  if (candidate.engine != "jit" && candidate.engine != "openblas" && candidate.engine != "onednn")
-    throw std::invalid_argument("unknown engine '" + candidate.engine + "' (expected jit, openblas or onednn)");
+  const auto parsed_engine = parse_product_engine(engine);
+  if (!parsed_engine) throw std::invalid_argument("unknown engine '" + engine + "' (expected jit, openblas or onednn)");
+  candidate.engine = *parsed_engine;
   if (!candidate.kernel.empty() && candidate.kernel != "amx" && candidate.kernel != "bf16dot" && candidate.kernel != "fma")
     throw std::invalid_argument("unknown kernel '" + candidate.kernel + "' (expected amx, bf16dot or fma)");
-  if (candidate.strategy != "standard" && candidate.strategy != "gram")
-    throw std::invalid_argument("unknown strategy '" + candidate.strategy + "' (expected standard or gram)");
+  candidate.strategy = parse_strategy_or_throw(strategy, "candidate configuration");
   if (candidate.mc < 1 || candidate.kc < 2 || candidate.nc < 1) throw std::invalid_argument("blocking must be positive (KC at least 2): " + value.dump());
   return candidate;
 }
@@ -63,7 +69,7 @@ cpu::GemmBlocking Candidate::blocking() const {
 }
 
 std::optional<cpu::CpuIsa> Candidate::cpu_isa() const {
-  if (engine != "jit" || kernel.empty()) return std::nullopt;
+  if (engine != cpu::ProductEngine::Jit || kernel.empty()) return std::nullopt;
   if (kernel == "amx") return cpu::CpuIsa::AmxBf16;
   if (kernel == "bf16dot") return cpu::CpuIsa::Avx512Bf16;
   const cpu::CpuIsa best = cpu::best_host_isa();  // fma: the default path without its AMX products
@@ -77,8 +83,13 @@ std::string default_kernel(ScalarType storage) {
 SearchSpace parse_search_space(const nlohmann::json& document) {
   SearchSpace space;
   try {
-    space.strategies = document.at("strategies").get<std::vector<std::string>>();
-    space.engines = document.at("engines").get<std::vector<std::string>>();
+    for (const auto& name : document.at("strategies").get<std::vector<std::string>>())
+      space.strategies.push_back(parse_strategy_or_throw(name, "malformed search space"));
+    for (const auto& name : document.at("engines").get<std::vector<std::string>>()) {
+      const auto engine = parse_product_engine(name);
+      if (!engine) throw std::invalid_argument("malformed search space: unknown engine '" + name + "' (expected jit, openblas or onednn)");
+      space.engines.push_back(*engine);
+    }
     space.triangular = document.at("triangular").get<std::vector<bool>>();
     for (const auto& entry : document.at("blocking")) {
       const auto values = entry.get<std::vector<int64_t>>();
@@ -106,7 +117,7 @@ const SearchSpace& search_space(const std::string& backend) {
 std::vector<Candidate> stage_one_candidates(const SearchSpace& space) {
   std::vector<Candidate> result;
   for (const auto& engine : space.engines)
-    for (const auto& kernel : engine == "jit" ? space.kernels : std::vector<std::string>{""})
+    for (const auto& kernel : engine == cpu::ProductEngine::Jit ? space.kernels : std::vector<std::string>{""})
     for (const auto& strategy : space.strategies)
       for (bool triangular : space.triangular) {
         Candidate candidate;
@@ -142,10 +153,10 @@ namespace {
 Candidate effective(const Candidate& candidate, int64_t rows, int64_t cols, ScalarType storage) {
   Candidate result = candidate;
   result.stage = 0;
-  if (candidate.engine != "jit") {
+  if (candidate.engine != cpu::ProductEngine::Jit) {
     result.mc = result.kc = result.nc = 0;
     // oneDNN has no triangular product (no syrk): both settings run the same dense matmuls.
-    if (candidate.engine == "onednn") result.triangular = true;
+    if (candidate.engine == cpu::ProductEngine::OneDnn) result.triangular = true;
     return result;
   }
   // Only bf16 products have a choice of engine; the default path's is named.
@@ -163,17 +174,18 @@ Candidate effective(const Candidate& candidate, int64_t rows, int64_t cols, Scal
 
 std::optional<std::string> prune_reason(const Candidate& candidate, int64_t rows, int64_t cols, const std::string& gram_error,
                                         const std::vector<Candidate>& earlier, ScalarType storage) {
-  if (candidate.engine == "jit" && candidate.kernel == "amx" && cpu::best_host_isa() != cpu::CpuIsa::AmxBf16)
+  const bool jit = candidate.engine == cpu::ProductEngine::Jit;
+  if (jit && candidate.kernel == "amx" && cpu::best_host_isa() != cpu::CpuIsa::AmxBf16)
     return "amx: " + (cpu::host_supports(cpu::CpuIsa::AmxBf16) ? std::string("ORTHOJIT_CPU_ISA forces another path")
                                                                 : cpu::unsupported_reason(cpu::CpuIsa::AmxBf16));
-  if (candidate.engine == "jit" && candidate.kernel == "bf16dot" &&
+  if (jit && candidate.kernel == "bf16dot" &&
       !(cpu::best_host_isa() == cpu::CpuIsa::AmxBf16 || cpu::best_host_isa() == cpu::CpuIsa::Avx512Bf16))
     return "bf16dot: the default path " + std::string(cpu::to_string(cpu::best_host_isa())) + " has no vdpbf16ps (AVX512-BF16)";
-  if (candidate.strategy == "gram" && !gram_error.empty()) return "gram is impossible for this program: " + gram_error;
-  if (candidate.engine == "openblas" && !cpu::openblas_unavailable_reason().empty()) return cpu::openblas_unavailable_reason();
-  if (candidate.engine == "onednn")
+  if (candidate.strategy == ir::StrategyKind::Gram && !gram_error.empty()) return "gram is impossible for this program: " + gram_error;
+  if (candidate.engine == cpu::ProductEngine::OpenBlas && !cpu::openblas_unavailable_reason().empty()) return cpu::openblas_unavailable_reason();
+  if (candidate.engine == cpu::ProductEngine::OneDnn)
     if (std::string reason = cpu::onednn_unavailable_reason(storage); !reason.empty()) return reason;
-  if (candidate.engine == "openblas" && !candidate.triangular && candidate.strategy == "gram")
+  if (candidate.engine == cpu::ProductEngine::OpenBlas && !candidate.triangular && candidate.strategy == ir::StrategyKind::Gram)
     return "gram's symmetric products on OpenBLAS: syrk is the vendor's way; dense sgemm adds nothing to compare";
   const Candidate mine = effective(candidate, rows, cols, storage);
   for (const Candidate& other : earlier)

@@ -10,13 +10,15 @@
 #include <vector>
 
 #include "cpu/gemm_driver.h"
+#include "cpu/vendor_gemm.h"
+#include "ir/function.h"
 
 namespace orthojit::autotune {
 
 // One configuration of the CPU backend.
 struct Candidate {
-  std::string engine = "jit";  // jit (generated kernels) | openblas | onednn (the vendor libraries)
-  std::string strategy = "standard";
+  cpu::ProductEngine engine = cpu::ProductEngine::Jit;  // jit (generated kernels) | openblas | onednn (the vendor libraries)
+  ir::StrategyKind strategy = ir::StrategyKind::Standard;
   bool triangular = true;      // symmetric products computed as one triangle
   int64_t mc = 144, kc = 384, nc = 1024;  // jit blocking
   // jit: the engine of the bf16 products (the search axis "kernels"): "amx" (AMX-BF16 tiles, the
@@ -36,7 +38,8 @@ struct Candidate {
 };
 
 struct SearchSpace {
-  std::vector<std::string> strategies, engines;
+  std::vector<ir::StrategyKind> strategies;  // parsed once from the document's names
+  std::vector<cpu::ProductEngine> engines;
   std::vector<std::string> kernels = {""};  // the jit engines of the bf16 products (Candidate::kernel)
   std::vector<bool> triangular;
   std::vector<std::array<int64_t, 3>> blocking;

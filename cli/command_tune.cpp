@@ -54,6 +54,9 @@ options:
   --per-head            split attention projections into per-head blocks
   --threads T           worker threads (default: one per logical core)
   --retune              time shapes again even when they have records
+  --full-timing         time every candidate on the full iteration (default: a shape whose
+                        iteration costs 1e10 FLOPs or more ranks candidates by their first step
+                        at the full shape, then times the finalists on the full iteration)
   --json                print the result table as JSON
 )";
 
@@ -72,16 +75,21 @@ std::string format_ms(double ms) {
 }  // namespace
 
 int tune_command(const std::vector<std::string>& args) {
-  Arguments arguments(args, {"model", "shape", "program", "precision", "budget", "backend", "out", "threads"}, {"per-head", "retune", "json"});
+  Arguments arguments(args, {"model", "shape", "program", "precision", "budget", "backend", "out", "threads"},
+                      {"per-head", "retune", "json", "full-timing"});
   TuneRequest request;
-  request.backend = arguments.get("backend").value_or("cpu");
-  const std::string& backend = request.backend;
-  if (backend != "cpu" && backend != "cuda") throw runtime::UsageError("unknown backend '" + backend + "'; expected cpu or cuda");
-  if (backend == "cpu" && !cpu::cpu_backend_unavailable_reason().empty())
+  // The backend's name is parsed here, once; what follows passes the enum.
+  const std::string backend_name = arguments.get("backend").value_or("cpu");
+  const auto parsed_backend = autotune::parse_tune_backend(backend_name);
+  if (!parsed_backend) throw runtime::UsageError("unknown backend '" + backend_name + "'; expected cpu or cuda");
+  request.backend = *parsed_backend;
+  const bool cuda = request.backend == autotune::TuneBackend::Cuda;
+  if (!cuda && !cpu::cpu_backend_unavailable_reason().empty())
     throw runtime::UsageError("--backend cpu (the default): " + cpu::cpu_backend_unavailable_reason() + " (tune --backend cuda tunes the GPU's kernels)");
-  if (backend == "cuda") {
+  if (cuda) {
     if (const std::string why = runtime::cuda_backend_unavailable_reason(); !why.empty()) throw runtime::UsageError("--backend cuda: " + why);
   }
+  request.proxy_timing = !arguments.has("full-timing");
   if (arguments.has("model") == arguments.has("shape")) throw runtime::UsageError("give exactly one of --model CONFIG.json or --shape MxN[xB]");
   const std::string program_name = arguments.get("program").value_or("jordan_ns5");
   const dsl::Program program = kernels::load_program_by_name_or_path(program_name);
@@ -130,7 +138,7 @@ int tune_command(const std::vector<std::string>& args) {
     std::printf("\n");
   }
 
-  if (const std::string warning = cpu::openblas_kernel_warning(); backend == "cpu" && !warning.empty() && !json) std::fprintf(stderr, "warning: %s\n", warning.c_str());
+  if (const std::string warning = cpu::openblas_kernel_warning(); !cuda && !warning.empty() && !json) std::fprintf(stderr, "warning: %s\n", warning.c_str());
   std::fflush(stdout);
   const TuneOutcome outcome = run_tuning(request, target, !json);
   const nlohmann::json& rows = outcome.shapes;
@@ -139,7 +147,7 @@ int tune_command(const std::vector<std::string>& args) {
     std::printf("%s\n", nlohmann::json({{"records", path}, {"elapsed_s", elapsed}, {"shapes", rows}}).dump(2).c_str());
     return 0;
   }
-  std::printf("\n%-16s %6s %6s  %-46s %10s %12s %-24s\n", "shape", "batch", "count", "winner", "time ms", "vs default", backend == "cuda" ? "vs cuBLAS" : "vs best vendor");
+  std::printf("\n%-16s %6s %6s  %-46s %10s %12s %-24s\n", "shape", "batch", "count", "winner", "time ms", "vs default", cuda ? "vs cuBLAS" : "vs best vendor");
   for (const auto& row : rows) {
     auto ratio = [&](const char* name) {
       if (!row.contains(name)) return std::string("-");
@@ -152,12 +160,20 @@ int tune_command(const std::vector<std::string>& args) {
     const int skipped = row["skipped_for_budget"].get<int>();
     if (skipped > 0) winner += " [" + std::to_string(skipped) + " over budget]";
     std::string vendor = ratio("speedup_over_vendor");
-    if (row.contains("vendor") && backend == "cpu") vendor += " (" + row["vendor"].get<std::string>() + ")";
+    if (row.contains("vendor") && !cuda) vendor += " (" + row["vendor"].get<std::string>() + ")";
     std::printf("%-16s %6lld %6lld  %-46s %10s %12s %-24s\n", shape_text(row["rows"], row["cols"], 1).c_str(), static_cast<long long>(row["batch"].get<int64_t>()),
                 static_cast<long long>(row["count"].get<int64_t>()), winner.c_str(),
                 row.contains("winner_ms") ? format_ms(row["winner_ms"].get<double>()).c_str() : "-", ratio("speedup_over_default").c_str(), vendor.c_str());
   }
-  std::printf("\ntuned in %.1f s; records in %s\n", elapsed, path.c_str());
+  int judged = 0, skipped = 0, by_proxy = 0;
+  for (const auto& row : rows)
+    if (!row["cached"].get<bool>()) {
+      judged += row["judged"].get<int>();
+      skipped += row["skipped_for_budget"].get<int>();
+      by_proxy += row["ranked_by_proxy"].get<int>();
+    }
+  std::printf("\ntuned in %.1f s; %d candidates judged (%d ranked by proxy), %d left untimed (over budget); records in %s\n", elapsed, judged, by_proxy,
+              skipped, path.c_str());
   return 0;
 }
 

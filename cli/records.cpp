@@ -115,21 +115,22 @@ autotune::UniqueShape single_tuning_shape(const ParsedShape& shape) {
 }
 
 TuneTarget prepare_tuning(const TuneRequest& request) {
-  const std::string& backend = request.backend;
-  if (backend != "cpu" && backend != "cuda") throw runtime::UsageError("unknown backend '" + backend + "'; expected cpu or cuda");
+  const bool cuda = request.backend == autotune::TuneBackend::Cuda;
+  if (!cuda && !cpu::cpu_backend_unavailable_reason().empty())
+    throw runtime::UsageError("backend cpu: " + cpu::cpu_backend_unavailable_reason() + " (backend cuda tunes the GPU's kernels)");
 #ifdef ORTHOJIT_HAVE_CUDA
-  if (backend == "cuda") {
+  if (cuda) {
     if (const std::string why = runtime::cuda_backend_unavailable_reason(); !why.empty()) throw runtime::UsageError("--backend cuda: " + why);
   }
-  const autotune::DeviceFingerprint fingerprint = backend == "cuda" ? autotune::cuda_fingerprint() : autotune::cpu_fingerprint();
-  if (backend == "cuda") {
+  const autotune::DeviceFingerprint fingerprint = cuda ? autotune::cuda_fingerprint() : autotune::cpu_fingerprint();
+  if (cuda) {
     const ScalarType storage = passes::effective_policy(request.program->policy, request.precision).storage;
     if (storage != ScalarType::BF16 && storage != ScalarType::F16)
       throw runtime::UsageError("--backend cuda tunes bf16 or f16 storage; " + request.program->name + " stores " + std::string(to_string(storage)) +
                                 ": add --precision bf16 (or f16)");
   }
 #else
-  if (backend == "cuda") throw runtime::UsageError("--backend cuda: " + runtime::cuda_backend_unavailable_reason());
+  if (cuda) throw runtime::UsageError("--backend cuda: " + runtime::cuda_backend_unavailable_reason());
   const autotune::DeviceFingerprint fingerprint = autotune::cpu_fingerprint();
 #endif
   TuneTarget target{fingerprint, request.out.value_or(autotune::default_tuning_path(fingerprint)), {}};
@@ -168,6 +169,7 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
       problem.precision = request.precision;
       autotune::TuneSettings settings;
       settings.threads = request.threads;
+      settings.proxy_timing = request.proxy_timing;
       // Every shape gets a floor of a quarter of an even split (cheap shapes are cheap to tune and
       // would otherwise get only their default timed); the rest goes in proportion to cost.
       const double budget = request.budget;
@@ -182,7 +184,7 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
                      progress.label.c_str());
       };
 #ifdef ORTHOJIT_HAVE_CUDA
-      entry = request.backend == "cuda" ? autotune::tune_shape_cuda(problem, settings) : autotune::tune_shape(problem, settings);
+      entry = request.backend == autotune::TuneBackend::Cuda ? autotune::tune_shape_cuda(problem, settings) : autotune::tune_shape(problem, settings);
 #else
       entry = autotune::tune_shape(problem, settings);
 #endif
@@ -202,9 +204,24 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
       if (entry.contains("vendor_p50_ms")) row["speedup_over_vendor"] = entry["vendor_p50_ms"].get<double>() / entry["winner"]["p50_ms"].get<double>();
       if (entry.contains("vendor_label")) row["vendor"] = entry["vendor_label"];
     }
-    int skipped = 0;
-    for (const auto& candidate : entry["candidates"]) skipped += candidate["status"] == "skipped_budget" ? 1 : 0;
+    // How many candidates were judged (checked, and timed when correct), how many of them by the
+    // proxy, and how many the budget left untimed. A record of an earlier version reads the same
+    // (its statuses are the same strings; it has no proxy fields).
+    int skipped = 0, judged = 0, by_proxy = 0, finalists = 0;
+    for (const auto& candidate : entry["candidates"]) {
+      const auto status = autotune::parse_trial_status(candidate.value("status", std::string()));
+      skipped += status == autotune::TrialStatus::SkippedBudget ? 1 : 0;
+      judged += status == autotune::TrialStatus::Ok || status == autotune::TrialStatus::WrongResult || status == autotune::TrialStatus::RunFailed ||
+                        status == autotune::TrialStatus::CompileFailed
+                    ? 1
+                    : 0;
+      by_proxy += candidate.contains("proxy") ? 1 : 0;
+      finalists += candidate.value("finalist", false) ? 1 : 0;
+    }
     row["skipped_for_budget"] = skipped;
+    row["judged"] = judged;
+    row["ranked_by_proxy"] = by_proxy;
+    row["finalists"] = finalists;
     outcome.shapes.push_back(row);
     outcome.keys.push_back(key.key);
     outcome.entries.push_back(entry);
@@ -304,12 +321,15 @@ nlohmann::json compare_record(const CompareRequest& request, const std::function
     // The vendor libraries as the tuner offers them: OpenBLAS always, oneDNN for 16-bit storage
     // (its bf16 matmul); the faster of the two is the vendor column.
     const ScalarType storage = passes::effective_policy(program.policy, request.precision).storage;
-    for (const auto& [name, engine, strategy] : {std::tuple{"standard", "jit", "standard"}, std::tuple{"gram", "jit", "gram"},
-                                                 std::tuple{"openblas", "openblas", "standard"}, std::tuple{"onednn", "onednn", "standard"}}) {
+    using cpu::ProductEngine;
+    using ir::StrategyKind;
+    for (const auto& [name, engine, strategy] : {std::tuple{"standard", ProductEngine::Jit, StrategyKind::Standard}, std::tuple{"gram", ProductEngine::Jit, StrategyKind::Gram},
+                                                 std::tuple{"openblas", ProductEngine::OpenBlas, StrategyKind::Standard},
+                                                 std::tuple{"onednn", ProductEngine::OneDnn, StrategyKind::Standard}}) {
       autotune::Candidate candidate;
       candidate.engine = engine;
       candidate.strategy = strategy;
-      if (candidate.engine == "onednn") {
+      if (candidate.engine == ProductEngine::OneDnn) {
         if (std::string reason = cpu::onednn_unavailable_reason(storage); !reason.empty()) {
           row[std::string(name) + "_error"] = reason;
           continue;

@@ -13,6 +13,7 @@
 
 #include "autotune/device_fingerprint.h"
 #include "autotune/model_shapes.h"
+#include "autotune/tuning_options.h"
 #include "autotune/tuning_record.h"
 #include "cli/arguments.h"
 #include "dsl/ast.h"
@@ -37,7 +38,8 @@ struct TuneRequest {
   std::vector<autotune::UniqueShape> shapes;  // oriented (rows <= cols)
   std::optional<ScalarType> precision;
   double budget = 90;            // seconds for all shapes together
-  std::string backend = "cpu";   // cpu | cuda
+  autotune::TuneBackend backend = autotune::TuneBackend::Cpu;  // parsed once where the option enters (CLI, Python)
+  bool proxy_timing = true;      // large shapes ranked by the proxy (autotune/tuning_loop.h); false: every candidate on the full iteration
   std::optional<std::string> out;  // the records file (default: the device's file)
   bool retune = false;
   int threads = 0;
@@ -50,7 +52,8 @@ struct TuneTarget {
   autotune::LoadedRecords existing;
 };
 
-// Checks the backend (and that cuda tunes 16-bit storage), picks the records file and loads it.
+// Checks that the backend is available (and that cuda tunes 16-bit storage), picks the records
+// file and loads it.
 // Throws runtime::UsageError (unknown or unavailable backend, a file of another device).
 TuneTarget prepare_tuning(const TuneRequest& request);
 

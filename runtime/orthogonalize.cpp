@@ -222,7 +222,7 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
       else tuned_cuda.reason = "tuning records not consulted";
       tuned.reason = tuned_cuda.reason;
       if (tuned_cuda.winner) {
-        compile.strategy = tuned_cuda.winner->strategy == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard;
+        compile.strategy = tuned_cuda.winner->strategy;
         tuned_variant = tuned_cuda.winner->variant;
         reason = std::string(ir::to_string(compile.strategy)) + ": " + tuned_cuda.reason;
       }
@@ -234,13 +234,11 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
       // chosen from the CUDA records above
     } else if (tuned.winner) {
       const autotune::Candidate& winner = *tuned.winner;
-      compile.strategy = winner.strategy == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard;
+      compile.strategy = winner.strategy;
       compile.triangular_products = winner.triangular;
       if (!blocking_from_environment) {
         cpu_options.blocking = winner.blocking();
-        cpu_options.engine = winner.engine == "openblas" ? cpu::ProductEngine::OpenBlas
-                             : winner.engine == "onednn" ? cpu::ProductEngine::OneDnn
-                                                         : cpu::ProductEngine::Jit;
+        cpu_options.engine = winner.engine;
         // The ISA path the winner's kernel needs (amx, the vdpbf16ps kernel, FMAs), unless the
         // caller forced one or this CPU cannot run it.
         if (auto isa = winner.cpu_isa(); isa && options.cpu_isa.empty() && cpu::host_supports(*isa)) cpu_options.isa = *isa;

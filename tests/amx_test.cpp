@@ -540,7 +540,7 @@ TEST(AmxTuning, TheEngineIsASearchAxisAndTheDefaultPicksAmxWherePresent) {
     amx += candidate.kernel == "amx";
     dot += candidate.kernel == "bf16dot";
     fma += candidate.kernel == "fma";
-    if (candidate.engine != "jit") {
+    if (candidate.engine != cpu::ProductEngine::Jit) {
       EXPECT_TRUE(candidate.kernel.empty());
     }
   }

@@ -23,7 +23,7 @@ ir::Function schedule(const char* program, int64_t rows, int64_t cols, int64_t b
 
 TEST(CudaSearchSpace, EmbeddedSpaceParsesAndEveryTileIsValid) {
   const CudaSearchSpace& space = cuda_search_space();
-  EXPECT_EQ(space.strategies, (std::vector<std::string>{"standard", "gram"}));
+  EXPECT_EQ(space.strategies, (std::vector<ir::StrategyKind>{ir::StrategyKind::Standard, ir::StrategyKind::Gram}));
   ASSERT_FALSE(space.tiles.empty());
   for (const auto& tile : space.tiles) EXPECT_EQ(tile.invalid_reason(), "") << tile.label();
   EXPECT_TRUE(space.fused_small);
@@ -48,7 +48,7 @@ TEST(CudaSearchSpace, BadDocumentsAreRejectedWithTheReason) {
 
 TEST(CudaSearchSpace, DefaultLeadsAndNoCandidateRepeats) {
   const CudaSearchSpace& space = cuda_search_space();
-  const CudaCandidate first{"gram", "generated"};
+  const CudaCandidate first{ir::StrategyKind::Gram, "generated"};
   const auto candidates = cuda_candidates(space, first);
   ASSERT_FALSE(candidates.empty());
   EXPECT_EQ(candidates.front(), first);
@@ -67,22 +67,22 @@ TEST(CudaSearchSpace, PruningSaysWhy) {
   auto reason = [&](const CudaCandidate& candidate, const ir::Function& function, const std::string& error = "") {
     return cuda_prune_reason(candidate, &function, error, limit).value_or("");
   };
-  EXPECT_EQ(reason({"standard", "generated"}, wide), "");
-  EXPECT_EQ(reason({"standard", "generated 128x128x32/2x4"}, wide), "");
-  EXPECT_NE(reason({"standard", "fused-small"}, wide).find("512 rows"), std::string::npos);
-  EXPECT_EQ(reason({"standard", "fused-small"}, heads), "");
-  EXPECT_NE(reason({"gram", "cublas"}, wide_gram).find("standard strategy only"), std::string::npos);
+  EXPECT_EQ(reason({ir::StrategyKind::Standard, "generated"}, wide), "");
+  EXPECT_EQ(reason({ir::StrategyKind::Standard, "generated 128x128x32/2x4"}, wide), "");
+  EXPECT_NE(reason({ir::StrategyKind::Standard, "fused-small"}, wide).find("512 rows"), std::string::npos);
+  EXPECT_EQ(reason({ir::StrategyKind::Standard, "fused-small"}, heads), "");
+  EXPECT_NE(reason({ir::StrategyKind::Gram, "cublas"}, wide_gram).find("standard strategy only"), std::string::npos);
   // cuBLASLt runs Gram too: only a missing library or device prunes it.
-  EXPECT_EQ(reason({"gram", "cublaslt"}, wide_gram), cuda::CublasLtNewtonSchulz::unavailable_reason());
-  EXPECT_NE(reason({"standard", "cublaslt"}, f32).find("bf16 or f16"), std::string::npos);
-  EXPECT_NE(reason({"standard", "generated"}, f32).find("bf16 or f16"), std::string::npos);
+  EXPECT_EQ(reason({ir::StrategyKind::Gram, "cublaslt"}, wide_gram), cuda::CublasLtNewtonSchulz::unavailable_reason());
+  EXPECT_NE(reason({ir::StrategyKind::Standard, "cublaslt"}, f32).find("bf16 or f16"), std::string::npos);
+  EXPECT_NE(reason({ir::StrategyKind::Standard, "generated"}, f32).find("bf16 or f16"), std::string::npos);
   // 128x128 tiles on 64-row products: mostly padding.
-  EXPECT_NE(reason({"standard", "generated 128x128x32/2x4"}, heads).find("at least twice"), std::string::npos);
-  EXPECT_NE(reason({"gram", "generated"}, wide_gram, "step 3 is not an odd polynomial").find("cannot compile this program"), std::string::npos);
+  EXPECT_NE(reason({ir::StrategyKind::Standard, "generated 128x128x32/2x4"}, heads).find("at least twice"), std::string::npos);
+  EXPECT_NE(reason({ir::StrategyKind::Gram, "generated"}, wide_gram, "step 3 is not an odd polynomial").find("cannot compile this program"), std::string::npos);
 }
 
 TEST(CudaSearchSpace, CandidatesAndVariantsRoundTrip) {
-  for (const auto& candidate : cuda_candidates(cuda_search_space(), {"standard", "generated"})) {
+  for (const auto& candidate : cuda_candidates(cuda_search_space(), {ir::StrategyKind::Standard, "generated"})) {
     EXPECT_EQ(CudaCandidate::from_json(candidate.to_json()), candidate);
     EXPECT_EQ(cuda::CudaVariant::parse(candidate.variant).label(), candidate.variant);
   }

@@ -60,7 +60,7 @@ CandidateRun run_candidate(const dsl::Program& program, int64_t rows, int64_t co
   options.cols = cols;
   options.batch = batch;
   options.precision = precision;
-  options.strategy = candidate.strategy == "gram" ? ir::StrategyKind::Gram : ir::StrategyKind::Standard;
+  options.strategy = candidate.strategy;
   options.triangular_products = candidate.triangular;
   run.function = passes::compile_program(program, options);
   const auto values = reference::gaussian_values(rows * cols * batch, seed);
@@ -72,7 +72,7 @@ CandidateRun run_candidate(const dsl::Program& program, int64_t rows, int64_t co
 
 Candidate with_strategy(const char* strategy) {
   Candidate candidate;
-  candidate.strategy = strategy;
+  candidate.strategy = *ir::parse_strategy(strategy);
   return candidate;
 }
 
@@ -198,9 +198,9 @@ TEST(TunerBatchCheck, ACandidateWrongOnlyOnALaterMatrixNeverWins) {
   TuneSettings settings;
   settings.budget_seconds = 2;
   const Candidate spoiled = default_candidate(program, problem.rows, problem.cols, std::nullopt, nullptr);
-  settings.tamper_output = [&](const Candidate& candidate, float* output, size_t count) {
+  settings.tamper_output = [&](const Trial& trial, float* output, size_t count, bool full_shape) {
     ASSERT_EQ(count, static_cast<size_t>(3 * 64 * 256));
-    if (!(candidate == spoiled)) return;
+    if (full_shape || !(Candidate::from_json(trial.config) == spoiled)) return;
     for (int64_t i = 16; i < 32; ++i)
       for (int64_t j = 48; j < 64; ++j) output[2 * 64 * 256 + i * 256 + j] = 0;
   };
@@ -278,7 +278,9 @@ TEST(ErrorMeasure, DISABLED_MeasureCorrectOutputs) {
           for (uint64_t seed : {20261201ull, 7ull}) {
             reference.reset();
             for (const Candidate& candidate : candidates) {
-              if (candidate.strategy != strategy || (candidate.engine == "openblas" && !candidate.triangular && candidate.strategy == "gram")) continue;
+              if (candidate.strategy != *ir::parse_strategy(strategy) ||
+                  (candidate.engine == cpu::ProductEngine::OpenBlas && !candidate.triangular && candidate.strategy == ir::StrategyKind::Gram))
+                continue;
               if (candidate.cpu_isa() && !cpu::host_supports(*candidate.cpu_isa())) continue;  // e.g. the amx kernel without AMX
               CandidateRun run;
               try {

@@ -445,7 +445,10 @@ std::string tune(const std::optional<std::string>& model, bool model_is_json, co
   request.program = loaded->program.get();
   request.precision = cli::parse_tuning_precision(precision);
   request.budget = budget;
-  request.backend = backend;
+  // The backend's name parsed once, here; the tuner receives the enum.
+  const auto parsed_backend = autotune::parse_tune_backend(backend);
+  if (!parsed_backend) throw nb::value_error(("unknown backend '" + backend + "'; expected 'cpu' or 'cuda'").c_str());
+  request.backend = *parsed_backend;
   request.out = out;
   request.retune = retune;
   request.threads = threads;

@@ -1,0 +1,294 @@
+// The shared tuning loop (autotune/tuning_loop.h) on a fake backend whose candidates compute the
+// iteration with the f64 reference interpreter (so they are right unless a bug is planted) and
+// whose timings are made up per candidate: planted wrong results are rejected, the budget skips
+// the right candidates, the finalists are timed on the full iteration, and a proxy ranking never
+// lets a candidate that fails a check win. Also: a record of the earlier format still loads.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "autotune/record_lookup.h"
+#include "autotune/tuning_loop.h"
+#include "autotune/tuning_record.h"
+#include "autotune/device_fingerprint.h"
+#include "kernels/program_library.h"
+#include "passes/pipeline.h"
+#include "reference/interpreter.h"
+
+namespace orthojit::autotune {
+namespace {
+
+// How one fake candidate behaves.
+struct FakeCandidate {
+  std::string label;
+  ir::StrategyKind strategy = ir::StrategyKind::Standard;
+  double ms_per_gflop = 1;        // its made-up speed on the full iteration
+  double proxy_ms_per_gflop = 0;  // on the proxy (0: the same as on the full iteration)
+  bool wrong = false;             // every output slightly wrong (fails the reference check)
+  bool nan_on_second_full_build = false;  // its second full-iteration build writes a NaN (the finalist run)
+  double sleep_ms = 0;            // spent in each time() call (real time, for the budget)
+  bool pruned = false;
+};
+
+struct FakeLog {
+  std::map<std::string, int> full_builds, proxy_builds, full_timings, proxy_timings;
+};
+
+class FakeBuilt : public BuiltCandidate {
+ public:
+  FakeBuilt(const FakeCandidate& candidate, ir::Function schedule, bool proxy, bool poison, FakeLog& log)
+      : candidate_(candidate), schedule_(std::move(schedule)), proxy_(proxy), poison_(poison), log_(log) {}
+  void run(const std::vector<float>& input, std::vector<float>& output) override {
+    const std::vector<double> values = reference::interpret(schedule_, std::vector<double>(input.begin(), input.end()));
+    for (size_t i = 0; i < values.size(); ++i) output[i] = static_cast<float>(values[i]);
+    if (candidate_.wrong)
+      for (size_t i = 0; i < output.size(); i += 5) output[i] *= 1.05f;  // a diffuse error, well over the f32 bounds
+    if (poison_) output[output.size() / 2] = std::nanf("");
+  }
+  Timing time(const std::vector<float>&, const TimingSettings&) override {
+    (proxy_ ? log_.proxy_timings : log_.full_timings)[candidate_.label]++;
+    if (candidate_.sleep_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(candidate_.sleep_ms));
+    const double rate = proxy_ && candidate_.proxy_ms_per_gflop > 0 ? candidate_.proxy_ms_per_gflop : candidate_.ms_per_gflop;
+    Timing timing;
+    timing.samples_ms = {rate * schedule_flops(schedule_) * 1e-9, rate * schedule_flops(schedule_) * 1e-9};
+    summarize(timing);
+    return timing;
+  }
+
+ private:
+  FakeCandidate candidate_;
+  ir::Function schedule_;
+  bool proxy_, poison_;
+  FakeLog& log_;
+};
+
+class FakeBackend : public TuningBackend {
+ public:
+  FakeBackend(const TuneProblem& problem, std::vector<FakeCandidate> candidates) : problem_(problem), candidates_(std::move(candidates)) {}
+  std::vector<Trial> candidates() override {
+    std::vector<Trial> trials;
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      Trial trial;
+      trial.id = i;
+      trial.label = candidates_[i].label;
+      trial.config = {{"fake", candidates_[i].label}};
+      trial.strategy = candidates_[i].strategy;
+      trial.is_default = i == 0;
+      if (candidates_[i].pruned) {
+        trial.status = TrialStatus::Pruned;
+        trial.message = "planted prune";
+      }
+      trials.push_back(trial);
+    }
+    return trials;
+  }
+  ir::Function schedule(size_t id, const dsl::Program& program, int64_t rows, int64_t cols, int64_t batch) override {
+    passes::CompileOptions options;
+    options.rows = rows;
+    options.cols = cols;
+    options.batch = batch;
+    options.strategy = candidates_.at(id).strategy;
+    return passes::compile_program(program, options);
+  }
+  std::unique_ptr<BuiltCandidate> build(size_t id, const dsl::Program& program, const ir::Function& schedule) override {
+    const FakeCandidate& candidate = candidates_.at(id);
+    const bool proxy = program.steps.size() < problem_.program->steps.size();
+    int& builds = (proxy ? log.proxy_builds : log.full_builds)[candidate.label];
+    ++builds;
+    return std::make_unique<FakeBuilt>(candidate, schedule, proxy, !proxy && candidate.nan_on_second_full_build && builds >= 2, log);
+  }
+  nlohmann::json bench_fields() override { return {{"timer", "fake"}}; }
+
+  FakeLog log;
+
+ private:
+  const TuneProblem& problem_;
+  std::vector<FakeCandidate> candidates_;
+};
+
+class TuningLoop : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    program_ = kernels::load_program_by_name_or_path("jordan_ns5_f32");  // five steps, f32: tight bounds
+    problem_.program = &program_;
+    problem_.program_name = "jordan_ns5_f32";
+    problem_.rows = 32;
+    problem_.cols = 96;
+    settings_.budget_seconds = 60;
+    proxy_.proxy_min_flops = 0;  // rank this small shape by the proxy
+  }
+  nlohmann::json tune(FakeBackend& backend, const LoopSettings& loop) { return run_tuning_loop(problem_, settings_, loop, backend, "a", "first"); }
+  static const nlohmann::json& candidate(const nlohmann::json& entry, const std::string& label) {
+    for (const auto& item : entry["candidates"])
+      if (item["label"] == label) return item;
+    throw std::runtime_error("no candidate " + label);
+  }
+
+  dsl::Program program_;
+  TuneProblem problem_;
+  TuneSettings settings_;
+  LoopSettings full_, proxy_;
+};
+
+TEST_F(TuningLoop, PlantedWrongResultsAreRejectedAndNeverWin) {
+  FakeBackend backend(problem_, {{"a", ir::StrategyKind::Standard, 1.0}, {"fast but wrong", ir::StrategyKind::Standard, 0.1, 0, true},
+                                 {"gram", ir::StrategyKind::Gram, 0.9}});
+  for (const LoopSettings& loop : {full_, proxy_}) {
+    const nlohmann::json entry = tune(backend, loop);
+    const auto& wrong = candidate(entry, "fast but wrong");
+    EXPECT_EQ(wrong["status"], "wrong_result") << wrong.dump();
+    EXPECT_NE(wrong.value("message", "").find("against the f64 reference"), std::string::npos) << wrong.dump();
+    EXPECT_FALSE(wrong.contains("p50_ms"));
+    EXPECT_EQ(candidate(entry, "a")["status"], "ok");
+    EXPECT_EQ(candidate(entry, "gram")["status"], "ok");
+    ASSERT_FALSE(entry["winner"].is_null());
+    EXPECT_NE(entry["winner"]["label"], "fast but wrong");
+  }
+  EXPECT_EQ(backend.log.full_timings["fast but wrong"] + backend.log.proxy_timings["fast but wrong"], 0) << "a wrong candidate was timed";
+}
+
+TEST_F(TuningLoop, TheBudgetSkipsTheCandidatesAfterItIsSpentButNeverTheDefault) {
+  settings_.budget_seconds = 0.3;
+  // The default is always judged, even when it alone spends the budget; the second starts inside
+  // the budget; every later one finds it spent. A pruned candidate stays pruned.
+  FakeBackend backend(problem_, {{"a", ir::StrategyKind::Standard, 1.0, 0, false, false, 20},
+                                 {"b", ir::StrategyKind::Standard, 0.5, 0, false, false, 400},
+                                 {"c", ir::StrategyKind::Standard, 0.1},
+                                 {"pruned", ir::StrategyKind::Standard, 0.1, 0, false, false, 0, true},
+                                 {"d", ir::StrategyKind::Gram, 0.1}});
+  const nlohmann::json entry = tune(backend, full_);
+  EXPECT_EQ(candidate(entry, "a")["status"], "ok");
+  EXPECT_EQ(candidate(entry, "b")["status"], "ok");
+  EXPECT_EQ(candidate(entry, "c")["status"], "skipped_budget");
+  EXPECT_EQ(candidate(entry, "pruned")["status"], "pruned");
+  EXPECT_EQ(candidate(entry, "d")["status"], "skipped_budget");
+  EXPECT_EQ(entry["winner"]["label"], "b");
+  // With the default alone over budget, only it is judged, and it wins.
+  settings_.budget_seconds = 0.01;
+  FakeBackend slow(problem_, {{"a", ir::StrategyKind::Standard, 1.0, 0, false, false, 30}, {"b", ir::StrategyKind::Standard, 0.1}});
+  const nlohmann::json alone = tune(slow, full_);
+  EXPECT_EQ(candidate(alone, "a")["status"], "ok");
+  EXPECT_EQ(candidate(alone, "b")["status"], "skipped_budget");
+  EXPECT_EQ(alone["winner"]["label"], "a");
+}
+
+TEST_F(TuningLoop, FinalistsAreTimedOnTheFullIterationAndOnlyTheyCanWin) {
+  // "misleading" looks fastest on the proxy but is the slowest on the full iteration; b and c are
+  // slower in full than their estimates, slower than a's estimate: an estimate must not win.
+  FakeBackend backend(problem_, {{"a", ir::StrategyKind::Standard, 1.0},
+                                 {"misleading", ir::StrategyKind::Standard, 3.0, 0.2},
+                                 {"b", ir::StrategyKind::Standard, 1.5, 0.8},
+                                 {"c", ir::StrategyKind::Standard, 1.2, 0.9},
+                                 {"e", ir::StrategyKind::Standard, 2.0}});
+  const nlohmann::json entry = tune(backend, proxy_);
+  int finalists = 0;
+  for (const auto& item : entry["candidates"]) {
+    ASSERT_EQ(item["status"], "ok") << item.dump();
+    ASSERT_TRUE(item.contains("proxy")) << "every candidate was ranked by the proxy: " << item.dump();
+    EXPECT_EQ(item["proxy"]["steps"], 1);
+    EXPECT_DOUBLE_EQ(item["proxy"]["scale"].get<double>(), 5.0);  // five equal steps' products against one's
+    const bool finalist = item.value("finalist", false);
+    finalists += finalist ? 1 : 0;
+    EXPECT_EQ(item["timing"], finalist ? "full" : "proxy");
+    const std::string label = item["label"].get<std::string>();
+    EXPECT_EQ(backend.log.full_timings[label], finalist ? 1 : 0) << item.dump();
+    EXPECT_EQ(backend.log.proxy_timings[label], 1) << item.dump();
+  }
+  EXPECT_EQ(finalists, 3);
+  // The three best estimates: misleading (0.2), b (0.8), c (0.9); "a" and "e" stay estimates.
+  EXPECT_TRUE(candidate(entry, "misleading").value("finalist", false));
+  EXPECT_FALSE(candidate(entry, "a").value("finalist", false));
+  EXPECT_FALSE(candidate(entry, "e").value("finalist", false));
+  // A finalist's p50 is its full-iteration timing, not the estimate.
+  const auto& misleading = candidate(entry, "misleading");
+  EXPECT_GT(misleading["p50_ms"].get<double>(), 10 * misleading["proxy"]["estimate_p50_ms"].get<double>());
+  EXPECT_EQ(entry["winner"]["label"], "c");
+  EXPECT_EQ(entry["default"]["timing"], "proxy");  // "a" was not a finalist: its median is an estimate
+  EXPECT_NE(entry["bench"]["timing"].get<std::string>().find("proxy"), std::string::npos);
+}
+
+TEST_F(TuningLoop, AProxyRankingNeverSelectsACandidateThatFailsACheck) {
+  // The two best estimates fail: one the reference check (never timed), one its finalist run on
+  // the full iteration (a NaN): neither wins, and the next in rank takes the finalist's place.
+  FakeBackend backend(problem_, {{"a", ir::StrategyKind::Standard, 1.0},
+                                 {"wrong", ir::StrategyKind::Standard, 0.1, 0, true},
+                                 {"nan at full", ir::StrategyKind::Standard, 0.2, 0, false, true},
+                                 {"b", ir::StrategyKind::Standard, 0.8},
+                                 {"c", ir::StrategyKind::Standard, 0.9}});
+  LoopSettings loop = proxy_;
+  loop.retime_top = 2;
+  const nlohmann::json entry = tune(backend, loop);
+  EXPECT_EQ(candidate(entry, "wrong")["status"], "wrong_result");
+  EXPECT_FALSE(candidate(entry, "wrong").value("finalist", false));
+  const auto& nan = candidate(entry, "nan at full");
+  EXPECT_EQ(nan["status"], "wrong_result") << nan.dump();
+  EXPECT_NE(nan.value("message", "").find("full iteration"), std::string::npos) << nan.dump();
+  EXPECT_TRUE(candidate(entry, "b").value("finalist", false));
+  EXPECT_TRUE(candidate(entry, "c").value("finalist", false));
+  EXPECT_FALSE(candidate(entry, "a").value("finalist", false));
+  EXPECT_EQ(entry["winner"]["label"], "b");
+}
+
+TEST_F(TuningLoop, TheProxyIsTheFirstStepsAndSmallShapesAreTimedInFull) {
+  ASSERT_EQ(program_.gram_restarts, std::vector<int>{2});
+  const dsl::Program one = first_steps(program_, 1);
+  EXPECT_EQ(one.steps.size(), 1u);
+  EXPECT_TRUE(one.gram_restarts.empty()) << "a restart beyond the reduced steps would not compile";
+  const dsl::Program three = first_steps(program_, 3);
+  EXPECT_EQ(three.steps.size(), 3u);
+  EXPECT_EQ(three.gram_restarts, std::vector<int>{2});
+  EXPECT_EQ(three.steps[2].a, program_.steps[2].a);
+  // At the default threshold this shape is far too cheap for a proxy: every candidate full.
+  FakeBackend backend(problem_, {{"a", ir::StrategyKind::Standard, 1.0}, {"b", ir::StrategyKind::Gram, 0.5}});
+  const nlohmann::json entry = tune(backend, full_);
+  for (const auto& item : entry["candidates"]) EXPECT_FALSE(item.contains("proxy")) << item.dump();
+  EXPECT_EQ(backend.log.proxy_builds.size(), 0u);
+  EXPECT_EQ(entry["bench"]["timing"], "full iteration");
+}
+
+TEST(TuningOptions, NamesRoundTripAndUnknownOnesAreRefused) {
+  for (TrialStatus status : {TrialStatus::Ok, TrialStatus::Pruned, TrialStatus::WrongResult, TrialStatus::CompileFailed, TrialStatus::RunFailed,
+                             TrialStatus::SkippedBudget})
+    EXPECT_EQ(parse_trial_status(to_string(status)), status);
+  EXPECT_EQ(std::string(to_string(TrialStatus::SkippedBudget)), "skipped_budget");
+  EXPECT_FALSE(parse_trial_status("fine").has_value());
+  EXPECT_EQ(parse_tune_backend("cuda"), TuneBackend::Cuda);
+  EXPECT_FALSE(parse_tune_backend("gpu").has_value());
+  EXPECT_EQ(parse_product_engine("onednn"), cpu::ProductEngine::OneDnn);
+  EXPECT_FALSE(parse_product_engine("mkl").has_value());
+  EXPECT_THROW(parse_strategy_or_throw("newton", "x"), std::invalid_argument);
+}
+
+// An entry as the tuner wrote it before the shared loop (string fields, no proxy fields) is read
+// by the runtime's lookup with the same meaning.
+TEST(TuningOptions, ARecordOfTheEarlierFormatStillLoads) {
+  const auto directory = std::filesystem::temp_directory_path() / ("orthojit-loop-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(directory);
+  const std::string path = (directory / "old.json").string();
+  const dsl::Program program = kernels::load_program_by_name_or_path("jordan_ns5");
+  const ProblemKey key = problem_key(program, 256, 1024, 1, std::nullopt);
+  const nlohmann::json config = {{"engine", "openblas"}, {"strategy", "gram"}, {"triangular", true}};
+  const nlohmann::json entry = {{"program", "jordan_ns5"},
+                                {"candidates", {{{"label", "openblas gram syrk"}, {"config", config}, {"status", "ok"}, {"p50_ms", 3.5}},
+                                                {{"label", "jit standard tri 144/384/1024"}, {"status", "skipped_budget"}}}},
+                                {"winner", {{"label", "openblas gram syrk"}, {"config", config}, {"p50_ms", 3.5}}}};
+  merge_into_tuning_file(path, cpu_fingerprint(), {{key.key, entry}}, nullptr);
+  ::setenv("ORTHOJIT_TUNING_FILE", path.c_str(), 1);
+  const TunedChoice choice = lookup_tuned(program, 256, 1024, 1, std::nullopt);
+  ::unsetenv("ORTHOJIT_TUNING_FILE");
+  ASSERT_TRUE(choice.winner.has_value()) << choice.reason;
+  EXPECT_EQ(choice.winner->engine, cpu::ProductEngine::OpenBlas);
+  EXPECT_EQ(choice.winner->strategy, ir::StrategyKind::Gram);
+  EXPECT_EQ(choice.winner->to_json(), config) << "written back with the same strings";
+  EXPECT_EQ(parse_trial_status(entry["candidates"][1]["status"].get<std::string>()), TrialStatus::SkippedBudget);
+  std::filesystem::remove_all(directory);
+}
+
+}  // namespace
+}  // namespace orthojit::autotune
