@@ -73,6 +73,31 @@ TEST(CudaCodegen, EveryTileConfigCompilesForSm80AndSm90WithoutSpills) {
   }
 }
 
+// Xᵀ·X: an m-contiguous left operand, stored as loaded and read by ldmatrix.x4.trans; 16-byte
+// chunks (cp.async) and ragged pairs (register-staged), every tile, sm_80 and sm_90.
+TEST(CudaCodegen, TransposedLeftOperandsCompileWithoutSpills) {
+  const std::string text =
+      "orthogonalizer transposed_left {\n  precision { storage = bf16; accumulate = f32; norm = f32; }\n"
+      "  normalize frobenius(safety = 1.0, eps = 1e-7);\n  coefficients jordan repeat 1;\n"
+      "  step {\n    A = X.T @ X;\n    X = a * X + b * X @ A;\n  }\n}\n";
+  for (const int64_t cols : {512, 510}) {
+    passes::CompileOptions compile;
+    compile.rows = 200;
+    compile.cols = cols;
+    const ir::Function function = passes::compile_program(dsl::parse_program(text), compile);
+    for (const TileConfig& tile : tile_configs()) {
+      CodegenOptions options;
+      options.gemm_tiles.assign(16, tile);
+      const CudaProgram program = generate_cuda(function, options);
+      ASSERT_NE(program.source.find("oj::ldmatrix_x4_trans(af[x]"), std::string::npos);
+      for (const char* arch : {"sm_80", "sm_90"}) {
+        SCOPED_TRACE(tile.label() + " " + arch + " cols " + std::to_string(cols));
+        expect_clean_resources(compile_cuda(program.source, kernels::cuda_device_headers(), arch), program);
+      }
+    }
+  }
+}
+
 TEST(CudaCodegen, ShippedProgramsAndStrategiesCompile) {
   // bf16 and f16 products, both strategies (gram's restarts and m x m chains), per-step coefficients,
   // a tall input (oriented: transposed views everywhere), odd sizes. NVRTC takes a second or more

@@ -463,5 +463,26 @@ TEST(CudaGeneratedEmulation, LinCombAndF64NormMatchTheReference) {
   run_cases(cases);
 }
 
+// A left operand read transposed (Xᵀ·X: A is m-contiguous), stored as loaded and read by
+// ldmatrix.x4.trans (shared_layout.h): 16-byte chunks through cp.async, pairs and single values
+// register-staged (ragged extents), every tile configuration in turn.
+TEST(CudaGeneratedEmulation, TransposedLeftOperandsMatchTheReference) {
+  const dsl::Program program = dsl::parse_program(
+      "orthogonalizer transposed_left {\n  precision { storage = bf16; accumulate = f32; norm = f32; }\n"
+      "  normalize frobenius(safety = 1.0, eps = 1e-7);\n  coefficients jordan repeat 2;\n"
+      "  step {\n    A = X.T @ X;\n    X = a * X + b * X @ A;\n  }\n}\n");
+  std::vector<Case> cases;
+  cases.push_back(make_case("transposed_left bf16 48x80x2", schedule(program, 48, 80, 2, kStandard)));
+  cases.push_back(make_case("transposed_left bf16 37x70 (pairs)", schedule(program, 37, 70, 1, kStandard)));
+  cases.push_back(make_case("transposed_left bf16 37x71 (single values)", schedule(program, 37, 71, 1, kStandard)));
+  ir::Function rotated = schedule(program, 48, 80, 1, kStandard);
+  CodegenOptions options = rotating_tiles(rotated);
+  cases.push_back(make_case("transposed_left bf16 48x80, all tiles", std::move(rotated), std::move(options)));
+  for (const Case& c : cases)
+    EXPECT_NE(c.program.source.find("oj::ldmatrix_x4_trans(af[x]"), std::string::npos) << c.name << ": no product reads A by ldmatrix";
+  EXPECT_NE(cases[0].program.source.find("oj::cp_async_16(&As_stages"), std::string::npos);
+  run_cases(cases);
+}
+
 }  // namespace
 }  // namespace orthojit::cuda

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "cuda/elementwise_codegen.h"
+#include "cuda/shared_layout.h"
 
 namespace orthojit::cuda {
 namespace {
@@ -346,6 +347,23 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
         const bool a_k_contiguous = a.col_stride == 1;
         const bool b_k_contiguous = b.row_stride == 1;
         const int wm = tile.bm / tile.warps_m, wn = tile.bn / tile.warps_n;
+        // Global -> registers -> shared, written out where used (not as lambdas: arrays captured by
+        // reference end up in local memory). Each thread moves chunks of V consecutive elements
+        // along the operand's contiguous dimension: 16-byte loads (V = 8) when extents and strides
+        // allow, else pairs, else single values. A chunk is wholly inside or outside the matrix.
+        auto vector_width = [&](const View& view, bool k_contiguous, int64_t contiguous_extent) {
+          const int64_t other_stride = k_contiguous ? (view.col_stride == 1 ? view.row_stride : view.col_stride)
+                                                    : (view.row_stride == 1 ? view.col_stride : view.row_stride);
+          for (int width : {8, 2})
+            if (contiguous_extent % width == 0 && other_stride % width == 0 && view.matrix_stride % width == 0) return width;
+          return 1;
+        };
+        const int va = vector_width(a, a_k_contiguous, a_k_contiguous ? k : m);
+        const int vb = vector_width(b, b_k_contiguous, b_k_contiguous ? k : n);
+        // The shared tiles, who moves which chunk and every index formula of a shared access
+        // (shared_layout.h: the same formulas tests/cuda_bank_conflict_test.cpp checks for bank
+        // conflicts).
+        const GemmSharedPlan plan = gemm_shared_plan(tile, a_k_contiguous, b_k_contiguous, va, vb);
         source << "// " << node.name << " = " << node.alpha << "·A·B" << (has_c ? " + " + std::to_string(node.beta) + "·C" : "")
                << (node.gamma != 0 ? " + " + std::to_string(node.gamma) + "·I" : "") << ": " << m << "x" << n << "x" << k << (triangular ? ", triangular" : "")
                << ", tile " << tile.label() << "\n"
@@ -363,99 +381,61 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                << "  int ti, tj;\n"
                << (triangular ? "  oj::upper_tile(blockIdx.x, ti, tj);\n" : "  ti = blockIdx.y;\n  tj = blockIdx.x;\n")
                << "  const int row0 = ti * BM, col0 = tj * BN;\n"
-               << "  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;\n"
-               << "  const int wrow = (warp / WARPS_N) * WM, wcol = (warp % WARPS_N) * WN;\n"
+               << "  const int tid = threadIdx.x;\n" << definitions_code(plan.thread, "  ")
                << "  float acc[FM][FN][4];\n"
                << "#pragma unroll\n  for (int x = 0; x < FM; ++x)\n#pragma unroll\n    for (int y = 0; y < FN; ++y)\n"
                << "#pragma unroll\n      for (int q = 0; q < 4; ++q) acc[x][y][q] = 0.0f;\n";
-        // Global -> registers: consecutive threads walk the operand's contiguous dimension.
-        // Global -> registers -> shared, written out where used (not as lambdas: arrays captured by
-        // reference end up in local memory). Each thread moves chunks of V consecutive elements
-        // along the operand's contiguous dimension: 16-byte loads (V = 8) when extents and strides
-        // allow, else pairs, else single values. A chunk is wholly inside or outside the matrix.
-        auto vector_width = [&](const View& view, bool k_contiguous, int64_t contiguous_extent) {
-          const int64_t other_stride = k_contiguous ? (view.col_stride == 1 ? view.row_stride : view.col_stride)
-                                                    : (view.row_stride == 1 ? view.col_stride : view.row_stride);
-          for (int width : {8, 2})
-            if (contiguous_extent % width == 0 && other_stride % width == 0 && view.matrix_stride % width == 0) return width;
-          return 1;
-        };
-        const int va = vector_width(a, a_k_contiguous, a_k_contiguous ? k : m);
-        const int vb = vector_width(b, b_k_contiguous, b_k_contiguous ? k : n);
         auto register_type = [](int width) { return width == 8 ? "uint4" : width == 2 ? "oj::u32" : "oj::u16"; };
         auto zero = [](int width) { return width == 8 ? "make_uint4(0u, 0u, 0u, 0u)" : width == 2 ? "0u" : "(oj::u16)0"; };
-        // One operand's load: `tile_rows` x BK tile (rows: m for A, n for B), `k_major` says whether
-        // k is the contiguous dimension.
-        auto operand_load = [&](const char* regs, const char* pointer, int width, bool k_major, const char* rows_name, const char* origin, const char* extent,
-                                int64_t row_stride_of_rows, int64_t stride_of_k, const std::string& k0) {
-          std::ostringstream code;
-          const std::string chunks = std::string("(") + rows_name + " * BK / " + std::to_string(width) + ")";
-          code << "#pragma unroll\n    for (int s = 0; s < " << chunks << " / THREADS; ++s) {\n      const int e = tid + s * THREADS;\n";
-          if (k_major) code << "      const int r = e / (BK / " << width << "), kk = (e % (BK / " << width << ")) * " << width << ";\n";
-          else code << "      const int kk = e / (" << rows_name << " / " << width << "), r = (e % (" << rows_name << " / " << width << ")) * " << width << ";\n";
-          code << "      const int gr = " << origin << " + r, gk = " << k0 << " + kk;\n"
-               << "      " << regs << "[s] = (gr < " << extent << " && gk < K) ? *reinterpret_cast<const " << register_type(width) << "*>(&" << pointer << "[gr * "
-               << idx(row_stride_of_rows) << " + gk * " << idx(stride_of_k) << "]) : " << zero(width) << ";\n    }\n";
-          return code.str();
+        // Which chunk thread-chunk e moves (row, col of the stored tile), then where that lies in
+        // the operand: rows of a k-contiguous operand run along m (A) or n (B), else along k.
+        auto chunk_position = [&](const SharedAccess& store, bool k_contiguous, const char* origin, const std::string& k0) {
+          return definitions_code(store.locals, "      ") + "      const int gr = " + origin + " + " + (k_contiguous ? "row" : "col") + ", gk = " + k0 + " + " +
+                 (k_contiguous ? "col" : "row") + ";\n";
         };
-        auto operand_store = [&](const char* regs, const char* shared, int width, bool k_major, const char* rows_name, bool keep_layout = false) {
-          std::ostringstream code;
-          code << "#pragma unroll\n    for (int s = 0; s < (" << rows_name << " * BK / " << width << ") / THREADS; ++s) {\n      const int e = tid + s * THREADS;\n";
-          if (!k_major && keep_layout) {  // stored as loaded: k rows, the contiguous dimension along them
-            code << "      const int kk = e / (" << rows_name << " / " << width << "), r = (e % (" << rows_name << " / " << width << ")) * " << width << ";\n"
-                 << "      *reinterpret_cast<" << register_type(width) << "*>(&" << shared << "[kk][r]) = " << regs << "[s];\n    }\n";
-          } else if (k_major) {
-            code << "      const int r = e / (BK / " << width << "), kk = (e % (BK / " << width << ")) * " << width << ";\n"
-                 << "      *reinterpret_cast<" << register_type(width) << "*>(&" << shared << "[r][kk]) = " << regs << "[s];\n    }\n";
-          } else {
-            code << "      const int kk = e / (" << rows_name << " / " << width << "), r = (e % (" << rows_name << " / " << width << ")) * " << width << ";\n";
-            if (width == 1) code << "      " << shared << "[r][kk] = " << regs << "[s];\n";
-            else if (width == 2) code << "      " << shared << "[r][kk] = (oj::u16)(" << regs << "[s] & 0xffffu);\n      " << shared << "[r + 1][kk] = (oj::u16)(" << regs << "[s] >> 16);\n";
-            else
-              for (int q = 0; q < 8; ++q)
-                code << "      " << shared << "[r + " << q << "][kk] = (oj::u16)(" << regs << "[s]." << "xyzw"[q / 2] << (q % 2 ? " >> 16" : " & 0xffffu") << ");\n";
-            code << "    }\n";
-          }
-          return code.str();
+        auto chunk_loop = [&](const SharedAccess& store) {
+          return "#pragma unroll\n    for (int s = 0; s < " + std::to_string(store.loops.front().second.size()) + "; ++s) {\n";
+        };
+        auto operand_load = [&](const SharedAccess& store, const char* regs, const char* pointer, int width, bool k_contiguous, const char* origin,
+                                const char* extent, int64_t row_stride_of_rows, int64_t stride_of_k, const std::string& k0) {
+          return chunk_loop(store) + chunk_position(store, k_contiguous, origin, k0) + "      " + regs + "[s] = (gr < " + extent + " && gk < K) ? *reinterpret_cast<const " +
+                 register_type(width) + "*>(&" + pointer + "[gr * " + idx(row_stride_of_rows) + " + gk * " + idx(stride_of_k) + "]) : " + zero(width) + ";\n    }\n";
+        };
+        auto operand_store = [&](const SharedAccess& store, const char* regs, const char* shared, int width) {
+          return chunk_loop(store) + definitions_code(store.locals, "      ") + "      *reinterpret_cast<" + register_type(width) + "*>(&" + shared + "[" +
+                 store.row.code() + "][" + store.col.code() + "]) = " + regs + "[s];\n    }\n";
         };
         auto load_code = [&](const std::string& k0) {
-          return operand_load("ra", "a", va, a_k_contiguous, "BM", "row0", "M", a.row_stride, a.col_stride, k0) +
-                 operand_load("rb", "b", vb, b_k_contiguous, "BN", "col0", "N", b.col_stride, b.row_stride, k0);
+          return operand_load(plan.a_store, "ra", "a", va, a_k_contiguous, "row0", "M", a.row_stride, a.col_stride, k0) +
+                 operand_load(plan.b_store, "rb", "b", vb, b_k_contiguous, "col0", "N", b.col_stride, b.row_stride, k0);
         };
-        std::ostringstream store_code;
-        store_code << operand_store("ra", "As", va, a_k_contiguous, "BM") << operand_store("rb", "Bs", vb, b_k_contiguous, "BN", true);
+        const std::string store_code = operand_store(plan.a_store, "ra", "As", va) + operand_store(plan.b_store, "rb", "Bs", vb);
         if ((tile.bm * tile.bk / va) % tile.threads() != 0 || (tile.bn * tile.bk / vb) % tile.threads() != 0)
           throw std::invalid_argument("tile " + tile.label() + ": the tile's chunks do not divide evenly among its threads");
-        // Shared tiles: A k-contiguous rows (+8: conflict-free 32-bit fragment loads); B either
-        // n-major rows (k-contiguous B, the MMA's col layout) or k-major rows as loaded
-        // (n-contiguous B, fragments by ldmatrix.trans).
-        const std::string a_shape = "[BM][BK + 8]", b_shape = b_k_contiguous ? "[BN][BK + 8]" : "[BK][BN + 8]";
-        const int stage_bytes = (tile.bm * (tile.bk + 8) + (b_k_contiguous ? tile.bn * (tile.bk + 8) : tile.bk * (tile.bn + 8))) * 2;
+        // Shared tiles as loaded (shared_layout.h): rows along the operand's contiguous dimension,
+        // padded by 8 halves; fragments by 32-bit loads where k runs along the rows, by
+        // ldmatrix.trans where it runs down the columns.
+        const std::string a_shape = plan.as.shape(), b_shape = plan.bs.shape();
+        const int stage_bytes = plan.stage_bytes, stages = plan.stages;
         // The cp.async pipeline (sm_80+): 16-byte chunks go from global straight into shared
         // memory, `stages` k-tiles in flight, one barrier per k-tile. It needs 16-byte chunks
-        // of both operands along their rows as stored (A k-contiguous) and the stages within the
-        // 48 KiB of static shared memory; otherwise registers stage one tile ahead.
-        const int stages = std::min(3, 48 * 1024 / stage_bytes);
-        const bool pipelined = va == 8 && vb == 8 && a_k_contiguous && stages >= 2;
+        // of both operands along their rows and two stages within the 48 KiB of static shared
+        // memory; otherwise registers stage one tile ahead.
+        const bool pipelined = plan.pipelined;
         if (pipelined) {
-          auto issue = [&](const char* shared, bool k_major, const char* rows_name, const char* pointer, const char* origin, const char* extent,
+          auto issue = [&](const SharedAccess& store, const char* shared, bool k_contiguous, const char* pointer, const char* origin, const char* extent,
                            int64_t row_stride_of_rows, int64_t stride_of_k) {
-            std::ostringstream code;
-            code << "#pragma unroll\n    for (int s = 0; s < (" << rows_name << " * BK / 8) / THREADS; ++s) {\n      const int e = tid + s * THREADS;\n";
-            if (k_major) code << "      const int r = e / (BK / 8), kk = (e % (BK / 8)) * 8;\n";
-            else code << "      const int kk = e / (" << rows_name << " / 8), r = (e % (" << rows_name << " / 8)) * 8;\n";
             // Outside the matrix: a valid address and a source size of 0 (cp.async zero-fills).
-            code << "      const int gr = " << origin << " + r, gk = k0 + kk;\n      const bool inside = gr < " << extent << " && gk < K;\n"
-                 << "      oj::cp_async_16(&" << shared << "[stage]" << (k_major ? "[r][kk]" : "[kk][r]") << ", &" << pointer << "[inside ? gr * "
-                 << idx(row_stride_of_rows) << " + gk * " << idx(stride_of_k) << " : 0], inside);\n    }\n";
-            return code.str();
+            return chunk_loop(store) + chunk_position(store, k_contiguous, origin, "k0") + "      const bool inside = gr < " + extent + " && gk < K;\n" +
+                   "      oj::cp_async_16(&" + shared + "[stage][" + store.row.code() + "][" + store.col.code() + "], &" + pointer + "[inside ? gr * " +
+                   idx(row_stride_of_rows) + " + gk * " + idx(stride_of_k) + " : 0], inside);\n    }\n";
           };
           // Written out at both places it is used (a lambda capturing the shared arrays by
           // reference would put them behind a local-memory pointer).
           auto issue_tile = [&](const std::string& which, const std::string& indent) {
             return indent + "{\n" + indent + "  const int stage = (" + which + ") % STAGES, k0 = (" + which + ") * BK;\n" +
-                   issue("As_stages", true, "BM", "a", "row0", "M", a.row_stride, a.col_stride) +
-                   issue("Bs_stages", b_k_contiguous, "BN", "b", "col0", "N", b.col_stride, b.row_stride) + indent + "}\n";
+                   issue(plan.a_store, "As_stages", a_k_contiguous, "a", "row0", "M", a.row_stride, a.col_stride) +
+                   issue(plan.b_store, "Bs_stages", b_k_contiguous, "b", "col0", "N", b.col_stride, b.row_stride) + indent + "}\n";
           };
           source << "  constexpr int STAGES = " << stages << ", TILES = (K + BK - 1) / BK;\n"
                  << "  __shared__ __align__(16) oj::u16 As_stages[STAGES]" << a_shape << ";\n"
@@ -478,26 +458,20 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
           source << "  {\n" << load_code("0") << "  }\n"
                  << "  for (int k0 = 0; k0 < K; k0 += BK) {\n"
                  << "    __syncthreads();  // everyone is done reading the previous tile\n"
-                 << store_code.str() << "    __syncthreads();\n"
+                 << store_code << "    __syncthreads();\n"
                  << "    if (k0 + BK < K) {  // the next tile's loads overlap this tile's MMAs\n" << load_code("(k0 + BK)") << "    }\n";
         }
+        const SharedAccess &ar = plan.a_read, &br = plan.b_read;
         source << "#pragma unroll\n    for (int kk = 0; kk < BK; kk += 16) {\n"
                << "      oj::u32 af[FM][4], bf[FN][2];\n"
-               << "#pragma unroll\n      for (int x = 0; x < FM; ++x) {\n        const int r = wrow + x * 16 + g;\n"
-               << "        af[x][0] = *reinterpret_cast<const oj::u32*>(&As[r][kk + 2 * t]);\n"
-               << "        af[x][1] = *reinterpret_cast<const oj::u32*>(&As[r + 8][kk + 2 * t]);\n"
-               << "        af[x][2] = *reinterpret_cast<const oj::u32*>(&As[r][kk + 2 * t + 8]);\n"
-               << "        af[x][3] = *reinterpret_cast<const oj::u32*>(&As[r + 8][kk + 2 * t + 8]);\n      }\n"
-               << (b_k_contiguous
-                       ? "#pragma unroll\n      for (int y = 0; y < FN; ++y) {\n        const int cc = wcol + y * 8 + g;\n"
-                         "        bf[y][0] = *reinterpret_cast<const oj::u32*>(&Bs[cc][kk + 2 * t]);\n"
-                         "        bf[y][1] = *reinterpret_cast<const oj::u32*>(&Bs[cc][kk + 2 * t + 8]);\n      }\n"
-                       // Lanes 0-15 address the 16 k rows of the 8 columns wcol + 8y (lanes 0-7 the first 8x8
-                       // matrix, 8-15 the second); .trans hands lane (g, t) B[2t..2t+1][g] and B[2t+8..2t+9][g].
-                       // With FN even, .x4 loads two fragments at once: lanes 16-31 address columns wcol + 8(y+1).
-                       : (wn / 8) % 2 == 0
-                           ? "#pragma unroll\n      for (int y = 0; y < FN; y += 2) oj::ldmatrix_x4_trans(&bf[y][0], &Bs[kk + (lane & 15)][wcol + (y + lane / 16) * 8]);\n"
-                           : "#pragma unroll\n      for (int y = 0; y < FN; ++y) oj::ldmatrix_x2_trans(bf[y], &Bs[kk + (lane & 15)][wcol + y * 8]);\n")
+               << "#pragma unroll\n      for (int x = 0; x < FM; ++x)"
+               << (a_k_contiguous ? "\n#pragma unroll\n        for (int q = 0; q < 4; ++q) af[x][q] = *reinterpret_cast<const oj::u32*>(&As[" + ar.row.code() + "][" +
+                                        ar.col.code() + "]);\n"
+                                  : " oj::ldmatrix_x4_trans(af[x], &As[" + ar.row.code() + "][" + ar.col.code() + "]);\n")
+               << (b_k_contiguous ? "#pragma unroll\n      for (int y = 0; y < FN; ++y)\n#pragma unroll\n        for (int q = 0; q < 2; ++q) bf[y][q] = *reinterpret_cast<const oj::u32*>(&Bs[" +
+                                        br.row.code() + "][" + br.col.code() + "]);\n"
+                   : plan.b_ldmatrix_x4 ? "#pragma unroll\n      for (int y = 0; y < FN; y += 2) oj::ldmatrix_x4_trans(&bf[y][0], &Bs[" + br.row.code() + "][" + br.col.code() + "]);\n"
+                                        : "#pragma unroll\n      for (int y = 0; y < FN; ++y) oj::ldmatrix_x2_trans(bf[y], &Bs[" + br.row.code() + "][" + br.col.code() + "]);\n")
                << "#pragma unroll\n      for (int x = 0; x < FM; ++x)\n#pragma unroll\n        for (int y = 0; y < FN; ++y) " << mma << "(acc[x][y], af[x], bf[y]);\n"
                << "    }\n  }\n";
         // Epilogue: α·acc + β·C + γ·I, rounded once to D's type; a triangular product stores the
