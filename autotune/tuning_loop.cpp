@@ -237,28 +237,38 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
   std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) { return trials[a].timing.p50_ms < trials[b].timing.p50_ms; });
   const size_t top = static_cast<size_t>(std::max(loop.retime_top, 1));
   if (use_proxy) {
-    size_t retimed = 0;
-    for (size_t r = 0; r < ranked.size() && retimed < top; ++r) {
-      Trial& trial = trials[ranked[r]];
-      // The first finalist always (a winner needs a full-iteration timing); later ones while the
-      // budget holds two of their estimated runs.
-      if (retimed > 0 && budget_ms - elapsed_ms() < 2 * trial.timing.p50_ms) break;
-      report(ranked[r], "retime");
+    // One finalist's full-iteration timing; false when it failed (then it is wrong_result or
+    // run_failed).
+    auto retime_full = [&](size_t index, size_t remaining_finalists) {
+      Trial& trial = trials[index];
+      report(index, "retime");
       try {
         const ir::Function function = backend.schedule(trial.id, program, problem.rows, problem.cols, problem.batch);
         const auto built = backend.build(trial.id, program, function);
         const auto run_ms = finite_full_run(trial, *built, "the full iteration at the full shape");
-        if (!run_ms) continue;  // wrong_result now; the next in rank takes its place
+        if (!run_ms) return false;
         TimingSettings timing;
-        timing.budget_seconds = std::max(0.05, (budget_ms - elapsed_ms()) / 1000.0 / static_cast<double>(top - retimed));
+        timing.budget_seconds = std::max(0.05, (budget_ms - elapsed_ms()) / 1000.0 / static_cast<double>(std::max<size_t>(remaining_finalists, 1)));
         timing.initial_run_ms = *run_ms;
         trial.timing = built->time(input, timing);
         trial.finalist = true;
-        ++retimed;
+        return true;
       } catch (const std::exception& error) {
         fail(trial, TrialStatus::RunFailed, error.what());
+        return false;
       }
+    };
+    size_t finalists = 0;
+    for (size_t r = 0; r < ranked.size() && finalists < top; ++r) {
+      // The best estimate always (a winner needs a full-iteration timing; if it fails, the next in
+      // rank takes its place); later ones while the budget holds two of their estimated runs.
+      if (finalists > 0 && budget_ms - elapsed_ms() < 2 * trials[ranked[r]].timing.p50_ms) break;
+      if (retime_full(ranked[r], top - finalists)) ++finalists;
     }
+    // The untuned default is always a finalist too: one noisy proxy run (a loaded machine) cannot
+    // make the tuner record a winner slower than the default on the full iteration.
+    for (size_t index : ranked)
+      if (trials[index].is_default && trials[index].status == TrialStatus::Ok && !trials[index].finalist) retime_full(index, 1);
   } else if (ranked.size() > 1) {
     // Every candidate was timed on the full iteration: the top few again (noise on a shared
     // machine), their samples merged.

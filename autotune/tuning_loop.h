@@ -21,8 +21,9 @@
 //   4. the finalists (the `retime_top` fastest) are timed again on the full iteration: a
 //      proxy-ranked finalist's first full run is checked for being finite (a run that is not
 //      makes it wrong_result, and the next in rank takes its place), and only full-iteration
-//      timings are compared for the winner. The first finalist is always re-timed, later ones
-//      while the budget holds twice their estimate.
+//      timings are compared for the winner. The best estimate is always re-timed, later ones
+//      while the budget holds twice their estimate; with the proxy, the untuned default is
+//      always a finalist as well (the winner is never slower than it on the full iteration).
 #pragma once
 
 #include <cstdint>
