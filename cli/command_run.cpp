@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "kernels/program_library.h"
 #include "runtime/npy_file.h"
+#include "runtime/input_check.h"
 #include "runtime/orthogonalize.h"
 
 namespace orthojit::cli {
@@ -61,6 +62,9 @@ int run_command(const std::vector<std::string>& args) {
   const bool batched = input.shape.size() == 3;
   const int64_t batch = batched ? input.shape[0] : 1;
   const int64_t rows = input.shape[batched ? 1 : 0], cols = input.shape[batched ? 2 : 1];
+  // The ref backend reads f64; the others f32 (auto: ref only for f64 storage).
+  const bool reads_f32 = options.backend != "ref" && !(options.backend == "auto" && options.precision == ScalarType::F64);
+  runtime::require_finite_input(input.values.data(), batch, rows, cols, reads_f32, input_path);
   const auto start = std::chrono::steady_clock::now();
   runtime::OrthogonalizeResult result = runtime::orthogonalize(program, input.values, batch, rows, cols, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

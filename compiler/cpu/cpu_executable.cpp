@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "cpu/aligned_buffer.h"
+#include "ir/norm_scale.h"
 #include "cpu/build_status.h"
 #include "cpu/element_types.h"
 #include "cpu/kernel_cache.h"
@@ -44,21 +45,28 @@ void store_row(const MatrixView& view, int64_t i, const float* row) {
 // lane = column mod 16 (vectorizable; the order depends only on the shape, so it is
 // deterministic). The normalize of a Muon step hands it the rows of U as it computes them, in the
 // order an orthogonalizer's normalize reads its input, so both give the same norm.
+// The values are scaled by `scale` (a power of two, ir/norm_scale.h) before they are squared.
 class SquareSum {
  public:
-  explicit SquareSum(bool in_f64) : in_f64_(in_f64) {}
+  SquareSum(bool in_f64, float scale) : in_f64_(in_f64), scale_(scale) {}
   void add_row(const float* row, int64_t cols) {
     if (in_f64_) {
       for (int64_t j = 0; j < cols; ++j) {
-        const double v = row[j];
+        const double v = row[j] * scale_;
         sum_ += v * v;
       }
       return;
     }
     int64_t j = 0;
     for (; j + 16 <= cols; j += 16)
-      for (int l = 0; l < 16; ++l) lanes_[l] += row[j + l] * row[j + l];
-    for (; j < cols; ++j) lanes_[j % 16] += row[j] * row[j];
+      for (int l = 0; l < 16; ++l) {
+        const float v = row[j + l] * scale_;
+        lanes_[l] += v * v;
+      }
+    for (; j < cols; ++j) {
+      const float v = row[j] * scale_;
+      lanes_[j % 16] += v * v;
+    }
   }
   double total() const {
     if (in_f64_) return sum_;
@@ -69,13 +77,27 @@ class SquareSum {
 
  private:
   bool in_f64_;
+  float scale_;
   double sum_ = 0;
   float lanes_[16] = {};
 };
 
+// The largest |v| of a view (NaN when one is NaN), for the norm's scale.
 template <typename T>
-double sum_of_squares(const MatrixView& view, bool in_f64) {
-  SquareSum sum(in_f64);
+double largest_magnitude(const MatrixView& view) {
+  std::vector<float> row(static_cast<size_t>(view.cols));
+  float largest = 0;
+  for (int64_t i = 0; i < view.rows; ++i) {
+    std::fill(row.begin(), row.end(), 0.0f);
+    accumulate_row<T>(view, i, 1.0f, row.data());
+    for (float v : row) largest = std::isnan(v) || std::isnan(largest) ? NAN : std::max(largest, std::fabs(v));
+  }
+  return largest;
+}
+
+template <typename T>
+double sum_of_squares(const MatrixView& view, bool in_f64, float scale) {
+  SquareSum sum(in_f64, scale);
   std::vector<float> row(static_cast<size_t>(view.cols));
   for (int64_t i = 0; i < view.rows; ++i) {
     std::fill(row.begin(), row.end(), 0.0f);
@@ -85,15 +107,15 @@ double sum_of_squares(const MatrixView& view, bool in_f64) {
   return sum.total();
 }
 
-// The denominator of a normalize from the sum of squares, in the norm type.
-float normalize_denominator(const ir::Node& node, double squares) {
+// The denominator of a normalize from the sum of squares of the values times `scale`, in the
+// norm type: ‖x·s‖·safety + eps·s (or the max of the two), the unscaled one times s.
+float normalize_denominator(const ir::Node& node, double squares, float scale) {
   if (node.norm_type == ScalarType::F64) {
-    const double norm = std::sqrt(squares) * node.normalization.safety;
-    return static_cast<float>(node.normalization.mode == dsl::Normalization::Mode::Add ? norm + node.normalization.eps
-                                                                                      : std::max(norm, node.normalization.eps));
+    const double norm = std::sqrt(squares) * node.normalization.safety, eps = node.normalization.eps * scale;
+    return static_cast<float>(node.normalization.mode == dsl::Normalization::Mode::Add ? norm + eps : std::max(norm, eps));
   }
   const float norm = std::sqrt(static_cast<float>(squares)) * static_cast<float>(node.normalization.safety);
-  const float eps = static_cast<float>(node.normalization.eps);
+  const float eps = static_cast<float>(node.normalization.eps) * scale;
   return node.normalization.mode == dsl::Normalization::Mode::Add ? norm + eps : std::max(norm, eps);
 }
 
@@ -293,33 +315,47 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
             std::fill(row, row + cols, 0.0f);
             dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row); });
           };
-          SquareSum sum(in_f64);
+          // Three passes: M (written back) and the largest |U|; the scaled Σ U² in row order; U
+          // recomputed, divided and stored.
           std::vector<float> row(static_cast<size_t>(cols));
+          float largest = 0;
           for (int64_t i = 0; i < rows; ++i) {
             gradient(i, row.data());
             for (int64_t j = 0; j < cols; ++j) {
               float& m = state[i * source.row_stride + j * source.col_stride];
               m = ir::muon_momentum_next(spec.ema, io->beta, row[j], m);
-              row[j] = ir::muon_update_value(spec.ema, spec.nesterov, io->beta, row[j], m);
+              const float u = ir::muon_update_value(spec.ema, spec.nesterov, io->beta, row[j], m);
+              largest = std::isnan(u) || std::isnan(largest) ? NAN : std::max(largest, std::fabs(u));
             }
-            sum.add_row(row.data(), cols);
           }
-          const float denominator = normalize_denominator(node, sum.total());
-          for_each_row(pool, rows, cols, [&](int64_t i, float* values) {
+          const float scale = static_cast<float>(ir::norm_scale(largest));
+          auto update_row = [&](int64_t i, float* values) {
             gradient(i, values);
             for (int64_t j = 0; j < cols; ++j)
-              values[j] = ir::muon_update_value(spec.ema, spec.nesterov, io->beta, values[j], state[i * source.row_stride + j * source.col_stride]) / denominator;
+              values[j] = ir::muon_update_value(spec.ema, spec.nesterov, io->beta, values[j], state[i * source.row_stride + j * source.col_stride]);
+          };
+          SquareSum sum(in_f64, scale);
+          for (int64_t i = 0; i < rows; ++i) {
+            update_row(i, row.data());
+            sum.add_row(row.data(), cols);
+          }
+          const float denominator = normalize_denominator(node, sum.total(), scale);
+          for_each_row(pool, rows, cols, [&](int64_t i, float* values) {
+            update_row(i, values);
+            for (int64_t j = 0; j < cols; ++j) values[j] = values[j] * scale / denominator;
             dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, values); });
           });
           break;
         }
-        double squares = 0;
-        dispatch_storage_type(source.type, [&](auto tag) { squares = sum_of_squares<decltype(tag)>(source, in_f64); });
-        const float denominator = normalize_denominator(node, squares);
+        double squares = 0, largest = 0;
+        dispatch_storage_type(source.type, [&](auto tag) { largest = largest_magnitude<decltype(tag)>(source); });
+        const float scale = static_cast<float>(ir::norm_scale(largest));
+        dispatch_storage_type(source.type, [&](auto tag) { squares = sum_of_squares<decltype(tag)>(source, in_f64, scale); });
+        const float denominator = normalize_denominator(node, squares, scale);
         for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
           std::fill(row, row + cols, 0.0f);
           dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row); });
-          for (int64_t j = 0; j < cols; ++j) row[j] /= denominator;  // scaled in f32, before the cast to storage
+          for (int64_t j = 0; j < cols; ++j) row[j] = row[j] * scale / denominator;  // in f32, before the cast to storage
           dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row); });
         });
         break;

@@ -2,6 +2,8 @@
 // but fast enough for the demo and tests (a 256 x 1024 bf16 Newton–Schulz takes about a second).
 #include "reference/interpreter.h"
 
+#include "ir/norm_scale.h"
+
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -122,18 +124,25 @@ class Interpreter {
   View operand(const ir::Node& node, size_t k) const { return views_[static_cast<size_t>(node.operands[k])]; }
 
   void normalize(const ir::Node& node, const View& x, const View& out) {
+    // Scaled by a power of two as every backend does (ir/norm_scale.h): the same values where
+    // the unscaled norm is representable, the right ones where it would overflow or underflow
+    // the norm type.
+    double largest = 0;
+    for (int64_t r = 0; r < x.rows; ++r)
+      for (int64_t c = 0; c < x.cols; ++c) largest = std::isnan(x.at(r, c)) || std::isnan(largest) ? NAN : std::max(largest, std::fabs(x.at(r, c)));
+    const double scale = ir::norm_scale(largest, node.norm_type == ScalarType::F64 && node.type == ScalarType::F64 ? 1022 : 126);
     double sum_of_squares = 0.0;
     for (int64_t r = 0; r < x.rows; ++r)
-      for (int64_t c = 0; c < x.cols; ++c) sum_of_squares += x.at(r, c) * x.at(r, c);
+      for (int64_t c = 0; c < x.cols; ++c) sum_of_squares += (x.at(r, c) * scale) * (x.at(r, c) * scale);
     const ScalarType t = node.norm_type;
     const double norm = round_to(t, std::sqrt(sum_of_squares));
     const double scaled = round_to(t, norm * node.normalization.safety);
-    const double denominator = node.normalization.mode == dsl::Normalization::Mode::Add
-                                   ? round_to(t, scaled + node.normalization.eps)
-                                   : std::max(scaled, round_to(t, node.normalization.eps));
+    const double eps = node.normalization.eps * scale;
+    const double denominator =
+        node.normalization.mode == dsl::Normalization::Mode::Add ? round_to(t, scaled + eps) : std::max(scaled, round_to(t, node.normalization.eps) * scale);
     // The division happens in the accumulate type (f32 or wider), before the cast to storage.
     for (int64_t r = 0; r < x.rows; ++r)
-      for (int64_t c = 0; c < x.cols; ++c) out.at(r, c) = store(node, x.at(r, c) / denominator);
+      for (int64_t c = 0; c < x.cols; ++c) out.at(r, c) = store(node, x.at(r, c) * scale / denominator);
   }
 
   void gemm(const ir::Node& node, const View& out) {
