@@ -10,12 +10,29 @@ namespace orthojit::autotune {
 
 extern const char* const kCudaSearchSpaceJson;
 
+namespace {
+nlohmann::json product_tiles_json(const cuda::CudaVariant& variant) {
+  nlohmann::json tiles = nlohmann::json::array();
+  for (const auto& tile : variant.product_tiles) tiles.push_back(tile ? tile->label() : "default");
+  return tiles;
+}
+}  // namespace
+
+nlohmann::json CudaCandidate::to_json() const {
+  nlohmann::json value = {{"backend", "cuda"}, {"strategy", ir::to_string(strategy)}, {"variant", variant}};
+  const cuda::CudaVariant parsed = cuda::CudaVariant::parse(variant);
+  if (!parsed.product_tiles.empty()) value["product_tiles"] = product_tiles_json(parsed);
+  return value;
+}
+
 CudaCandidate CudaCandidate::from_json(const nlohmann::json& value) {
   if (!value.is_object() || value.value("backend", "") != "cuda") throw std::invalid_argument("not a cuda candidate (backend must be \"cuda\")");
   CudaCandidate candidate;
   candidate.strategy = parse_strategy_or_throw(value.value("strategy", ""), "cuda candidate");
   candidate.variant = value.value("variant", "");
-  cuda::CudaVariant::parse(candidate.variant);  // throws with the valid forms
+  const cuda::CudaVariant variant = cuda::CudaVariant::parse(candidate.variant);  // throws with the valid forms
+  if (value.contains("product_tiles") && value.at("product_tiles") != product_tiles_json(variant))
+    throw std::invalid_argument("cuda candidate: product_tiles " + value.at("product_tiles").dump() + " disagree with the variant '" + candidate.variant + "'");
   return candidate;
 }
 

@@ -21,8 +21,12 @@ struct CudaCandidate {
   ir::StrategyKind strategy = ir::StrategyKind::Standard;
   std::string variant = "generated";  // a cuda::CudaVariant label
   std::string label() const { return "cuda " + std::string(ir::to_string(strategy)) + " " + variant; }
-  nlohmann::json to_json() const { return {{"backend", "cuda"}, {"strategy", ir::to_string(strategy)}, {"variant", variant}}; }
-  // Throws std::invalid_argument naming the bad field.
+  // A per-product variant also lists its tiles under "product_tiles" (one per product in schedule
+  // order, "default" for a product's default tile), for reading; the variant label stays the
+  // record of the choice.
+  nlohmann::json to_json() const;
+  // Throws std::invalid_argument naming the bad field (also a "product_tiles" list that
+  // disagrees with the variant). Records written before per-product tiles load unchanged.
   static CudaCandidate from_json(const nlohmann::json& value);
   bool operator==(const CudaCandidate& other) const = default;
 };

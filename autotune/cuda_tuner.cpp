@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "autotune/cuda_tile_search.h"
 #include "autotune/strategy_heuristic.h"
 #include "autotune/timing_harness.h"
 #include "autotune/tuning_loop.h"
@@ -94,36 +95,35 @@ class CudaTuningBackend : public TuningBackend {
       : problem_(problem), fallback_(fallback), space_(cuda_search_space()), headers_(kernels::cuda_device_headers()) {}
 
   std::vector<Trial> candidates() override {
-    const int shared_limit = cuda::Device::get().info().max_shared_per_block_optin;
+    shared_limit_ = cuda::Device::get().info().max_shared_per_block_optin;
+    multiprocessors_ = std::max(1, cuda::Device::get().info().multiprocessors);
     // Each strategy's schedule for the full problem (or why it cannot compile), for pruning.
-    std::map<ir::StrategyKind, ir::Function> schedules;
-    std::map<ir::StrategyKind, std::string> strategy_errors;
     for (ir::StrategyKind strategy : space_.strategies) {
       try {
-        schedules.emplace(strategy, compile_strategy(*problem_.program, problem_.precision, strategy, problem_.rows, problem_.cols, problem_.batch));
+        schedules_.emplace(strategy, compile_strategy(*problem_.program, problem_.precision, strategy, problem_.rows, problem_.cols, problem_.batch));
       } catch (const std::exception& error) {
-        strategy_errors[strategy] = error.what();
+        strategy_errors_[strategy] = error.what();
       }
     }
     std::vector<Trial> trials;
-    for (const CudaCandidate& candidate : cuda_candidates(space_, fallback_)) {
-      Trial trial;
-      trial.id = candidates_.size();
-      trial.label = candidate.label();
-      trial.config = candidate.to_json();
-      trial.strategy = candidate.strategy;
-      trial.is_default = candidate == fallback_;
-      trial.is_vendor = candidate.variant == "cublaslt";
-      const auto schedule = schedules.find(candidate.strategy);
-      const auto error = strategy_errors.find(candidate.strategy);
-      if (auto reason = cuda_prune_reason(candidate, schedule == schedules.end() ? nullptr : &schedule->second,
-                                          error == strategy_errors.end() ? "" : error->second, shared_limit)) {
-        trial.status = TrialStatus::Pruned;
-        trial.message = *reason;
-      }
-      candidates_.push_back(candidate);
-      trials.push_back(trial);
-    }
+    for (const CudaCandidate& candidate : cuda_candidates(space_, fallback_)) trials.push_back(make_trial(candidate));
+    // Per-product tiles, round one (cuda_tile_search.h): each class of products with each tile.
+    for (const auto& [strategy, scheduled] : schedules_)
+      for (const CudaCandidate& candidate : product_tile_candidates(space_, strategy, scheduled, multiprocessors_)) trials.push_back(make_trial(candidate));
+    return trials;
+  }
+
+  // Per-product tiles, round two: every class at its fastest tile of round one.
+  std::vector<Trial> more_candidates(const std::vector<Trial>& judged) override {
+    auto measured = [&](const CudaCandidate& candidate) -> std::optional<double> {
+      for (const Trial& trial : judged)
+        if (trial.status == TrialStatus::Ok && candidates_.at(trial.id) == candidate) return trial.timing.p50_ms;
+      return std::nullopt;
+    };
+    std::vector<Trial> trials;
+    for (const auto& [strategy, scheduled] : schedules_)
+      if (const std::optional<double> start_ms = measured({strategy, "generated"}))
+        if (auto combined = combined_product_tiles(space_, strategy, scheduled, *start_ms, measured, multiprocessors_)) trials.push_back(make_trial(*combined));
     return trials;
   }
 
@@ -133,7 +133,11 @@ class CudaTuningBackend : public TuningBackend {
 
   // The reduced shape may not admit the variant (a tile larger than it is still valid).
   std::unique_ptr<BuiltCandidate> build(size_t id, const dsl::Program& program, const ir::Function& schedule) override {
-    const cuda::CudaVariant variant = cuda::CudaVariant::parse(candidates_.at(id).variant);
+    const CudaCandidate& candidate = candidates_.at(id);
+    cuda::CudaVariant variant = cuda::CudaVariant::parse(candidate.variant);
+    // A per-product choice on the proxy's fewer products: by product shape (cuda_tile_search.h).
+    if (const auto full = schedules_.find(candidate.strategy); full != schedules_.end())
+      variant = variant_for_schedule(variant, full->second, schedule, multiprocessors_);
     return std::make_unique<CudaBuilt>(cuda::build_cuda_runner(program, schedule, variant, headers_), timer_, space_);
   }
 
@@ -144,12 +148,34 @@ class CudaTuningBackend : public TuningBackend {
   const CudaSearchSpace& space() const { return space_; }
 
  private:
+  Trial make_trial(const CudaCandidate& candidate) {
+    Trial trial;
+    trial.id = candidates_.size();
+    trial.label = candidate.label();
+    trial.config = candidate.to_json();
+    trial.strategy = candidate.strategy;
+    trial.is_default = candidate == fallback_;
+    trial.is_vendor = candidate.variant == "cublaslt";
+    const auto schedule = schedules_.find(candidate.strategy);
+    const auto error = strategy_errors_.find(candidate.strategy);
+    if (auto reason = cuda_prune_reason(candidate, schedule == schedules_.end() ? nullptr : &schedule->second,
+                                        error == strategy_errors_.end() ? "" : error->second, shared_limit_)) {
+      trial.status = TrialStatus::Pruned;
+      trial.message = *reason;
+    }
+    candidates_.push_back(candidate);
+    return trial;
+  }
+
   const TuneProblem& problem_;
   CudaCandidate fallback_;
   const CudaSearchSpace& space_;
   const std::vector<std::pair<std::string, std::string>>& headers_;
   DeviceTimer timer_;
   std::vector<CudaCandidate> candidates_;
+  std::map<ir::StrategyKind, ir::Function> schedules_;
+  std::map<ir::StrategyKind, std::string> strategy_errors_;
+  int shared_limit_ = 0, multiprocessors_ = 132;
 };
 
 }  // namespace

@@ -133,7 +133,13 @@ void CudaRunner::enqueue_launches(CUstream) const {
 
 std::string CudaVariant::label() const {
   switch (kind) {
-    case Kind::Generated: return tile ? "generated " + tile->label() : "generated";
+    case Kind::Generated: {
+      if (tile) return "generated " + tile->label();
+      if (product_tiles.empty()) return "generated";
+      std::string text = "generated per-product ";
+      for (size_t i = 0; i < product_tiles.size(); ++i) text += (i ? "," : "") + (product_tiles[i] ? product_tiles[i]->label() : std::string("-"));
+      return text;
+    }
     case Kind::FusedSmall: return "fused-small";
     case Kind::Cublas: return "cublas";
     case Kind::Cublaslt: return "cublaslt";
@@ -156,6 +162,28 @@ CudaVariant CudaVariant::parse(const std::string& text) {
     variant.kind = Kind::Cublaslt;
     return variant;
   }
+  auto parse_tile = [](const std::string& label, TileConfig& tile) {
+    return std::sscanf(label.c_str(), "%dx%dx%d/%dx%d", &tile.bm, &tile.bn, &tile.bk, &tile.warps_m, &tile.warps_n) == 5 && tile.label() == label;
+  };
+  if (text.rfind("generated per-product ", 0) == 0) {
+    const std::string list = text.substr(22);
+    size_t begin = 0;
+    while (begin <= list.size()) {
+      const size_t end = std::min(list.find(',', begin), list.size());
+      const std::string item = list.substr(begin, end - begin);
+      TileConfig tile;
+      if (item == "-") {
+        variant.product_tiles.emplace_back();
+      } else if (parse_tile(item, tile)) {
+        if (const std::string reason = tile.invalid_reason(); !reason.empty()) throw std::invalid_argument("CUDA variant '" + text + "': " + item + ": " + reason);
+        variant.product_tiles.emplace_back(tile);
+      } else {
+        throw std::invalid_argument("CUDA variant '" + text + "': '" + item + "' is not a tile BMxBNxBK/WMxWN or '-' (the product's default)");
+      }
+      begin = end + 1;
+    }
+    return variant;
+  }
   if (text.rfind("generated ", 0) == 0) {
     TileConfig tile;
     if (std::sscanf(text.c_str() + 10, "%dx%dx%d/%dx%d", &tile.bm, &tile.bn, &tile.bk, &tile.warps_m, &tile.warps_n) == 5 && tile.label() == text.substr(10)) {
@@ -164,7 +192,7 @@ CudaVariant CudaVariant::parse(const std::string& text) {
       return variant;
     }
   }
-  throw std::invalid_argument("unknown CUDA variant '" + text + "'; valid: generated, 'generated BMxBNxBK/WMxWN' (e.g. 'generated 128x128x32/2x4'), fused-small, cublas, cublaslt");
+  throw std::invalid_argument("unknown CUDA variant '" + text + "'; valid: generated, 'generated BMxBNxBK/WMxWN' (e.g. 'generated 128x128x32/2x4'), 'generated per-product T1,T2,...' (a tile or '-' per product), fused-small, cublas, cublaslt");
 }
 
 std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit) {
@@ -200,6 +228,7 @@ CudaProgram generate_variant(const ir::Function& scheduled, const CudaVariant& v
       CodegenOptions options;
       options.multiprocessors = multiprocessors;
       if (variant.tile) options.gemm_tiles.assign(scheduled.nodes.size(), *variant.tile);
+      else options.gemm_tiles = variant.product_tiles;
       return generate_cuda(scheduled, options);
     }
     case CudaVariant::Kind::FusedSmall: {

@@ -333,8 +333,8 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                                       std::string(to_string(a.type)) + " (use --precision bf16 or f16, or the cpu backend)");
         const bool triangular = node.symmetric && function.strategy.triangular_products && m == n;
         const TileConfig fallback = default_tile_config(m, n, triangular, function.batch, options.multiprocessors);
-        TileConfig tile = static_cast<size_t>(gemm_index) < options.gemm_tiles.size() ? options.gemm_tiles[static_cast<size_t>(gemm_index)] : fallback;
-        ++gemm_index;
+        TileConfig tile = static_cast<size_t>(gemm_index) < options.gemm_tiles.size() ? options.gemm_tiles[static_cast<size_t>(gemm_index)].value_or(fallback) : fallback;
+        const int product_index = gemm_index++;
         if (const std::string reason = tile.invalid_reason(); !reason.empty()) throw std::invalid_argument("tile " + tile.label() + ": " + reason);
         if (triangular && tile.bm != tile.bn) tile = fallback;  // triangular scheduling needs square tiles
         const int64_t tiles_m = (m + tile.bm - 1) / tile.bm, tiles_n = (n + tile.bn - 1) / tile.bn;
@@ -506,6 +506,12 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
         launch.args = {a.slot, b.slot, has_c ? c.slot : Slot{Slot::Kind::Buffer, -1}, carries_update[index] ? Slot{Slot::Kind::StepArgs, -1} : out.slot};
         launch.summary = "gemm %" + std::to_string(index) + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " tile " + tile.label() +
                          (triangular ? " triangular" : "") + (pipelined ? ", cp.async x" + std::to_string(stages) : ", register-staged");
+        launch.product = product_index;
+        launch.m = m;
+        launch.n = n;
+        launch.k = k;
+        launch.triangular = triangular;
+        launch.tile = tile;
         program.launches.push_back(launch);
         break;
       }

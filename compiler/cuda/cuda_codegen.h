@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,12 @@ struct Launch {
   std::vector<Slot> args;
   std::string summary;  // "gemm %5 1024x4096x1024 tile 128x128x32/2x4"
   int dynamic_shared_bytes = 0;  // extern __shared__ bytes passed at launch (above 48 KiB the runtime opts in)
+  // A product's launch: its index among the schedule's products (CodegenOptions::gemm_tiles),
+  // shape, whether it computes the upper triangle only, and the tile it runs with.
+  int product = -1;
+  int64_t m = 0, n = 0, k = 0;
+  bool triangular = false;
+  TileConfig tile{};
 };
 
 struct CudaProgram {
@@ -71,8 +78,9 @@ struct CudaProgram {
 };
 
 struct CodegenOptions {
-  // Per-product tile override (the tuner's choice); empty: default_tile_config per product.
-  std::vector<TileConfig> gemm_tiles;
+  // Per-product tile override (the tuner's choice), by product in schedule order; a product past
+  // the end or without a value takes default_tile_config.
+  std::vector<std::optional<TileConfig>> gemm_tiles;
   // The target's multiprocessors, for the default tiles (132: H100 SXM and H200).
   int multiprocessors = 132;
 };

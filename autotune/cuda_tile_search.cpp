@@ -1,0 +1,111 @@
+// Per-product tiles by coordinate descent over product classes (see cuda_tile_search.h).
+#include "autotune/cuda_tile_search.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "cuda/cuda_backend.h"
+
+namespace orthojit::autotune {
+
+std::string ProductClass::label() const {
+  return std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + (triangular ? " triangular" : "") + " (x" + std::to_string(products.size()) + ")";
+}
+
+std::vector<ProductClass> product_classes(const ir::Function& scheduled, const cuda::CudaVariant& variant, int multiprocessors) {
+  if (variant.kind != cuda::CudaVariant::Kind::Generated) throw std::invalid_argument("per-product tiles: " + variant.label() + " is not a generated variant");
+  // The launches say what each product is and which tile it got (defaults and fallbacks included).
+  const cuda::CudaProgram program = cuda::generate_variant(scheduled, variant, 163 * 1024, multiprocessors);
+  std::vector<ProductClass> classes;
+  for (const cuda::Launch& launch : program.launches) {
+    if (launch.product < 0) continue;
+    auto same = std::find_if(classes.begin(), classes.end(), [&](const ProductClass& c) {
+      return c.m == launch.m && c.n == launch.n && c.k == launch.k && c.triangular == launch.triangular && c.tile.label() == launch.tile.label();
+    });
+    if (same == classes.end()) {
+      classes.push_back({launch.m, launch.n, launch.k, launch.triangular, {}, launch.tile});
+      same = classes.end() - 1;
+    }
+    same->products.push_back(launch.product);
+  }
+  // Most work first; equal work in schedule order (stable).
+  std::stable_sort(classes.begin(), classes.end(), [](const ProductClass& a, const ProductClass& b) { return a.flops() > b.flops(); });
+  return classes;
+}
+
+cuda::CudaVariant per_product_variant(const std::vector<ProductClass>& classes) {
+  cuda::CudaVariant variant;
+  for (const ProductClass& c : classes)
+    for (int product : c.products) {
+      if (variant.product_tiles.size() <= static_cast<size_t>(product)) variant.product_tiles.resize(static_cast<size_t>(product) + 1);
+      variant.product_tiles[static_cast<size_t>(product)] = c.tile;
+    }
+  return variant;
+}
+
+std::vector<CudaCandidate> class_candidates(const CudaSearchSpace& space, ir::StrategyKind strategy, const std::vector<ProductClass>& classes, size_t which) {
+  std::vector<CudaCandidate> candidates;
+  const ProductClass& target = classes.at(which);
+  for (const cuda::TileConfig& tile : space.tiles) {
+    if (tile.label() == target.tile.label()) continue;
+    if (target.triangular && tile.bm != tile.bn) continue;  // the upper-tile schedule needs square tiles
+    if (tile.bm >= 2 * target.m && tile.bn >= 2 * target.n) continue;  // mostly padding (as cuda_prune_reason)
+    std::vector<ProductClass> changed = classes;
+    changed[which].tile = tile;
+    candidates.push_back({strategy, per_product_variant(changed).label()});
+  }
+  return candidates;
+}
+
+std::vector<CudaCandidate> product_tile_candidates(const CudaSearchSpace& space, ir::StrategyKind strategy, const ir::Function& scheduled, int multiprocessors) {
+  const std::vector<ProductClass> classes = product_classes(scheduled, cuda::CudaVariant{}, multiprocessors);
+  std::vector<CudaCandidate> candidates;
+  // One class alone runs the same kernels as the uniform tile variants already in the space.
+  if (classes.size() < 2) return candidates;
+  for (size_t which = 0; which < classes.size(); ++which)
+    for (const CudaCandidate& candidate : class_candidates(space, strategy, classes, which)) candidates.push_back(candidate);
+  return candidates;
+}
+
+std::optional<CudaCandidate> combined_product_tiles(const CudaSearchSpace& space, ir::StrategyKind strategy, const ir::Function& scheduled, double start_ms,
+                                                    const MeasuredTime& measured, int multiprocessors) {
+  std::vector<ProductClass> classes = product_classes(scheduled, cuda::CudaVariant{}, multiprocessors);
+  const std::vector<ProductClass> defaults = classes;
+  int improved = 0;
+  for (size_t which = 0; which < defaults.size(); ++which) {
+    double best_ms = start_ms * (1 - space.tie_tolerance);
+    std::optional<cuda::TileConfig> best;
+    for (const CudaCandidate& candidate : class_candidates(space, strategy, defaults, which)) {
+      const std::optional<double> ms = measured(candidate);
+      if (ms && *ms < best_ms) {
+        best_ms = *ms;
+        best = cuda::CudaVariant::parse(candidate.variant).product_tiles.at(static_cast<size_t>(defaults[which].products.front()));
+      }
+    }
+    if (best) {
+      classes[which].tile = *best;
+      ++improved;
+    }
+  }
+  if (improved < 2) return std::nullopt;
+  return CudaCandidate{strategy, per_product_variant(classes).label()};
+}
+
+cuda::CudaVariant variant_for_schedule(const cuda::CudaVariant& chosen, const ir::Function& full, const ir::Function& target, int multiprocessors) {
+  if (chosen.product_tiles.empty()) return chosen;
+  const std::vector<ProductClass> full_classes = product_classes(full, chosen, multiprocessors);
+  const std::vector<ProductClass> target_classes = product_classes(target, {}, multiprocessors);
+  size_t full_products = 0, target_products = 0;
+  for (const ProductClass& c : full_classes) full_products += c.products.size();
+  for (const ProductClass& c : target_classes) target_products += c.products.size();
+  if (full_products == target_products) return chosen;
+  cuda::CudaVariant variant;
+  variant.product_tiles.resize(target_products);
+  for (const ProductClass& c : target_classes)
+    for (const ProductClass& f : full_classes)
+      if (f.m == c.m && f.n == c.n && f.k == c.k && f.triangular == c.triangular)
+        for (int product : c.products) variant.product_tiles[static_cast<size_t>(product)] = f.tile;
+  return variant;
+}
+
+}  // namespace orthojit::autotune
