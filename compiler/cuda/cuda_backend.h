@@ -31,7 +31,7 @@ struct CudaVariant {
   std::optional<TileConfig> tile;  // generated: every product's tile; none = default per product
   // generated: the tile of each product in schedule order (the tuner's per-product choice; a
   // product without a value or past the end takes its default). Exclusive with `tile`.
-  std::vector<std::optional<TileConfig>> product_tiles;
+  std::vector<std::optional<TileConfig>> product_tiles{};
   // "generated", "generated 128x128x32/2x4", "generated per-product 64x64x32/2x2,-,128x128x32/2x4"
   // ('-': that product's default), "fused-small", "cublas", "cublaslt"
   std::string label() const;
