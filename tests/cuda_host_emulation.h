@@ -268,6 +268,27 @@ T block_sum(T value, T* scratch) {
   return total;
 }
 
+template <typename T, int THREADS>
+T block_max(T value, T* scratch) {
+  scratch[threadIdx.x] = value;
+  __syncthreads();
+  for (int width = THREADS / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) scratch[threadIdx.x] = std::fmax(scratch[threadIdx.x], scratch[threadIdx.x + width]);
+    __syncthreads();
+  }
+  const T total = scratch[0];
+  __syncthreads();
+  return total;
+}
+
+inline float norm_scale(double largest) {
+  if (!(largest > 0) || std::isinf(largest)) return 1.0f;
+  int exponent = 0;
+  std::frexp(largest, &exponent);
+  exponent = exponent < -126 ? -126 : exponent > 126 ? 126 : exponent;
+  return std::ldexp(1.0f, -exponent);
+}
+
 }  // namespace oj
 
 namespace oj_emu {

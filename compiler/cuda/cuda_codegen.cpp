@@ -70,20 +70,37 @@ std::string element(const View& view, const std::string& pointer) {
 
 int64_t elementwise_blocks(int64_t elements) { return std::clamp<int64_t>((elements + 1023) / 1024, 1, 4096); }
 
-// The start of a normalize's second kernel: thread 0 sums the matrix's partials in block order
-// (the same in every block: deterministic), forms the denominator in the norm type, and every
-// thread reads it as `denominator`.
-std::string normalize_denominator(const ir::Node& node, int64_t blocks, int64_t partial_offset) {
+// The norm's scale (ir/norm_scale.h) at the start of a normalize kernel: thread 0 takes the
+// largest |x| of the matrix from the per-block maxima at `max_offset` and every thread reads
+// oj::norm_scale of it as `scale`.
+std::string normalize_scale(const ir::Node& node, int64_t blocks, int64_t max_offset) {
+  const char* acc = node.norm_type == ScalarType::F64 ? "double" : "float";
+  std::ostringstream code;
+  code << "  __shared__ float scale_shared;\n"
+       << "  if (threadIdx.x == 0) {\n"
+       << "    " << acc << " largest = 0;\n"
+       << "    for (int b = 0; b < " << blocks << "; ++b) largest = fmax(largest, partials[" << ll(max_offset) << " + blockIdx.z * " << ll(blocks) << " + b]);\n"
+       << "    scale_shared = oj::norm_scale(largest);\n"
+       << "  }\n  __syncthreads();\n  const float scale = scale_shared;\n";
+  return code.str();
+}
+
+// The start of a normalize's last kernel: thread 0 sums the matrix's partials in block order
+// (the same in every block: deterministic), forms the denominator of the scaled values in the
+// norm type (‖x·s‖·safety + eps·s: the unscaled one times s), and every thread reads it as
+// `denominator`, with `scale`.
+std::string normalize_denominator(const ir::Node& node, int64_t blocks, int64_t partial_offset, int64_t max_offset) {
   const bool f64 = node.norm_type == ScalarType::F64;
   const char* acc = f64 ? "double" : "float";
   const dsl::Normalization& norm = node.normalization;
   std::ostringstream code;
-  code << "  __shared__ float denominator_shared;\n"
+  code << normalize_scale(node, blocks, max_offset)
+       << "  __shared__ float denominator_shared;\n"
        << "  if (threadIdx.x == 0) {\n"
        << "    " << acc << " total = 0;\n"
        << "    for (int b = 0; b < " << blocks << "; ++b) total += partials[" << ll(partial_offset) << " + blockIdx.z * " << ll(blocks) << " + b];\n"
        << "    const " << acc << " norm = sqrt(total) * (" << acc << ")" << (f64 ? f64_literal(norm.safety) : literal(norm.safety)) << ";\n"
-       << "    const " << acc << " eps = (" << acc << ")" << (f64 ? f64_literal(norm.eps) : literal(norm.eps)) << ";\n"
+       << "    const " << acc << " eps = (" << acc << ")" << (f64 ? f64_literal(norm.eps) : literal(norm.eps)) << " * scale;\n"
        << "    denominator_shared = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)") << ");\n"
        << "  }\n  __syncthreads();\n  const float denominator = denominator_shared;\n";
   return code.str();
@@ -91,8 +108,9 @@ std::string normalize_denominator(const ir::Node& node, int64_t blocks, int64_t 
 
 // A Muon step's normalize with the momentum fused in (fuse_update_rules.cpp): `g` is the
 // gradient's view (one pointer per matrix: z does not move it); M lies like g. The first kernel
-// computes M and U, writes M and reduces U's squares per block; the second sums the partials,
-// recomputes U from g and the new M (the same bits) and stores U / denominator in X's type.
+// computes M and U, writes M and takes U's largest |value| per block; the second recomputes U from
+// g and the new M (the same bits) and reduces the squares of U·scale per block; the third sums the
+// partials, recomputes U and stores U·scale / denominator in X's type.
 void emit_momentum_normalize(std::ostringstream& source, CudaProgram& program, const ir::Node& node, size_t index, const View& g, const View& out,
                              int64_t& partials, int64_t batch) {
   const std::string name = "normalize_" + std::to_string(index);
@@ -100,31 +118,42 @@ void emit_momentum_normalize(std::ostringstream& source, CudaProgram& program, c
   const char* acc = f64 ? "double" : "float";
   const int64_t rows = node.shape.rows.size, cols = node.shape.cols.size, elements = rows * cols;
   const int64_t blocks = std::clamp<int64_t>((elements + 2047) / 2048, 1, 256);
-  const int64_t partial_offset = partials;
-  partials += blocks * batch;
+  const int64_t partial_offset = partials, max_offset = partials + blocks * batch;
+  partials += 2 * blocks * batch;
   const std::string offset = "    const long long off = i * " + ll(g.row_stride) + " + j * " + ll(g.col_stride) + ";\n";
   // Inside the element loop (z is defined there); loop-invariant, so hoisted by the compiler.
   const std::string pointers = "    const oj::u64* io = args + z * " + std::to_string(ir::kMuonStepWords) +
                                ";\n    const grad_elem* g = reinterpret_cast<const grad_elem*>(io[0]);\n"
                                "    float* m = reinterpret_cast<float*>(io[1]);\n    const double beta = oj::f64_from_bits(io[3]);\n";
-  source << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "_partial(const oj::u64* __restrict__ args, " << acc
+  source << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "_max(const oj::u64* __restrict__ args, " << acc
          << "* __restrict__ partials) {\n"
-         << "  __shared__ " << acc << " scratch[256];\n  " << acc << " sum = 0;\n"
+         << "  __shared__ " << acc << " scratch[256];\n  " << acc << " largest = 0;\n"
          << elementwise_loop(rows, cols) << pointers << offset
          << "    const double gi = static_cast<double>(static_cast<float>(grad_load(g[off])));\n"
          << "    const float next = oj_momentum_next(gi, m[off], beta);\n    m[off] = next;\n"
-         << "    const " << acc << " v = oj_update_value(gi, next, beta);\n    sum += v * v;\n  }\n"
+         << "    largest = fmax(largest, (" << acc << ")fabsf(oj_update_value(gi, next, beta)));\n  }\n"
+         << "  largest = oj::block_max<" << acc << ", 256>(largest, scratch);\n"
+         << "  if (threadIdx.x == 0) partials[" << ll(max_offset) << " + z * " << ll(blocks) << " + blockIdx.x] = largest;\n}\n\n";
+  program.launches.push_back({name + "_max", {blocks, 1, batch}, 256, 256 * (f64 ? 8 : 4), {{Slot::Kind::StepArgs, -1}, {Slot::Kind::NormPartials, -1}},
+                              "normalize %" + std::to_string(index) + " with the Muon momentum: M, U and its largest values"});
+  source << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "_partial(const oj::u64* __restrict__ args, " << acc
+         << "* __restrict__ partials) {\n"
+         << normalize_scale(node, blocks, max_offset)
+         << "  __shared__ " << acc << " scratch[256];\n  " << acc << " sum = 0;\n"
+         << elementwise_loop(rows, cols) << pointers << offset
+         << "    const double gi = static_cast<double>(static_cast<float>(grad_load(g[off])));\n"
+         << "    const " << acc << " v = oj_update_value(gi, m[off], beta) * scale;\n    sum += v * v;\n  }\n"
          << "  sum = oj::block_sum<" << acc << ", 256>(sum, scratch);\n"
          << "  if (threadIdx.x == 0) partials[" << ll(partial_offset) << " + z * " << ll(blocks) << " + blockIdx.x] = sum;\n}\n\n";
   program.launches.push_back({name + "_partial", {blocks, 1, batch}, 256, 256 * (f64 ? 8 : 4), {{Slot::Kind::StepArgs, -1}, {Slot::Kind::NormPartials, -1}},
-                              "normalize %" + std::to_string(index) + " with the Muon momentum: M, U and sums of squares"});
+                              "normalize %" + std::to_string(index) + " with the Muon momentum: U recomputed, sums of scaled squares"});
   source << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "_scale(const oj::u64* __restrict__ args, const " << acc
          << "* __restrict__ partials, " << storage_tag(node.type) << "::storage* __restrict__ out) {\n"
-         << normalize_denominator(node, blocks, partial_offset)
+         << normalize_denominator(node, blocks, partial_offset, max_offset)
          << elementwise_loop(rows, cols) << pointers << offset
          << "    const double gi = static_cast<double>(static_cast<float>(grad_load(g[off])));\n"
-         << "    " << element(out, "out") << " = " << storage_tag(node.type) << "::store(oj_update_value(gi, m[off], beta) / denominator);\n  }\n}\n\n";
-  program.launches.push_back({name + "_scale", {elementwise_blocks(elements), 1, batch}, 256, 4,
+         << "    " << element(out, "out") << " = " << storage_tag(node.type) << "::store(oj_update_value(gi, m[off], beta) * scale / denominator);\n  }\n}\n\n";
+  program.launches.push_back({name + "_scale", {elementwise_blocks(elements), 1, batch}, 256, 8,
                               {{Slot::Kind::StepArgs, -1}, {Slot::Kind::NormPartials, -1}, out.slot},
                               "normalize %" + std::to_string(index) + " with the Muon momentum: U recomputed, scaled and cast"});
 }
@@ -266,26 +295,38 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
         const char* acc = f64 ? "double" : "float";
         const int64_t elements = rows * cols;
         const int64_t blocks = std::clamp<int64_t>((elements + 2047) / 2048, 1, 256);
-        const int64_t partial_offset = partials;
-        partials += blocks * function.batch;
-        // Pass 1: partial sums of squares, one per block, fixed order.
-        source << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "_partial(" << pointer_type(x) << " __restrict__ x, " << acc
+        const int64_t partial_offset = partials, max_offset = partials + blocks * function.batch;
+        partials += 2 * blocks * function.batch;
+        // Pass 1: the largest |x| per block (the norm's scale, ir/norm_scale.h).
+        source << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "_max(" << pointer_type(x) << " __restrict__ x, " << acc
                << "* __restrict__ partials) {\n"
                << "  __shared__ " << acc << " scratch[256];\n"
+               << "  " << acc << " largest = 0;\n"
+               << elementwise_loop(rows, cols) << "    largest = fmax(largest, (" << acc << ")fabsf(" << storage_tag(x.type) << "::load(" << element(x, "x")
+               << ")));\n  }\n"
+               << "  largest = oj::block_max<" << acc << ", 256>(largest, scratch);\n"
+               << "  if (threadIdx.x == 0) partials[" << ll(max_offset) << " + z * " << ll(blocks) << " + blockIdx.x] = largest;\n}\n\n";
+        program.launches.push_back({name + "_max", {blocks, 1, function.batch}, 256, 256 * (f64 ? 8 : 4), {x.slot, {Slot::Kind::NormPartials, -1}},
+                                    "normalize %" + std::to_string(index) + " largest values"});
+        // Pass 2: partial sums of the scaled squares, one per block, fixed order.
+        source << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "_partial(" << pointer_type(x) << " __restrict__ x, " << acc
+               << "* __restrict__ partials) {\n"
+               << normalize_scale(node, blocks, max_offset)
+               << "  __shared__ " << acc << " scratch[256];\n"
                << "  " << acc << " sum = 0;\n"
-               << elementwise_loop(rows, cols) << "    const " << acc << " v = " << storage_tag(x.type) << "::load(" << element(x, "x") << ");\n"
+               << elementwise_loop(rows, cols) << "    const " << acc << " v = " << storage_tag(x.type) << "::load(" << element(x, "x") << ") * scale;\n"
                << "    sum += v * v;\n  }\n"
                << "  sum = oj::block_sum<" << acc << ", 256>(sum, scratch);\n"
                << "  if (threadIdx.x == 0) partials[" << ll(partial_offset) << " + z * " << ll(blocks) << " + blockIdx.x] = sum;\n}\n\n";
         program.launches.push_back({name + "_partial", {blocks, 1, function.batch}, 256, 256 * (f64 ? 8 : 4), {x.slot, {Slot::Kind::NormPartials, -1}},
                                     "normalize %" + std::to_string(index) + " sums of squares"});
-        // Pass 2: every block sums the partials in the same order, then scales and casts.
+        // Pass 3: every block sums the partials in the same order, then scales and casts.
         source << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "_scale(" << pointer_type(x) << " __restrict__ x, const " << acc
                << "* __restrict__ partials, " << storage_tag(node.type) << "::storage* __restrict__ out) {\n"
-               << normalize_denominator(node, blocks, partial_offset)
+               << normalize_denominator(node, blocks, partial_offset, max_offset)
                << elementwise_loop(rows, cols) << "    " << element(out, "out") << " = " << storage_tag(node.type) << "::store(" << storage_tag(x.type)
-               << "::load(" << element(x, "x") << ") / denominator);\n  }\n}\n\n";
-        program.launches.push_back({name + "_scale", {elementwise_blocks(elements), 1, function.batch}, 256, 4,
+               << "::load(" << element(x, "x") << ") * scale / denominator);\n  }\n}\n\n";
+        program.launches.push_back({name + "_scale", {elementwise_blocks(elements), 1, function.batch}, 256, 8,
                                     {x.slot, {Slot::Kind::NormPartials, -1}, out.slot}, "normalize %" + std::to_string(index) + " scale and cast"});
         break;
       }

@@ -295,19 +295,27 @@ class Generator {
     std::ostringstream code;
     // Same arithmetic as generate_cuda: sum of squares in `acc`, norm·safety, then + eps or
     // max(·, eps), the denominator rounded to f32, every element divided in f32 and cast once.
+    // The values scaled by the power of two of ir/norm_scale.h first: the same bits where the
+    // plain sum is representable, the right norm where it would overflow or underflow.
     code << "  // normalize " << label << ": sum of squares in " << acc << ", a fixed-order block reduction\n"
-         << "  {\n    " << acc << " sum = 0;\n"
+         << "  {\n    " << acc << " largest = 0;\n"
          << "    for (int e = static_cast<int>(threadIdx.x); e < " << x.rows * x.cols << "; e += THREADS) {\n"
          << "      const int i = e / " << x.cols << ", j = e % " << x.cols << ";\n"
-         << "      const " << acc << " v = " << load(x) << ";\n      sum += v * v;\n    }\n"
+         << "      largest = fmax(largest, (" << acc << ")fabsf(" << load(x) << "));\n    }\n"
+         << "    largest = oj::block_max<" << acc << ", THREADS>(largest, reinterpret_cast<" << acc << "*>(shared_memory));\n"
+         << "    const float scale = oj::norm_scale(largest);\n"
+         << "    " << acc << " sum = 0;\n"
+         << "    for (int e = static_cast<int>(threadIdx.x); e < " << x.rows * x.cols << "; e += THREADS) {\n"
+         << "      const int i = e / " << x.cols << ", j = e % " << x.cols << ";\n"
+         << "      const " << acc << " v = " << load(x) << " * scale;\n      sum += v * v;\n    }\n"
          << "    sum = oj::block_sum<" << acc << ", THREADS>(sum, reinterpret_cast<" << acc << "*>(shared_memory));\n"
          << "    const " << acc << " norm = sqrt(sum) * (" << acc << ")" << literal(norm.safety) << ";\n"
-         << "    const " << acc << " eps = (" << acc << ")" << literal(norm.eps) << ";\n"
+         << "    const " << acc << " eps = (" << acc << ")" << literal(norm.eps) << " * scale;\n"
          << "    const float denominator = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)")
          << ");\n"
          << "    for (int e = static_cast<int>(threadIdx.x); e < " << out.rows * out.cols << "; e += THREADS) {\n"
          << "      const int i = e / " << out.cols << ", j = e % " << out.cols << ";\n"
-         << "      " << out.at("i", "j") << " = " << storage_tag(out.type) << "::store(" << load(x) << " / denominator);\n    }\n"
+         << "      " << out.at("i", "j") << " = " << storage_tag(out.type) << "::store(" << load(x) << " * scale / denominator);\n    }\n"
          << "  }\n  __syncthreads();\n";
     return code.str();
   }

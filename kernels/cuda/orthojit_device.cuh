@@ -149,6 +149,31 @@ __device__ __forceinline__ T block_sum(T value, T* scratch) {
   return total;
 }
 
+// ---- block-wide max (any order gives the same value) ----
+template <typename T, int THREADS>
+__device__ __forceinline__ T block_max(T value, T* scratch) {
+  scratch[threadIdx.x] = value;
+  __syncthreads();
+#pragma unroll
+  for (int width = THREADS / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) scratch[threadIdx.x] = fmax(scratch[threadIdx.x], scratch[threadIdx.x + width]);
+    __syncthreads();
+  }
+  const T total = scratch[0];
+  __syncthreads();
+  return total;
+}
+
+// The norm's power-of-two scale 2^-e, e the exponent of the largest |x| kept in [-126, 126]; 1 for
+// a zero or non-finite maximum (compiler/ir/norm_scale.h, the same function on the host).
+__device__ __forceinline__ float norm_scale(double largest) {
+  if (!(largest > 0) || isinf(largest)) return 1.0f;
+  int exponent = 0;
+  frexp(largest, &exponent);
+  exponent = exponent < -126 ? -126 : exponent > 126 ? 126 : exponent;
+  return ldexpf(1.0f, -exponent);
+}
+
 }  // namespace oj
 
 // ==== the fully fused small-matrix kernel (compiler/cuda/fused_small_codegen.cpp) ====
