@@ -32,6 +32,7 @@
 #include "ir/printer.h"
 #include "kernels/program_library.h"
 #include "reference/interpreter.h"
+#include "runtime/input_check.h"
 #include "runtime/orthogonalize.h"
 #include "support/source_location.h"
 
@@ -309,6 +310,10 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 void execute(const runtime::CompiledOrthogonalizer& compiled, const Matrices& in, void* out) {
   const size_t count = in.count();
   nb::gil_scoped_release release;
+  // A NaN or an infinity (or an f64 value beyond float32 for a backend that reads f32) is a
+  // ValueError naming the element, not an all-NaN result (runtime/input_check.h).
+  if (in.f64) runtime::require_finite_input(static_cast<const double*>(in.data), in.batch, in.rows, in.cols, compiled.backend() != "ref", "x");
+  else runtime::require_finite_input(static_cast<const float*>(in.data), in.batch, in.rows, in.cols, "x");
   if (!in.f64) {
     const auto* input = static_cast<const float*>(in.data);
     std::vector<float> copy;

@@ -519,3 +519,25 @@ def test_info():
     assert info["cache_dir"] and info["host_cpu"]["logical_cores"] >= 1
     names = {p["name"] for p in info["programs"]}
     assert {"jordan_ns5", "jordan_ns5_f32", "polar_express5"} <= names
+
+
+@pytest.mark.parametrize("backend", ["ref", "cpu"])
+def test_non_finite_input_is_a_value_error_naming_the_element(backend):
+    if backend not in orthojit.info().get("backends", []):
+        pytest.skip(f"this build has no {backend} backend")
+    x = np.random.default_rng(4).standard_normal((6, 9)).astype(np.float32)
+    x[2, 7] = np.nan
+    with pytest.raises(ValueError, match=r"element \(2, 7\) is nan"):
+        orthojit.orthogonalize(x, backend=backend)
+    x[2, 7] = np.inf
+    with pytest.raises(ValueError, match="finite values"):
+        orthojit.orthogonalize(x, backend=backend)
+
+
+def test_huge_float32_input_comes_back_orthogonalized_not_zero():
+    # Σx² of a 64 x 256 matrix of 1e18 overflows float32; the scaled norm keeps the result.
+    x = np.random.default_rng(5).standard_normal((64, 256))
+    small = orthojit.orthogonalize(x.astype(np.float32), program="jordan_ns5_f32")
+    huge = orthojit.orthogonalize((x * 1e18).astype(np.float32), program="jordan_ns5_f32")
+    assert np.isfinite(huge).all()
+    assert np.max(np.abs(huge - small)) < 1e-3 * np.max(np.abs(small))  # f32 rounding of the scaled input, amplified a little
