@@ -177,6 +177,7 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
       settings.budget_seconds = floor + (budget - floor * static_cast<double>(shapes.size())) * shape_cost(shape) / total_cost;
       const std::string label = "[" + std::to_string(index + 1) + "/" + std::to_string(shapes.size()) + "] " + shape_text(shape.rows, shape.cols, shape.batch);
       settings.progress = [&](const autotune::TuneProgress& progress) {
+        if (request.on_progress) request.on_progress(index, shapes.size(), shape_text(shape.rows, shape.cols, shape.batch), progress);
         if (!interactive) return;  // a progress bar only on a terminal; logs get one line per shape
         const int width = 20, filled = progress.candidates ? width * (progress.candidate - 1) / progress.candidates : 0;
         std::fprintf(stderr, "\r%-24s [%s%s] %2d/%-2d %-6s %-36s", label.c_str(), std::string(static_cast<size_t>(filled), '#').c_str(),
@@ -196,6 +197,7 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
       autotune::merge_into_tuning_file(target.path, target.fingerprint, {{key.key, entry}}, &warning);
       if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
     }
+    if (request.on_progress) request.on_progress(index, shapes.size(), shape_text(shape.rows, shape.cols, shape.batch), {1, 1, "", cached ? "cached" : "done"});
     nlohmann::json row = {{"rows", shape.rows}, {"cols", shape.cols}, {"batch", shape.batch}, {"count", shape.count}, {"cached", cached}};
     if (!entry["winner"].is_null()) {
       row["winner"] = entry["winner"]["label"];

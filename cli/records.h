@@ -13,6 +13,7 @@
 
 #include "autotune/device_fingerprint.h"
 #include "autotune/model_shapes.h"
+#include "autotune/tuning_loop.h"
 #include "autotune/tuning_options.h"
 #include "autotune/tuning_record.h"
 #include "cli/arguments.h"
@@ -43,6 +44,10 @@ struct TuneRequest {
   std::optional<std::string> out;  // the records file (default: the device's file)
   bool retune = false;
   int threads = 0;
+  // Called as each shape's candidates are checked and timed (the Python progress bar): the
+  // shape's index and count, its text ("1024x4096"), and the loop's progress within it; a
+  // finished or cached shape reports candidate == candidates.
+  std::function<void(size_t shape, size_t shapes, const std::string& text, const autotune::TuneProgress& progress)> on_progress;
 };
 
 // Where the records go and what is there already.

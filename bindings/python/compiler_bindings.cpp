@@ -442,7 +442,7 @@ std::vector<autotune::UniqueShape> shapes_for(const std::optional<std::string>& 
 
 std::string tune(const std::optional<std::string>& model, bool model_is_json, const ShapeArg& shape, nb::handle program,
                  const std::optional<std::string>& precision, double budget, const std::string& backend, const std::optional<std::string>& out,
-                 bool per_head, bool retune, int threads, bool verbose) {
+                 bool per_head, bool retune, int threads, bool verbose, nb::object progress) {
   if (!(budget > 0)) throw nb::value_error(("budget must be a positive number of seconds (got " + std::to_string(budget) + ")").c_str());
   if (threads < 0) throw nb::value_error("threads must be 0 (all cores) or positive");
   const ProgramPtr loaded = resolve_program(program);
@@ -457,6 +457,17 @@ std::string tune(const std::optional<std::string>& model, bool model_is_json, co
   request.out = out;
   request.retune = retune;
   request.threads = threads;
+  if (!progress.is_none())
+    // progress(shape, shapes, text, candidate, candidates, phase, label), called with the GIL
+    // taken (the tuning runs without it); an exception it raises stops nothing.
+    request.on_progress = [progress](size_t index, size_t count, const std::string& text, const autotune::TuneProgress& p) {
+      nb::gil_scoped_acquire gil;
+      try {
+        progress(index, count, text, p.candidate, p.candidates, p.phase, p.label);
+      } catch (nb::python_error& error) {
+        error.discard_as_unraisable("orthojit.tune progress callback");
+      }
+    };
   std::vector<autotune::ModelMatrix> adamw;
   request.shapes = shapes_for(model, model_is_json, shape, per_head, &adamw, nullptr);
   nlohmann::json result;
@@ -583,7 +594,9 @@ void register_compiler(nb::module_& module) {
 
   module.def("tune", &tune, nb::arg("model").none(), nb::arg("model_is_json"), nb::arg("shape").none(), nb::arg("program"),
              nb::arg("precision").none(), nb::arg("budget"), nb::arg("backend"), nb::arg("out").none(), nb::arg("per_head"), nb::arg("retune"),
-             nb::arg("threads"), nb::arg("verbose"), "`orthojit tune`: tunes each shape and merges the records into the file; returns JSON text.");
+             nb::arg("threads"), nb::arg("verbose"), nb::arg("progress") = nb::none(),
+             "`orthojit tune`: tunes each shape and merges the records into the file; returns JSON text. progress(shape, shapes, text, candidate, "
+             "candidates, phase, label) is called as it goes.");
   module.def("bench", &bench, nb::arg("program"), nb::arg("rows"), nb::arg("cols"), nb::arg("batch"), nb::arg("backend"), nb::arg("strategy"),
              nb::arg("precision").none(), nb::arg("repeat"), nb::arg("threads"), nb::arg("isa"), nb::arg("variant"),
              "`orthojit bench --json`: times one program on one shape; returns JSON text.");

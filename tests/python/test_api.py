@@ -485,6 +485,22 @@ def test_tune_a_model_dict(tmp_path):
     assert result["adamw"]  # embeddings / lm_head are AdamW's
 
 
+def test_tune_reports_progress_for_every_shape(tmp_path):
+    config = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "vocab_size": 100}
+    calls = []
+    result = orthojit.tune(config, budget=1, program="jordan_ns5_f32", out=tmp_path / "r.json",
+                           progress=lambda *args: calls.append(args))
+    shapes = len(result["shapes"])
+    finished = [c for c in calls if c[5] in ("done", "cached")]
+    # one "done" per shape, in order, with the shape's text; candidates counted within each shape
+    assert [c[0] for c in finished] == list(range(shapes)) and all(c[1] == shapes for c in calls)
+    assert [c[2] for c in finished] == [f"{row['rows']}x{row['cols']}" + (f"x{row['batch']}" if row["batch"] > 1 else "") for row in result["shapes"]]
+    assert any(c[5] == "check" for c in calls) and all(1 <= c[3] <= c[4] for c in calls)
+    # the default bar (tqdm where installed, else stderr lines or nothing) never breaks the call
+    assert orthojit.tune(config, budget=1, program="jordan_ns5_f32", out=tmp_path / "r.json")["shapes"]
+
+
 def test_tune_errors():
     with pytest.raises(ValueError, match="exactly one"):
         orthojit.tune()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json as _json
 import os as _os
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Callable, Any, Dict, Optional, Sequence, Tuple, Union
 
 from . import _orthojit as _core
 
@@ -262,9 +262,48 @@ def _model(model_config) -> Tuple[str, bool]:
     raise TypeError(f"model_config: expected a path to a Hugging Face config.json, a dict of it, or 'default', got {type(model_config).__name__}")
 
 
+class _TuneProgressBar:
+    """A progress bar over every shape's candidates: tqdm (its notebook widget in Jupyter) where it
+    is installed, else one line per shape on stderr when stderr is a terminal, else nothing."""
+
+    def __init__(self, enabled):
+        self.bar = None
+        self.shape = -1
+        self.plain = False
+        if not enabled:
+            return
+        try:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=0, unit="candidate", desc="tune", leave=True)
+        except ImportError:
+            import sys
+
+            self.plain = sys.stderr.isatty()
+
+    def __call__(self, shape, shapes, text, candidate, candidates, phase, label):
+        if self.bar is not None:
+            if shape != self.shape:  # a new shape: its candidates join the total
+                self.shape = shape
+                self.base = self.bar.n
+                self.bar.total += candidates
+                self.bar.set_description(f"tune [{shape + 1}/{shapes}] {text}")
+            self.bar.n = self.base + (candidate if phase in ("done", "cached") else candidate - 1)
+            self.bar.set_postfix_str(f"{phase} {label}".strip())
+            self.bar.refresh()
+        elif self.plain and phase in ("done", "cached"):
+            import sys
+
+            print(f"tune [{shape + 1}/{shapes}] {text}: {phase}", file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
 def tune(model_config=None, budget: float = 90, backend: str = "cpu", program: ProgramLike = "jordan_ns5", precision: Optional[str] = None,
          per_head: bool = False, out: Optional[Union[str, "os.PathLike[str]"]] = None, *, shape=None, retune: bool = False, threads: int = 0,
-         verbose: bool = False) -> Dict[str, Any]:
+         verbose: bool = False, progress: Union[bool, Callable[..., None]] = True) -> Dict[str, Any]:
     """Tunes every distinct matrix shape Muon orthogonalizes in a model (``orthojit tune --model``), or one
     ``shape`` (``--shape``), and merges the winners into this device's tuning records, which
     ``strategy="auto"`` then uses. Shapes already recorded are not timed again unless ``retune``.
@@ -278,7 +317,10 @@ def tune(model_config=None, budget: float = 90, backend: str = "cpu", program: P
         per_head: split attention projections into per-head blocks.
         out: the records file (default: ``$ORTHOJIT_TUNING_FILE``, else the device's file in the cache dir).
         shape: (rows, cols) or (batch, rows, cols) instead of a model.
-        verbose: progress on stderr.
+        verbose: the CLI's report on stderr.
+        progress: ``True`` (the default): a progress bar over the shapes' candidates (tqdm where
+            installed, its widget in a notebook; else a line per shape on a terminal); ``False``:
+            none; or a callable ``progress(shape, shapes, text, candidate, candidates, phase, label)``.
 
     Returns: ``{"records": path, "elapsed_s", "program", "backend", "device": fingerprint,
     "shapes": [...], "adamw": [...]}``; each shape row is what ``tune --json`` prints (rows, cols,
@@ -292,8 +334,13 @@ def tune(model_config=None, budget: float = 90, backend: str = "cpu", program: P
     _check_choice("backend", backend, ("cpu", "cuda"))
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
         raise ValueError(f"budget must be a positive number of seconds, got {budget!r}")
-    text = _core.tune(model, is_json, triple, _program(program), _precision(precision), float(budget), backend,
-                      _os.fspath(out) if out is not None else None, bool(per_head), bool(retune), int(threads), bool(verbose))
+    bar = progress if callable(progress) else _TuneProgressBar(bool(progress))
+    try:
+        text = _core.tune(model, is_json, triple, _program(program), _precision(precision), float(budget), backend,
+                          _os.fspath(out) if out is not None else None, bool(per_head), bool(retune), int(threads), bool(verbose), bar)
+    finally:
+        if isinstance(bar, _TuneProgressBar):
+            bar.close()
     return _json.loads(text)
 
 
