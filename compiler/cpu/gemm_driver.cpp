@@ -2,8 +2,8 @@
 // B's NR-column panels (at most NC columns; with a share of the rows when there are few groups),
 // pack their B panels into their worker's buffer and run the microkernel over their microtiles.
 // The last K block applies the epilogue to each microtile while it is in L1. Every element of D is
-// accumulated in K order by exactly one task: deterministic for any threads. The AMX path has
-// the same structure.
+// accumulated in K order by exactly one task: deterministic for any threads. (The AMX path keeps
+// one packing phase per N block.)
 #include "cpu/gemm_driver.h"
 
 #include <algorithm>
@@ -313,7 +313,7 @@ void finish_tile(const GemmProblem& problem, const float* acc, int64_t ldacc, in
 
 }  // namespace
 
-// The AMX path: the same task structure with 32 x 32 microtiles, bf16 panels (amx_packing.h), and one
+// The AMX path: the same loop nest with 32 x 32 microtiles, bf16 panels (amx_packing.h), and one
 // kernel call per (A panel, run of B panels) so that the tile configuration each call loads is
 // amortized over the run. Edge microtiles use the kernels with their rows/columns baked in. The
 // epilogue and the triangle mirror are the FMA path's.
@@ -328,13 +328,11 @@ void GemmDriver::run_amx(const GemmProblem& problem, ThreadPool* pool) const {
   thread_local AlignedBuffer a_scratch, b_scratch, accumulator_scratch;
   // amx_panel_elements bf16 values per panel: half as many f32 slots.
   uint16_t* const packed_a = reinterpret_cast<uint16_t*>(a_scratch.floats(a_panels * amx_panel_elements(kc_max) / 2));
-  const int workers = pool ? pool->size() : 1;
-  // One B buffer per worker (a group of at most NC columns), 64-byte aligned slots.
-  const int64_t b_stride = ((nc / tile) * amx_panel_elements(kc_max) + 31) / 32 * 32;
-  uint16_t* const b_base = reinterpret_cast<uint16_t*>(b_scratch.floats(workers * b_stride / 2));
+  uint16_t* const packed_b = reinterpret_cast<uint16_t*>(b_scratch.floats((nc / tile) * amx_panel_elements(kc_max) / 2));
   const int64_t ldacc = accumulator_stride(n);
   float* const accumulator = accumulator_scratch.floats(m * ldacc);
   const bool generated_epilogue = problem.epilogue && problem.d.col_stride == 1 && (!problem.c || problem.c->col_stride == 1);
+  const int workers = pool ? pool->size() : 1;
   auto parallel = [&](int64_t count, const std::function<void(int64_t, int)>& body) {
     if (pool) pool->parallel_for(count, body);
     else for (int64_t task = 0; task < count; ++task) body(task, 0);
@@ -359,47 +357,46 @@ void GemmDriver::run_amx(const GemmProblem& problem, ThreadPool* pool) const {
       const int64_t first_panel = task * a_chunk, count = std::min(a_chunk, a_panels - first_panel);
       pack_amx_a(problem.a, k0, k_valid, kc, first_panel, count, packed_a);
     });
-    // As on the FMA path: B's packing joins the products, each task a group of B panels packed
-    // into its worker's own buffer (two barriers per K block).
-    const int64_t all_b_panels = (n + tile - 1) / tile;
-    const int64_t row_blocks = (m + mc - 1) / mc;
-    const int64_t tasks_wanted = (problem.triangular ? 16 : 4) * workers;
-    const int64_t group_panels = std::max<int64_t>(1, std::min(nc / tile, (all_b_panels + tasks_wanted - 1) / tasks_wanted));
-    const int64_t groups = (all_b_panels + group_panels - 1) / group_panels;
-    const int64_t row_parts = std::min(row_blocks, std::max<int64_t>(1, tasks_wanted / groups));
-    const int64_t blocks_per_part = (row_blocks + row_parts - 1) / row_parts;
-    parallel(groups * row_parts, [&](int64_t task, int worker) {
-      const int64_t group = problem.triangular ? groups - 1 - task / row_parts : task / row_parts, part = task % row_parts;
-      const int64_t col0 = group * group_panels * tile, cols = std::min(group_panels * tile, n - col0);
+    for (int64_t col0 = 0; col0 < n; col0 += nc) {
+      const int64_t cols = std::min(nc, n - col0);
       const int64_t b_panels = (cols + tile - 1) / tile;
-      uint16_t* const packed_b = b_base + worker * b_stride;
-      pack_amx_b(problem.b, k0, k_valid, kc, col0, cols, 0, b_panels, packed_b);
-      const int64_t first_row_block = part * blocks_per_part, end_row_block = std::min(row_blocks, first_row_block + blocks_per_part);
-      for (int64_t ap = first_row_block * mc / tile; ap < std::min(a_panels, end_row_block * mc / tile); ++ap) {
-        const int64_t tile_row = ap * tile, tile_rows = std::min<int64_t>(tile, m - tile_row);
-        const int row_kind = tile_rows < tile ? 1 : 0;
-        int64_t bp_begin = 0;
-        const int64_t bp_end = b_panels;
-        // A triangular product needs the microtiles reaching the diagonal: a suffix of the run.
-        while (bp_begin < bp_end && !microtile_needed(tile_row, col0 + bp_begin * tile, tile, problem.triangular)) ++bp_begin;
-        if (bp_begin >= bp_end) continue;
-        const uint16_t* a_panel = packed_a + ap * panel_elements;
-        const bool last_is_partial = col0 + bp_end * tile > n;  // only the matrix's last panel can be
-        const int64_t full_end = last_is_partial ? bp_end - 1 : bp_end;
-        float* acc_row = accumulator + tile_row * ldacc + col0;
-        if (full_end > bp_begin)
-          kernels[row_kind][0](reinterpret_cast<const float*>(a_panel), reinterpret_cast<const float*>(packed_b + bp_begin * panel_elements),
-                               acc_row + bp_begin * tile, ldacc, first ? 0 : 1, 0, full_end - bp_begin);
-        if (last_is_partial)
-          kernels[row_kind][1](reinterpret_cast<const float*>(a_panel), reinterpret_cast<const float*>(packed_b + full_end * panel_elements),
-                               acc_row + full_end * tile, ldacc, first ? 0 : 1, 0, 1);
-        if (!last) continue;
-        for (int64_t bp = bp_begin; bp < bp_end; ++bp) {
-          const int64_t tile_col = col0 + bp * tile, tile_cols = std::min<int64_t>(tile, n - tile_col);
-          finish_tile(problem, accumulator + tile_row * ldacc + tile_col, ldacc, tile_row, tile_col, tile_rows, tile_cols, generated_epilogue);
+      const int64_t b_chunk = std::max<int64_t>(1, b_panels / (4 * workers));
+      parallel((b_panels + b_chunk - 1) / b_chunk, [&](int64_t task, int) {
+        const int64_t first_panel = task * b_chunk, count = std::min(b_chunk, b_panels - first_panel);
+        pack_amx_b(problem.b, k0, k_valid, kc, col0, cols, first_panel, count, packed_b);
+      });
+      const int64_t row_blocks = (m + mc - 1) / mc;
+      const int64_t tasks_wanted = (problem.triangular ? 32 : 8) * workers;
+      const int64_t column_groups = std::max<int64_t>(1, std::min(b_panels, (tasks_wanted + row_blocks - 1) / row_blocks));
+      const int64_t panels_per_group = (b_panels + column_groups - 1) / column_groups;
+      parallel(row_blocks * column_groups, [&](int64_t task, int) {
+        const int64_t row_block = task / column_groups, group = task % column_groups;
+        for (int64_t ap = row_block * mc / tile; ap < std::min(a_panels, (row_block + 1) * mc / tile); ++ap) {
+          const int64_t tile_row = ap * tile, tile_rows = std::min<int64_t>(tile, m - tile_row);
+          const int row_kind = tile_rows < tile ? 1 : 0;
+          int64_t bp_begin = group * panels_per_group;
+          const int64_t bp_end = std::min(b_panels, (group + 1) * panels_per_group);
+          // A triangular product needs the microtiles reaching the diagonal: a suffix of the run.
+          while (bp_begin < bp_end && !microtile_needed(tile_row, col0 + bp_begin * tile, tile, problem.triangular)) ++bp_begin;
+          if (bp_begin >= bp_end) continue;
+          const uint16_t* a_panel = packed_a + ap * panel_elements;
+          const bool last_is_partial = col0 + bp_end * tile > n;  // only the matrix's last panel can be
+          const int64_t full_end = last_is_partial ? bp_end - 1 : bp_end;
+          float* acc_row = accumulator + tile_row * ldacc + col0;
+          if (full_end > bp_begin)
+            kernels[row_kind][0](reinterpret_cast<const float*>(a_panel), reinterpret_cast<const float*>(packed_b + bp_begin * panel_elements),
+                                 acc_row + bp_begin * tile, ldacc, first ? 0 : 1, 0, full_end - bp_begin);
+          if (last_is_partial)
+            kernels[row_kind][1](reinterpret_cast<const float*>(a_panel), reinterpret_cast<const float*>(packed_b + full_end * panel_elements),
+                                 acc_row + full_end * tile, ldacc, first ? 0 : 1, 0, 1);
+          if (!last) continue;
+          for (int64_t bp = bp_begin; bp < bp_end; ++bp) {
+            const int64_t tile_col = col0 + bp * tile, tile_cols = std::min<int64_t>(tile, n - tile_col);
+            finish_tile(problem, accumulator + tile_row * ldacc + tile_col, ldacc, tile_row, tile_col, tile_rows, tile_cols, generated_epilogue);
+          }
         }
-      }
-    });
+      });
+    }
   }
 }
 
