@@ -1,9 +1,7 @@
-// Blocked GEMM: for each K block: pack A (all rows, MR-row panels); then tasks, each a group of
-// B's NR-column panels (at most NC columns; with a share of the rows when there are few groups),
-// pack their B panels into their worker's buffer and run the microkernel over their microtiles.
-// The last K block applies the epilogue to each microtile while it is in L1. Every element of D is
-// accumulated in K order by exactly one task: deterministic for any threads. (The AMX path keeps
-// one packing phase per N block.)
+// Blocked GEMM: for each K block: pack A (all rows, MR-row panels) and, per N block, pack B
+// (NR-column panels); then tasks of (MC rows x a share of the N block) run the microkernel over
+// their microtiles. The last K block applies the epilogue to each microtile while it is in L1.
+// Every element of D is accumulated in K order by exactly one task: deterministic for any threads.
 #include "cpu/gemm_driver.h"
 
 #include <algorithm>
@@ -421,14 +419,11 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   // Direct operands need no packed copy, only their zero-padded edge panel (in direct layout:
   // A's last rows with lda = kc, B's last columns with ldb = NR).
   float* const packed_a = a_scratch.floats(layouts.a_direct ? mr * kc_max : a_panels * mr * kc_max);
-  const int workers = pool ? pool->size() : 1;
-  // One B buffer per worker (a group of at most NC columns, or the direct layout's edge panel),
-  // 64-byte aligned slots.
-  const int64_t b_stride = ((layouts.b_direct ? nr * kc_max : (nc / nr) * nr * kc_max) + 15) / 16 * 16;
-  float* const b_base = b_scratch.floats(workers * b_stride);
+  float* const packed_b = b_scratch.floats(layouts.b_direct ? nr * kc_max : (nc / nr) * nr * kc_max);
   const int64_t ldacc = accumulator_stride(n);
   float* const accumulator = accumulator_scratch.floats(m * ldacc);
   const bool generated_epilogue = problem.epilogue && problem.d.col_stride == 1 && (!problem.c || problem.c->col_stride == 1);
+  const int workers = pool ? pool->size() : 1;
   auto parallel = [&](int64_t count, const std::function<void(int64_t, int)>& body) {
     if (pool) pool->parallel_for(count, body);
     else for (int64_t task = 0; task < count; ++task) body(task, 0);
@@ -457,90 +452,83 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
         pack_a_panels<decltype(tag)>(problem.a, 0, m, k0, kc, mr, first_panel, count, packed_a);
       });
     });
-    // B's packing and the products in one phase: each task owns a group of B panels, packs them
-    // into its worker's own buffer and multiplies them with its rows, so a K block has two
-    // barriers (after A's packing, after the products) however wide N is, instead of two per NC
-    // block, and a group's panels are packed by the core that reads them, while they are in its
-    // L2. On two threads the per-phase barriers and the serial edges between them were what kept
-    // the large products at 67% of peak where one thread reached 78% (issue 15, item 5).
-    const int64_t all_b_panels = (n + nr - 1) / nr;
-    const int64_t row_blocks = (m + mc - 1) / mc;
-    // A triangular product's groups differ widely in cost (columns near the left have few rows
-    // above the diagonal), so it is cut finer and the costly groups go first.
-    const int64_t tasks_wanted = (problem.triangular ? 16 : 4) * workers;
-    const int64_t group_panels = std::max<int64_t>(1, std::min(nc / nr, (all_b_panels + tasks_wanted - 1) / tasks_wanted));
-    const int64_t groups = (all_b_panels + group_panels - 1) / group_panels;
-    // Narrow products (fewer groups than wanted tasks) split their rows too; each part packs its
-    // group again, which is cheap exactly when there are few groups.
-    const int64_t row_parts = std::min(row_blocks, std::max<int64_t>(1, tasks_wanted / groups));
-    const int64_t blocks_per_part = (row_blocks + row_parts - 1) / row_parts;
-    parallel(groups * row_parts, [&](int64_t task, int worker) {
-      const int64_t group = problem.triangular ? groups - 1 - task / row_parts : task / row_parts, part = task % row_parts;
-      const int64_t col0 = group * group_panels * nr, cols = std::min(group_panels * nr, n - col0);
+    for (int64_t col0 = 0; col0 < n; col0 += nc) {
+      const int64_t cols = std::min(nc, n - col0);
       const int64_t b_panels = (cols + nr - 1) / nr;
-      float* const packed_b = b_base + worker * b_stride;
-      if (layouts.b_direct && cols % nr != 0) {  // the group's last, partial column panel, zero-padded to NR
+      const int64_t b_chunk = std::max<int64_t>(1, b_panels / (4 * workers));
+      if (layouts.b_direct && cols % nr != 0) {  // the last, partial column panel, zero-padded to NR
         const int64_t first_col = col0 + cols / nr * nr;
         for (int64_t k = 0; k < kc; ++k)
           for (int64_t j = 0; j < nr; ++j) packed_b[k * nr + j] = first_col + j < n ? b_data[(k0 + k) * problem.b.row_stride + first_col + j] : 0.0f;
-      } else if (!layouts.b_direct) {
-        if (dot) pack_b_pairs(problem.b, k0, k_valid, col0, cols, nr, 0, b_panels, reinterpret_cast<uint16_t*>(packed_b));
-        else
-          dispatch_storage_type(problem.b.type, [&](auto tag) { pack_b_panels<decltype(tag)>(problem.b, k0, kc, col0, cols, nr, 0, b_panels, packed_b); });
       }
-      alignas(64) float edge_tile[16 * 64];
-      const int64_t first_row_block = part * blocks_per_part, end_row_block = std::min(row_blocks, first_row_block + blocks_per_part);
-      for (int64_t ap = first_row_block * mc / mr; ap < std::min(a_panels, end_row_block * mc / mr); ++ap) {
-        const int64_t tile_row = ap * mr, tile_rows = std::min<int64_t>(mr, m - tile_row);
-        if (problem.triangular && tile_row >= col0 + cols) break;  // below the diagonal from here on
-        for (int64_t bp = 0; bp < b_panels; ++bp) {
-          const int64_t tile_col = col0 + bp * nr, tile_cols = std::min<int64_t>(nr, n - tile_col);
-          if (!microtile_needed(tile_row, tile_col, nr, problem.triangular)) continue;
-          const float* a_panel = packed_a + ap * kc * mr / slot;
-          int64_t lda = 0, ldb = 0;
-          if (layouts.a_direct) {
-            const bool edge = tile_rows < mr;
-            a_panel = edge ? packed_a : a_data + tile_row * problem.a.row_stride + k0;
-            lda = edge ? kc : problem.a.row_stride;
-          }
-          const float* b_panel = packed_b + bp * kc * nr / slot;
-          if (layouts.b_direct) {
-            const bool edge = tile_cols < nr;
-            b_panel = edge ? packed_b : b_data + k0 * problem.b.row_stride + tile_col;
-            ldb = edge ? nr : problem.b.row_stride;
-          }
-          float* acc = accumulator + tile_row * ldacc + tile_col;
-          if (tile_rows == mr && tile_cols == nr) {
-            kernel(a_panel, b_panel, acc, ldacc, first ? 0 : 1, lda, ldb);
-          } else {  // an edge tile: run on a full-size scratch tile, keep the valid part
-            for (int64_t i = 0; i < tile_rows; ++i)
-              for (int64_t j = 0; j < tile_cols; ++j) edge_tile[i * nr + j] = first ? 0.0f : acc[i * ldacc + j];
-            kernel(a_panel, b_panel, edge_tile, nr, first ? 0 : 1, lda, ldb);
-            for (int64_t i = 0; i < tile_rows; ++i)
-              for (int64_t j = 0; j < tile_cols; ++j) acc[i * ldacc + j] = edge_tile[i * nr + j];
-          }
-          // The accumulator is always separate from D: the last K block's epilogue writes D.
-          if (last && generated_epilogue) {
-            const void* c_tile = nullptr;
-            int64_t c_stride = 0;
-            if (problem.c) {
-              c_tile = static_cast<const char*>(problem.c->data) + (tile_row * problem.c->row_stride + tile_col) * size_in_bytes(problem.c->type);
-              c_stride = problem.c->row_stride;
+      if (!layouts.b_direct) parallel((b_panels + b_chunk - 1) / b_chunk, [&](int64_t task, int) {
+        const int64_t first_panel = task * b_chunk, count = std::min(b_chunk, b_panels - first_panel);
+        if (dot) return pack_b_pairs(problem.b, k0, k_valid, col0, cols, nr, first_panel, count, reinterpret_cast<uint16_t*>(packed_b));
+        dispatch_storage_type(problem.b.type, [&](auto tag) {
+          pack_b_panels<decltype(tag)>(problem.b, k0, kc, col0, cols, nr, first_panel, count, packed_b);
+        });
+      });
+      // Tasks: MC-row blocks x groups of B panels, enough of them to keep every worker busy.
+      const int64_t row_blocks = (m + mc - 1) / mc;
+      // A triangular product's tasks differ widely in cost (rows far below the diagonal have little
+      // to do), so it is cut finer, which keeps both workers busy to the end of each K block.
+      const int64_t tasks_wanted = (problem.triangular ? 32 : 8) * workers;
+      const int64_t column_groups = std::max<int64_t>(1, std::min(b_panels, (tasks_wanted + row_blocks - 1) / row_blocks));
+      const int64_t panels_per_group = (b_panels + column_groups - 1) / column_groups;
+      parallel(row_blocks * column_groups, [&](int64_t task, int) {
+        const int64_t row_block = task / column_groups, group = task % column_groups;
+        alignas(64) float edge_tile[16 * 64];
+        for (int64_t ap = row_block * mc / mr; ap < std::min(a_panels, (row_block + 1) * mc / mr); ++ap) {
+          const int64_t tile_row = ap * mr, tile_rows = std::min<int64_t>(mr, m - tile_row);
+          for (int64_t bp = group * panels_per_group; bp < std::min(b_panels, (group + 1) * panels_per_group); ++bp) {
+            const int64_t tile_col = col0 + bp * nr, tile_cols = std::min<int64_t>(nr, n - tile_col);
+            if (!microtile_needed(tile_row, tile_col, nr, problem.triangular)) continue;
+            const float* a_panel = packed_a + ap * kc * mr / slot;
+            int64_t lda = 0, ldb = 0;
+            if (layouts.a_direct) {
+              const bool edge = tile_rows < mr;
+              a_panel = edge ? packed_a : a_data + tile_row * problem.a.row_stride + k0;
+              lda = edge ? kc : problem.a.row_stride;
             }
-            void* d_tile = static_cast<char*>(problem.d.data) + (tile_row * problem.d.row_stride + tile_col) * size_in_bytes(problem.d.type);
-            problem.epilogue(acc, ldacc, c_tile, c_stride, d_tile, problem.d.row_stride, tile_rows, tile_cols, tile_row - tile_col);
-          } else if (last) {
-            dispatch_storage_type(problem.d.type, [&](auto d_tag) {
-              using TD = decltype(d_tag);
-              if (!problem.c) return epilogue_tile<TD, float>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
-              dispatch_storage_type(problem.c->type, [&](auto c_tag) {
-                epilogue_tile<TD, decltype(c_tag)>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
+            const float* b_panel = packed_b + bp * kc * nr / slot;
+            if (layouts.b_direct) {
+              const bool edge = tile_cols < nr;
+              b_panel = edge ? packed_b : b_data + k0 * problem.b.row_stride + tile_col;
+              ldb = edge ? nr : problem.b.row_stride;
+            }
+            float* acc = accumulator + tile_row * ldacc + tile_col;
+            if (tile_rows == mr && tile_cols == nr) {
+              kernel(a_panel, b_panel, acc, ldacc, first ? 0 : 1, lda, ldb);
+            } else {  // an edge tile: run on a full-size scratch tile, keep the valid part
+              for (int64_t i = 0; i < tile_rows; ++i)
+                for (int64_t j = 0; j < tile_cols; ++j) edge_tile[i * nr + j] = first ? 0.0f : acc[i * ldacc + j];
+              kernel(a_panel, b_panel, edge_tile, nr, first ? 0 : 1, lda, ldb);
+              for (int64_t i = 0; i < tile_rows; ++i)
+                for (int64_t j = 0; j < tile_cols; ++j) acc[i * ldacc + j] = edge_tile[i * nr + j];
+            }
+            // The accumulator is always separate from D: the last K block's epilogue writes D.
+            if (last && generated_epilogue) {
+              const void* c_tile = nullptr;
+              int64_t c_stride = 0;
+              if (problem.c) {
+                c_tile = static_cast<const char*>(problem.c->data) + (tile_row * problem.c->row_stride + tile_col) * size_in_bytes(problem.c->type);
+                c_stride = problem.c->row_stride;
+              }
+              void* d_tile = static_cast<char*>(problem.d.data) + (tile_row * problem.d.row_stride + tile_col) * size_in_bytes(problem.d.type);
+              problem.epilogue(acc, ldacc, c_tile, c_stride, d_tile, problem.d.row_stride, tile_rows, tile_cols, tile_row - tile_col);
+            } else if (last) {
+              dispatch_storage_type(problem.d.type, [&](auto d_tag) {
+                using TD = decltype(d_tag);
+                if (!problem.c) return epilogue_tile<TD, float>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
+                dispatch_storage_type(problem.c->type, [&](auto c_tag) {
+                  epilogue_tile<TD, decltype(c_tag)>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
+                });
               });
-            });
+            }
           }
         }
-      }
-    });
+      });
+    }
   }
   mirror_if_triangular(problem, pool);
 }
