@@ -345,7 +345,7 @@ TEST(CublasLtVariant, ReasonsSayWhatIsMissing) {
   unsetenv("ORTHOJIT_CUBLASLT_LIBRARY");
 #endif
 
-  // On a machine whose driver is unusable (a stub libcuda, no GPU): the reason names the driver's
+  // On a machine whose driver is unusable (the toolkit's placeholder libcuda, no GPU): the reason names the driver's
   // problem or the library's, and constructing the baseline throws it instead of crashing.
   std::string driver_reason;
   if (!driver(&driver_reason)) {

@@ -118,6 +118,27 @@ OptimizerSettings optimizer_settings() {
 
 std::string label(int stage, OrthogonalizationMode mode) { return "stage " + std::to_string(stage) + ", " + to_string(mode) + " mode"; }
 
+// Three steps of both optimizers on the same reduced gradients (rank 0 gives them, the others
+// zeros, summed without averaging: the reduction is exact); after each, every rank's parameters
+// must be bit-identical to the single-rank optimizer's.
+void step_both_and_compare(const Model& model, Buffers& distributed, Buffers& single, DistributedOptimizer& optimizer, HybridOptimizer& reference,
+                           int stage, std::mt19937& random, const std::string& where) {
+  Communicator& communicator = *world_communicator;
+  for (int step = 0; step < 3; ++step) {
+    fill_gradients(single, random);
+    for (size_t t = 0; t < model.names.size(); ++t)
+      if (communicator.rank() == 0) distributed.grad[t] = single.grad[t];
+      else std::fill(distributed.grad[t].begin(), distributed.grad[t].end(), 0.0f);
+    const StepReport report = optimizer.step();
+    EXPECT_FALSE(report.skipped) << report.reason;
+    if (stage == 3) optimizer.gather_parameters();
+    reference.step();
+    for (size_t t = 0; t < model.names.size(); ++t)
+      EXPECT_EQ(std::memcmp(distributed.data[t].data(), single.data[t].data(), distributed.data[t].size() * 4), 0)
+          << model.names[t] << " after step " << step << " on rank " << communicator.rank() << " (" << where << ")";
+  }
+}
+
 class Distributed : public ::testing::TestWithParam<std::tuple<int, OrthogonalizationMode>> {};
 
 TEST_P(Distributed, SameReducedGradientsGiveBitIdenticalParameters) {
@@ -135,19 +156,7 @@ TEST_P(Distributed, SameReducedGradientsGiveBitIdenticalParameters) {
     DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
     HybridOptimizer reference(single.parameters(model), optimizer_settings());
     std::mt19937 random(seed + 2);
-    for (int step = 0; step < 3; ++step) {
-      fill_gradients(single, random);
-      for (size_t t = 0; t < model.names.size(); ++t)
-        if (communicator.rank() == 0) distributed.grad[t] = single.grad[t];
-        else std::fill(distributed.grad[t].begin(), distributed.grad[t].end(), 0.0f);
-      const StepReport report = optimizer.step();
-      EXPECT_FALSE(report.skipped) << report.reason;
-      if (stage == 3) optimizer.gather_parameters();
-      reference.step();
-      for (size_t t = 0; t < model.names.size(); ++t)
-        EXPECT_EQ(std::memcmp(distributed.data[t].data(), single.data[t].data(), distributed.data[t].size() * 4), 0)
-            << model.names[t] << " after step " << step << " on rank " << communicator.rank() << " (" << label(stage, mode) << ")";
-    }
+    step_both_and_compare(model, distributed, single, optimizer, reference, stage, random, label(stage, mode));
     // deepspeed mode: every owner of a straddling matrix holds the same momentum.
     if (mode == OrthogonalizationMode::DeepSpeed)
       for (const PlannedTensor& tensor : optimizer.plan().tensors) {
@@ -195,19 +204,7 @@ TEST(DistributedBalanced, ExpertTensorSplitAcrossOwnersAndOrthogonalizersIsBitId
       EXPECT_TRUE(cut) << "no expert matrix straddles a partition boundary";
     }
     std::mt19937 random(43);
-    for (int step = 0; step < 3; ++step) {
-      fill_gradients(single, random);
-      for (size_t t = 0; t < model.names.size(); ++t)
-        if (communicator.rank() == 0) distributed.grad[t] = single.grad[t];
-        else std::fill(distributed.grad[t].begin(), distributed.grad[t].end(), 0.0f);
-      const StepReport report = optimizer.step();
-      EXPECT_FALSE(report.skipped) << report.reason;
-      if (stage == 3) optimizer.gather_parameters();
-      reference.step();
-      for (size_t t = 0; t < model.names.size(); ++t)
-        EXPECT_EQ(std::memcmp(distributed.data[t].data(), single.data[t].data(), distributed.data[t].size() * 4), 0)
-            << model.names[t] << " after step " << step << " on rank " << communicator.rank() << " (stage " << stage << ")";
-    }
+    step_both_and_compare(model, distributed, single, optimizer, reference, stage, random, label(stage, OrthogonalizationMode::Balanced));
   }
 }
 

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 import orthojit
+from distributed_steps import compare_every_stage_and_mode, differences
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -33,37 +34,8 @@ def model(seed):
     return layers
 
 
-def differences(a_model, b_model, where):
-    found = []
-    for (name, a), (_, b) in zip(a_model.named_parameters(), b_model.named_parameters()):
-        if not torch.equal(a.detach(), b.detach()):
-            found.append(f"rank {rank}: {where}: {name} differs (max {(a - b).abs().max().item():.3g})")
-    return found
-
-
-failures = []
-for stage in (1, 2, 3):
-    for mode in ("deepspeed", "balanced"):
-        distributed_model, reference_model = model(1), model(1)
-        distributed = orthojit.DistributedMuon(distributed_model.named_parameters(), stage=stage, mode=mode, preset="keller",
-                                               settings=SETTINGS, average_gradients=False)
-        assert distributed.describe().startswith("torch.distributed (gloo)"), distributed.describe()
-        reference = orthojit.Muon(reference_model.named_parameters(), preset="keller", settings=SETTINGS)
-        for step in range(3):
-            torch.manual_seed(100 + step)
-            gradients = {name: torch.randn_like(p) for name, p in reference_model.named_parameters()}
-            missing = {"hidden.weight", "out.bias"} if step == 1 else set()
-            for name, p in reference_model.named_parameters():
-                p.grad = None if name in missing else gradients[name].clone()
-            for name, p in distributed_model.named_parameters():
-                p.grad = None if name in missing else gradients[name].clone() if rank == 0 else torch.zeros_like(p)
-            report = distributed.step()
-            if stage == 3:
-                distributed.gather_parameters()
-            reference.step()
-            if report["skipped"]:
-                failures.append(f"rank {rank}: stage {stage} {mode}: step skipped: {report['reason']}")
-            failures += differences(distributed_model, reference_model, f"stage {stage} {mode} step {step}")
+failures, distributed = compare_every_stage_and_mode(rank, model, SETTINGS)
+assert distributed.describe().startswith("torch.distributed (gloo)"), distributed.describe()
 
 
 def ddp_run(gradients_reduced, average):
@@ -86,7 +58,7 @@ def ddp_run(gradients_reduced, average):
             q.grad = p.grad.clone()  # the averaged gradient, the same on every rank
         optimizer.step()
         reference.step()
-        found += differences(net, twin, f"DDP (gradients_reduced={gradients_reduced}) step {step}")
+        found += differences(rank, net, twin, f"DDP (gradients_reduced={gradients_reduced}) step {step}")
     return found
 
 
