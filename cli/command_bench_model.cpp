@@ -21,41 +21,14 @@
 #include "reference/random_matrix.h"
 
 namespace orthojit::cli {
+
+// The speedup chart (runtime/charts/speedup_chart.py, embedded by cli/CMakeLists.txt; the Python
+// package draws the same file's chart in bench_model(...).plot()).
+extern const char* const kSpeedupChartScript;
+
 namespace {
 
-// Draws the speedups with matplotlib (Debian's python3-matplotlib; scripts/install-deps.sh): one
-// group of bars per shape, Gram over standard and orthojit's best over OpenBLAS, a line at 1.
-const char* const kPlotScript = R"PY(
-import json, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-data = json.load(open(sys.argv[1]))
-rows = data["shapes"]
-labels = [f'{r["label"]}\n({r["count"]} per step)' for r in rows]
-series = [("Gram NS / standard NS", "gram_speedup", "#4C72B0"), ("orthojit best / best vendor NS", "vendor_speedup", "#DD8452")]
-width = 0.38
-fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows) + 2), 4.5))
-for i, (name, key, color) in enumerate(series):
-    xs = [j + (i - 0.5) * width for j in range(len(rows))]
-    ys = [r.get(key) or 0 for r in rows]
-    bars = ax.bar(xs, ys, width, label=name, color=color)
-    for x, y in zip(xs, ys):
-        if y:
-            ax.text(x, y, f"{y:.2f}x", ha="center", va="bottom", fontsize=8)
-ax.axhline(1.0, color="black", linewidth=0.8)
-top = max([r.get(k) or 0 for r in rows for k in ("gram_speedup", "vendor_speedup")] + [1.0])
-ax.set_ylim(0, top * 1.3)
-ax.set_xticks(range(len(rows)))
-ax.set_xticklabels(labels, fontsize=8)
-ax.set_ylabel("speedup (median time ratio)")
-ax.set_title(data["title"], fontsize=10)
-ax.legend(fontsize=9, loc="upper left", ncol=2)
-fig.tight_layout()
-fig.savefig(sys.argv[2], dpi=130)
-)PY";
-
-void plot(const nlohmann::json& data, const std::string& png) { run_plot_script(kPlotScript, data, png); }
+void plot(const nlohmann::json& data, const std::string& png) { run_plot_script(kSpeedupChartScript, data, png); }
 
 std::string shape_label(int64_t rows, int64_t cols, int64_t batch) {
   return std::to_string(rows) + "x" + std::to_string(cols) + (batch > 1 ? "x" + std::to_string(batch) : "");

@@ -77,6 +77,9 @@ expect 0 '"backend": "ref"' -- "$orthojit" bench --program jordan_ns5 --shape 8x
 expect 0 '"backend": "cpu"' -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat 1 --json
 expect 2 "cpu backend runs bf16, f16 and f32 policies" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --precision f64 --backend cpu
 expect 2 "invalid --repeat" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat x
+# The speedup chart (runtime/charts/speedup_chart.py, embedded): a PNG file from Debian's python3.
+expect 0 "plot: $work/speedups.png" -- "$orthojit" bench --shape 32x128 --compare --budget 1 --plot "$work/speedups.png"
+[[ "$(head -c 4 "$work/speedups.png" | od -An -c | tr -d ' ')" == "211PNG" ]] || { echo "FAIL: bench --compare --plot wrote no PNG"; failures=$((failures + 1)); }
 
 # info and demo
 expect 0 "jordan_ns5" -- "$orthojit" info

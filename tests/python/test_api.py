@@ -526,6 +526,37 @@ def test_bench_model_compares_strategies():
     assert row["standard_ms"] > 0 and row["gram_ms"] > 0 and row["openblas_ms"] > 0 and row["vendor_speedup"] > 0
 
 
+def _bar_heights(ax):
+    # The chart's bars in drawing order: one series after the other, shapes left to right.
+    import matplotlib.patches
+    return [patch.get_height() for patch in ax.patches if isinstance(patch, matplotlib.patches.Rectangle)]
+
+
+def test_bench_model_plot_draws_each_shapes_speedups(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    # A record as bench_model writes it, with a shape whose vendor figure is missing (not timed
+    # within the budget): that bar is drawn at 0, and every other bar is its shape's ratio.
+    record = orthojit.BenchModelResult({"title": "two shapes", "shapes": [
+        {"label": "1024x4096", "count": 4, "gram_speedup": 1.6, "vendor_speedup": 1.3},
+        {"label": "4096x4096", "count": 2, "gram_speedup": 0.9, "vendor_speedup": None}]})
+    figure, ax = plt.subplots()
+    assert record.plot(ax=ax) is figure
+    assert _bar_heights(ax) == pytest.approx([1.6, 0.9, 1.3, 0.0])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1024x4096\n(4 per step)", "4096x4096\n(2 per step)"]
+    plt.close(figure)
+    # A real run: the returned record draws itself into a PNG file.
+    result = orthojit.bench_model(shape=(32, 128), budget=1)
+    assert isinstance(result, dict) and isinstance(result, orthojit.BenchModelResult)
+    png = tmp_path / "speedups.png"
+    figure = result.plot(png)
+    [row] = result["shapes"]
+    assert _bar_heights(figure.axes[0]) == pytest.approx([row["gram_speedup"], row["vendor_speedup"]])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    plt.close(figure)
+
+
 def test_info():
     info = orthojit.info()
     assert info["version"] == orthojit.__version__

@@ -28,6 +28,7 @@ __all__ = [
     "tune",
     "bench",
     "bench_model",
+    "BenchModelResult",
     "plan",
     "info",
 ]
@@ -362,19 +363,48 @@ def bench(program: ProgramLike, shape, backend: str = "cpu", strategy: str = "au
     return record
 
 
+class BenchModelResult(dict):
+    """What bench_model returns: the record as a dict (``{"title", "shapes": [...]}``, the JSON of
+    ``orthojit bench --model ... --json``) that can also draw itself."""
+
+    def plot(self, path: Optional[Union[str, "_os.PathLike[str]"]] = None, *, ax=None):
+        """Draws the chart ``orthojit bench --model ... --plot PNG`` draws (the same script): per
+        shape, Gram NS over standard NS and orthojit's best over the best vendor NS. Into ``ax`` (a
+        matplotlib Axes) when given, else a new figure; saved to ``path`` (PNG) when given. Returns
+        the figure, which a notebook shows. Needs matplotlib."""
+        try:
+            import matplotlib
+            if ax is None and path is not None and _os.environ.get("MPLBACKEND") is None and "matplotlib.pyplot" not in __import__("sys").modules:
+                matplotlib.use("Agg")  # a file is asked for and no backend chosen: no window needed
+            import matplotlib.pyplot as plt
+        except ImportError as error:
+            raise ImportError("BenchModelResult.plot() needs matplotlib (pip install matplotlib, or Debian's python3-matplotlib)") from error
+        from . import _speedup_chart
+        if ax is None:
+            figure, ax = plt.subplots(figsize=_speedup_chart.figure_size(self))
+        else:
+            figure = ax.figure
+        _speedup_chart.draw(self, ax)
+        if path is not None:
+            figure.tight_layout()
+            figure.savefig(_os.fspath(path), dpi=130)
+        return figure
+
+
 def bench_model(model_config=None, budget: float = 60, program: ProgramLike = "jordan_ns5", precision: Optional[str] = None,
-                per_head: bool = False, *, shape=None, threads: int = 0) -> Dict[str, Any]:
+                per_head: bool = False, *, shape=None, threads: int = 0) -> BenchModelResult:
     """Times standard Newton-Schulz, Gram Newton-Schulz and OpenBLAS side by side on every distinct
     Muon shape of a model (or one ``shape``), as ``orthojit bench --model ... --json`` does:
     ``{"title", "shapes": [{rows, cols, batch, count, label, standard_ms, gram_ms, openblas_ms,
-    gram_speedup, vendor_speedup, ...}]}``. cpu backend."""
+    gram_speedup, vendor_speedup, ...}]}``. cpu backend. The result's ``plot()`` draws the CLI's
+    speedup chart."""
     if (model_config is None) == (shape is None):
         raise ValueError("bench_model(): give exactly one of model_config or shape=")
     model, is_json = _model(model_config) if model_config is not None else (None, False)
     triple = _triple(shape) if shape is not None else None
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
         raise ValueError(f"budget must be a positive number of seconds, got {budget!r}")
-    return _json.loads(_core.bench_model(model, is_json, triple, _program(program), _precision(precision), float(budget), int(threads), bool(per_head)))
+    return BenchModelResult(_json.loads(_core.bench_model(model, is_json, triple, _program(program), _precision(precision), float(budget), int(threads), bool(per_head))))
 
 
 def plan(model_config, world: int, stage: int, mode: str = "deepspeed", alignment: int = 1, per_head: bool = False, *,
