@@ -1,5 +1,7 @@
-// The subcommands of the `orthojit` program. Each returns the process exit code and throws
-// runtime::UsageError / CompileError for bad input (exit 2); anything else is internal (exit 1).
+// The subcommands of the `orthojit` program. Each returns the process exit code and throws for an
+// error: main.cpp classifies it (runtime::classify_exception) into exit 2 for bad input
+// (runtime::UsageError, CompileError, std::invalid_argument, ...), an unavailable backend or a bad
+// file, and exit 1 for anything internal.
 #pragma once
 
 #include <string>

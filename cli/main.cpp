@@ -1,14 +1,12 @@
-// orthojit: the command-line program (build/bin/orthojit). Exit codes: 0 ok, 2 bad input or
-// usage, 1 internal error.
+// orthojit: the command-line program (build/bin/orthojit). Exit codes: 0 ok, 2 bad input, usage,
+// an unavailable backend or a bad file, 1 internal error (runtime::cli_exit_code).
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
-#include "runtime/npy_file.h"
-#include "runtime/orthogonalize.h"
-#include "support/source_location.h"
+#include "runtime/errors.h"
 
 namespace {
 
@@ -76,18 +74,21 @@ int main(int argc, char** argv) {
     }
     try {
       return entry.run(args);
-    } catch (const CompileError& error) {
-      std::fprintf(stderr, "orthojit %s: %s\n", entry.name, error.what());
-      return 2;
-    } catch (const runtime::UsageError& error) {
-      std::fprintf(stderr, "orthojit %s: error: %s\n(see `orthojit %s --help`)\n", entry.name, error.what(), entry.name);
-      return 2;
-    } catch (const runtime::NpyError& error) {
-      std::fprintf(stderr, "orthojit %s: error: %s\n", entry.name, error.what());
-      return 2;
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "orthojit %s: internal error: %s\n", entry.name, error.what());
-      return 1;
+    } catch (...) {
+      // One classification for the CLI, the C API and Python (runtime/errors.h): the exit code
+      // and the message's form follow the error's kind.
+      const runtime::ClassifiedError error = runtime::classify_exception(std::current_exception());
+      const int code = runtime::cli_exit_code(error.kind);
+      if (error.located) {
+        std::fprintf(stderr, "orthojit %s: %s\n", entry.name, error.message.c_str());  // "file:line:col: error: ..."
+      } else if (error.kind == runtime::ErrorKind::BadInput || error.kind == runtime::ErrorKind::Unavailable) {
+        std::fprintf(stderr, "orthojit %s: error: %s\n(see `orthojit %s --help`)\n", entry.name, error.message.c_str(), entry.name);
+      } else if (code == 2) {
+        std::fprintf(stderr, "orthojit %s: error: %s\n", entry.name, error.message.c_str());
+      } else {
+        std::fprintf(stderr, "orthojit %s: internal error: %s\n", entry.name, error.message.c_str());
+      }
+      return code;
     }
   }
   std::fprintf(stderr, "orthojit: unknown command '%s'; expected run, compile, info, demo, bench, tune or memory (see `orthojit --help`)\n", command.c_str());

@@ -27,6 +27,7 @@
 #include "runtime/muon/parameter.h"
 #include "runtime/muon/parameter_tagging.h"
 #include "runtime/muon/safetensors_file.h"
+#include "runtime/errors.h"
 #include "runtime/npy_file.h"
 #include "runtime/orthogonalize.h"
 #include "support/source_location.h"
@@ -51,14 +52,6 @@ struct oj_optimizer {
 
 namespace {
 
-// An error the C layer itself detects, with its status.
-struct ApiError {
-  oj_status status;
-  std::string message;
-};
-
-[[noreturn]] void throw_api(oj_status status, std::string message) { throw ApiError{status, std::move(message)}; }
-
 thread_local std::string t_last_error;
 thread_local bool t_last_error_lost = false;  // the message could not be stored (out of memory)
 
@@ -72,48 +65,43 @@ oj_status fail(oj_status status, const char* function, const char* message) noex
   return status;
 }
 
-// Runs `body` (which returns OJ_OK or throws); `runtime_error_status` is what a plain
-// std::runtime_error means for this entry point (file I/O for save/load, else a bug).
+// The C status of each error kind (runtime/errors.h); the numbers are the ABI's and never change.
+oj_status status_of(rt::ErrorKind kind) {
+  switch (kind) {
+    case rt::ErrorKind::BadInput: return OJ_INVALID_ARGUMENT;
+    case rt::ErrorKind::Unavailable: return OJ_UNAVAILABLE;
+    case rt::ErrorKind::Io: return OJ_IO_ERROR;
+    case rt::ErrorKind::InvalidState: return OJ_INVALID_STATE;
+    case rt::ErrorKind::OutOfMemory: return OJ_OUT_OF_MEMORY;
+    case rt::ErrorKind::Internal: return OJ_INTERNAL;
+  }
+  return OJ_INTERNAL;
+}
+
+// Runs `body` (which returns OJ_OK or throws) and turns what it throws into a status by the
+// runtime's one classification; `plain_runtime_error` is what an untyped std::runtime_error means
+// for this entry point (a state file that does not match for save/load, else a bug).
 template <class Body>
-oj_status guarded(const char* function, Body&& body, oj_status runtime_error_status = OJ_INTERNAL) noexcept {
+oj_status guarded(const char* function, Body&& body, rt::ErrorKind plain_runtime_error = rt::ErrorKind::Internal) noexcept {
   try {
     return body();
-  } catch (const ApiError& error) {
-    return fail(error.status, function, error.message.c_str());
-  } catch (const orthojit::CompileError& error) {
-    return fail(OJ_INVALID_ARGUMENT, function, error.what());
-  } catch (const rt::UsageError& error) {
-    return fail(OJ_INVALID_ARGUMENT, function, error.what());
-  } catch (const std::invalid_argument& error) {
-    return fail(OJ_INVALID_ARGUMENT, function, error.what());
-  } catch (const std::out_of_range& error) {
-    return fail(OJ_INVALID_ARGUMENT, function, error.what());
-  } catch (const rt::SafetensorsError& error) {
-    return fail(OJ_IO_ERROR, function, error.what());
-  } catch (const rt::NpyError& error) {
-    return fail(OJ_IO_ERROR, function, error.what());
-  } catch (const std::filesystem::filesystem_error& error) {
-    return fail(OJ_IO_ERROR, function, error.what());
-  } catch (const std::ios_base::failure& error) {
-    return fail(OJ_IO_ERROR, function, error.what());
-  } catch (const std::bad_alloc&) {
-    return fail(OJ_OUT_OF_MEMORY, function, "out of memory");
-  } catch (const std::runtime_error& error) {
-    return fail(runtime_error_status, function, error.what());
-  } catch (const std::exception& error) {
-    return fail(OJ_INTERNAL, function, error.what());
   } catch (...) {
-    return fail(OJ_INTERNAL, function, "unknown exception");
+    try {
+      const rt::ClassifiedError error = rt::classify_exception(std::current_exception(), plain_runtime_error);
+      return fail(status_of(error.kind), function, error.message.c_str());
+    } catch (...) {  // the message could not be copied
+      return fail(OJ_OUT_OF_MEMORY, function, "out of memory");
+    }
   }
 }
 
 void require(const void* pointer, const char* what) {
-  if (!pointer) throw_api(OJ_INVALID_ARGUMENT, std::string(what) + " is NULL");
+  if (!pointer) throw rt::UsageError(std::string(what) + " is NULL");
 }
 
 std::string require_string(const char* text, const char* what) {
   require(text, what);
-  if (!*text) throw_api(OJ_INVALID_ARGUMENT, std::string(what) + " is empty");
+  if (!*text) throw rt::UsageError(std::string(what) + " is empty");
   return text;
 }
 
@@ -124,7 +112,7 @@ rt::DType to_dtype(oj_dtype dtype, const char* what) {
     case OJ_DTYPE_F16: return rt::DType::F16;
     default: break;
   }
-  throw_api(OJ_INVALID_ARGUMENT, std::string(what) + ": " + std::to_string(static_cast<int>(dtype)) +
+  throw rt::UsageError(std::string(what) + ": " + std::to_string(static_cast<int>(dtype)) +
                                      " is not an oj_dtype (OJ_DTYPE_F32 = 0, OJ_DTYPE_BF16 = 1, OJ_DTYPE_F16 = 2)");
 }
 
@@ -136,7 +124,7 @@ rt::MatrixLayout to_layout(oj_layout layout) {
     case OJ_LAYOUT_TRAILING: return rt::MatrixLayout::Trailing;
     default: break;
   }
-  throw_api(OJ_INVALID_ARGUMENT, "layout: " + std::to_string(static_cast<int>(layout)) +
+  throw rt::UsageError("layout: " + std::to_string(static_cast<int>(layout)) +
                                      " is not an oj_layout (OJ_LAYOUT_AUTO = 0, OJ_LAYOUT_FLATTEN = 1, OJ_LAYOUT_BATCH = 2, OJ_LAYOUT_TRAILING = 3)");
 }
 
@@ -153,10 +141,10 @@ void check_backend_available(const std::string& backend) {
   const std::vector<std::string> available = rt::available_backends();
   for (const auto& name : available)
     if (name == backend) return;
-  if (backend == "cuda") throw_api(OJ_UNAVAILABLE, "backend 'cuda' cannot run here: " + rt::cuda_backend_unavailable_reason() + "; available: " + join(available));
-  if (backend == "cpu") throw_api(OJ_UNAVAILABLE, "backend 'cpu' cannot run here: " + orthojit::cpu::cpu_backend_unavailable_reason() + "; available: " + join(available));
-  if (backend == "ref") throw_api(OJ_UNAVAILABLE, "backend '" + backend + "' is not available in this build; available: " + join(available));
-  throw_api(OJ_INVALID_ARGUMENT, "unknown backend '" + backend + "'; backends: auto, ref, cpu, cuda (available here: " + join(available) + ")");
+  if (backend == "cuda") throw rt::UnavailableError("backend 'cuda' cannot run here: " + rt::cuda_backend_unavailable_reason() + "; available: " + join(available));
+  if (backend == "cpu") throw rt::UnavailableError("backend 'cpu' cannot run here: " + orthojit::cpu::cpu_backend_unavailable_reason() + "; available: " + join(available));
+  if (backend == "ref") throw rt::UnavailableError("backend '" + backend + "' is not available in this build; available: " + join(available));
+  throw rt::UsageError("unknown backend '" + backend + "'; backends: auto, ref, cpu, cuda (available here: " + join(available) + ")");
 }
 
 void check_handle(const oj_optimizer* optimizer) { require(optimizer, "optimizer"); }
@@ -170,7 +158,7 @@ rt::Parameter* find_parameter(oj_optimizer* optimizer, const std::string& name) 
 rt::Parameter& require_parameter(oj_optimizer* optimizer, const char* name) {
   const std::string text = require_string(name, "name");
   if (rt::Parameter* parameter = find_parameter(optimizer, text)) return *parameter;
-  throw_api(OJ_INVALID_ARGUMENT, "no parameter named '" + text + "' was added");
+  throw rt::UsageError("no parameter named '" + text + "' was added");
 }
 
 bool is_built(const oj_optimizer* optimizer) { return optimizer->built || optimizer->device; }
@@ -183,11 +171,11 @@ const rt::OptimizerSettings& built_settings(const oj_optimizer* optimizer) {
 void check_cuda_memory_available() {
   const std::string why = rt::cuda_backend_unavailable_reason();
   if (!why.empty())
-    throw_api(OJ_UNAVAILABLE, "memory = cuda needs the cuda backend, which cannot run here: " + why + "; available backends: " + join(rt::available_backends()));
+    throw rt::UnavailableError("memory = cuda needs the cuda backend, which cannot run here: " + why + "; available backends: " + join(rt::available_backends()));
 }
 
 void require_collecting(const oj_optimizer* optimizer, const std::string& what) {
-  if (is_built(optimizer)) throw_api(OJ_INVALID_STATE, what + " is only possible before the optimizer is built (oj_optimizer_build or the first step)");
+  if (is_built(optimizer)) throw rt::InvalidStateError(what + " is only possible before the optimizer is built (oj_optimizer_build or the first step)");
 }
 
 void build(oj_optimizer* optimizer) {
@@ -215,7 +203,7 @@ void apply_c_setting(rt::OptimizerSettings& settings, const std::string& key, co
     rt::apply_setting(settings, key, value);
   } catch (const std::invalid_argument& error) {
     const std::string message = error.what();
-    if (message.rfind("unknown optimizer setting", 0) == 0) throw_api(OJ_INVALID_ARGUMENT, message + ", memory (host | cuda)");
+    if (message.rfind("unknown optimizer setting", 0) == 0) throw rt::UsageError(message + ", memory (host | cuda)");
     throw;
   }
 }
@@ -231,7 +219,7 @@ void fill_report(const oj_optimizer* optimizer, const rt::StepReport& result, oj
 }
 
 void check_learning_rate(double lr, const char* what) {
-  if (!std::isfinite(lr) || lr < 0) throw_api(OJ_INVALID_ARGUMENT, std::string(what) + " must be finite and >= 0 (got " + std::to_string(lr) + ")");
+  if (!std::isfinite(lr) || lr < 0) throw rt::UsageError(std::string(what) + " must be finite and >= 0 (got " + std::to_string(lr) + ")");
 }
 
 }  // namespace
@@ -290,7 +278,7 @@ oj_status oj_optimizer_create_from_deepspeed_config(const char* path, oj_optimiz
       [&]() -> oj_status {
         const std::string file = require_string(path, "path");
         require(out, "out");
-        if (!std::ifstream(file)) throw_api(OJ_IO_ERROR, "cannot read " + file + ": " + std::strerror(errno));
+        if (!std::ifstream(file)) throw rt::FileError("cannot read " + file + ": " + std::strerror(errno));
         auto optimizer = std::make_unique<oj_optimizer>();
         const rt::DeepSpeedConfig config = rt::load_deepspeed_config(file);
         // DeepSpeed ignores keys it does not know; so does this reader, saying which.
@@ -301,7 +289,7 @@ oj_status oj_optimizer_create_from_deepspeed_config(const char* path, oj_optimiz
         *out = optimizer.release();
         return OJ_OK;
       },
-      OJ_IO_ERROR);
+      rt::ErrorKind::Io);
 }
 
 void oj_optimizer_destroy(oj_optimizer* optimizer) { delete optimizer; }
@@ -313,7 +301,7 @@ oj_status oj_optimizer_set_option(oj_optimizer* optimizer, const char* key, cons
     require(value, "value");
     if (name == "memory") {
       const std::string where = value;
-      if (where != "host" && where != "cuda") throw_api(OJ_INVALID_ARGUMENT, "memory '" + where + "': expected host or cuda");
+      if (where != "host" && where != "cuda") throw rt::UsageError("memory '" + where + "': expected host or cuda");
       require_collecting(optimizer, "setting 'memory'");
       if (where == "cuda") check_cuda_memory_available();
       optimizer->cuda_memory = where == "cuda";
@@ -326,7 +314,7 @@ oj_status oj_optimizer_set_option(oj_optimizer* optimizer, const char* key, cons
     rt::OptimizerSettings changed = built_settings(optimizer);
     apply_c_setting(changed, name, value);  // validates key and value first
     if (name != "muon.lr" && name != "adam.lr")
-      throw_api(OJ_INVALID_STATE, "'" + name + "' cannot change after the optimizer is built; only muon.lr and adam.lr can");
+      throw rt::InvalidStateError("'" + name + "' cannot change after the optimizer is built; only muon.lr and adam.lr can");
     if (optimizer->device) optimizer->device->set_learning_rates(changed.muon.lr, changed.adam.lr);
     else optimizer->built->set_learning_rates(changed.muon.lr, changed.adam.lr);
     optimizer->settings = changed;
@@ -353,13 +341,13 @@ oj_status oj_optimizer_add_parameter(oj_optimizer* optimizer, const char* name, 
     rt::Parameter parameter;
     parameter.name = require_string(name, "name");
     require_collecting(optimizer, "adding a parameter ('" + parameter.name + "')");
-    if (find_parameter(optimizer, parameter.name)) throw_api(OJ_INVALID_ARGUMENT, "parameter '" + parameter.name + "' was already added");
-    if (ndim < 1 || ndim > 16) throw_api(OJ_INVALID_ARGUMENT, "parameter '" + parameter.name + "': ndim " + std::to_string(ndim) + " is not in 1..16");
+    if (find_parameter(optimizer, parameter.name)) throw rt::UsageError("parameter '" + parameter.name + "' was already added");
+    if (ndim < 1 || ndim > 16) throw rt::UsageError("parameter '" + parameter.name + "': ndim " + std::to_string(ndim) + " is not in 1..16");
     require(shape, "shape");
     int64_t elements = 1;
     for (int32_t d = 0; d < ndim; ++d) {
-      if (shape[d] <= 0) throw_api(OJ_INVALID_ARGUMENT, "parameter '" + parameter.name + "': dimension " + std::to_string(d) + " is " + std::to_string(shape[d]) + "; every dimension must be > 0");
-      if (elements > std::numeric_limits<int64_t>::max() / shape[d]) throw_api(OJ_INVALID_ARGUMENT, "parameter '" + parameter.name + "': the shape's element count overflows");
+      if (shape[d] <= 0) throw rt::UsageError("parameter '" + parameter.name + "': dimension " + std::to_string(d) + " is " + std::to_string(shape[d]) + "; every dimension must be > 0");
+      if (elements > std::numeric_limits<int64_t>::max() / shape[d]) throw rt::UsageError("parameter '" + parameter.name + "': the shape's element count overflows");
       elements *= shape[d];
       parameter.shape.push_back(shape[d]);
     }
@@ -372,14 +360,14 @@ oj_status oj_optimizer_add_parameter(oj_optimizer* optimizer, const char* name, 
       case OJ_TAG_AUTO: break;
       case OJ_TAG_MUON:
         if (ndim < 2)
-          throw_api(OJ_INVALID_ARGUMENT, "parameter '" + parameter.name + "' is tagged OJ_TAG_MUON but has " + std::to_string(ndim) +
+          throw rt::UsageError("parameter '" + parameter.name + "' is tagged OJ_TAG_MUON but has " + std::to_string(ndim) +
                                              " dimension; Muon needs a matrix (ndim >= 2); tag it OJ_TAG_ADAMW or OJ_TAG_AUTO");
         parameter.use_muon = true;
         break;
       case OJ_TAG_ADAMW: parameter.use_muon = false; break;
       case OJ_TAG_FROZEN: parameter.requires_grad = false; break;
       default:
-        throw_api(OJ_INVALID_ARGUMENT, "tag: " + std::to_string(static_cast<int>(tag)) +
+        throw rt::UsageError("tag: " + std::to_string(static_cast<int>(tag)) +
                                            " is not an oj_tag (OJ_TAG_AUTO = 0, OJ_TAG_MUON = 1, OJ_TAG_ADAMW = 2, OJ_TAG_FROZEN = 3)");
     }
     optimizer->parameters.push_back(std::move(parameter));
@@ -394,12 +382,12 @@ oj_status oj_optimizer_set_parameter_split(oj_optimizer* optimizer, const char* 
     rt::Parameter& parameter = require_parameter(optimizer, name);
     require_collecting(optimizer, "changing a parameter's split");
     const rt::MatrixLayout matrix_layout = to_layout(layout);
-    if (n_row_splits < 0) throw_api(OJ_INVALID_ARGUMENT, "n_row_splits must be >= 0 (got " + std::to_string(n_row_splits) + ")");
+    if (n_row_splits < 0) throw rt::UsageError("n_row_splits must be >= 0 (got " + std::to_string(n_row_splits) + ")");
     if (n_row_splits > 0) require(row_splits, "row_splits");
-    if (head_rows < 0) throw_api(OJ_INVALID_ARGUMENT, "head_rows must be >= 0 (got " + std::to_string(head_rows) + ")");
+    if (head_rows < 0) throw rt::UsageError("head_rows must be >= 0 (got " + std::to_string(head_rows) + ")");
     std::vector<int64_t> splits;
     for (int32_t i = 0; i < n_row_splits; ++i) {
-      if (row_splits[i] <= 0) throw_api(OJ_INVALID_ARGUMENT, "row_splits[" + std::to_string(i) + "] is " + std::to_string(row_splits[i]) + "; every block must have rows");
+      if (row_splits[i] <= 0) throw rt::UsageError("row_splits[" + std::to_string(i) + "] is " + std::to_string(row_splits[i]) + "; every block must have rows");
       splits.push_back(row_splits[i]);
     }
     parameter.layout = matrix_layout;
@@ -446,7 +434,7 @@ oj_status oj_optimizer_step(oj_optimizer* optimizer, oj_step_report* report) {
   return guarded("oj_optimizer_step", [&] {
     check_handle(optimizer);
     if (optimizer->cuda_memory)
-      throw_api(OJ_INVALID_STATE, "this optimizer's memory is cuda (its data and gradients are device pointers): use oj_optimizer_step_on_stream");
+      throw rt::InvalidStateError("this optimizer's memory is cuda (its data and gradients are device pointers): use oj_optimizer_step_on_stream");
     build(optimizer);
     optimizer->skip_reason.clear();
     const rt::StepReport result = optimizer->built->step();
@@ -460,7 +448,7 @@ oj_status oj_optimizer_step_on_stream(oj_optimizer* optimizer, void* stream, oj_
   return guarded("oj_optimizer_step_on_stream", [&] {
     check_handle(optimizer);
     if (!optimizer->cuda_memory)
-      throw_api(OJ_INVALID_STATE, "this optimizer's memory is host (the default; set the option memory = cuda before build for device pointers): use oj_optimizer_step");
+      throw rt::InvalidStateError("this optimizer's memory is host (the default; set the option memory = cuda before build for device pointers): use oj_optimizer_step");
     build(optimizer);
     optimizer->skip_reason.clear();
     const rt::StepReport result = optimizer->device->step(stream);
@@ -520,7 +508,7 @@ oj_status oj_optimizer_parameter_info(oj_optimizer* optimizer, int64_t index, oj
     require(out, "out");
     const int64_t count = static_cast<int64_t>(optimizer->parameters.size());
     if (index < 0 || index >= count)
-      throw_api(OJ_INVALID_ARGUMENT, "index " + std::to_string(index) + " is not in 0.." + std::to_string(count - 1) + " (" + std::to_string(count) + " parameters)");
+      throw rt::UsageError("index " + std::to_string(index) + " is not in 0.." + std::to_string(count - 1) + " (" + std::to_string(count) + " parameters)");
     build(optimizer);
     const rt::Parameter& parameter = optimizer->parameters[static_cast<size_t>(index)];
     oj_parameter_info info{};
@@ -548,7 +536,7 @@ oj_status oj_optimizer_qk_clip(oj_optimizer* optimizer, const char* q_name, cons
     check_handle(optimizer);
     const std::string q = require_string(q_name, "q_name"), k = require_string(k_name, "k_name");
     require(s_max, "s_max");
-    if (n_heads <= 0) throw_api(OJ_INVALID_ARGUMENT, "n_heads must be > 0 (got " + std::to_string(n_heads) + ")");
+    if (n_heads <= 0) throw rt::UsageError("n_heads must be > 0 (got " + std::to_string(n_heads) + ")");
     build(optimizer);
     const std::vector<double> maxima(s_max, s_max + n_heads);
     if (optimizer->device) optimizer->device->qk_clip(q, k, head_rows, maxima, tau);
@@ -568,7 +556,7 @@ oj_status oj_optimizer_save_state(oj_optimizer* optimizer, const char* path) {
         else optimizer->built->save_state(file);
         return OJ_OK;
       },
-      OJ_IO_ERROR);
+      rt::ErrorKind::Io);
 }
 
 oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path) {
@@ -582,7 +570,7 @@ oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path) {
         else optimizer->built->load_state(file);
         return OJ_OK;
       },
-      OJ_IO_ERROR);
+      rt::ErrorKind::Io);
 }
 
 oj_status oj_orthogonalize(const char* program, const char* backend, const char* strategy, int64_t batch, int64_t rows, int64_t cols, const float* input,
@@ -592,9 +580,9 @@ oj_status oj_orthogonalize(const char* program, const char* backend, const char*
     require(input, "input");
     require(output, "output");
     if (batch <= 0 || rows <= 0 || cols <= 0)
-      throw_api(OJ_INVALID_ARGUMENT, "batch, rows and cols must be > 0 (got " + std::to_string(batch) + ", " + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+      throw rt::UsageError("batch, rows and cols must be > 0 (got " + std::to_string(batch) + ", " + std::to_string(rows) + ", " + std::to_string(cols) + ")");
     const int64_t limit = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(sizeof(float));
-    if (rows > limit / cols || batch > limit / (rows * cols)) throw_api(OJ_INVALID_ARGUMENT, "batch x rows x cols overflows");
+    if (rows > limit / cols || batch > limit / (rows * cols)) throw rt::UsageError("batch x rows x cols overflows");
     rt::OrthogonalizeOptions options;
     options.backend = backend ? backend : "ref";
     options.strategy = strategy ? strategy : "auto";
@@ -619,8 +607,8 @@ oj_status oj_orthogonalize_device(const char* program, const char* strategy, int
     require(input, "input");
     require(output, "output");
     if (batch <= 0 || rows <= 0 || cols <= 0)
-      throw_api(OJ_INVALID_ARGUMENT, "batch, rows and cols must be > 0 (got " + std::to_string(batch) + ", " + std::to_string(rows) + ", " + std::to_string(cols) + ")");
-    if (input == output) throw_api(OJ_INVALID_ARGUMENT, "input and output are the same device buffer; pass distinct buffers");
+      throw rt::UsageError("batch, rows and cols must be > 0 (got " + std::to_string(batch) + ", " + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+    if (input == output) throw rt::UsageError("input and output are the same device buffer; pass distinct buffers");
     rt::OrthogonalizeOptions options;
     options.backend = "cuda";
     options.strategy = strategy ? strategy : "auto";

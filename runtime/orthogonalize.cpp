@@ -161,9 +161,9 @@ std::optional<ir::StrategyKind> parse_strategy_option(const std::string& text) {
 std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Program& program, int64_t batch, int64_t rows, int64_t cols,
                                                                const OrthogonalizeOptions& options) {
   if (options.backend == "cuda") {
-    if (const std::string why = cuda_backend_unavailable_reason(); !why.empty()) throw UsageError("--backend cuda: " + why);
+    if (const std::string why = cuda_backend_unavailable_reason(); !why.empty()) throw UnavailableError("--backend cuda: " + why);
   } else if (options.backend == "cpu") {
-    if (const std::string& why = cpu::cpu_backend_unavailable_reason(); !why.empty()) throw UsageError("--backend cpu: " + why);
+    if (const std::string& why = cpu::cpu_backend_unavailable_reason(); !why.empty()) throw UnavailableError("--backend cpu: " + why);
   } else if (options.backend != "ref" && options.backend != "cpu" && options.backend != "auto") {
     std::string names;
     for (const auto& name : available_backends()) names += (names.empty() ? "" : ", ") + name;

@@ -13,14 +13,9 @@
 
 #include "dsl/ast.h"
 #include "ir/function.h"
+#include "runtime/errors.h"  // UsageError: bad input from the user; UnavailableError: a backend that cannot run here
 
 namespace orthojit::runtime {
-
-// Bad input from the user (wrong option value, unavailable backend): the CLI exits 2 on it.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 struct OrthogonalizeOptions {
   std::string strategy = "auto";  // auto | standard | gram

@@ -127,8 +127,9 @@ typedef enum oj_layout {
 typedef struct oj_optimizer oj_optimizer; /* opaque */
 
 /* Creates an optimizer with the settings of a preset: "deepspeed", "keller", "moonlight" or
- * "torch" (an unknown name: OJ_INVALID_ARGUMENT, the message lists the presets). The handle starts
- * in the collecting phase: options and parameters may be added until it is built. */
+ * "torch" (the runtime's list, runtime/muon/presets.h; tests/muon_presets_test.cpp checks that
+ * this one equals it; an unknown name: OJ_INVALID_ARGUMENT, the message lists the presets). The
+ * handle starts in the collecting phase: options and parameters may be added until it is built. */
 oj_status oj_optimizer_create(const char* preset, oj_optimizer** out);
 
 /* Creates an optimizer from the optimizer section of a DeepSpeed JSON config file

@@ -16,11 +16,11 @@ namespace {
 #ifdef ORTHOJIT_HAVE_CUDA
 
 cuda::ElementwiseKernels& kernels_or_throw() {
-  if (const std::string why = cuda_backend_unavailable_reason(); !why.empty()) throw UsageError("the device update rules need the cuda backend: " + why);
+  if (const std::string why = cuda_backend_unavailable_reason(); !why.empty()) throw UnavailableError("the device update rules need the cuda backend: " + why);
   return cuda::ElementwiseKernels::process_default(kernels::cuda_device_headers());
 }
 #else
-[[noreturn]] void no_cuda() { throw UsageError("the device update rules need the cuda backend: " + cuda_backend_unavailable_reason()); }
+[[noreturn]] void no_cuda() { throw UnavailableError("the device update rules need the cuda backend: " + cuda_backend_unavailable_reason()); }
 #endif
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "runtime/muon/presets.h"
+
 namespace orthojit::runtime {
 
 const char* to_string(MomentumKind kind) { return kind == MomentumKind::Ema ? "ema" : "sum"; }
@@ -55,7 +57,11 @@ double momentum_conversion_factor(MomentumKind from, MomentumKind to, double bet
   return from == MomentumKind::Sum ? 1.0 - beta : 1.0 / (1.0 - beta);
 }
 
-std::vector<std::string> preset_names() { return {"deepspeed", "keller", "moonlight", "torch"}; }
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const MuonPreset& preset : muon_presets()) names.emplace_back(preset.name);  // the one list (presets.h)
+  return names;
+}
 
 OptimizerSettings preset_settings(const std::string& name) {
   OptimizerSettings settings;

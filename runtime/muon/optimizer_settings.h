@@ -98,7 +98,7 @@ struct OptimizerSettings {
 // (one f32 rounding). Under a momentum schedule (β changing between steps) no conversion is exact.
 double momentum_conversion_factor(MomentumKind from, MomentumKind to, double beta);
 
-// "deepspeed", "keller", "moonlight", "torch"; throws std::invalid_argument naming the presets.
+// One of muon_presets() (runtime/muon/presets.h); throws std::invalid_argument naming them.
 OptimizerSettings preset_settings(const std::string& name);
 std::vector<std::string> preset_names();
 
