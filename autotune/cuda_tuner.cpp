@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "autotune/cuda_tile_search.h"
+#include "autotune/gram_restart_search.h"
 #include "autotune/strategy_heuristic.h"
 #include "autotune/timing_harness.h"
 #include "autotune/tuning_loop.h"
@@ -238,10 +239,13 @@ TunedCudaChoice lookup_tuned_cuda(const dsl::Program& program, int64_t rows, int
   try {
     const auto& winner = entries.at(key.key).at("winner");
     choice.winner = CudaCandidate::from_json(winner.at("config"));
+    choice.gram_restarts = recorded_restarts(entries.at(key.key), static_cast<int>(program.steps.size()));
     char text[64];
     std::snprintf(text, sizeof text, ", %.3g ms", winner.value("p50_ms", 0.0));
-    choice.reason = "tuned: " + choice.winner->label() + text + " (" + path + ")";
+    choice.reason = "tuned: " + choice.winner->label() + text + restarts_note(choice.gram_restarts) + " (" + path + ")";
   } catch (const std::exception& error) {
+    choice.winner.reset();
+    choice.gram_restarts.reset();
     choice.reason = std::string("the CUDA tuning record's winner is unreadable: ") + error.what();
   }
   return choice;

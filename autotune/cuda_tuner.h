@@ -27,6 +27,7 @@ nlohmann::json tune_shape_cuda(const TuneProblem& problem, const TuneSettings& s
 
 struct TunedCudaChoice {
   std::optional<CudaCandidate> winner;
+  std::optional<std::vector<int>> gram_restarts;  // the entry's "gram_restarts" (nullopt: the program's own)
   std::string reason;
 };
 // This GPU's recorded winner for the problem, or why there is none.

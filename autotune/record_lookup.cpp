@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "autotune/device_fingerprint.h"
+#include "autotune/gram_restart_search.h"
 #include "autotune/tuner.h"
 #include "autotune/tuning_record.h"
 
@@ -65,10 +66,13 @@ TunedChoice lookup_tuned(const dsl::Program& program, int64_t rows, int64_t cols
   }
   try {
     choice.winner = Candidate::from_json(entry.at("winner").at("config"));
+    choice.gram_restarts = recorded_restarts(entry, static_cast<int>(program.steps.size()));
     char text[64];
     std::snprintf(text, sizeof text, ", %.3g ms", entry.at("winner").value("p50_ms", 0.0));
-    choice.reason = "tuned: " + choice.winner->label() + text + " (" + records.path + ")";
+    choice.reason = "tuned: " + choice.winner->label() + text + restarts_note(choice.gram_restarts) + " (" + records.path + ")";
   } catch (const std::exception& error) {
+    choice.winner.reset();
+    choice.gram_restarts.reset();
     choice.reason = std::string("the tuning record's winner is unreadable: ") + error.what();
   }
   return choice;

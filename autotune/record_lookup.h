@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "autotune/search_space.h"
 #include "dsl/ast.h"
@@ -14,6 +15,9 @@ namespace orthojit::autotune {
 
 struct TunedChoice {
   std::optional<Candidate> winner;  // nullopt: use the heuristic
+  // The gram restarts the winner was tuned with (the entry's "gram_restarts"); nullopt: the
+  // program's own (the entry has none, as every record written before restarts were tuned).
+  std::optional<std::vector<int>> gram_restarts;
   std::string reason;               // "tuned: <label>, 12.3 ms (FILE)" or why not
 };
 

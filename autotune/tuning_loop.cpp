@@ -89,8 +89,11 @@ dsl::Program first_steps(const dsl::Program& program, int steps) {
 nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& settings, const LoopSettings& loop, TuningBackend& backend,
                                const std::string& default_label, const std::string& default_reason) {
   const auto started = Clock::now();
-  const dsl::Program& program = *problem.program;
-  const ProblemKey key = problem_key(program, problem.rows, problem.cols, problem.batch, problem.precision);
+  // The program as the candidates compile it (with the problem's restarts); the key is the
+  // program's own.
+  dsl::Program program = *problem.program;
+  if (problem.gram_restarts) program.gram_restarts = *problem.gram_restarts;
+  const ProblemKey key = problem_key(*problem.program, problem.rows, problem.cols, problem.batch, problem.precision);
   std::vector<Trial> trials = backend.candidates();
 
   // Proxy timing per shape, so that every candidate of a shape is ranked the same way.
@@ -321,6 +324,11 @@ nlohmann::json make_tuning_entry(const TuneProblem& problem, const ProblemKey& k
   entry["storage"] = key.storage;
   entry["accumulate"] = key.accumulate;
   entry["timestamp"] = utc_timestamp();
+  if (problem.gram_restarts) {
+    entry["gram_restarts"] = *problem.gram_restarts;
+    entry["gram_restarts_source"] = problem.gram_restarts_source.empty() ? "explicit" : problem.gram_restarts_source;
+    if (!problem.restart_search.is_null()) entry["restart_search"] = problem.restart_search;
+  }
   entry["bench"] = std::move(bench);
   nlohmann::json candidates = nlohmann::json::array();
   std::optional<double> default_ms, vendor_ms;

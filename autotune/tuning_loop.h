@@ -49,6 +49,13 @@ struct TuneProblem {
   std::string program_name;  // for the record
   int64_t rows = 0, cols = 0, batch = 1;
   std::optional<ScalarType> precision;  // overrides the program's storage type
+  // The gram restarts every candidate compiles with (nullopt: the program's own), written to the
+  // record as "gram_restarts" with "gram_restarts_source" ("auto": gram_restart_search.h, whose
+  // result goes in as "restart_search"; "explicit": given by the user). The record's key stays the
+  // program's: the runtime finds the entry by the program and applies its restarts.
+  std::optional<std::vector<int>> gram_restarts;
+  std::string gram_restarts_source;
+  nlohmann::json restart_search;
 };
 
 struct TuneProgress {

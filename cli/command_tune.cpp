@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "autotune/device_fingerprint.h"
+#include "autotune/gram_restart_search.h"
 #include "autotune/model_shapes.h"
 #include "autotune/tuner.h"
 #include "autotune/tuning_record.h"
@@ -54,6 +55,11 @@ options:
   --per-head            split attention projections into per-head blocks
   --threads T           worker threads (default: one per logical core)
   --retune              time shapes again even when they have records
+  --restarts R          the gram restarts the candidates are tuned with, stored in the record and
+                        applied by the runtime with it: auto (the restart search: the scalar Gram
+                        iteration over a spectrum down to 1e-10 with R perturbed by the storage's
+                        rounding, minimizing max|Q|, as Dao-AILab's restart autotuner), none, or
+                        step indices in 1..steps-1 (2 or 2,4); default: the program's own
   --full-timing         time every candidate on the full iteration (default: a shape whose
                         iteration costs 1e10 FLOPs or more ranks candidates by their first step
                         at the full shape, then times the finalists on the full iteration)
@@ -75,7 +81,7 @@ std::string format_ms(double ms) {
 }  // namespace
 
 int tune_command(const std::vector<std::string>& args) {
-  Arguments arguments(args, {"model", "shape", "program", "precision", "budget", "backend", "out", "threads"},
+  Arguments arguments(args, {"model", "shape", "program", "precision", "budget", "backend", "out", "threads", "restarts"},
                       {"per-head", "retune", "json", "full-timing"});
   TuneRequest request;
   // The backend's name is parsed here, once; what follows passes the enum.
@@ -95,6 +101,13 @@ int tune_command(const std::vector<std::string>& args) {
   const dsl::Program program = kernels::load_program_by_name_or_path(program_name);
   request.program = &program;
   request.precision = parse_tuning_precision(arguments.get("precision"));
+  if (auto restarts = arguments.get("restarts")) {
+    try {
+      request.restarts = autotune::parse_restart_request(*restarts, static_cast<int>(program.steps.size()));
+    } catch (const std::invalid_argument& error) {
+      throw runtime::UsageError(std::string("--restarts: ") + error.what() + " (" + program.name + " has " + std::to_string(program.steps.size()) + " steps)");
+    }
+  }
   request.budget = parse_budget(arguments.get("budget"), 90);
   request.threads = arguments.has("threads") ? parse_count(*arguments.get("threads"), "threads") : 0;
   request.out = arguments.get("out");
@@ -144,9 +157,28 @@ int tune_command(const std::vector<std::string>& args) {
   const nlohmann::json& rows = outcome.shapes;
   const double elapsed = outcome.elapsed_s;
   if (json) {
-    std::printf("%s\n", nlohmann::json({{"records", path}, {"elapsed_s", elapsed}, {"shapes", rows}}).dump(2).c_str());
+    std::printf("%s\n", nlohmann::json({{"records", path}, {"elapsed_s", elapsed}, {"restarts", outcome.restarts}, {"shapes", rows}}).dump(2).c_str());
     return 0;
   }
+  // The restarts every shape was tuned with, and what the search found.
+  const nlohmann::json& restarts = outcome.restarts;
+  std::printf("\ngram restarts: %s (%s)", autotune::restarts_text(restarts["restarts"].get<std::vector<int>>()).c_str(),
+              restarts["source"].get<std::string>().c_str());
+  if (restarts.contains("search")) {
+    const nlohmann::json& search = restarts["search"];
+    auto objective = [](const nlohmann::json& value) {
+      if (!value.is_number()) return value.get<std::string>();  // "inf": the trajectory overflows
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3g", value.get<double>());
+      return std::string(text);
+    };
+    std::printf(": max|Q| %s; the program's %s: %s; best by count:", objective(search["max_abs_q"]).c_str(),
+                autotune::restarts_text(search["program"]["restarts"].get<std::vector<int>>()).c_str(), objective(search["program"]["max_abs_q"]).c_str());
+    for (const auto& set : search["best_per_count"])
+      std::printf(" %s %s", autotune::restarts_text(set["restarts"].get<std::vector<int>>()).c_str(), objective(set["max_abs_q"]).c_str());
+    std::printf(" (%s storage, R perturbed by %.3g)", search["storage"].get<std::string>().c_str(), search["perturbation"].get<double>());
+  }
+  std::printf("\n");
   std::printf("\n%-16s %6s %6s  %-46s %10s %12s %-24s\n", "shape", "batch", "count", "winner", "time ms", "vs default", cuda ? "vs cuBLAS" : "vs best vendor");
   for (const auto& row : rows) {
     auto ratio = [&](const char* name) {

@@ -151,12 +151,41 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
   for (const auto& shape : shapes) total_cost += shape_cost(shape);
   const auto started = std::chrono::steady_clock::now();
   TuneOutcome outcome;
+  // The restarts every shape is tuned with. The search depends on the program's polynomials and
+  // the storage type only, so it runs once (milliseconds).
+  std::optional<std::vector<int>> restarts;
+  std::string restarts_source = "program";
+  nlohmann::json restart_search;
+  const int step_count = static_cast<int>(program.steps.size());
+  if (request.restarts.mode == autotune::RestartRequest::Mode::Auto) {
+    const ScalarType storage = passes::effective_policy(program.policy, request.precision).storage;
+    const autotune::RestartChoice choice =
+        autotune::search_gram_restarts(autotune::program_step_polynomials(program, request.precision), storage, program.gram_restarts);
+    restarts = choice.positions;
+    restarts_source = "auto";
+    restart_search = choice.to_json();
+  } else if (request.restarts.mode == autotune::RestartRequest::Mode::Explicit) {
+    restarts = autotune::checked_restart_positions(request.restarts.positions, step_count);
+    restarts_source = "explicit";
+  }
+  outcome.restarts = {{"restarts", restarts.value_or(program.gram_restarts)}, {"source", restarts_source}};
+  if (!restart_search.is_null()) outcome.restarts["search"] = restart_search;
+  // The restarts an entry was tuned with (the program's when it names none; an unreadable field
+  // counts as different, so the shape is tuned again).
+  auto entry_restarts = [&](const nlohmann::json& entry) -> std::optional<std::vector<int>> {
+    try {
+      return autotune::recorded_restarts(entry, step_count).value_or(program.gram_restarts);
+    } catch (const std::invalid_argument&) {
+      return std::nullopt;
+    }
+  };
   for (size_t index = 0; index < shapes.size(); ++index) {
     const auto& shape = shapes[index];
     const autotune::ProblemKey key = autotune::problem_key(program, shape.rows, shape.cols, shape.batch, request.precision);
     nlohmann::json entry;
     bool cached = false;
-    if (existing.file && existing.file->entries.contains(key.key) && !request.retune) {
+    if (existing.file && existing.file->entries.contains(key.key) && !request.retune &&
+        (!restarts || entry_restarts(existing.file->entries.at(key.key)) == restarts)) {
       entry = existing.file->entries.at(key.key);
       cached = true;
     } else {
@@ -167,6 +196,9 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
       problem.cols = shape.cols;
       problem.batch = shape.batch;
       problem.precision = request.precision;
+      problem.gram_restarts = restarts;
+      if (restarts) problem.gram_restarts_source = restarts_source;
+      problem.restart_search = restart_search;
       autotune::TuneSettings settings;
       settings.threads = request.threads;
       settings.proxy_timing = request.proxy_timing;
@@ -199,6 +231,8 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
     }
     if (request.on_progress) request.on_progress(index, shapes.size(), shape_text(shape.rows, shape.cols, shape.batch), {1, 1, "", cached ? "cached" : "done"});
     nlohmann::json row = {{"rows", shape.rows}, {"cols", shape.cols}, {"batch", shape.batch}, {"count", shape.count}, {"cached", cached}};
+    if (auto tuned_with = entry_restarts(entry)) row["gram_restarts"] = *tuned_with;
+    row["gram_restarts_source"] = entry.value("gram_restarts_source", std::string("program"));
     if (!entry["winner"].is_null()) {
       row["winner"] = entry["winner"]["label"];
       row["winner_ms"] = entry["winner"]["p50_ms"];

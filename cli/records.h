@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autotune/device_fingerprint.h"
+#include "autotune/gram_restart_search.h"
 #include "autotune/model_shapes.h"
 #include "autotune/tuning_loop.h"
 #include "autotune/tuning_options.h"
@@ -44,6 +45,10 @@ struct TuneRequest {
   std::optional<std::string> out;  // the records file (default: the device's file)
   bool retune = false;
   int threads = 0;
+  // The gram restarts the shapes are tuned with (tune --restarts): the program's own, the restart
+  // search's (autotune/gram_restart_search.h), or given positions. Under auto or given positions a
+  // recorded shape whose restarts differ is tuned again.
+  autotune::RestartRequest restarts;
   // Called as each shape's candidates are checked and timed (the Python progress bar): the
   // shape's index and count, its text ("1024x4096"), and the loop's progress within it; a
   // finished or cached shape reports candidate == candidates.
@@ -66,6 +71,9 @@ struct TuneOutcome {
   nlohmann::json shapes = nlohmann::json::array();   // one row per shape, as `tune --json` prints them
   std::vector<std::string> keys;   // per shape: its problem key in the records file
   std::vector<nlohmann::json> entries;  // per shape: its tuning-record entry (new or cached)
+  // The restarts tuned with: {"restarts": [...], "source": "program" | "auto" | "explicit"} and,
+  // for auto, "search" (RestartChoice::to_json).
+  nlohmann::json restarts;
   double elapsed_s = 0;
 };
 

@@ -224,6 +224,7 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
       if (tuned_cuda.winner) {
         compile.strategy = tuned_cuda.winner->strategy;
         tuned_variant = tuned_cuda.winner->variant;
+        if (tuned_cuda.gram_restarts) compile.gram_restarts = tuned_cuda.gram_restarts;  // the restarts it was tuned with
         reason = std::string(ir::to_string(compile.strategy)) + ": " + tuned_cuda.reason;
       }
     } else
@@ -236,6 +237,7 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
       const autotune::Candidate& winner = *tuned.winner;
       compile.strategy = winner.strategy;
       compile.triangular_products = winner.triangular;
+      if (tuned.gram_restarts) compile.gram_restarts = tuned.gram_restarts;  // the restarts it was tuned with
       if (!blocking_from_environment) {
         cpu_options.blocking = winner.blocking();
         cpu_options.engine = winner.engine;

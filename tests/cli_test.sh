@@ -151,6 +151,12 @@ expect 0 "1 entries, fingerprint matches" -- env ORTHOJIT_TUNING_FILE="$records"
 printf '{"schema_version": 1, "entries": {' > "$work/broken.json"
 expect 0 "unusable" -- env ORTHOJIT_TUNING_FILE="$work/broken.json" "$orthojit" info
 expect 2 "--budget must be a positive number" -- "$orthojit" tune --shape 8x32 --budget -3
+# tune --restarts (the gram restart search, docs/autotuning.md "Gram restarts")
+expect 0 "(auto): max|Q|" -- "$orthojit" tune --shape 16x64 --program deepseek_v4 --precision f16 --restarts auto --budget 1 --out "$work/restarts.json"
+expect 0 '"gram_restarts_source": "auto"' -- cat "$work/restarts.json"
+expect 2 "--restarts: invalid restarts '7': restart position 7 is outside 1..4: the program has 5 steps" -- "$orthojit" tune --shape 8x32 --restarts 7
+expect 2 "'x' is not a step index; expected auto, none, program, or comma-separated step indices in 1..4" -- "$orthojit" tune --shape 8x32 --restarts 2,x
+expect 2 "restart position 2 is given twice" -- "$orthojit" tune --shape 8x32 --restarts 2,2
 expect 2 "exactly one of --model" -- "$orthojit" tune --budget 3
 expect 2 "unknown backend 'gpu'; expected cpu or cuda" -- "$orthojit" tune --shape 8x32 --backend gpu
 echo '{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}' > "$work/partial.json"

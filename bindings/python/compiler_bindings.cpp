@@ -442,7 +442,7 @@ std::vector<autotune::UniqueShape> shapes_for(const std::optional<std::string>& 
 
 std::string tune(const std::optional<std::string>& model, bool model_is_json, const ShapeArg& shape, nb::handle program,
                  const std::optional<std::string>& precision, double budget, const std::string& backend, const std::optional<std::string>& out,
-                 bool per_head, bool retune, int threads, bool verbose, nb::object progress) {
+                 bool per_head, bool retune, int threads, bool verbose, nb::object progress, const std::optional<std::string>& restarts) {
   if (!(budget > 0)) throw nb::value_error(("budget must be a positive number of seconds (got " + std::to_string(budget) + ")").c_str());
   if (threads < 0) throw nb::value_error("threads must be 0 (all cores) or positive");
   const ProgramPtr loaded = resolve_program(program);
@@ -457,6 +457,14 @@ std::string tune(const std::optional<std::string>& model, bool model_is_json, co
   request.out = out;
   request.retune = retune;
   request.threads = threads;
+  if (restarts) {
+    try {
+      request.restarts = autotune::parse_restart_request(*restarts, static_cast<int>(loaded->program->steps.size()));
+    } catch (const std::invalid_argument& error) {
+      throw nb::value_error(("restarts: " + std::string(error.what()) + " (" + loaded->program->name + " has " +
+                             std::to_string(loaded->program->steps.size()) + " steps)").c_str());
+    }
+  }
   if (!progress.is_none())
     // progress(shape, shapes, text, candidate, candidates, phase, label), called with the GIL
     // taken (the tuning runs without it); an exception it raises stops nothing.
@@ -484,7 +492,7 @@ std::string tune(const std::optional<std::string>& model, bool model_is_json, co
     for (const auto& matrix : adamw)
       not_tuned.push_back({{"name", matrix.name}, {"rows", matrix.rows}, {"cols", matrix.cols}, {"count", matrix.count}});
     result = {{"records", target.path}, {"elapsed_s", outcome.elapsed_s}, {"program", loaded->program->name}, {"backend", backend},
-              {"device", target.fingerprint.to_json()}, {"shapes", shapes}, {"adamw", not_tuned}};
+              {"device", target.fingerprint.to_json()}, {"shapes", shapes}, {"adamw", not_tuned}, {"restarts", outcome.restarts}};
     if (!target.existing.warning.empty()) result["warning"] = target.existing.warning;
   }
   return result.dump();
@@ -594,7 +602,7 @@ void register_compiler(nb::module_& module) {
 
   module.def("tune", &tune, nb::arg("model").none(), nb::arg("model_is_json"), nb::arg("shape").none(), nb::arg("program"),
              nb::arg("precision").none(), nb::arg("budget"), nb::arg("backend"), nb::arg("out").none(), nb::arg("per_head"), nb::arg("retune"),
-             nb::arg("threads"), nb::arg("verbose"), nb::arg("progress") = nb::none(),
+             nb::arg("threads"), nb::arg("verbose"), nb::arg("progress") = nb::none(), nb::arg("restarts") = nb::none(),
              "`orthojit tune`: tunes each shape and merges the records into the file; returns JSON text. progress(shape, shapes, text, candidate, "
              "candidates, phase, label) is called as it goes.");
   module.def("bench", &bench, nb::arg("program"), nb::arg("rows"), nb::arg("cols"), nb::arg("batch"), nb::arg("backend"), nb::arg("strategy"),

@@ -510,6 +510,32 @@ def test_tune_errors():
         orthojit.tune(shape=(8, 32), backend="gpu")
 
 
+def test_tune_with_searched_gram_restarts(tmp_path):
+    # restarts="auto": the restart search's positions (docs/autotuning.md, "Gram restarts") are
+    # tuned with and stored in the record; deepseek_v4 in f16 overflows Q with its own [2]
+    records = tmp_path / "records.json"
+    result = orthojit.tune(shape=(16, 64), program="deepseek_v4", precision="f16", budget=1, out=records, restarts="auto")
+    chosen = result["restarts"]["restarts"]
+    assert result["restarts"]["source"] == "auto" and chosen != [2] and all(1 <= k <= 9 for k in chosen)
+    assert result["restarts"]["search"]["program"]["max_abs_q"] == "inf"
+    [row] = result["shapes"]
+    assert row["gram_restarts"] == chosen and row["entry"]["gram_restarts"] == chosen
+    assert json.loads(records.read_text())["entries"][row["key"]]["gram_restarts_source"] == "auto"
+    # asked again with the same restarts: the record stands; with others: tuned again
+    assert orthojit.tune(shape=(16, 64), program="deepseek_v4", precision="f16", budget=1, out=records, restarts=chosen)["shapes"][0]["cached"]
+    other = orthojit.tune(shape=(16, 64), program="deepseek_v4", precision="f16", budget=1, out=records, restarts=[])
+    assert not other["shapes"][0]["cached"] and other["shapes"][0]["gram_restarts"] == []
+
+
+def test_tune_restart_errors():
+    with pytest.raises(ValueError, match=r"restart position 7 is outside 1\.\.4"):
+        orthojit.tune(shape=(8, 32), restarts=[2, 7])
+    with pytest.raises(ValueError, match="expected auto, none, program, or comma-separated step indices"):
+        orthojit.tune(shape=(8, 32), restarts="sometimes")
+    with pytest.raises(TypeError, match="not a step index"):
+        orthojit.tune(shape=(8, 32), restarts=[2.5])
+
+
 def test_bench_returns_positive_times():
     record = orthojit.bench("jordan_ns5", (32, 128), repeat=3, strategy="gram")
     assert record["program"] == "jordan_ns5" and record["shape"] == [32, 128, 1] and record["strategy"] == "gram"

@@ -302,9 +302,32 @@ class _TuneProgressBar:
             self.bar.close()
 
 
+def _restarts(restarts) -> Optional[str]:
+    """tune(restarts=...) as the text the core parses: None, "auto", "none", "program" or "2,4"."""
+    if restarts is None or isinstance(restarts, str):
+        return restarts
+    if isinstance(restarts, bool):
+        raise TypeError(f"restarts must be 'auto', 'none', step indices or None, got {restarts!r}")
+    if isinstance(restarts, int):
+        return str(restarts)
+    try:
+        positions = list(restarts)
+    except TypeError:
+        raise TypeError(f"restarts must be 'auto', 'none', step indices or None, got {restarts!r}") from None
+    if not positions:
+        return "none"
+    for position in positions:
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise TypeError(f"restarts: {position!r} is not a step index (an int in 1..steps-1)")
+        if position < 0:
+            raise ValueError(f"restarts: {position} is not a step index (valid: 1..steps-1)")
+    return ",".join(str(position) for position in positions)
+
+
 def tune(model_config=None, budget: float = 90, backend: str = "cpu", program: ProgramLike = "jordan_ns5", precision: Optional[str] = None,
          per_head: bool = False, out: Optional[Union[str, "os.PathLike[str]"]] = None, *, shape=None, retune: bool = False, threads: int = 0,
-         verbose: bool = False, progress: Union[bool, Callable[..., None]] = True) -> Dict[str, Any]:
+         verbose: bool = False, progress: Union[bool, Callable[..., None]] = True,
+         restarts: Union[None, str, int, Sequence[int]] = None) -> Dict[str, Any]:
     """Tunes every distinct matrix shape Muon orthogonalizes in a model (``orthojit tune --model``), or one
     ``shape`` (``--shape``), and merges the winners into this device's tuning records, which
     ``strategy="auto"`` then uses. Shapes already recorded are not timed again unless ``retune``.
@@ -322,6 +345,10 @@ def tune(model_config=None, budget: float = 90, backend: str = "cpu", program: P
         progress: ``True`` (the default): a progress bar over the shapes' candidates (tqdm where
             installed, its widget in a notebook; else a line per shape on a terminal); ``False``:
             none; or a callable ``progress(shape, shapes, text, candidate, candidates, phase, label)``.
+        restarts: the gram restarts the candidates are tuned with (``orthojit tune --restarts``), stored
+            in each shape's record and applied with it: ``"auto"`` (the restart search of
+            docs/autotuning.md, "Gram restarts"), ``"none"`` or ``[]``, step indices (``2``, ``[2, 4]``,
+            ``"2,4"``; each in 1..steps-1), or ``None``: the program's own.
 
     Returns: ``{"records": path, "elapsed_s", "program", "backend", "device": fingerprint,
     "shapes": [...], "adamw": [...]}``; each shape row is what ``tune --json`` prints (rows, cols,
@@ -335,10 +362,12 @@ def tune(model_config=None, budget: float = 90, backend: str = "cpu", program: P
     _check_choice("backend", backend, ("cpu", "cuda"))
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
         raise ValueError(f"budget must be a positive number of seconds, got {budget!r}")
+    restart_text = _restarts(restarts)
     bar = progress if callable(progress) else _TuneProgressBar(bool(progress))
     try:
         text = _core.tune(model, is_json, triple, _program(program), _precision(precision), float(budget), backend,
-                          _os.fspath(out) if out is not None else None, bool(per_head), bool(retune), int(threads), bool(verbose), bar)
+                          _os.fspath(out) if out is not None else None, bool(per_head), bool(retune), int(threads), bool(verbose), bar,
+                          restart_text)
     finally:
         if isinstance(bar, _TuneProgressBar):
             bar.close()
