@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 # work there (see test-minimal).
 MINIMAL ?= build-minimal
 
-.PHONY: all deps build test test-minimal demo bench clean
+.PHONY: all deps build test test-minimal test-sanitize demo bench clean
 
 all: build
 
@@ -51,6 +51,47 @@ test-minimal: deps $(MINIMAL)/build.ninja
 	@scripts/gpu-check --dry-run --out-dir $(MINIMAL)/gpu-check-dry > $(MINIMAL)/gpu-check-dry.txt 2>&1 || { cat $(MINIMAL)/gpu-check-dry.txt; exit 1; }
 	@scripts/gpu-check --budget nope > /dev/null 2>&1; test $$? -eq 2 || { echo "scripts/gpu-check accepted --budget nope"; exit 1; }
 
+# Sanitizer builds (docs/testing.md gives what runs where, the cost and the suppressions), each in
+# its own build folder, -O1 with line tables (the CPU backend's hot host loops keep their -O3).
+# ASan + UBSan: every test of the main build but the benchmarks (not tests; not built), the same
+# optional parts otherwise, the Python tests included (tests/CMakeLists.txt preloads libasan into
+# the interpreter). Leak checking is on, with tests/sanitizers/lsan.supp naming the third-party
+# allocations that live until exit by design; a UB report fails its test (-fno-sanitize-recover).
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+SANITIZE_DIR := $(CURDIR)/tests/sanitizers
+SANITIZE_ENV := ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:halt_on_error=1 \
+  LSAN_OPTIONS=suppressions=$(SANITIZE_DIR)/lsan.supp:print_suppressions=0 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(SANITIZE_DIR)/tsan.supp
+SANITIZE_CONFIGURE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO='-O1 -g1' \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO='-O1 -g1' -DORTHOJIT_WERROR=OFF -DORTHOJIT_WITH_BENCHMARK=OFF -DORTHOJIT_BUILD_BENCH=OFF \
+  -DORTHOJIT_WITH_LLVM=ON -DORTHOJIT_WITH_VENDOR_BLAS=ON -DORTHOJIT_WITH_GTEST=ON
+# ThreadSanitizer: the tests where several threads share state (TSAN_TESTS, a ctest -R pattern):
+#   the thread pool: the GEMM driver, the CPU executable and the AMX GEMM on 1..3 threads
+#     and from concurrent callers, and the f64 reference products on several threads;
+#   the kernel caches: the CPU JIT's in-memory cache (compiles from racing threads) and the CUDA
+#     program cache's disk entries written by concurrent threads;
+#   the tuner's concurrent writers: tuning records merged by writers in threads and in processes.
+# MPI is off in this build (the MPI engine's own threads are Open MPI's, which is not instrumented).
+TSAN_TESTS := GemmDriver\.ResultDoesNotDependOnThreadCount|CpuBackend\.IdenticalResultsAcrossRunsAndThreadCounts|CpuBackend\.ConcurrentCallers|AmxGemm\.IdenticalBitsForOneAndTwoThreadsAndConcurrentBatches|F64Products\.PortableOnSeveralThreads|KernelCache\.|ProgramCacheTest\.ConcurrentThreads|TuningRecords\.
+TSAN_TARGETS := gemm_driver_test cpu_backend_test amx_test f64_products_test kernel_cache_test cuda_program_cache_test autotune_test
+
+$(ASAN_BUILD)/build.ninja: | deps
+	@cmake -S . -B $(ASAN_BUILD) $(SANITIZE_CONFIGURE) -DORTHOJIT_SANITIZE=address,undefined -DORTHOJIT_WITH_MPI=ON \
+	  -DORTHOJIT_BUILD_PYTHON=ON > $(ASAN_BUILD).configure.log 2>&1 || { cat $(ASAN_BUILD).configure.log; exit 1; }
+
+$(TSAN_BUILD)/build.ninja: | deps
+	@cmake -S . -B $(TSAN_BUILD) $(SANITIZE_CONFIGURE) -DORTHOJIT_SANITIZE=thread -DORTHOJIT_WITH_MPI=OFF \
+	  -DORTHOJIT_BUILD_PYTHON=OFF > $(TSAN_BUILD).configure.log 2>&1 || { cat $(TSAN_BUILD).configure.log; exit 1; }
+
+# The sanitizer options are set for the build too: gtest_discover_tests runs each test binary.
+test-sanitize: deps $(ASAN_BUILD)/build.ninja $(TSAN_BUILD)/build.ninja
+	@$(SANITIZE_ENV) bash -o pipefail -c 'cmake --build $(ASAN_BUILD) -j $(JOBS) 2>&1 | { grep -v "^\[" || true; }'
+	@cd $(ASAN_BUILD) && $(SANITIZE_ENV) ctest --output-on-failure -j $(JOBS)
+	@$(SANITIZE_ENV) bash -o pipefail -c 'cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS) 2>&1 | { grep -v "^\[" || true; }'
+	@cd $(TSAN_BUILD) && $(SANITIZE_ENV) ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)'
+
 # The shipped programs on a random matrix, then the embedded default model (a small Llama-style
 # config) tuned and benchmarked: standard vs Gram vs OpenBLAS. Records go to build/demo-cache.
 demo: build
@@ -65,4 +106,5 @@ bench: build
 	@env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=SkylakeX $(BUILD)/bin/orthojit_ns_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log $(MINIMAL) $(MINIMAL).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log $(MINIMAL) $(MINIMAL).configure.log $(ASAN_BUILD) $(ASAN_BUILD).configure.log \
+	  $(TSAN_BUILD) $(TSAN_BUILD).configure.log

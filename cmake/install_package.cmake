@@ -20,6 +20,15 @@ target_link_options(orthojit_runtime_shared PRIVATE -Wl,--version-script=${CMAKE
 set_target_properties(orthojit_runtime_shared PROPERTIES OUTPUT_NAME orthojit EXPORT_NAME runtime VERSION ${PROJECT_VERSION}
   SOVERSION ${PROJECT_VERSION_MAJOR} LINK_DEPENDS ${CMAKE_SOURCE_DIR}/runtime/orthojit_cpp.map)
 set_target_properties(orthojit_c PROPERTIES EXPORT_NAME c)
+# A sanitizer build's libraries need their sanitizer's runtime loaded first in the program (ASan
+# refuses to start otherwise), so a consumer links it: the exported targets and the .pc file say
+# so (make test-sanitize runs install_consumer_test against such a prefix).
+set(pc_sanitize_libs "")
+if(ORTHOJIT_SANITIZE)
+  target_link_options(orthojit_runtime_shared INTERFACE -fsanitize=${ORTHOJIT_SANITIZE})
+  target_link_options(orthojit_c INTERFACE -fsanitize=${ORTHOJIT_SANITIZE})
+  set(pc_sanitize_libs " -fsanitize=${ORTHOJIT_SANITIZE}")
+endif()
 
 install(TARGETS orthojit_runtime_shared orthojit_c EXPORT orthojitTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
@@ -27,7 +36,10 @@ install(TARGETS orthojit RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${CMAKE_SOURCE_DIR}/include/orthojit/orthojit.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/orthojit)
 # The C++ API's headers keep their paths (runtime/..., kernels/..., and compiler/{dsl,ir,support}
 # for the types they use), so the same #include lines work in the tree and installed.
-install(DIRECTORY ${CMAKE_SOURCE_DIR}/runtime/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/orthojit/runtime FILES_MATCHING PATTERN "*.h")
+# runtime/records.h is left out: the CLI's and the bindings' JSON records, not a C++ API, and it
+# includes autotune/ headers the package does not ship.
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/runtime/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/orthojit/runtime FILES_MATCHING PATTERN "*.h"
+        PATTERN "records.h" EXCLUDE)
 install(FILES ${CMAKE_SOURCE_DIR}/kernels/program_library.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/orthojit/kernels)
 foreach(part dsl ir support)
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/compiler/${part}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/orthojit/compiler/${part} FILES_MATCHING PATTERN "*.h")
