@@ -272,9 +272,11 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     } catch (const std::invalid_argument& error) {
       throw UsageError(error.what());
     }
-    if (function.muon_step && variant.kind != cuda::CudaVariant::Kind::Generated) {
-      // The tuned winner for the orthogonalizer may be fused-small or cuBLAS; a Muon step is
-      // compiled by the generated kernels (with the record's strategy).
+    if (function.muon_step && variant.kind != cuda::CudaVariant::Kind::Generated &&
+        !cuda::variant_unavailable_reason(function, variant, cuda::Device::get().info().max_shared_per_block_optin).empty()) {
+      // The tuned winner for the orthogonalizer may be cuBLAS, which compiles no Muon step (or a
+      // fused-small kernel that cannot carry this one); the step is then compiled by the generated
+      // kernels (with the record's strategy).
       reason += "; " + variant.label() + " does not compile a Muon step: generated kernels";
       variant = cuda::CudaVariant{};
     }

@@ -9,7 +9,9 @@
 // rounded once, O the orthogonalizer's output), because it reads the same U values and runs the
 // same kernels in between. Cases: standard wide, tall (oriented: M and p addressed through the
 // transpose), gram, a last X made by a three-term lincomb, bf16 and f16 gradients, f32, bf16 and
-// f16 parameters, batches with per-matrix pointers and scalars.
+// f16 parameters, batches with per-matrix pointers and scalars. Each case runs on both variants
+// that compile Muon steps: the per-op kernels (the step is their launches less the output pass) and
+// the fused small-matrix kernel (the whole step in one launch, one CTA per matrix).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include <set>
 
 #include "cuda/cuda_codegen.h"
+#include "cuda/fused_small_codegen.h"
 #include "cuda/nvrtc_compiler.h"
 #include "cuda_host_emulator.h"
 #include "dsl/parser.h"
@@ -74,18 +77,37 @@ std::filesystem::path scratch(const std::string& name) {
 
 size_t bytes_of(ScalarType type) { return type == ScalarType::F32 ? 4 : 2; }
 
-TEST(CudaMuonStep, FusedStepIsTheSeparateRulesBitForBitInTheEmulation) {
+enum class Variant { PerOp, FusedSmall };
+
+CudaProgram generate(const ir::Function& function, Variant variant) {
+  return variant == Variant::PerOp ? generate_cuda(function) : generate_fused_small_cuda(function);
+}
+
+class CudaMuonStepVariant : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(CudaMuonStepVariant, FusedStepIsTheSeparateRulesBitForBitInTheEmulation) {
   if (!emulation::host_compiler_available()) GTEST_SKIP() << "no host c++ compiler for the emulation";
+  const Variant variant = GetParam();
   std::mt19937 rng(1201);
   std::normal_distribution<double> normal(0.0, 1.0);
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name + ": " + c.spec.describe());
     const ir::Function step_function = schedule(c, true), plain_function = schedule(c, false);
-    const CudaProgram step = generate_cuda(step_function), plain = generate_cuda(plain_function);
-    // One Muon step is the orthogonalizer's launches less its output pass: nothing else.
-    EXPECT_EQ(step.launches.size() + 1, plain.launches.size());
-    for (const Launch& launch : step.launches)
-      EXPECT_TRUE(launch.kernel.rfind("normalize_", 0) == 0 || launch.kernel.rfind("gemm_", 0) == 0 || launch.kernel.rfind("lincomb_", 0) == 0) << launch.kernel;
+    ASSERT_EQ(fused_small_ineligible_reason(step_function), "");
+    const CudaProgram step = generate(step_function, variant), plain = generate(plain_function, variant);
+    EXPECT_TRUE(step.muon_step);
+    if (variant == Variant::PerOp) {
+      // One Muon step is the orthogonalizer's launches less its output pass: nothing else.
+      EXPECT_EQ(step.launches.size() + 1, plain.launches.size());
+      for (const Launch& launch : step.launches)
+        EXPECT_TRUE(launch.kernel.rfind("normalize_", 0) == 0 || launch.kernel.rfind("gemm_", 0) == 0 || launch.kernel.rfind("lincomb_", 0) == 0)
+            << launch.kernel;
+    } else {
+      // The whole step of every matrix is one launch, its arguments the step's block alone.
+      ASSERT_EQ(step.launches.size(), 1u);
+      EXPECT_EQ(step.launches[0].args.front().kind, Slot::Kind::StepArgs);
+      for (size_t k = 1; k < step.launches[0].args.size(); ++k) EXPECT_EQ(step.launches[0].args[k].kind, Slot::Kind::Buffer);
+    }
 
     const int64_t elements = c.rows * c.cols;
     std::vector<std::vector<unsigned char>> grads, params, expected_params;
@@ -125,7 +147,8 @@ TEST(CudaMuonStep, FusedStepIsTheSeparateRulesBitForBitInTheEmulation) {
       matrices[z].param = reinterpret_cast<std::uintptr_t>(params[z].data());
     }
 
-    HostEmulator plain_emulator(plain, scratch(c.name + "_plain"));
+    const std::string tag = c.name + (variant == Variant::PerOp ? "" : "_fused");
+    HostEmulator plain_emulator(plain, scratch(tag + "_plain"));
     const HostEmulator::Result orthogonal = plain_emulator.run(update);
     EXPECT_EQ(orthogonal.memory_errors, "");
     for (int64_t z = 0; z < c.batch; ++z)
@@ -134,7 +157,7 @@ TEST(CudaMuonStep, FusedStepIsTheSeparateRulesBitForBitInTheEmulation) {
                           ir::muon_parameter_next(ir::load_stored(c.spec.param, expected_params[z].data(), i), matrices[z].decay, matrices[z].step,
                                                   orthogonal.output[static_cast<size_t>(z * elements + i)]));
 
-    HostEmulator step_emulator(step, scratch(c.name + "_step"));
+    HostEmulator step_emulator(step, scratch(tag + "_step"));
     step_emulator.set_step_arguments(ir::pack_muon_step_arguments(matrices));
     const HostEmulator::Result result = step_emulator.run(std::vector<float>(static_cast<size_t>(elements * c.batch), 0.0f));
     EXPECT_EQ(result.memory_errors, "");
@@ -151,9 +174,9 @@ TEST(CudaMuonStep, FusedStepIsTheSeparateRulesBitForBitInTheEmulation) {
   }
 }
 
-TEST(CudaMuonStep, GeneratedStepsCompileForSm80AndSm90WithoutSpills) {
+TEST_P(CudaMuonStepVariant, GeneratedStepsCompileForSm80AndSm90WithoutSpills) {
   for (const Case& c : cases()) {
-    const CudaProgram program = generate_cuda(schedule(c, true));
+    const CudaProgram program = generate(schedule(c, true), GetParam());
     std::set<std::string> kernels;
     for (const Launch& launch : program.launches) kernels.insert(launch.kernel);
     for (const char* arch : {"sm_80", "sm_90"}) {
@@ -171,6 +194,9 @@ TEST(CudaMuonStep, GeneratedStepsCompileForSm80AndSm90WithoutSpills) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Variants, CudaMuonStepVariant, ::testing::Values(Variant::PerOp, Variant::FusedSmall),
+                         [](const ::testing::TestParamInfo<Variant>& param_info) { return param_info.param == Variant::PerOp ? "PerOp" : "FusedSmall"; });
 
 }  // namespace
 }  // namespace orthojit::cuda

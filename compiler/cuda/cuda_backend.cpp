@@ -120,11 +120,11 @@ const char* source_name(ProgramCache::Result::Source source) {
 }  // namespace
 
 void CudaRunner::run_muon_step(const std::vector<ir::MuonStepMatrix>&, CUstream) const {
-  throw std::invalid_argument("only the generated CUDA variant compiles a Muon step; this runner is " + description_);
+  throw std::invalid_argument("only the generated and fused-small CUDA variants compile a Muon step; this runner is " + description_);
 }
 
 void CudaRunner::upload_step_arguments(const std::vector<ir::MuonStepMatrix>&, CUstream) const {
-  throw std::invalid_argument("only the generated CUDA variant compiles a Muon step; this runner is " + description_);
+  throw std::invalid_argument("only the generated and fused-small CUDA variants compile a Muon step; this runner is " + description_);
 }
 
 void CudaRunner::enqueue_launches(CUstream) const {
@@ -197,8 +197,8 @@ CudaVariant CudaVariant::parse(const std::string& text) {
 
 std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit) {
   const bool sixteen_bit = scheduled.policy.storage == ScalarType::BF16 || scheduled.policy.storage == ScalarType::F16;
-  if (scheduled.muon_step && variant.kind != CudaVariant::Kind::Generated)
-    return "a Muon step (momentum and update fused into the iteration) is compiled by the generated variant only";
+  if (scheduled.muon_step && variant.kind != CudaVariant::Kind::Generated && variant.kind != CudaVariant::Kind::FusedSmall)
+    return "a Muon step (momentum and update fused into the iteration) is compiled by the generated and fused-small variants only";
   switch (variant.kind) {
     case CudaVariant::Kind::Generated:
       return sixteen_bit ? "" : "the CUDA backend runs products on bf16 or f16 storage; this program stores " + std::string(to_string(scheduled.policy.storage)) + " (add --precision bf16 or f16)";

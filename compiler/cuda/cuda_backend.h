@@ -63,7 +63,7 @@ class CudaRunner {
   // Host f32 in and out; synchronizes.
   virtual void run(const float* input, float* output) const = 0;
   // A Muon step (the scheduled function's muon_step): device pointers, enqueued on `stream`.
-  // Only the generated variant compiles Muon steps (variant_unavailable_reason says so).
+  // The generated and fused-small variants compile Muon steps (variant_unavailable_reason says so).
   virtual void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const;
   // Its two halves: the argument block's upload, and the launches bound to it.
   virtual void upload_step_arguments(const std::vector<ir::MuonStepMatrix>& matrices, CUstream stream) const;

@@ -1,6 +1,9 @@
 // The fully fused small-matrix kernel (see fused_small_codegen.h).
 #include "cuda/fused_small_codegen.h"
 
+#include "cuda/elementwise_codegen.h"
+#include "ir/muon_step.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -30,6 +33,7 @@ struct View {
   int64_t rows = 0, cols = 0, row_stride = 0, col_stride = 1;
   bool even_base = true;          // base is 4-byte aligned for 16-bit values (pairs may be one load)
   bool exactly_symmetric = false;  // stored bit-for-bit symmetric (a mirrored product): Vᵀ reads as V
+  bool momentum = false;           // a Muon step's U: computed from g (this view) and M (laid out like g)
   View transposed() const {
     View view = *this;
     std::swap(view.rows, view.cols);
@@ -89,6 +93,32 @@ std::string kib(int64_t bytes) {
   return text;
 }
 
+// Per node: whether it carries a Muon step's fused update in its epilogue (the producer of the last
+// X, found through the orientation's transposes, as fuse_update_rules chose it).
+std::vector<bool> update_carriers(const ir::Function& function) {
+  std::vector<bool> carries(function.nodes.size(), false);
+  for (const ir::Node& node : function.nodes) {
+    if (node.kind != ir::OpKind::Update || !node.fused) continue;
+    ir::NodeId root = node.operands[0];
+    while (function.node(root).kind == ir::OpKind::Transpose) root = function.node(root).operands[0];
+    carries[static_cast<size_t>(root)] = true;
+  }
+  return carries;
+}
+
+// The parameter's strides in the frame of the value the update reads: the user's row-major matrix,
+// transposed when the update reads the last X through the orientation's transpose.
+std::pair<int64_t, int64_t> parameter_strides(const ir::Function& function) {
+  for (const ir::Node& node : function.nodes) {
+    if (node.kind != ir::OpKind::Update) continue;
+    bool transposed = false;
+    for (ir::NodeId id = node.operands[0]; function.node(id).kind == ir::OpKind::Transpose; id = function.node(id).operands[0]) transposed = !transposed;
+    const int64_t cols = function.input_shape.cols.size;
+    return transposed ? std::pair<int64_t, int64_t>{1, cols} : std::pair<int64_t, int64_t>{cols, 1};
+  }
+  return {0, 0};
+}
+
 // The plan, or why there is none.
 std::string make_plan(const ir::Function& function, const FusedSmallOptions& options, Plan& plan) {
   if (function.nodes.empty()) return "the function has no nodes";
@@ -99,8 +129,7 @@ std::string make_plan(const ir::Function& function, const FusedSmallOptions& opt
   if (options.warp_tile != 0 && options.warp_tile != 16 && options.warp_tile != 32) return "the warp tile must be 16 or 32 (or 0: by size)";
   if (function.batch < 1 || function.batch > std::numeric_limits<int32_t>::max())
     return "batch " + std::to_string(function.batch) + " is outside the grid's 1..2^31-1 CTAs";
-  if (function.muon_step)
-    return "a Muon step runs on the per-op kernels: the fused small kernel does not carry the momentum and the update yet";
+  const std::vector<bool> carries = update_carriers(function);
   plan.threads = options.threads;
   plan.rows = std::min(function.input_shape.rows.size, function.input_shape.cols.size);
   if (plan.rows > kFusedSmallMaxRows)
@@ -114,12 +143,16 @@ std::string make_plan(const ir::Function& function, const FusedSmallOptions& opt
     const std::string where = std::string(ir::to_string(node.kind)) + " %" + std::to_string(index);
     if (!node.shape.is_known()) return where + " has a symbolic shape (run every pass first)";
     if (node.shape.elements() >= (int64_t{1} << 31)) return where + " has 2^31 or more elements per matrix";
-    if (node.kind != ir::OpKind::Input && node.kind != ir::OpKind::Output && node.kind != ir::OpKind::Transpose && !storage_tag(node.type))
+    const bool stores = node.kind != ir::OpKind::Input && node.kind != ir::OpKind::Output && node.kind != ir::OpKind::Transpose &&
+                        node.kind != ir::OpKind::Momentum && node.kind != ir::OpKind::Update;
+    if (stores && !storage_tag(node.type))
       return where + " stores " + std::string(to_string(node.type)) + "; the fused kernel stores bf16, f16 or f32 values";
     if (node.kind == ir::OpKind::Normalize && node.norm_type != ScalarType::F32 && node.norm_type != ScalarType::F64)
       return where + " reduces its norm in " + std::string(to_string(node.norm_type)) + " (f32 or f64 only)";
-    if (node.kind != ir::OpKind::Transpose && node.kind != ir::OpKind::Input && node.kind != ir::OpKind::Output && node.buffer < 0)
-      return where + " has no planned buffer (run every pass first)";
+    if (stores && node.buffer < 0 && !carries[index]) return where + " has no planned buffer (run every pass first)";
+    if (node.kind == ir::OpKind::Momentum && !node.fused)
+      return where + " is a Muon momentum that is not fused into its normalize (run fuse_update_rules)";
+    if (carries[index] && node.kind == ir::OpKind::Gemm && node.symmetric) return where + " carries the Muon update but is a symmetric product";
     if (node.buffer >= 0 && function.buffers.at(static_cast<size_t>(node.buffer)).type != node.type)
       return where + " is " + std::string(to_string(node.type)) + " but its buffer holds another type";
     if (node.kind == ir::OpKind::Gemm) {
@@ -166,7 +199,9 @@ std::string make_plan(const ir::Function& function, const FusedSmallOptions& opt
 // Per-node views and the kernel text.
 class Generator {
  public:
-  Generator(const ir::Function& function, const Plan& plan) : function_(function), plan_(plan), views_(function.nodes.size()) {}
+  Generator(const ir::Function& function, const Plan& plan)
+      : function_(function), plan_(plan), views_(function.nodes.size()), carries_update_(update_carriers(function)),
+        param_strides_(parameter_strides(function)) {}
 
   CudaProgram run() {
     CudaProgram program;
@@ -181,16 +216,32 @@ class Generator {
     launch.block = plan_.threads;
     launch.shared_bytes = 0;  // no static shared memory: everything is in the dynamic block
     launch.dynamic_shared_bytes = static_cast<int>(plan_.total_shared);
-    launch.args = {{Slot::Kind::Input, -1}, {Slot::Kind::Output, -1}};
+    const std::optional<ir::MuonStepSpec>& muon = function_.muon_step;
+    if (muon) {
+      launch.args = {{Slot::Kind::StepArgs, -1}};
+      program.muon_step = true;
+      program.step_args_bytes = function_.batch * ir::kMuonStepWords * 8;
+    } else {
+      launch.args = {{Slot::Kind::Input, -1}, {Slot::Kind::Output, -1}};
+    }
 
-    // Signature and per-matrix pointers.
+    // Signature and per-matrix pointers. A Muon step reads its matrix's gradient, momentum and
+    // parameter pointers and scalars from the argument block (ir/muon_step.h) instead of an input
+    // and an output.
     std::ostringstream head;
     head << "extern \"C\" __global__ void __launch_bounds__(" << plan_.threads << ", 1) " << launch.kernel
-         << "(const float* __restrict__ input, float* __restrict__ output";
+         << (muon ? "(const oj::u64* __restrict__ args" : "(const float* __restrict__ input, float* __restrict__ output");
     std::ostringstream pointers;
     pointers << "  const long long z = blockIdx.x;  // this CTA's matrix\n"
-             << "  extern __shared__ __align__(16) unsigned char shared_memory[];\n"
-             << "  const float* const in = input + z * " << function_.input_shape.elements() << "LL;\n";
+             << "  extern __shared__ __align__(16) unsigned char shared_memory[];\n";
+    if (muon)
+      pointers << "  const oj::u64* const io = args + z * " << ir::kMuonStepWords << ";\n"
+               << "  const grad_elem* const g = reinterpret_cast<const grad_elem*>(io[0]);\n"
+               << "  float* const m = reinterpret_cast<float*>(io[1]);\n"
+               << "  param_elem* const p = reinterpret_cast<param_elem*>(io[2]);\n"
+               << "  const double beta = oj::f64_from_bits(io[3]), step = oj::f64_from_bits(io[4]), decay = oj::f64_from_bits(io[5]);\n";
+    else
+      pointers << "  const float* const in = input + z * " << function_.input_shape.elements() << "LL;\n";
     std::string shared_list, global_list;
     for (size_t b = 0; b < function_.buffers.size(); ++b) {
       const ir::Buffer& buffer = function_.buffers[b];
@@ -228,18 +279,26 @@ class Generator {
       }
       switch (node.kind) {
         case ir::OpKind::Input:
-          out = View{"in", ScalarType::F32, out.rows, out.cols, out.cols, 1, true, false};
+          // A Muon step's input is the gradient (read by the momentum's normalize only).
+          out = View{muon ? "g" : "in", muon ? muon->grad : ScalarType::F32, out.rows, out.cols, out.cols, 1, true, false};
+          break;
+        case ir::OpKind::Momentum:
+          out = operand(node, 0);
+          out.momentum = true;
+          break;
+        case ir::OpKind::Update:
+          if (!node.fused) body << update(node, label);  // else in the epilogue of the last X's producer
           break;
         case ir::OpKind::Transpose: out = operand(node, 0).transposed(); break;
         case ir::OpKind::Normalize: body << normalize(node, label, out); break;
         case ir::OpKind::LinComb:
           out.exactly_symmetric = node.shape.is_square();
           for (size_t k = 0; k < node.operands.size(); ++k) out.exactly_symmetric = out.exactly_symmetric && operand(node, k).exactly_symmetric;
-          body << lincomb(node, label, out);
+          body << lincomb(node, label, out, carries_update_[index]);
           break;
         case ir::OpKind::Gemm:
           ++products;
-          body << gemm(node, label, out);
+          body << gemm(node, label, out, carries_update_[index]);
           break;
         case ir::OpKind::Output:
           out = View{"out", ScalarType::F32, out.rows, out.cols, out.cols, 1, true, false};
@@ -247,8 +306,6 @@ class Generator {
           pointers << "  float* const out = output + z * " << out.rows * out.cols << "LL;\n";
           body << elementwise("output " + label, out, [&] { return "    " + out.at("i", "j") + " = " + load(operand(node, 0)) + ";\n"; });
           break;
-        case ir::OpKind::Momentum:
-        case ir::OpKind::Update: throw std::logic_error("fused-small: a Muon step is not eligible (fused_small_ineligible_reason)");
       }
     }
 
@@ -257,11 +314,16 @@ class Generator {
            << function_.batch << ", " << ir::to_string(function_.strategy.kind) << "): one CTA per matrix, " << plan_.threads << " threads, "
            << plan_.tile << "x" << plan_.tile << " warp tiles.\n"
            << "// Shared:" << (shared_list.empty() ? " -" : shared_list) << "; global:" << (global_list.empty() ? " -" : global_list) << ".\n"
-           << "#include \"orthojit_device.cuh\"\n\n"
-           << head.str() << "  constexpr int THREADS = " << plan_.threads << ";\n"
+           << "#include \"orthojit_device.cuh\"\n\n";
+    if (muon)
+      source << "// Muon step: " << muon->describe() << "\n"
+             << storage_access_functions("grad", muon->grad, "the gradient") << storage_access_functions("param", muon->param, "the parameter")
+             << muon_device_functions(muon->ema, muon->nesterov) << "typedef " << storage_element_type(muon->param) << " param_elem;\ntypedef "
+             << storage_element_type(muon->grad) << " grad_elem;\n\n";
+    source << head.str() << "  constexpr int THREADS = " << plan_.threads << ";\n"
            << pointers.str() << body.str() << "}\n";
     program.source = source.str();
-    launch.summary = "fused " + function_.name + " " + function_.input_shape.to_string() + " x" + std::to_string(function_.batch) + ": " +
+    launch.summary = std::string(muon ? "fused Muon step " : "fused ") + function_.name + " " + function_.input_shape.to_string() + " x" + std::to_string(function_.batch) + ": " +
                      std::to_string(products) + " products, " + std::to_string(plan_.threads) + " threads, tile " + std::to_string(plan_.tile) +
                      ", " + std::to_string(plan_.total_shared) + " B shared (" + (shared_list.empty() ? "-" : shared_list.substr(1)) + "), global (" +
                      (global_list.empty() ? "-" : global_list.substr(1)) + ")";
@@ -286,8 +348,70 @@ class Generator {
     return code.str();
   }
 
+  // Statements that write the value `v` (f32) of element (i, j) of the last X into the parameter:
+  // rounded to X's storage type first (what the orthogonalizer's output would hold), then
+  // p ← p·decay − step·X rounded once to p's type (ir/muon_step.h's order). (i, j) index the
+  // producer's frame (param_strides_) unless `strides` says otherwise.
+  std::string update_store(ScalarType x_type, const std::string& indent, std::pair<int64_t, int64_t> strides = {-1, -1}) const {
+    if (strides.first < 0) strides = param_strides_;
+    std::ostringstream code;
+    code << indent << "const float o = " << storage_tag(x_type) << "::load(" << storage_tag(x_type) << "::store(v));\n"
+         << indent << "const long long pi = static_cast<long long>(i) * " << strides.first << "LL + static_cast<long long>(j) * " << strides.second
+         << "LL;\n"
+         << indent << "p[pi] = param_store(oj_parameter_next(param_load(p[pi]), decay, step, o));\n";
+    return code.str();
+  }
+
+  // An update the epilogue could not take (its X has other users): a phase over the stored X, in
+  // the parameter's own frame (the update's operand is X as the user's matrix).
+  std::string update(const ir::Node& node, const std::string& label) const {
+    const View& x = operand(node, 0);
+    return elementwise("update " + label + " (p ← p·decay − step·X)", x, [&] {
+      return "    const float v = " + load(x) + ";\n" + update_store(x.type, "    ", {function_.input_shape.cols.size, 1});
+    });
+  }
+
+  // The offset of element (i, j) of `x` (a momentum view) in g and M, and g's value there as the
+  // C++ rules read it (into f32 first: exact for bf16 and f16).
+  static std::string momentum_offset(const View& x) {
+    return "      const long long off = static_cast<long long>(i) * " + std::to_string(x.row_stride) + "LL + static_cast<long long>(j) * " +
+           std::to_string(x.col_stride) + "LL;\n      const double gi = static_cast<double>(static_cast<float>(grad_load(g[off])));\n";
+  }
+
+  // normalize(U) with the Muon momentum fused in: the first pass computes M ← momentum(M, g),
+  // writes it back and takes U's largest |value|; the next passes recompute U from g and the new
+  // M (each thread reads back only the elements it wrote: the loops deal elements the same way),
+  // so U is never stored, as in the per-op kernels (cuda_codegen.cpp).
+  std::string momentum_normalize(const ir::Node& node, const std::string& label, const View& out) const {
+    const View& x = operand(node, 0);
+    const bool f64 = node.norm_type == ScalarType::F64;
+    const char* acc = f64 ? "double" : "float";
+    auto literal = [&](double value) { return f64 ? f64_literal(value) : f32_literal(value); };
+    const dsl::Normalization& norm = node.normalization;
+    const std::string loop = "    for (int e = static_cast<int>(threadIdx.x); e < " + std::to_string(x.rows * x.cols) + "; e += THREADS) {\n" +
+                             "      const int i = e / " + std::to_string(x.cols) + ", j = e % " + std::to_string(x.cols) + ";\n" + momentum_offset(x);
+    std::ostringstream code;
+    code << "  // normalize " << label << " of the Muon momentum: M written back, U recomputed, sum of squares in " << acc << "\n"
+         << "  {\n    " << acc << " largest = 0;\n"
+         << loop << "      const float next = oj_momentum_next(gi, m[off], beta);\n      m[off] = next;\n"
+         << "      largest = fmax(largest, (" << acc << ")fabsf(oj_update_value(gi, next, beta)));\n    }\n"
+         << "    largest = oj::block_max<" << acc << ", THREADS>(largest, reinterpret_cast<" << acc << "*>(shared_memory));\n"
+         << "    const float scale = oj::norm_scale(largest);\n"
+         << "    " << acc << " sum = 0;\n"
+         << loop << "      const " << acc << " v = oj_update_value(gi, m[off], beta) * scale;\n      sum += v * v;\n    }\n"
+         << "    sum = oj::block_sum<" << acc << ", THREADS>(sum, reinterpret_cast<" << acc << "*>(shared_memory));\n"
+         << "    const " << acc << " norm = sqrt(sum) * (" << acc << ")" << literal(norm.safety) << ";\n"
+         << "    const " << acc << " eps = (" << acc << ")" << literal(norm.eps) << " * scale;\n"
+         << "    const float denominator = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)")
+         << ");\n"
+         << loop << "      " << out.at("i", "j") << " = " << storage_tag(out.type) << "::store(oj_update_value(gi, m[off], beta) * scale / denominator);\n    }\n"
+         << "  }\n  __syncthreads();\n";
+    return code.str();
+  }
+
   std::string normalize(const ir::Node& node, const std::string& label, const View& out) const {
     const View& x = operand(node, 0);
+    if (x.momentum) return momentum_normalize(node, label, out);
     const bool f64 = node.norm_type == ScalarType::F64;
     const char* acc = f64 ? "double" : "float";
     auto literal = [&](double value) { return f64 ? f64_literal(value) : f32_literal(value); };
@@ -320,10 +444,11 @@ class Generator {
     return code.str();
   }
 
-  std::string lincomb(const ir::Node& node, const std::string& label, const View& out) const {
-    return elementwise("lincomb " + label, out, [&] {
+  std::string lincomb(const ir::Node& node, const std::string& label, const View& out, bool carries_update) const {
+    return elementwise(std::string(carries_update ? "lincomb + Muon update " : "lincomb ") + label, out, [&] {
       std::string inner = "    float v = i == j ? " + f32_literal(node.gamma) + " : 0.0f;\n";
       for (size_t k = 0; k < node.operands.size(); ++k) inner += "    v += " + f32_literal(node.coefficients[k]) + " * " + load(operand(node, k)) + ";\n";
+      if (carries_update) return inner + update_store(out.type, "    ");
       return inner + "    " + out.at("i", "j") + " = " + storage_tag(out.type) + "::store(v);\n";
     });
   }
@@ -338,7 +463,7 @@ class Generator {
            std::to_string(view.col_stride) + ", " + (pair_aligned ? "true" : "false") + ">{" + view.base + "}";
   }
 
-  std::string gemm(const ir::Node& node, const std::string& label, View& out) const {
+  std::string gemm(const ir::Node& node, const std::string& label, View& out, bool carries_update) const {
     const View& a = operand(node, 0);
     const View& b = operand(node, 1);
     const bool has_c = node.operands.size() == 3;
@@ -357,9 +482,14 @@ class Generator {
          << "        float v = " << f32_literal(node.alpha) << " * acc;\n";
     if (has_c) code << "        v += " << f32_literal(node.beta) << " * " << load(operand(node, 2)) << ";\n";
     if (node.gamma != 0) code << "        if (i == j) v += " << f32_literal(node.gamma) << ";\n";
-    code << "        const auto stored = " << storage_tag(out.type) << "::store(v);\n"
-         << "        " << out.at("i", "j") << " = stored;\n";
-    if (upper) code << "        if (i != j) " << out.at("j", "i") << " = stored;\n";
+    if (carries_update) {  // the last X goes into the parameter, not into a buffer
+      if (upper) throw std::logic_error("fused-small: a Muon update on a triangular product");
+      code << update_store(out.type, "        ");
+    } else {
+      code << "        const auto stored = " << storage_tag(out.type) << "::store(v);\n"
+           << "        " << out.at("i", "j") << " = stored;\n";
+      if (upper) code << "        if (i != j) " << out.at("j", "i") << " = stored;\n";
+    }
     code << "      });\n  __syncthreads();\n";
     return code.str();
   }
@@ -367,6 +497,8 @@ class Generator {
   const ir::Function& function_;
   const Plan& plan_;
   std::vector<View> views_;
+  std::vector<bool> carries_update_;
+  std::pair<int64_t, int64_t> param_strides_;  // the parameter's (row, column) strides in the last X's frame
 };
 
 }  // namespace

@@ -11,6 +11,10 @@
 //              epilogue α·acc + β·C + γ·I rounded once; symmetric results compute the upper tiles
 //              and store the mirror.
 //   lincomb / output: element-wise loops over the CTA's threads.
+//   Muon step (ir/muon_step.h): the normalize phase computes M ← momentum(M, g) and U (never
+//              stored) from the argument block's pointers; the last X's producer writes
+//              p ← p·decay − step·X into the parameter (an update it cannot take is its own phase),
+//              so the whole step of every matrix is this one launch.
 //
 // Storage: every planned buffer of at most 128·128 elements per matrix (the m x m values A, B, R,
 // Z, Q) lives in dynamic shared memory, rows padded so fragment loads are bank-conflict free;
@@ -41,7 +45,8 @@ inline constexpr int64_t kFusedSmallMaxRows = 128;
 std::string fused_small_ineligible_reason(const ir::Function& scheduled, const FusedSmallOptions& options = {});
 
 // One kernel "fused_<program>", one Launch: grid {batch, 1, 1}, block options.threads,
-// dynamic_shared_bytes set; args Input, Output, then the buffers left in global memory.
+// dynamic_shared_bytes set; args Input, Output (a Muon step: StepArgs), then the buffers left in
+// global memory.
 // Throws std::invalid_argument (with the reason above) for an ineligible function.
 CudaProgram generate_fused_small_cuda(const ir::Function& scheduled, const FusedSmallOptions& options = {});
 
