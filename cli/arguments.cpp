@@ -51,22 +51,6 @@ std::string Arguments::require(const std::string& name) const {
   return *value;
 }
 
-ParsedShape parse_shape(const std::string& text) {
-  std::vector<int64_t> parts;
-  std::stringstream stream(text);
-  std::string part;
-  while (std::getline(stream, part, 'x')) {
-    bool digits = !part.empty() && part.size() <= 9;
-    for (char c : part) digits &= std::isdigit(static_cast<unsigned char>(c)) != 0;
-    if (!digits || std::stoll(part) < 1)
-      throw runtime::UsageError("invalid shape '" + text + "'; expected MxN or MxNxB with positive integers, e.g. 1024x4096 or 128x512x8");
-    parts.push_back(std::stoll(part));
-  }
-  if (parts.size() != 2 && parts.size() != 3)
-    throw runtime::UsageError("invalid shape '" + text + "'; expected MxN or MxNxB with positive integers, e.g. 1024x4096 or 128x512x8");
-  return {parts[0], parts[1], parts.size() == 3 ? parts[2] : 1};
-}
-
 int parse_count(const std::string& text, const std::string& option) {
   bool digits = !text.empty() && text.size() <= 6;
   for (char c : text) digits &= std::isdigit(static_cast<unsigned char>(c)) != 0;
@@ -85,13 +69,6 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
     values.push_back(std::stoi(part));
   }
   return values;
-}
-
-std::optional<ScalarType> parse_tuning_precision(const std::optional<std::string>& text) {
-  if (!text) return std::nullopt;
-  const std::optional<ScalarType> precision = parse_scalar_type(*text);
-  if (!precision || *precision == ScalarType::F64) throw runtime::UsageError("unknown precision '" + *text + "'; expected bf16, f16 or f32");
-  return precision;
 }
 
 double parse_budget(const std::optional<std::string>& text, double fallback) {

@@ -1,5 +1,6 @@
-// Minimal command-line parsing: `--name value`, `--name=value` and boolean `--flag`, checked
-// against the options a command declares, with errors that name the bad option.
+// The CLI's own command-line parsing: `--name value`, `--name=value` and boolean `--flag`, checked
+// against the options a command declares, with errors that name the bad option, and the option
+// values only the CLI takes. What Python parses too is runtime/shared_options.h.
 #pragma once
 
 #include <map>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "runtime/orthogonalize.h"
+#include "runtime/shared_options.h"  // the option values Python takes too: shapes, precisions, plan modes
 
 namespace orthojit::cli {
 
@@ -24,16 +26,8 @@ class Arguments {
   std::map<std::string, std::string> values_;
 };
 
-struct ParsedShape {
-  int64_t rows = 0, cols = 0, batch = 1;
-};
-// "MxN" or "MxNxB" (batch last, as in `orthojit bench --shape`). Throws UsageError.
-ParsedShape parse_shape(const std::string& text);
 // A non-negative integer option value. Throws UsageError.
 int parse_count(const std::string& text, const std::string& option);
-// --precision for tuning and comparing (bf16, f16 or f32; f64 is the reference's). Throws UsageError.
-std::optional<ScalarType> parse_tuning_precision(const std::optional<std::string>& text);
-
 // --budget SECONDS: a positive number, or `fallback` when absent. Throws UsageError.
 double parse_budget(const std::optional<std::string>& text, double fallback);
 

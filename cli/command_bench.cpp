@@ -11,7 +11,7 @@
 #include "cli/arguments.h"
 #include "cli/bench_model.h"
 #include "cli/commands.h"
-#include "cli/records.h"
+#include "runtime/records.h"
 #include "cpu/cpu_isa.h"
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
@@ -61,7 +61,7 @@ int bench_command(const std::vector<std::string>& args) {
     if (arg == "--model" || arg.rfind("--model=", 0) == 0 || arg == "--compare") return bench_model_command(args);
   Arguments arguments(args, {"program", "shape", "backend", "strategy", "restarts", "precision", "isa", "threads", "repeat", "variant"}, {"json"});
   const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
-  const ParsedShape shape = parse_shape(arguments.require("shape"));
+  const runtime::ParsedShape shape = runtime::parse_shape(arguments.require("shape"));
   runtime::OrthogonalizeOptions options;
   options.backend = arguments.get("backend").value_or("auto");
   options.strategy = arguments.get("strategy").value_or("auto");
@@ -81,7 +81,7 @@ int bench_command(const std::vector<std::string>& args) {
   if (repeat < 1) throw runtime::UsageError("--repeat must be at least 1");
   const bool json = arguments.has("json");
 
-  const nlohmann::json record = bench_record({&program, shape, options, repeat}, !json);
+  const nlohmann::json record = runtime::bench_record({&program, shape, options, repeat}, !json);
   if (json) {
     std::printf("%s\n", record.dump(2).c_str());
     return 0;

@@ -12,9 +12,9 @@
 #include "autotune/tuner.h"
 #include "cli/arguments.h"
 #include "cli/bench_model.h"
-#include "cli/model_config.h"
+#include "runtime/model_config.h"
 #include "cli/python_plot.h"
-#include "cli/records.h"
+#include "runtime/records.h"
 #include "cpu/build_status.h"
 #include "cpu/vendor_gemm.h"
 #include "kernels/program_library.h"
@@ -42,7 +42,7 @@ int bench_model_command(const std::vector<std::string>& args) {
   if (!cpu::cpu_backend_unavailable_reason().empty()) throw runtime::UsageError("bench --model compares on the cpu backend: " + cpu::cpu_backend_unavailable_reason());
   const std::string program_name = arguments.get("program").value_or("jordan_ns5");
   const dsl::Program program = kernels::load_program_by_name_or_path(program_name);
-  const std::optional<ScalarType> precision = parse_tuning_precision(arguments.get("precision"));
+  const std::optional<ScalarType> precision = runtime::parse_tuning_precision(arguments.get("precision"));
   const double budget = parse_budget(arguments.get("budget"), 60);
   const int threads = arguments.has("threads") ? parse_count(*arguments.get("threads"), "threads") : 0;
   std::vector<autotune::UniqueShape> shapes;
@@ -50,12 +50,12 @@ int bench_model_command(const std::vector<std::string>& args) {
   if (auto model = arguments.get("model")) {
     autotune::ModelShapeOptions options;
     options.per_head = arguments.has("per-head");
-    const autotune::ModelShapes derived = load_model_matrices(*model, options);
+    const autotune::ModelShapes derived = runtime::load_model_matrices(*model, options);
     shapes = autotune::unique_muon_shapes(derived);
     title = std::filesystem::path(*model).filename().string();
   } else {
-    const ParsedShape shape = parse_shape(arguments.require("shape"));
-    shapes.push_back(single_tuning_shape(shape));
+    const runtime::ParsedShape shape = runtime::parse_shape(arguments.require("shape"));
+    shapes.push_back(runtime::single_tuning_shape(shape));
     title = shape_label(shape.rows, shape.cols, shape.batch);
   }
   const bool json = arguments.has("json");
@@ -65,8 +65,8 @@ int bench_model_command(const std::vector<std::string>& args) {
     std::printf("%-18s %6s %6s %12s %12s %12s %12s %10s %12s\n", "shape", "batch", "count", "standard ms", "gram ms", "OpenBLAS ms", "oneDNN ms", "gram/std",
                 "best/vendor");
   std::fflush(stdout);
-  CompareRequest request{&program, shapes, title, precision, budget, threads};
-  const nlohmann::json data = compare_record(request, [&](const nlohmann::json& row) {
+  runtime::CompareRequest request{&program, shapes, title, precision, budget, threads};
+  const nlohmann::json data = runtime::compare_record(request, [&](const nlohmann::json& row) {
     if (json) return;
     auto cell = [&](const char* key, const char* format) {
       if (!row.contains(key)) return std::string("-");

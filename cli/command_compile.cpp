@@ -149,7 +149,7 @@ int compile_command(const std::vector<std::string>& args) {
     if (!known) throw runtime::UsageError("unknown pass '" + dump_after + "' for --dump-after; passes:" + names + " (or all)");
   }
   const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
-  const ParsedShape shape = parse_shape(arguments.require("shape"));
+  const runtime::ParsedShape shape = runtime::parse_shape(arguments.require("shape"));
   passes::CompileOptions options;
   options.rows = shape.rows;
   options.cols = shape.cols;

@@ -6,7 +6,7 @@
 #include "autotune/record_lookup.h"
 #include "cli/arguments.h"
 #include "cli/commands.h"
-#include "cli/records.h"
+#include "runtime/records.h"
 #include "cpu/build_status.h"
 #include "cpu/cpu_isa.h"
 #include "dsl/coefficient_sets.h"
@@ -36,7 +36,7 @@ and step count.
 int info_command(const std::vector<std::string>& args) {
   Arguments arguments(args, {}, {"json"});
   if (arguments.has("json")) {
-    std::printf("%s\n", info_record().dump(2).c_str());
+    std::printf("%s\n", runtime::info_record().dump(2).c_str());
     return 0;
   }
   const HostCpu& cpu = host_cpu();
@@ -71,7 +71,7 @@ int info_command(const std::vector<std::string>& args) {
                 cpu::best_host_isa() == cpu::CpuIsa::AmxBf16 ? ", the default" : "");
   else
     std::printf("amx:        not usable: %s\n", cpu::unsupported_reason(cpu::CpuIsa::AmxBf16).c_str());
-  std::printf("cache dir:  %s\n", cache_directory().c_str());
+  std::printf("cache dir:  %s\n", runtime::cache_directory().c_str());
   std::printf("tuning:     %s\n", autotune::describe_tuning_records().c_str());
   std::printf("\nshipped programs:\n");
   std::printf("  %-22s %-8s %-6s %-s\n", "name", "storage", "steps", "coefficients");

@@ -6,11 +6,11 @@
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
+#include "runtime/model_config.h"
 #include "runtime/muon/memory_accounting.h"
 
 namespace orthojit::cli {
 
-extern const char* const kDefaultModelJson;  // examples/models/tiny-llama-demo.json, embedded by cli/CMakeLists.txt
 
 const char* const kMemoryHelp = R"(usage: orthojit memory --model CONFIG.json [--json] [--per-head] [--tied-embeddings auto|yes|no]
 
@@ -38,17 +38,10 @@ int memory_command(const std::vector<std::string>& args) {
   else if (tied == "no") options.tied_embeddings = false;
   else if (tied != "auto") throw runtime::UsageError("invalid --tied-embeddings '" + tied + "'; expected auto, yes or no");
 
-  std::stringstream text;
-  if (path == "default") {
-    text << kDefaultModelJson;
-  } else {
-    std::ifstream in(path);
-    if (!in) throw runtime::UsageError("cannot read the model configuration " + path + " (or use --model default, a small embedded Llama-style model)");
-    text << in.rdbuf();
-  }
+  const std::string text = runtime::read_model_config(path);
   nlohmann::json config;
   try {
-    config = nlohmann::json::parse(text.str());
+    config = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& error) {
     throw runtime::UsageError(path + " is not valid JSON: " + error.what());
   }

@@ -5,9 +5,9 @@
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
-#include "cli/model_config.h"
+#include "runtime/model_config.h"
 #include "cli/python_plot.h"
-#include "cli/records.h"
+#include "runtime/records.h"
 #include "runtime/orthogonalize.h"
 #include "runtime/zero/model_layout.h"
 #include "runtime/zero/partition_plan.h"
@@ -95,7 +95,7 @@ int plan_command(const std::vector<std::string>& args) {
   if (settings.world < 1) throw runtime::UsageError("--world must be at least 1");
   if (settings.stage < 1 || settings.stage > 3) throw runtime::UsageError("--stage must be 1, 2 or 3 (got " + std::to_string(settings.stage) + ")");
   const std::string mode = arguments.get("mode").value_or("deepspeed");
-  settings.mode = parse_plan_mode(mode);
+  settings.mode = runtime::parse_plan_mode(mode);
   if (auto alignment = arguments.get("alignment")) {
     settings.alignment = parse_count(*alignment, "alignment");
     if (settings.alignment < 1) throw runtime::UsageError("--alignment must be at least 1");
@@ -109,10 +109,10 @@ int plan_command(const std::vector<std::string>& args) {
   autotune::ModelShapeOptions shape_options;
   shape_options.per_head = arguments.has("per-head");
   const std::string model = arguments.require("model");
-  const autotune::ModelShapes shapes = load_model_matrices(model, shape_options);
+  const autotune::ModelShapes shapes = runtime::load_model_matrices(model, shape_options);
   const runtime::PartitionPlan plan = runtime::plan_partitions(runtime::model_plan_tensors(shapes), settings);
 
-  const nlohmann::json data = plan_record(model, plan);
+  const nlohmann::json data = runtime::plan_record(model, plan);
   const int straddlers = data["straddling_muon_matrices"].get<int>();
   if (auto png = arguments.get("plot")) run_plot_script(kPlanPlotScript, data, *png);
   if (arguments.has("json")) {

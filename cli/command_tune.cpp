@@ -20,8 +20,8 @@
 #include "runtime/orthogonalize.h"
 #include "cli/arguments.h"
 #include "cli/commands.h"
-#include "cli/model_config.h"
-#include "cli/records.h"
+#include "runtime/model_config.h"
+#include "runtime/records.h"
 #include "cpu/build_status.h"
 #include "cpu/vendor_gemm.h"
 #include "kernels/program_library.h"
@@ -83,7 +83,7 @@ std::string format_ms(double ms) {
 int tune_command(const std::vector<std::string>& args) {
   Arguments arguments(args, {"model", "shape", "program", "precision", "budget", "backend", "out", "threads", "restarts"},
                       {"per-head", "retune", "json", "full-timing"});
-  TuneRequest request;
+  runtime::TuneRequest request;
   // The backend's name is parsed here, once; what follows passes the enum.
   const std::string backend_name = arguments.get("backend").value_or("cpu");
   const auto parsed_backend = autotune::parse_tune_backend(backend_name);
@@ -100,7 +100,7 @@ int tune_command(const std::vector<std::string>& args) {
   const std::string program_name = arguments.get("program").value_or("jordan_ns5");
   const dsl::Program program = kernels::load_program_by_name_or_path(program_name);
   request.program = &program;
-  request.precision = parse_tuning_precision(arguments.get("precision"));
+  request.precision = runtime::parse_tuning_precision(arguments.get("precision"));
   if (auto restarts = arguments.get("restarts")) {
     try {
       request.restarts = autotune::parse_restart_request(*restarts, static_cast<int>(program.steps.size()));
@@ -119,18 +119,18 @@ int tune_command(const std::vector<std::string>& args) {
   if (auto model = arguments.get("model")) {
     autotune::ModelShapeOptions shape_options;
     shape_options.per_head = arguments.has("per-head");
-    const autotune::ModelShapes derived = load_model_matrices(*model, shape_options);
+    const autotune::ModelShapes derived = runtime::load_model_matrices(*model, shape_options);
     request.shapes = autotune::unique_muon_shapes(derived);
     for (const auto& matrix : derived.matrices)
       if (!matrix.muon) adamw.push_back(matrix);
     title = *model + " (" + derived.model_type + ")";
   } else {
-    const ParsedShape shape = parse_shape(*arguments.get("shape"));
-    request.shapes.push_back(single_tuning_shape(shape));
+    const runtime::ParsedShape shape = runtime::parse_shape(*arguments.get("shape"));
+    request.shapes.push_back(runtime::single_tuning_shape(shape));
     title = "shape " + shape_text(shape.rows, shape.cols, shape.batch);
   }
 
-  const TuneTarget target = prepare_tuning(request);
+  const runtime::TuneTarget target = runtime::prepare_tuning(request);
   const autotune::DeviceFingerprint& fingerprint = target.fingerprint;
   const std::string& path = target.path;
   if (!target.existing.warning.empty()) std::fprintf(stderr, "warning: %s\n", target.existing.warning.c_str());
@@ -153,7 +153,7 @@ int tune_command(const std::vector<std::string>& args) {
 
   if (const std::string warning = cpu::openblas_kernel_warning(); !cuda && !warning.empty() && !json) std::fprintf(stderr, "warning: %s\n", warning.c_str());
   std::fflush(stdout);
-  const TuneOutcome outcome = run_tuning(request, target, !json);
+  const runtime::TuneOutcome outcome = runtime::run_tuning(request, target, !json);
   const nlohmann::json& rows = outcome.shapes;
   const double elapsed = outcome.elapsed_s;
   if (json) {

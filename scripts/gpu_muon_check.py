@@ -121,7 +121,7 @@ def main() -> int:
                 say(f"  torch preset vs torch.optim.Muon, {dtype}: relative update difference {worst:.3g} ({'ok' if ok else 'FAIL'}, bound {bound})")
         else:
             say("  torch.optim.Muon is missing in this torch: that comparison skipped")
-        for preset in ("deepspeed", "keller", "moonlight", "torch"):
+        for preset in [entry["name"] for entry in orthojit.muon_presets()]:  # the runtime's one list
             for dtype in (torch.float32, torch.bfloat16):
                 torch.manual_seed(1)
                 weights = {n: (torch.randn(*s) * 0.02).to(dtype) for n, s in (("layers.0.q.weight", (256, 512)), ("layers.0.down.weight", (512, 256)),

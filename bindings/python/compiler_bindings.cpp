@@ -6,7 +6,7 @@
 // TypeError (dtype, device) or ValueError (rank, layout, shape) naming what came and what is
 // accepted. orthojit/api.py converts what it can (torch bf16/f16, ml_dtypes bf16, CUDA tensors)
 // before it calls in here. The structured results (tune, bench, info) come back as the JSON text
-// the CLI prints with --json (cli/records.h); api.py parses it.
+// the CLI prints with --json (runtime/records.h); api.py parses it.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -25,21 +25,37 @@
 #include <sstream>
 
 #include "bindings/python/bindings.h"
-#include "cli/arguments.h"
-#include "cli/model_config.h"
-#include "cli/records.h"
+#include "runtime/model_config.h"
+#include "runtime/records.h"
 #include "ir/lower_program.h"
 #include "ir/printer.h"
 #include "kernels/program_library.h"
 #include "reference/interpreter.h"
+#include "runtime/errors.h"
 #include "runtime/input_check.h"
 #include "runtime/orthogonalize.h"
+#include "runtime/shared_options.h"
 #include "support/source_location.h"
 
 namespace nb = nanobind;
 
 namespace orthojit::python {
 namespace {
+
+// The Python exception of each error kind (runtime/errors.h): bad input and a backend that cannot
+// run here are ValueErrors (as for every other bad argument), a file that cannot be read or
+// written an OSError, out of memory a MemoryError, the rest RuntimeErrors.
+PyObject* python_exception_of(runtime::ErrorKind kind) {
+  switch (kind) {
+    case runtime::ErrorKind::BadInput:
+    case runtime::ErrorKind::Unavailable: return PyExc_ValueError;
+    case runtime::ErrorKind::Io: return PyExc_OSError;
+    case runtime::ErrorKind::OutOfMemory: return PyExc_MemoryError;
+    case runtime::ErrorKind::InvalidState:
+    case runtime::ErrorKind::Internal: return PyExc_RuntimeError;
+  }
+  return PyExc_RuntimeError;
+}
 
 // ---- programs -------------------------------------------------------------------------------
 
@@ -418,7 +434,7 @@ CompiledObject compile(nb::handle program, int64_t rows, int64_t cols, int64_t b
 autotune::ModelShapes load_model(const std::string& model, bool is_json, bool per_head) {
   autotune::ModelShapeOptions options;
   options.per_head = per_head;
-  return is_json ? cli::parse_model_matrices(model, "model_config (dict)", options) : cli::load_model_matrices(model, options);
+  return is_json ? runtime::parse_model_matrices(model, "model_config (dict)", options) : runtime::load_model_matrices(model, options);
 }
 
 using ShapeArg = std::optional<std::tuple<int64_t, int64_t, int64_t>>;
@@ -430,7 +446,7 @@ std::vector<autotune::UniqueShape> shapes_for(const std::optional<std::string>& 
     const auto [rows, cols, batch] = *shape;
     if (rows < 1 || cols < 1 || batch < 1) throw nb::value_error("shape: every size must be at least 1");
     if (title) *title = std::to_string(rows) + "x" + std::to_string(cols) + (batch > 1 ? "x" + std::to_string(batch) : "");
-    return {cli::single_tuning_shape({rows, cols, batch})};
+    return {runtime::single_tuning_shape({rows, cols, batch})};
   }
   const autotune::ModelShapes derived = load_model(*model, is_json, per_head);
   if (adamw)
@@ -446,9 +462,9 @@ std::string tune(const std::optional<std::string>& model, bool model_is_json, co
   if (!(budget > 0)) throw nb::value_error(("budget must be a positive number of seconds (got " + std::to_string(budget) + ")").c_str());
   if (threads < 0) throw nb::value_error("threads must be 0 (all cores) or positive");
   const ProgramPtr loaded = resolve_program(program);
-  cli::TuneRequest request;
+  runtime::TuneRequest request;
   request.program = loaded->program.get();
-  request.precision = cli::parse_tuning_precision(precision);
+  request.precision = runtime::parse_tuning_precision(precision);
   request.budget = budget;
   // The backend's name parsed once, here; the tuner receives the enum.
   const auto parsed_backend = autotune::parse_tune_backend(backend);
@@ -481,8 +497,8 @@ std::string tune(const std::optional<std::string>& model, bool model_is_json, co
   nlohmann::json result;
   {
     nb::gil_scoped_release release;
-    const cli::TuneTarget target = cli::prepare_tuning(request);
-    const cli::TuneOutcome outcome = cli::run_tuning(request, target, verbose);
+    const runtime::TuneTarget target = runtime::prepare_tuning(request);
+    const runtime::TuneOutcome outcome = runtime::run_tuning(request, target, verbose);
     nlohmann::json shapes = outcome.shapes;
     for (size_t i = 0; i < shapes.size(); ++i) {
       shapes[i]["key"] = outcome.keys[i];
@@ -503,7 +519,7 @@ std::string bench(nb::handle program, int64_t rows, int64_t cols, int64_t batch,
   if (rows < 1 || cols < 1 || batch < 1) throw nb::value_error("shape: every size must be at least 1");
   if (repeat < 1) throw nb::value_error(("repeat must be at least 1 (got " + std::to_string(repeat) + ")").c_str());
   const ProgramPtr loaded = resolve_program(program);
-  cli::BenchRequest request;
+  runtime::BenchRequest request;
   request.program = loaded->program.get();
   request.shape = {rows, cols, batch};
   request.options = make_options(strategy, precision, backend, threads);
@@ -512,35 +528,32 @@ std::string bench(nb::handle program, int64_t rows, int64_t cols, int64_t batch,
   request.options.cuda_variant = variant;
   request.repeat = repeat;
   nb::gil_scoped_release release;
-  return cli::bench_record(request, false).dump();
+  return runtime::bench_record(request, false).dump();
 }
 
 std::string bench_model(const std::optional<std::string>& model, bool model_is_json, const ShapeArg& shape, nb::handle program,
                         const std::optional<std::string>& precision, double budget, int threads, bool per_head) {
   if (!(budget > 0)) throw nb::value_error(("budget must be a positive number of seconds (got " + std::to_string(budget) + ")").c_str());
   const ProgramPtr loaded = resolve_program(program);
-  cli::CompareRequest request;
+  runtime::CompareRequest request;
   request.program = loaded->program.get();
   request.shapes = shapes_for(model, model_is_json, shape, per_head, nullptr, &request.title);
-  request.precision = cli::parse_tuning_precision(precision);
+  request.precision = runtime::parse_tuning_precision(precision);
   request.budget = budget;
   request.threads = threads;
   nb::gil_scoped_release release;
-  return cli::compare_record(request, nullptr, false).dump();
+  return runtime::compare_record(request, nullptr, false).dump();
 }
 
 }  // namespace
 
 void register_compiler(nb::module_& module) {
-  // User errors of the core (bad option values, DSL errors with file:line:column) are ValueErrors.
+  // Every C++ exception that reaches Python, by the runtime's one classification
+  // (runtime/errors.h): nanobind's own (nb::value_error, a Python error raised in a callback)
+  // never get here, it handles them first.
   nb::register_exception_translator([](const std::exception_ptr& pointer, void*) {
-    try {
-      std::rethrow_exception(pointer);
-    } catch (const CompileError& error) {
-      PyErr_SetString(PyExc_ValueError, error.what());
-    } catch (const runtime::UsageError& error) {
-      PyErr_SetString(PyExc_ValueError, error.what());
-    }
+    const runtime::ClassifiedError error = runtime::classify_exception(pointer);
+    PyErr_SetString(python_exception_of(error.kind), error.message.c_str());
   });
 
   nb::class_<ProgramObject>(module, "Program", "An orthogonalizer program (shipped, from a .oj file, or from DSL source); see orthojit.load_program.")
@@ -611,7 +624,7 @@ void register_compiler(nb::module_& module) {
   module.def("bench_model", &bench_model, nb::arg("model").none(), nb::arg("model_is_json"), nb::arg("shape").none(), nb::arg("program"),
              nb::arg("precision").none(), nb::arg("budget"), nb::arg("threads"), nb::arg("per_head"),
              "`orthojit bench --model/--compare --json`: standard vs gram vs OpenBLAS per shape; returns JSON text.");
-  module.def("info", [] { return cli::info_record().dump(); }, "`orthojit info` as JSON text.");
+  module.def("info", [] { return runtime::info_record().dump(); }, "`orthojit info` as JSON text.");
 }
 
 }  // namespace orthojit::python

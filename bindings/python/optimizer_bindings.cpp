@@ -32,6 +32,7 @@
 #include "runtime/muon/optimizer_settings.h"
 #include "runtime/muon/parameter.h"
 #include "runtime/muon/parameter_tagging.h"
+#include "runtime/muon/presets.h"
 #include "runtime/muon/state_format.h"
 #include "runtime/muon/muon_step_launcher.h"
 #include "runtime/muon/update_rules.h"
@@ -489,7 +490,20 @@ void register_optimizer(nb::module_& m) {
       nb::arg("json_text"), nb::arg("strict") = false, nb::arg("origin") = "the DeepSpeed configuration",
       "(MuonSettings, [(path, valid keys)]) from a DeepSpeed JSON config: its optimizer section as runtime/muon/deepspeed_config.h reads "
       "it; unknown keys are listed (strict: an error).");
-  m.def("optimizer_presets", &runtime::preset_names, "The optimizer presets: deepspeed, keller, moonlight, torch.");
+  m.def(
+      "muon_presets",
+      [] {
+        nb::list presets;
+        for (const runtime::MuonPreset& preset : runtime::muon_presets()) {
+          nb::dict entry;
+          entry["name"] = preset.name;
+          entry["description"] = preset.description;
+          entry["source"] = preset.source;
+          presets.append(entry);
+        }
+        return presets;
+      },
+      "The optimizer presets, the runtime's one list (runtime/muon/presets.h): [{name, description, source}], the default first.");
   m.def("default_use_muon", &default_use_muon, nb::arg("name"), nb::arg("shape"), nb::arg("rule") = "deepspeed",
         "The tagging rule: deepspeed (Muon iff ndim >= 2 and the lower-cased name contains neither 'embed' nor 'lm_head') or moonlight "
         "(ndim >= 2 and the name, case-sensitive, contains neither 'embed_tokens' nor 'lm_head').");

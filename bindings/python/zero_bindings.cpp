@@ -1,4 +1,4 @@
-// orthojit._orthojit, the ZeRO part: the partition planner (`orthojit plan --json`, cli/records.h)
+// orthojit._orthojit, the ZeRO part: the partition planner (`orthojit plan --json`, runtime/records.h)
 // and the distributed step (runtime/zero/distributed_optimizer.h) over the MPI communicator a
 // torch.distributed / mpi4py program hands in (orthojit.DistributedMuon, orthojit/distributed.py).
 #include <nanobind/nanobind.h>
@@ -20,8 +20,9 @@
 #include "bindings/python/bindings.h"
 #include "bindings/python/tensor_view.h"
 #include "bindings/python/torch_communicator.h"
-#include "cli/model_config.h"
-#include "cli/records.h"
+#include "runtime/model_config.h"
+#include "runtime/records.h"
+#include "runtime/shared_options.h"
 #include "runtime/muon/memory_space.h"
 #include "runtime/zero/communicator.h"
 #include "runtime/zero/model_layout.h"
@@ -50,7 +51,7 @@ std::string plan(const std::string& model, bool model_is_json, int world, int st
   runtime::PlanSettings settings;
   settings.world = world;
   settings.stage = stage;
-  settings.mode = cli::parse_plan_mode(mode);
+  settings.mode = runtime::parse_plan_mode(mode);
   settings.alignment = alignment;
   settings.parameter_bytes = parameter_bytes;
   settings.gradient_bytes = gradient_bytes;
@@ -58,8 +59,8 @@ std::string plan(const std::string& model, bool model_is_json, int world, int st
   options.per_head = per_head;
   const std::string label = model_is_json ? "model (dict)" : model;
   const autotune::ModelShapes shapes =
-      model_is_json ? cli::parse_model_matrices(model, "model_config (dict)", options) : cli::load_model_matrices(model, options);
-  return cli::plan_record(label, runtime::plan_partitions(runtime::model_plan_tensors(shapes), settings)).dump();
+      model_is_json ? runtime::parse_model_matrices(model, "model_config (dict)", options) : runtime::load_model_matrices(model, options);
+  return runtime::plan_record(label, runtime::plan_partitions(runtime::model_plan_tensors(shapes), settings)).dump();
 }
 
 // The distributed optimizer with the communicator it owns (a duplicate of the caller's MPI_Comm,
@@ -76,7 +77,7 @@ class Distributed {
     for (auto [key, value] : overrides) apply_python_setting(settings, nb::cast<std::string>(key), value);
     runtime::DistributedSettings distributed;
     distributed.stage = stage;
-    distributed.mode = cli::parse_plan_mode(mode);
+    distributed.mode = runtime::parse_plan_mode(mode);
     distributed.average_gradients = average_gradients;
     distributed.offload_optimizer = offload;
     distributed.gradients_reduced = gradients_reduced;
@@ -183,7 +184,7 @@ class Distributed {
   int world() const { return communicator_->world(); }
   bool cuda() const { return cuda_; }
   std::string describe() const { return communicator_->describe(); }
-  std::string plan_json() const { return cli::plan_record("parameters", optimizer_->plan()).dump(); }
+  std::string plan_json() const { return runtime::plan_record("parameters", optimizer_->plan()).dump(); }
 
  private:
   std::vector<std::string> names_;

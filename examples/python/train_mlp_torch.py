@@ -63,7 +63,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--preset", default="deepspeed", choices=["deepspeed", "keller", "moonlight", "torch"])
+    parser.add_argument("--preset", default="deepspeed", choices=[preset["name"] for preset in orthojit.muon_presets()])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = parser.parse_args()

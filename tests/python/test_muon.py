@@ -554,7 +554,10 @@ def test_settings_take_the_runtime_keys_and_the_exact_extensions():
     assert values["muon.precision"] == "f64" and values["muon.coefficients"] == (3.0, -3.2, 1.2) and values["muon.ns_steps"] == 7
     assert values["adam.formula"] == "standard" and values["experts_as_batch"] is True
     assert "muon.lr = 0.05" in settings.describe()
-    assert set(_orthojit.optimizer_presets()) == set(PRESETS)
+    # Every preset of the runtime's table is one this file checks, and the other way round.
+    assert [p["name"] for p in orthojit.muon_presets()] == [p["name"] for p in _orthojit.muon_presets()]
+    assert {p["name"] for p in orthojit.muon_presets()} == set(PRESETS)
+    assert all(p["description"] and p["source"] for p in orthojit.muon_presets())
     with pytest.raises(ValueError, match="three numbers"):
         settings.set("muon.coefficients", [1.0, 2.0])
     with pytest.raises(TypeError, match="expected a number, a bool or a string"):

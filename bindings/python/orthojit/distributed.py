@@ -138,7 +138,7 @@ class DistributedMuon:
             is duplicated), or ``"local"``: one process without either (a world of one rank).
         stage: ZeRO stage 1, 2 or 3.
         mode: ``"deepspeed"`` or ``"balanced"``.
-        preset: ``"deepspeed"``, ``"keller"``, ``"moonlight"`` or ``"torch"``.
+        preset: a name from ``orthojit.muon_presets()`` (``"deepspeed"`` by default).
         settings: runtime settings, e.g. ``{"muon.lr": 0.01, "adam.lr": 1e-4}`` (docs/muon.md), read
             as orthojit.Muon reads them (``"muon.precision": "f64"`` too).
         lr, muon_lr, adam_lr, momentum, nesterov, weight_decay, betas, eps, backend: orthojit.Muon's

@@ -50,13 +50,19 @@ class StepReport:
     orthogonalize_seconds: float = 0.0
 
 
+def muon_presets() -> List[Dict[str, str]]:
+    """The optimizer presets, from the runtime's one table (runtime/muon/presets.h): a list of
+    ``{"name", "description", "source"}``, the default (``deepspeed``) first."""
+    return list(_orthojit.muon_presets())
+
+
 def _label(name: str) -> str:
     return f"parameter '{name}'"
 
 
 class Muon(torch.optim.Optimizer):
-    """Hybrid Muon + AdamW with the runtime's presets: ``deepspeed`` (default), ``keller``,
-    ``moonlight``, ``torch`` (docs/muon.md has their formulas).
+    """Hybrid Muon + AdamW with the runtime's presets (``orthojit.muon_presets()``; ``deepspeed``
+    is the default; docs/muon.md has their formulas).
 
     Args:
         params: ``model.named_parameters()`` (names drive the tagging), a module, tensors, or

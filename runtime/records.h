@@ -17,12 +17,12 @@
 #include "autotune/tuning_loop.h"
 #include "autotune/tuning_options.h"
 #include "autotune/tuning_record.h"
-#include "cli/arguments.h"
 #include "dsl/ast.h"
 #include "runtime/orthogonalize.h"
+#include "runtime/shared_options.h"
 #include "runtime/zero/partition_plan.h"
 
-namespace orthojit::cli {
+namespace orthojit::runtime {
 
 // ---- info ---------------------------------------------------------------------------------
 
@@ -117,13 +117,10 @@ nlohmann::json compare_record(const CompareRequest& request, const std::function
 
 // ---- plan ---------------------------------------------------------------------------------
 
-// "deepspeed" | "balanced"; throws runtime::UsageError naming the valid values.
-runtime::OrthogonalizationMode parse_plan_mode(const std::string& mode);
-
 // The `plan --json` record of a partition plan (title, world, stage, mode, padded_elements,
 // partition_elements, ideal/max/mean cost, tensors, ranks, collectives, straddling_muon_matrices).
 // `model_label` names the model in the title. (The plan: runtime::plan_partitions of
 // runtime::model_plan_tensors of the model's matrices.)
 nlohmann::json plan_record(const std::string& model_label, const runtime::PartitionPlan& plan);
 
-}  // namespace orthojit::cli
+}  // namespace orthojit::runtime

@@ -1,5 +1,5 @@
-// The structured results of tune, bench and plan (cli/records.h).
-#include "cli/records.h"
+// The structured results of info, tune, bench and plan (runtime/records.h).
+#include "runtime/records.h"
 
 #include <unistd.h>
 
@@ -27,7 +27,7 @@
 #include "support/cpu_peak.h"
 #include "support/host_cpu.h"
 
-namespace orthojit::cli {
+namespace orthojit::runtime {
 
 namespace {
 
@@ -404,12 +404,6 @@ nlohmann::json compare_record(const CompareRequest& request, const std::function
 
 // ---- plan ---------------------------------------------------------------------------------
 
-runtime::OrthogonalizationMode parse_plan_mode(const std::string& mode) {
-  if (mode == "deepspeed") return runtime::OrthogonalizationMode::DeepSpeed;
-  if (mode == "balanced") return runtime::OrthogonalizationMode::Balanced;
-  throw runtime::UsageError("unknown --mode '" + mode + "'; expected deepspeed or balanced");
-}
-
 nlohmann::json plan_record(const std::string& model_label, const runtime::PartitionPlan& plan) {
   const runtime::PlanSettings& settings = plan.settings;
   const std::string mode = runtime::to_string(settings.mode);
@@ -442,4 +436,4 @@ nlohmann::json plan_record(const std::string& model_label, const runtime::Partit
   return data;
 }
 
-}  // namespace orthojit::cli
+}  // namespace orthojit::runtime

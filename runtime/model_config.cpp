@@ -1,0 +1,40 @@
+// Model configuration files (runtime/model_config.h).
+#include "runtime/model_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "runtime/orthogonalize.h"
+
+namespace orthojit::runtime {
+
+extern const char* const kDefaultModelJson;  // examples/models/tiny-llama-demo.json, embedded by runtime/CMakeLists.txt
+
+std::string read_model_config(const std::string& path) {
+  if (path == "default") return kDefaultModelJson;
+  std::ifstream in(path);
+  if (!in) throw UsageError("cannot read the model configuration " + path + " (or use --model default, a small embedded Llama-style model)");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+autotune::ModelShapes load_model_matrices(const std::string& path, const autotune::ModelShapeOptions& options) {
+  return parse_model_matrices(read_model_config(path), path, options);
+}
+
+autotune::ModelShapes parse_model_matrices(const std::string& text, const std::string& path, const autotune::ModelShapeOptions& options) {
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& error) {
+    throw UsageError(path + " is not valid JSON: " + error.what());
+  }
+  try {
+    return autotune::derive_model_matrices(config, options);
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(path + ": " + error.what());
+  }
+}
+
+}  // namespace orthojit::runtime
