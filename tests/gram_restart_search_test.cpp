@@ -4,6 +4,7 @@
 // and applied by the runtime; the request's errors.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -125,6 +126,7 @@ TEST(GramRestartSearch, SearchFindsTheSmallestObjectivePerSize) {
   options.points = 200;
   options.max_restarts = 3;
   const RestartChoice choice = autotune::search_gram_restarts(polynomials, ScalarType::F16, {2}, options);
+  EXPECT_EQ(autotune::search_gram_restarts(polynomials, ScalarType::F16, {2}, options).to_json(), choice.to_json());  // deterministic
   ASSERT_EQ(choice.best_per_count.size(), 4u);
   EXPECT_EQ(choice.perturbation, -std::ldexp(1.0, -11));
   EXPECT_EQ(choice.sets_searched, 1u + 9u + 36u + 84u);
@@ -143,6 +145,19 @@ TEST(GramRestartSearch, SearchFindsTheSmallestObjectivePerSize) {
       EXPECT_GT(set.objective * std::pow(options.gain_per_restart, extra), choice.objective) << autotune::restarts_text(set.positions);
     }
   }
+}
+
+// The default search (2000 points, every size while the sets number at most 4096) on the longest
+// shipped schedule, timed for docs/autotuning.md ("milliseconds").
+TEST(GramRestartSearch, DefaultSearchOfDeepseekV4) {
+  const auto started = std::chrono::steady_clock::now();
+  const RestartChoice choice = autotune::search_gram_restarts(polynomials_of("deepseek_v4"), ScalarType::F16, {2});
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  std::printf("deepseek_v4 f16: %s, max|Q| %.3g, %zu sets in %.1f ms\n", autotune::restarts_text(choice.positions).c_str(), choice.objective,
+              choice.sets_searched, ms);
+  EXPECT_EQ(choice.sets_searched, 512u);  // all subsets of 1..9
+  EXPECT_TRUE(std::isfinite(choice.objective));
+  EXPECT_FALSE(std::isfinite(choice.program.objective));  // [2]: Q overflows
 }
 
 // ---- (b) f16 Gram on ill-conditioned inputs ------------------------------------------------
@@ -205,18 +220,18 @@ struct Errors {
 // so the distance is what the f16 storage costs, which the restarts are there to bound. (The
 // distance of the singular values from the band would not see errors in the singular vectors, and
 // polar(X) is not what 5-10 steps reach for σ = 1e-6 with either strategy.)
-Errors measure(const std::string& name, double sigma_min, uint64_t seed) {
+Errors measure(const std::string& name, double sigma_min, uint64_t seed, ScalarType precision = ScalarType::F16) {
   const dsl::Program program = kernels::load_program_by_name_or_path(name);
   const int64_t m = 24, n = 64;
   const std::vector<double> input = ill_conditioned(m, n, sigma_min, seed);
   const std::vector<double> exact = testing::run(program, input, m, n, ir::StrategyKind::Standard, ScalarType::F64);
-  const RestartChoice choice = autotune::search_gram_restarts(autotune::program_step_polynomials(program, ScalarType::F16), ScalarType::F16, {2});
+  const RestartChoice choice = autotune::search_gram_restarts(autotune::program_step_polynomials(program, precision), precision, {2});
   Errors errors;
   errors.positions = choice.positions;
-  errors.standard = error_or_inf(testing::run(program, input, m, n, ir::StrategyKind::Standard, ScalarType::F16), exact);
-  errors.chosen = error_or_inf(run_gram(program, input, m, n, ScalarType::F16, choice.positions), exact);
-  errors.fixed = error_or_inf(run_gram(program, input, m, n, ScalarType::F16, {2}), exact);
-  std::printf("%-20s sigma_min %.0e seed %llu: standard %.3e  gram %s %.3e  gram [2] %.3e\n", name.c_str(), sigma_min,
+  errors.standard = error_or_inf(testing::run(program, input, m, n, ir::StrategyKind::Standard, precision), exact);
+  errors.chosen = error_or_inf(run_gram(program, input, m, n, precision, choice.positions), exact);
+  errors.fixed = error_or_inf(run_gram(program, input, m, n, precision, {2}), exact);
+  std::printf("%-20s %s sigma_min %.0e seed %llu: standard %.3e  gram %s %.3e  gram [2] %.3e\n", name.c_str(), std::string(to_string(precision)).c_str(), sigma_min,
               static_cast<unsigned long long>(seed), errors.standard, autotune::restarts_text(choice.positions).c_str(), errors.chosen, errors.fixed);
   return errors;
 }
@@ -236,6 +251,13 @@ TEST(GramRestartSearch, ChosenRestartsKeepF16GramWithinTheStandardError) {
         EXPECT_LE(errors.chosen, 1.25 * errors.standard) << name << " with " << autotune::restarts_text(errors.positions) << ", sigma_min " << sigma_min;
         EXPECT_GT(errors.fixed, 2.0 * errors.standard) << name << " with [2], sigma_min " << sigma_min;
       }
+}
+
+// The same measurement in bf16 (the shipped polar_express5 and deepseek_v4 store bf16), printed for
+// docs/autotuning.md; run by hand with --gtest_also_run_disabled_tests.
+TEST(GramRestartSearch, DISABLED_MeasureBf16) {
+  for (const char* name : {"polar_express5", "deepseek_v4", "jordan_ns5"})
+    for (double sigma_min : {1e-4, 1e-6}) measure(name, sigma_min, 11, ScalarType::BF16);
 }
 
 // ---- (c) the record's restarts, and the request's errors ------------------------------------
