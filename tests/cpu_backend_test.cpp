@@ -67,7 +67,15 @@ TEST(CpuBackend, MatchesTheReferenceInterpreter) {
           for (double v : cpu) ASSERT_TRUE(std::isfinite(v)) << "unwritten or non-finite output";
           const auto reference = run_reference(program, input, shape.batch, shape.rows, shape.cols, options);
           if (precision == ScalarType::F32) {
-            EXPECT_LT(relative_error(cpu, reference), 5e-4);
+            // A 1x1 input normalizes to σ = 1 up to an f32 rounding, where a schedule's composed
+            // map may be steep (CANS: slope 4.9e4 at 1, the end of its interval), so the two
+            // backends' one-ulp differences there grow by that slope.
+            double slope = 1, x = 1;
+            for (const auto& t : program.steps) {
+              slope *= t.a + 3 * t.b * x * x + 5 * t.c * x * x * x * x;
+              x = t.a * x + t.b * x * x * x + t.c * x * x * x * x * x;
+            }
+            EXPECT_LT(relative_error(cpu, reference), shape.rows * shape.cols == 1 ? std::max(5e-4, 4 * std::fabs(slope) * 0x1p-24) : 5e-4);
             continue;
           }
           EXPECT_LT(relative_error(cpu, reference), 3e-2);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/cuda_codegen.h"
 #include "cuda/nvrtc_compiler.h"
 #include "kernels/cuda_device_headers.h"
@@ -156,6 +157,23 @@ TEST(CudaCodegen, ThirtyTwoBitStorageIsRefusedWithAClearMessage) {
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& error) {
     EXPECT_NE(std::string(error.what()).find("16-bit operands"), std::string::npos) << error.what();
+  }
+}
+
+// Turbo-Muon's AOL normalization has no CUDA kernel: every variant says so, and the generator
+// refuses rather than emitting the Frobenius normalization in its place.
+TEST(CudaCodegen, AolNormalizationIsRefusedByEveryVariant) {
+  const ir::Function function = schedule("turbo_muon4", 64, 128, 1, "standard");
+  for (auto kind : {CudaVariant::Kind::Generated, CudaVariant::Kind::FusedSmall, CudaVariant::Kind::Cublas, CudaVariant::Kind::Cublaslt}) {
+    CudaVariant variant;
+    variant.kind = kind;
+    EXPECT_NE(variant_unavailable_reason(function, variant, 48 * 1024).find("normalize aol"), std::string::npos) << variant.label();
+  }
+  try {
+    generate_cuda(function);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("AOL"), std::string::npos) << error.what();
   }
 }
 

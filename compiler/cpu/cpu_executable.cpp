@@ -16,6 +16,7 @@
 #include "cpu/build_status.h"
 #include "cpu/element_types.h"
 #include "cpu/kernel_cache.h"
+#include "support/rounding.h"
 
 namespace orthojit::cpu {
 namespace {
@@ -117,6 +118,31 @@ float normalize_denominator(const ir::Node& node, double squares, float scale) {
   const float norm = std::sqrt(static_cast<float>(squares)) * static_cast<float>(node.normalization.safety);
   const float eps = static_cast<float>(node.normalization.eps) * scale;
   return node.normalization.mode == dsl::Normalization::Mode::Add ? norm + eps : std::max(norm, eps);
+}
+
+// AOL's row scales (dsl::Normalization::Kind::Aol) of y (rows x cols, row-major, the values times
+// `scale`), as the reference interpreter computes them: d_i = Σ_j |Σ_k y_ik·y_jk| in f64 rounded to
+// the norm type, s_i = 1/√max(d_i, eps·scale²) rounded to the norm type. Each row's sums are its
+// own, in the interpreter's order, so neither the thread count nor the split changes them.
+std::vector<float> aol_row_scales(const ir::Node& node, const std::vector<float>& y, int64_t rows, int64_t cols, float scale, ThreadPool* pool) {
+  std::vector<float> scales(static_cast<size_t>(rows));
+  const double floor = round_to(node.norm_type, node.normalization.eps) * scale * scale;
+  auto row_scale = [&](int64_t i, int) {
+    const float* yi = y.data() + i * cols;
+    double row_sum = 0;
+    for (int64_t j = 0; j < rows; ++j) {
+      const float* yj = y.data() + j * cols;
+      double dot = 0;
+      for (int64_t k = 0; k < cols; ++k) dot += static_cast<double>(yi[k]) * static_cast<double>(yj[k]);
+      row_sum += std::fabs(dot);
+    }
+    const double d = round_to(node.norm_type, row_sum);
+    scales[static_cast<size_t>(i)] = static_cast<float>(round_to(node.norm_type, 1.0 / std::sqrt(std::max(d, floor))));
+  };
+  if (pool) pool->parallel_for(rows, row_scale);
+  else
+    for (int64_t i = 0; i < rows; ++i) row_scale(i, 0);
+  return scales;
 }
 
 // Runs body(i, row) for every row i in [0, rows), in chunks spread over the pool (or on this thread),
@@ -334,6 +360,19 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
             for (int64_t j = 0; j < cols; ++j)
               values[j] = ir::muon_update_value(spec.ema, spec.nesterov, io->beta, values[j], state[i * source.row_stride + j * source.col_stride]);
           };
+          if (node.normalization.kind == dsl::Normalization::Kind::Aol) {
+            std::vector<float> y(static_cast<size_t>(rows * cols));
+            for (int64_t i = 0; i < rows; ++i) {
+              update_row(i, y.data() + i * cols);
+              for (int64_t j = 0; j < cols; ++j) y[static_cast<size_t>(i * cols + j)] *= scale;
+            }
+            const std::vector<float> s = aol_row_scales(node, y, rows, cols, scale, pool);
+            for_each_row(pool, rows, cols, [&](int64_t i, float* values) {
+              for (int64_t j = 0; j < cols; ++j) values[j] = y[static_cast<size_t>(i * cols + j)] * s[static_cast<size_t>(i)];
+              dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, values); });
+            });
+            break;
+          }
           SquareSum sum(in_f64, scale);
           for (int64_t i = 0; i < rows; ++i) {
             update_row(i, row.data());
@@ -350,6 +389,20 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
         double squares = 0, largest = 0;
         dispatch_storage_type(source.type, [&](auto tag) { largest = largest_magnitude<decltype(tag)>(source); });
         const float scale = static_cast<float>(ir::norm_scale(largest));
+        if (node.normalization.kind == dsl::Normalization::Kind::Aol) {
+          std::vector<float> y(static_cast<size_t>(rows * cols));
+          for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
+            std::fill(row, row + cols, 0.0f);
+            dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row); });
+            for (int64_t j = 0; j < cols; ++j) y[static_cast<size_t>(i * cols + j)] = row[j] * scale;
+          });
+          const std::vector<float> s = aol_row_scales(node, y, rows, cols, scale, pool);
+          for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
+            for (int64_t j = 0; j < cols; ++j) row[j] = y[static_cast<size_t>(i * cols + j)] * s[static_cast<size_t>(i)];  // in f32, before the cast
+            dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row); });
+          });
+          break;
+        }
         dispatch_storage_type(source.type, [&](auto tag) { squares = sum_of_squares<decltype(tag)>(source, in_f64, scale); });
         const float denominator = normalize_denominator(node, squares, scale);
         for_each_row(pool, rows, cols, [&](int64_t i, float* row) {

@@ -196,6 +196,9 @@ CudaVariant CudaVariant::parse(const std::string& text) {
 }
 
 std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit) {
+  for (const ir::Node& node : scheduled.nodes)
+    if (node.kind == ir::OpKind::Normalize && node.normalization.kind == dsl::Normalization::Kind::Aol)
+      return "the program normalizes with AOL (normalize aol), which the CUDA backend does not implement; run it on the cpu or ref backend";
   const bool sixteen_bit = scheduled.policy.storage == ScalarType::BF16 || scheduled.policy.storage == ScalarType::F16;
   if (scheduled.muon_step && variant.kind != CudaVariant::Kind::Generated && variant.kind != CudaVariant::Kind::FusedSmall)
     return "a Muon step (momentum and update fused into the iteration) is compiled by the generated and fused-small variants only";

@@ -37,7 +37,13 @@ struct PrecisionPolicy {
 };
 
 struct Normalization {
+  // frobenius: X / (‖X‖_F·s + eps) or X / max(‖X‖_F·s, eps) (mode).
+  // aol: AOL's rescaling (Prach & Lampert, arXiv 2208.03160) as Turbo-Muon's preconditioner
+  //      (arXiv 2512.04632): X ← diag(d)·X with d_i = 1 / √max(Σ_j |(X·Xᵀ)_ij|, eps), on the
+  //      oriented (wide) X; it bounds ‖diag(d)·X‖₂ ≤ 1 (safety and mode do not apply).
+  enum class Kind { Frobenius, Aol };
   enum class Mode { Add, Clamp };  // X / (‖X‖·s + eps)  or  X / max(‖X‖·s, eps)
+  Kind kind = Kind::Frobenius;
   double safety = 1.0;
   double eps = 1e-7;
   Mode mode = Mode::Add;

@@ -21,6 +21,18 @@ const std::vector<NamedCoefficientSet>& named_coefficient_sets() {
     all.push_back({"classical", "the classical quintic Newton–Schulz (15/8, -10/8, 3/8)",
                    {{15.0 / 8.0, -10.0 / 8.0, 3.0 / 8.0}}});
     all.push_back({"cans_step1", "CANS (arXiv 2506.10935), first step", {{8.4703, -25.1081, 18.6293}}});
+    // NVIDIA-NeMo/Emerging-Optimizers emerging_optimizers/orthogonalized_optimizers/muon_utils.py,
+    // _COEFFICIENT_SETS["cans"] and ["aol"] (the sets Megatron's emerging optimizers name).
+    all.push_back({"cans",
+                   "CANS (arXiv 2506.10935), Remez + adaptive interval, as in NVIDIA Emerging-Optimizers",
+                   {{8.4703, -25.1081, 18.6293},
+                    {4.1828, -3.1087, 0.5806},
+                    {3.9619, -2.9541, 0.5630},
+                    {3.2866, -2.4647, 0.5074},
+                    {2.2737, -1.6447, 0.4162}}});
+    all.push_back({"aol",
+                   "Turbo-Muon (arXiv 2512.04632) after AOL preconditioning, thib-s/flash-newton-schulz via NVIDIA Emerging-Optimizers",
+                   {{4.0098, -7.0585, 2.4635}, {3.4585, -5.5479, 2.5959}, {2.7573, -3.2939, 1.4254}, {2.7215, -3.0494, 1.3169}}});
     std::vector<Triple> deepseek(8, jordan);
     deepseek.push_back({2.0, -1.5, 0.5});
     deepseek.push_back({2.0, -1.5, 0.5});

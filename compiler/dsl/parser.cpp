@@ -210,12 +210,17 @@ class Parser {
   }
 
   void parse_normalize(Normalization& normalization) {
-    const Token& kind = expect_identifier("the norm ('frobenius')");
-    if (kind.text != "frobenius") throw CompileError(kind.location, "unknown normalization '" + kind.text + "'; expected 'frobenius'");
-    expect_punct("(", "'(' after 'frobenius'");
+    const Token& kind = expect_identifier("the norm ('frobenius' or 'aol')");
+    if (kind.text != "frobenius" && kind.text != "aol")
+      throw CompileError(kind.location, "unknown normalization '" + kind.text + "'; expected 'frobenius' or 'aol' (AOL's row rescaling)");
+    const bool aol = kind.text == "aol";
+    if (aol) normalization.kind = Normalization::Kind::Aol;
+    expect_punct("(", "'(' after '" + kind.text + "'");
     if (!at_punct(")")) {
       do {
-        const Token& key = expect_identifier("'safety', 'eps' or 'mode'");
+        const Token& key = expect_identifier(aol ? "'eps'" : "'safety', 'eps' or 'mode'");
+        if (aol && key.text != "eps")
+          throw CompileError(key.location, "unknown aol argument '" + key.text + "'; aol takes only 'eps' (the floor of each row's Σ|X·Xᵀ|)");
         expect_punct("=", "'=' after '" + key.text + "'");
         if (key.text == "safety" || key.text == "eps") {
           const Token& value_token = peek();

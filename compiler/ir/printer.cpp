@@ -73,6 +73,10 @@ std::string print_function(const Function& function) {
       case OpKind::Input: break;
       case OpKind::Normalize: {
         const auto& n = node.normalization;
+        if (n.kind == dsl::Normalization::Kind::Aol) {
+          out << " " << id(node.operands[0]) << " {aol, norm=" << to_string(node.norm_type) << ", eps=" << number(n.eps) << "}";
+          break;
+        }
         out << " " << id(node.operands[0]) << " {frobenius, norm=" << to_string(node.norm_type) << ", safety=" << number(n.safety)
             << ", eps=" << number(n.eps) << (n.mode == dsl::Normalization::Mode::Clamp ? ", clamp" : "") << "}";
         break;

@@ -131,6 +131,10 @@ class Interpreter {
     for (int64_t r = 0; r < x.rows; ++r)
       for (int64_t c = 0; c < x.cols; ++c) largest = std::isnan(x.at(r, c)) || std::isnan(largest) ? NAN : std::max(largest, std::fabs(x.at(r, c)));
     const double scale = ir::norm_scale(largest, node.norm_type == ScalarType::F64 && node.type == ScalarType::F64 ? 1022 : 126);
+    if (node.normalization.kind == dsl::Normalization::Kind::Aol) {
+      aol_normalize(node, x, out, scale);
+      return;
+    }
     double sum_of_squares = 0.0;
     for (int64_t r = 0; r < x.rows; ++r)
       for (int64_t c = 0; c < x.cols; ++c) sum_of_squares += (x.at(r, c) * scale) * (x.at(r, c) * scale);
@@ -143,6 +147,25 @@ class Interpreter {
     // The division happens in the accumulate type (f32 or wider), before the cast to storage.
     for (int64_t r = 0; r < x.rows; ++r)
       for (int64_t c = 0; c < x.cols; ++c) out.at(r, c) = store(node, x.at(r, c) * scale / denominator);
+  }
+
+  // AOL (dsl::Normalization::Kind::Aol) on y = x·scale (exact): d_i = Σ_j |Σ_k y_ik·y_jk| (f64 sums,
+  // rounded to the norm type), s_i = 1/√max(d_i, eps·scale²) (rounded to the norm type), out = y·s_i
+  // stored like every value. The scale cancels: the result is that of x itself.
+  void aol_normalize(const ir::Node& node, const View& x, const View& out, double scale) {
+    const ScalarType t = node.norm_type;
+    const double floor = round_to(t, node.normalization.eps) * scale * scale;
+    for (int64_t i = 0; i < x.rows; ++i) {
+      double row_sum = 0;
+      for (int64_t j = 0; j < x.rows; ++j) {
+        double dot = 0;
+        for (int64_t k = 0; k < x.cols; ++k) dot += (x.at(i, k) * scale) * (x.at(j, k) * scale);
+        row_sum += std::fabs(dot);
+      }
+      const double d = round_to(t, row_sum);
+      const double s = round_to(t, 1.0 / std::sqrt(std::max(d, floor)));
+      for (int64_t c = 0; c < x.cols; ++c) out.at(i, c) = store(node, x.at(i, c) * scale * s);
+    }
   }
 
   void gemm(const ir::Node& node, const View& out) {
