@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 # work there (see test-minimal).
 MINIMAL ?= build-minimal
 
-.PHONY: all deps build test test-minimal test-sanitize demo bench clean
+.PHONY: all deps build test test-minimal test-sanitize fuzz demo bench clean
 
 all: build
 
@@ -28,6 +28,7 @@ build: deps $(BUILD)/build.ninja
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory test-minimal
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
 
 # The minimal build: -O0 without debug info and only the targets its checks need, since the compile
 # is what CI pays for (docs/cuda-backend.md gives the cost). Its checks: build_parts_test (the CLI
@@ -92,6 +93,22 @@ test-sanitize: deps $(ASAN_BUILD)/build.ninja $(TSAN_BUILD)/build.ninja
 	@$(SANITIZE_ENV) bash -o pipefail -c 'cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS) 2>&1 | { grep -v "^\[" || true; }'
 	@cd $(TSAN_BUILD) && $(SANITIZE_ENV) ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)'
 
+# libFuzzer targets for the readers of outside input (tests/fuzz/: the DSL, .npy, safetensors and
+# optimizer states, tuning records, CUDA program-cache files, DeepSpeed and Hugging Face configs),
+# built with clang-19 and -fsanitize=fuzzer,address,undefined in their own folder, the readers'
+# sources only. `make fuzz FUZZ_SECONDS=60` runs each that long (scripts/run-fuzzers); `make test`
+# runs each for FUZZ_SMOKE_SECONDS so they keep compiling and finding nothing.
+FUZZ ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 3
+$(FUZZ)/build.ninja: | deps
+	@cmake -S . -B $(FUZZ) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_C_COMPILER=clang-19 \
+	  -DORTHOJIT_BUILD_FUZZERS=ON > $(FUZZ).configure.log 2>&1 || { cat $(FUZZ).configure.log; exit 1; }
+
+fuzz: deps $(FUZZ)/build.ninja
+	@bash -o pipefail -c 'cmake --build $(FUZZ) -j $(JOBS) 2>&1 | { grep -v "^\[" || true; }'
+	@scripts/run-fuzzers $(FUZZ) $(FUZZ_SECONDS)
+
 # The shipped programs on a random matrix, then the embedded default model (a small Llama-style
 # config) tuned and benchmarked: standard vs Gram vs OpenBLAS. Records go to build/demo-cache.
 demo: build
@@ -107,4 +124,4 @@ bench: build
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(MINIMAL) $(MINIMAL).configure.log $(ASAN_BUILD) $(ASAN_BUILD).configure.log \
-	  $(TSAN_BUILD) $(TSAN_BUILD).configure.log
+	  $(TSAN_BUILD) $(TSAN_BUILD).configure.log $(FUZZ) $(FUZZ).configure.log

@@ -50,13 +50,17 @@ std::string entry_key(const std::string& program_hash, int64_t rows, int64_t col
 }
 
 LoadedRecords load_tuning_file(const std::string& path) {
-  LoadedRecords result;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return result;  // no file: no records, nothing to say
+  if (!in) return {};  // no file: no records, nothing to say
   std::stringstream text;
   text << in.rdbuf();
+  return parse_tuning_file(text.str(), path);
+}
+
+LoadedRecords parse_tuning_file(const std::string& text, const std::string& origin) {
+  LoadedRecords result;
   try {
-    const nlohmann::json document = nlohmann::json::parse(text.str());
+    const nlohmann::json document = nlohmann::json::parse(text);
     if (!document.is_object()) throw std::runtime_error("the top level is not a JSON object");
     const int schema = document.at("schema_version").get<int>();
     if (schema != kTuningSchemaVersion)
@@ -67,18 +71,15 @@ LoadedRecords load_tuning_file(const std::string& path) {
     if (!file.entries.is_object()) throw std::runtime_error("\"entries\" is not an object");
     result.file = std::move(file);
   } catch (const std::exception& error) {
-    result.warning = "tuning records in " + path + " are unusable (" + error.what() + "); ignoring them";
+    result.warning = "tuning records in " + origin + " are unusable (" + error.what() + "); ignoring them";
   }
   return result;
 }
 
-void merge_into_tuning_file(const std::string& path, const DeviceFingerprint& fingerprint, const nlohmann::json& entries, std::string* warning) {
-  const std::filesystem::path target(path);
-  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
-  FileLock lock(path);
+nlohmann::json merged_tuning_document(const LoadedRecords& existing, const std::string& path, const DeviceFingerprint& fingerprint,
+                                      const nlohmann::json& entries, std::string* warning) {
   TuningFile file;
   file.fingerprint = fingerprint;
-  const LoadedRecords existing = load_tuning_file(path);
   if (!existing.warning.empty()) {
     if (warning) *warning = existing.warning + "; the file is rebuilt";
   } else if (existing.file) {
@@ -87,18 +88,49 @@ void merge_into_tuning_file(const std::string& path, const DeviceFingerprint& fi
     file.entries = existing.file->entries;
   }
   for (const auto& [key, entry] : entries.items()) file.entries[key] = entry;
-  const nlohmann::json document = {{"schema_version", kTuningSchemaVersion}, {"fingerprint", fingerprint.to_json()}, {"entries", file.entries}};
+  return {{"schema_version", kTuningSchemaVersion}, {"fingerprint", fingerprint.to_json()}, {"entries", file.entries}};
+}
+
+void merge_into_tuning_file(const std::string& path, const DeviceFingerprint& fingerprint, const nlohmann::json& entries, std::string* warning) {
+  const std::filesystem::path target(path);
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+  FileLock lock(path);
+  const nlohmann::json document = merged_tuning_document(load_tuning_file(path), path, fingerprint, entries, warning);
+  // Every writer writes and renames its temporary file while it holds the lock, so one still
+  // there now was left by a writer that died (killed mid-write): remove it.
+  const std::string temporary_prefix = target.filename().string() + ".tmp.";
+  std::error_code ignored;
+  const std::filesystem::path folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  for (auto it = std::filesystem::directory_iterator(folder, ignored); !ignored && it != std::filesystem::directory_iterator(); it.increment(ignored))
+    if (it->path().filename().string().rfind(temporary_prefix, 0) == 0) std::filesystem::remove(it->path(), ignored);
+
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << document.dump(2) << "\n";
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write " + temporary);
+  const std::string text = document.dump(2) + "\n";
+  // POSIX calls rather than a stream, so that a failure says why (a full disk: "No space left on
+  // device") and the temporary file is removed; the old file stays as it was.
+  auto fail = [&](const std::string& what) {
+    const std::string why = std::strerror(errno);
+    std::filesystem::remove(temporary, ignored);
+    throw std::runtime_error("cannot write the tuning records " + path + " (" + what + " " + temporary + ": " + why + "); the old file is unchanged");
+  };
+  const int descriptor = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (descriptor < 0) fail("creating");
+  for (size_t written = 0; written < text.size();) {
+    const ssize_t count = ::write(descriptor, text.data() + written, text.size() - written);
+    if (count < 0 && errno == EINTR) continue;
+    if (count < 0) {
+      const int saved = errno;
+      ::close(descriptor);
+      errno = saved;
+      fail("writing");
+    }
+    written += static_cast<size_t>(count);
   }
+  if (::close(descriptor) != 0) fail("closing");
   std::error_code error;
   std::filesystem::rename(temporary, path, error);
   if (error) {
-    std::filesystem::remove(temporary);
+    std::filesystem::remove(temporary, ignored);
     throw std::runtime_error("cannot replace " + path + ": " + error.message());
   }
 }

@@ -40,12 +40,19 @@ struct LoadedRecords {
 // Reads `path`. A missing file gives {nullopt, ""}; an unreadable, truncated or malformed one
 // gives {nullopt, "…why…"} (the caller warns and carries on without records).
 LoadedRecords load_tuning_file(const std::string& path);
+// The same from a file's text; `origin` names it in the warning.
+LoadedRecords parse_tuning_file(const std::string& text, const std::string& origin);
 
 // Merges `entries` into the file at `path` for `fingerprint` under the lock and writes it
 // atomically; creates directories as needed. A corrupt existing file is replaced (its name and
 // the problem go to `warning`). Throws std::runtime_error when the file holds another device's
 // records (the message names the difference) or cannot be written.
 void merge_into_tuning_file(const std::string& path, const DeviceFingerprint& fingerprint, const nlohmann::json& entries, std::string* warning);
+// The document merge_into_tuning_file writes, given what `path` held (`existing`, from
+// load_tuning_file or parse_tuning_file): `entries` over the existing ones. Throws
+// std::runtime_error for another device's records or an `entries` that is not an object.
+nlohmann::json merged_tuning_document(const LoadedRecords& existing, const std::string& path, const DeviceFingerprint& fingerprint,
+                                      const nlohmann::json& entries, std::string* warning);
 
 // Default location: $ORTHOJIT_TUNING_FILE, else <cache dir>/tuning/<fingerprint id>.json, the
 // cache dir being $ORTHOJIT_CACHE_DIR, else $XDG_CACHE_HOME/orthojit, else ~/.cache/orthojit.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace orthojit::runtime {
@@ -22,6 +23,8 @@ class NpyError : public std::runtime_error {
 };
 
 NpyArray read_npy(const std::string& path);
+// The same from a file's bytes in memory; `origin` names them in errors (read_npy passes the path).
+NpyArray parse_npy(std::string_view bytes, const std::string& origin);
 // Writes `array.values` as f32 (rounded to nearest) or f64 per `array.is_f64`, atomically
 // (a temporary file renamed over the target, so a failure never leaves a half-written file).
 void write_npy(const std::string& path, const NpyArray& array);

@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   g++ make cmake ninja-build pkg-config    # toolchain
+  clang-19 libclang-rt-19-dev              # the libFuzzer targets (make fuzz; tests/fuzz/)
   nlohmann-json3-dev                       # JSON (tuning records, --json output)
   libgtest-dev libgmock-dev                # tests
   libbenchmark-dev                         # bench/

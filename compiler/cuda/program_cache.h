@@ -20,23 +20,15 @@
 #include <vector>
 
 #include "cuda/nvrtc_compiler.h"
+#include "cuda/program_file.h"
 
 namespace orthojit::cuda {
 
-// Bumped whenever the file layout or the key's recipe changes (old files then simply miss).
-constexpr uint32_t kProgramCacheFormatVersion = 1;
 constexpr const char* kProgramCacheExtension = ".ojbin";
 
 // 64 lowercase hex digits. `extra_options` are appended to canonical_options(arch).
 std::string program_cache_key(const std::string& source, const NamedSources& headers, const std::string& arch,
                               const std::vector<std::string>& extra_options = {});
-
-// A cache file's bytes: header (magic, format version, key, arch, payload size, payload SHA-256)
-// followed by the payload (the whole NvrtcOutput: image, log, per-kernel resources, options).
-std::string serialize_program_file(const std::string& key, const NvrtcOutput& output);
-// The output stored in `bytes`, or nullopt when anything (magic, version, key, arch, size,
-// checksum, payload layout) does not match.
-std::optional<NvrtcOutput> deserialize_program_file(const std::string& bytes, const std::string& key, const std::string& arch);
 
 // Writes `bytes` to a unique temporary file beside `target` (pid, thread, counter) and renames it
 // over `target`. Readers see the old file or the new one, never a mix; concurrent writers of

@@ -445,16 +445,20 @@ DeepSpeedConfig load_deepspeed_config(const std::string& path, bool strict) {
   if (!in) throw DeepSpeedConfigError(path + ": cannot open the DeepSpeed configuration for reading");
   std::stringstream text;
   text << in.rdbuf();
+  return parse_deepspeed_config_text(text.str(), path, strict);
+}
+
+DeepSpeedConfig parse_deepspeed_config_text(const std::string& text, const std::string& origin, bool strict) {
   json config;
   try {
-    config = json::parse(text.str());
+    config = json::parse(text);
   } catch (const json::parse_error& error) {
-    throw DeepSpeedConfigError(path + ": not valid JSON: " + error.what());
+    throw DeepSpeedConfigError(origin + ": not valid JSON: " + error.what());
   }
   try {
     return parse_deepspeed_config(config, strict);
   } catch (const DeepSpeedConfigError& error) {
-    throw DeepSpeedConfigError(path + ": " + error.what());
+    throw DeepSpeedConfigError(origin + ": " + error.what());
   }
 }
 

@@ -97,5 +97,7 @@ std::string describe_ignored_keys(const DeepSpeedConfig& config);
 DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, bool strict = false);
 // Reads and parses the file; errors are prefixed with the path.
 DeepSpeedConfig load_deepspeed_config(const std::string& path, bool strict = false);
+// The same from the file's text; `origin` prefixes the errors (load_deepspeed_config passes the path).
+DeepSpeedConfig parse_deepspeed_config_text(const std::string& text, const std::string& origin, bool strict = false);
 
 }  // namespace orthojit::runtime
