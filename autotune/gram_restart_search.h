@@ -13,8 +13,8 @@
 // each singular value x of a log-spaced spectrum (1 down to 1e-10 there) with r = x² + δ at the
 // start and after every restart (there x ← q·x), q and r updated per step as q ← q·z, r ← r·z²
 // with z = p_k(r); the objective is the largest |Q| over every step and every x, minimized over
-// the restart sets of a given size. orthojit's own implementation differs in three places, each
-// stated in docs/autotuning.md ("Gram restarts"): δ comes from the storage type (−u; Dao-AILab's
+// the restart sets of a given size. orthojit's own implementation differs where the table in
+// docs/autotuning.md ("Gram restarts") says: δ comes from the storage type (−u; Dao-AILab's
 // fixed −4e-4 is f16's −2⁻¹¹ = −4.9e-4 rounded), the steps' polynomials may have any degree, and
 // the set sizes are searched together, a larger set winning only when it divides the objective
 // by `gain_per_restart` per extra restart (each costs one extra product, X ← Q·X, and its new R).
