@@ -848,6 +848,47 @@ static void test_device_memory(void) {
   oj_optimizer_destroy(opt);
 }
 
+/* muon.variant through the key=value options: a bad value names the valid ones; NorMuon's state
+ * (one f32 per row on top of the momentum) shows in the state bytes; one step moves the parameter
+ * by a finite amount; memory = cuda refuses the variant. */
+static void test_variant_options(void) {
+  enum { R = 6, C = 4, N = R * C };
+  float w[N], w0[N], g[N];
+  int64_t shape[2] = {R, C};
+  int64_t muon_bytes = -1, adam_bytes = -1;
+  oj_optimizer* opt = NULL;
+  oj_step_report report;
+  int i, moved = 0;
+  fill(w, N, 0.5f);
+  fill(g, N, 1.0f);
+  memcpy(w0, w, sizeof w);
+  CHECK_OK(oj_optimizer_create("keller", &opt));
+  if (!opt) return;
+  CHECK_FAILS(oj_optimizer_set_option(opt, "muon.variant", "adamw"), OJ_INVALID_ARGUMENT, "muon, normuon or adamuon");
+  CHECK_OK(oj_optimizer_set_option(opt, "muon.variant", "normuon"));
+  CHECK_OK(oj_optimizer_set_option(opt, "muon.beta2", "0.9"));
+  CHECK_OK(oj_optimizer_set_option(opt, "muon.backend", "ref"));
+  CHECK_OK(oj_optimizer_add_parameter(opt, "w", 2, shape, OJ_DTYPE_F32, w, OJ_DTYPE_F32, g, OJ_TAG_MUON));
+  CHECK_OK(oj_optimizer_build(opt));
+  CHECK_OK(oj_optimizer_state_bytes(opt, &muon_bytes, &adam_bytes));
+  CHECK(muon_bytes == 4 * N + 4 * R && adam_bytes == 0);
+  CHECK_OK(oj_optimizer_step(opt, &report));
+  for (i = 0; i < N; ++i) moved += isfinite(w[i]) && w[i] != w0[i];
+  CHECK(moved == N);
+  oj_optimizer_destroy(opt);
+
+  opt = NULL;
+  CHECK_OK(oj_optimizer_create("keller", &opt));
+  if (!opt) return;
+  CHECK_OK(oj_optimizer_set_option(opt, "muon.variant", "adamuon"));
+  if (oj_optimizer_set_option(opt, "memory", "cuda") == OJ_OK) {
+    CHECK_OK(oj_optimizer_add_parameter(opt, "w", 2, shape, OJ_DTYPE_F32, w, OJ_DTYPE_F32, g, OJ_TAG_MUON));
+    CHECK(oj_optimizer_build(opt) != OJ_OK);
+    CHECK(strstr(oj_last_error(), "muon.variant = adamuon") != NULL || strstr(oj_last_error(), "cuda") != NULL);
+  }
+  oj_optimizer_destroy(opt);
+}
+
 int main(void) {
   const long pid = (long)getpid();
   snprintf(g_path_a, sizeof g_path_a, "c_api_test_%ld_a.safetensors", pid);
@@ -864,6 +905,7 @@ int main(void) {
   test_orthogonalize();
   test_deepspeed_config();
   test_device_memory();
+  test_variant_options();
 
   if (g_failures) {
     fprintf(stderr, "c_api_test: %d of %d checks failed\n", g_failures, g_checks);

@@ -35,6 +35,7 @@
 #include "runtime/muon/presets.h"
 #include "runtime/muon/state_format.h"
 #include "runtime/muon/muon_step_launcher.h"
+#include "runtime/muon/muon_variants.h"
 #include "runtime/muon/update_rules.h"
 #include "runtime/orthogonalize.h"
 
@@ -146,6 +147,10 @@ nb::dict setting_values(const MuonSettings& self) {
   values["muon.coefficients"] = m.coefficients ? nb::object(nb::make_tuple(m.coefficients->a, m.coefficients->b, m.coefficients->c)) : nb::none();
   values["muon.backend"] = m.backend;
   values["muon.threads"] = m.threads;
+  values["muon.variant"] = std::string(to_string(m.variant));
+  values["muon.beta2"] = m.variant_beta2 ? nb::object(nb::float_(*m.variant_beta2)) : nb::none();  // None: the variant's default
+  values["muon.variant_eps"] = m.variant_eps ? nb::object(nb::float_(*m.variant_eps)) : nb::none();
+  values["muon.sign_momentum"] = m.sign_momentum;
   values["adam.lr"] = a.lr;
   values["adam.beta1"] = a.beta1;
   values["adam.beta2"] = a.beta2;
@@ -199,6 +204,43 @@ double muon_update(MuonSettings& self, const runtime::MatrixPlan& plan, const nb
     runtime::muon_momentum(muon, gradient.data(), static_cast<float*>(m.data), update.data(), count);
     orthogonalizer.orthogonalize(plan, update.data(), orthogonal.data());
     runtime::apply_muon(muon, plan, p.dtype, p.data, orthogonal.data(), 0, count);
+  }
+  return orthogonalizer.seconds() - before;
+}
+
+// NorMuon / AdaMuon (muon.variant): HybridOptimizer::muon_update's variant path on the tensors'
+// memory, `second_moment` the variant's f32 state (variant_state_elements values) and `step`
+// AdaMuon's count, already incremented (NorMuon ignores it).
+double muon_variant_update(MuonSettings& self, const runtime::MatrixPlan& plan, const nb::ndarray<>& param, const nb::ndarray<>& grad,
+                           const nb::ndarray<>& momentum_buffer, const nb::ndarray<>& second_moment, int64_t step, double lr, double momentum,
+                           double weight_decay, bool nesterov, const std::string& name) {
+  const std::string who = label(name);
+  const runtime::MuonVariant variant = self.settings.muon.variant;
+  if (variant == runtime::MuonVariant::Muon) throw std::invalid_argument(who + ": muon_variant_update needs muon.variant normuon or adamuon (it is muon)");
+  const Elements p = elements(param, who), g = elements(grad, who + ": the gradient"), m = elements(momentum_buffer, who + ": momentum_buffer", true),
+                 v = elements(second_moment, who + ": the variant's second moment", true);
+  const int64_t count = plan.batch * plan.rows * plan.cols;
+  expect_count(p, count, who, "its matrix plan (" + std::to_string(plan.batch) + " x " + std::to_string(plan.rows) + " x " + std::to_string(plan.cols) + ")");
+  expect_count(g, count, who + ": the gradient", "the parameter");
+  expect_count(m, count, who + ": momentum_buffer", "the parameter");
+  expect_count(v, runtime::variant_state_elements(variant, plan), who + ": the " + std::string(runtime::to_string(variant)) + " second moment",
+               variant == runtime::MuonVariant::NorMuon ? "one per row of each matrix" : "the parameter");
+  if (variant == runtime::MuonVariant::AdaMuon && step < 1) throw std::invalid_argument(who + ": the AdaMuon step count must be >= 1 (incremented before the update)");
+  if (!(lr >= 0) || !std::isfinite(lr)) throw std::invalid_argument(who + ": lr must be finite and >= 0");
+  if (!(momentum >= 0 && momentum < 1)) throw std::invalid_argument(who + ": momentum must be in [0, 1)");
+  if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) throw std::invalid_argument(who + ": weight_decay must be finite and >= 0");
+  runtime::MuonGroupSettings muon = self.settings.muon;
+  muon.lr = lr;
+  muon.momentum = momentum;
+  muon.weight_decay = weight_decay;
+  muon.nesterov = nesterov;
+  runtime::BlockOrthogonalizer& orthogonalizer = self.blocks();
+  const double before = orthogonalizer.seconds();
+  {
+    nb::gil_scoped_release release;
+    std::vector<float> gradient(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) gradient[static_cast<size_t>(i)] = static_cast<float>(runtime::load_element(g.dtype, g.data, i));
+    runtime::variant_muon_step(muon, plan, orthogonalizer, gradient.data(), static_cast<float*>(m.data), static_cast<float*>(v.data), step, p.dtype, p.data);
   }
   return orthogonalizer.seconds() - before;
 }
@@ -550,6 +592,10 @@ void register_optimizer(nb::module_& m) {
         nb::arg("momentum"), nb::arg("weight_decay"), nb::arg("nesterov"), nb::arg("name") = "",
         "One Muon step in place: momentum (f32 buffer), Nesterov, O = NS(U) per block, p <- p(1 - lr wd) - lr s O. Returns the "
         "orthogonalization's seconds.");
+  m.def("muon_variant_update", &muon_variant_update, nb::arg("settings"), nb::arg("plan"), nb::arg("param"), nb::arg("grad"), nb::arg("momentum_buffer"),
+        nb::arg("second_moment"), nb::arg("step"), nb::arg("lr"), nb::arg("momentum"), nb::arg("weight_decay"), nb::arg("nesterov"), nb::arg("name") = "",
+        "One NorMuon / AdaMuon step in place (muon.variant): momentum, U (sign(U) for AdaMuon), O = NS(U) per block, the variant's rescaling with "
+        "its f32 second moment (and AdaMuon's step count, already incremented), p <- p(1 - lr wd) - lr s O'. Returns the orthogonalization's seconds.");
   m.def("adam_update", &adam_update, nb::arg("settings"), nb::arg("step"), nb::arg("param"), nb::arg("grad"), nb::arg("exp_avg"), nb::arg("exp_avg_sq"),
         nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"), nb::arg("name") = "",
         "One AdamW step in place (step already incremented), with the settings' formula (standard | moonlight).");

@@ -32,6 +32,10 @@ DeviceOptimizer::Allocations::~Allocations() {
 DeviceOptimizer::DeviceOptimizer(std::vector<Parameter> parameters, OptimizerSettings settings, std::shared_ptr<MemorySpace> memory)
     : settings_(std::move(settings)), memory_(std::move(memory)) {
   if (!memory_) throw std::invalid_argument("DeviceOptimizer: no memory space");
+  if (settings_.muon.variant != MuonVariant::Muon)
+    throw std::invalid_argument(std::string("muon.variant = ") + to_string(settings_.muon.variant) +
+                                ": the device optimizer (C API memory = cuda, CUDA tensors in Python) runs the fused Muon step only; NorMuon and AdaMuon run in "
+                                "the host optimizer (memory = host, CPU tensors), or set muon.variant = muon");
   allocations_.memory = memory_;
   std::map<std::string, bool> seen;
   int64_t largest = 0;

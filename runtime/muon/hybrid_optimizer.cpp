@@ -10,8 +10,10 @@
 #include <stdexcept>
 
 #include "kernels/program_library.h"
+#include "runtime/muon/muon_variants.h"
 #include "runtime/muon/safetensors_file.h"
 #include "runtime/muon/state_format.h"
+#include "runtime/muon/variant_state.h"
 #include "runtime/orthogonalize.h"
 #include "support/rounding.h"
 
@@ -47,8 +49,10 @@ HybridOptimizer::HybridOptimizer(std::vector<Parameter> parameters, OptimizerSet
     if (entry.muon) entry.plan = plan_matrices(parameter, settings_.tensor_layout, settings_.conv_scale);
     State& state = state_[parameter.name];
     const size_t elements = static_cast<size_t>(parameter.elements());
-    if (entry.muon) state.momentum.assign(elements, 0.0f);
-    else {
+    if (entry.muon) {
+      state.momentum.assign(elements, 0.0f);
+      state.second_moment.assign(static_cast<size_t>(variant_state_elements(settings_.muon.variant, entry.plan)), 0.0f);
+    } else {
       state.exp_avg.assign(elements, 0.0f);
       state.exp_avg_sq.assign(elements, 0.0f);
     }
@@ -107,7 +111,14 @@ void HybridOptimizer::muon_update(Entry& entry, const std::vector<float>& gradie
   // Momentum, Newton–Schulz and the update as one compiled Muon step per block shape (the
   // momentum inside the normalize, the update after the last product).
   const double before = orthogonalizer_->seconds();
-  orthogonalizer_->muon_step(settings_.muon, entry.plan, gradient.data(), state.momentum.data(), p.dtype, p.data);
+  if (settings_.muon.variant != MuonVariant::Muon) {
+    // NorMuon / AdaMuon rescale O with whole-block reductions between NS and the update: the
+    // unfused host path (muon_variants.h).
+    if (variant_counts_steps(settings_.muon.variant)) state.variant_step += 1;
+    variant_muon_step(settings_.muon, entry.plan, *orthogonalizer_, gradient.data(), state.momentum.data(), state.second_moment.data(), state.variant_step,
+                      p.dtype, p.data);
+  } else
+    orthogonalizer_->muon_step(settings_.muon, entry.plan, gradient.data(), state.momentum.data(), p.dtype, p.data);
   report.orthogonalize_seconds += orthogonalizer_->seconds() - before;
 }
 
@@ -147,13 +158,14 @@ void HybridOptimizer::set_data(const std::string& name, void* data) {
   find_entry(entries_, name).parameter.data = data;
 }
 
-ParameterInfo parameter_info(const Parameter& parameter, bool muon, const MatrixPlan& plan) {
+ParameterInfo parameter_info(const Parameter& parameter, bool muon, const MatrixPlan& plan, MuonVariant variant) {
   ParameterInfo info;
   info.name = parameter.name;
   info.shape = parameter.shape;
   info.muon = muon;
   info.matrices = plan;
   info.state_bytes = parameter.elements() * (muon ? 4 : 8);  // f32 momentum; f32 exp_avg and exp_avg_sq
+  if (muon) info.state_bytes += 4 * variant_state_elements(variant, plan) + (variant_counts_steps(variant) ? 8 : 0);  // f32 second moment, i64 step
   return info;
 }
 
@@ -165,13 +177,14 @@ void check_qk_clip_target(const Parameter& p, int64_t head_rows, size_t heads) {
 
 std::vector<ParameterInfo> HybridOptimizer::parameters() const {
   std::vector<ParameterInfo> infos;
-  for (const Entry& entry : entries_) infos.push_back(parameter_info(entry.parameter, entry.muon, entry.plan));
+  for (const Entry& entry : entries_) infos.push_back(parameter_info(entry.parameter, entry.muon, entry.plan, settings_.muon.variant));
   return infos;
 }
 
 StateBytes HybridOptimizer::state_bytes() const {
   StateBytes bytes;
-  for (const Entry& entry : entries_) (entry.muon ? bytes.muon : bytes.adam) += parameter_info(entry.parameter, entry.muon, entry.plan).state_bytes;
+  for (const Entry& entry : entries_)
+    (entry.muon ? bytes.muon : bytes.adam) += parameter_info(entry.parameter, entry.muon, entry.plan, settings_.muon.variant).state_bytes;
   return bytes;
 }
 
@@ -186,7 +199,7 @@ void HybridOptimizer::qk_clip(const std::string& q_name, const std::string& k_na
 
 std::vector<StateOwner> HybridOptimizer::state_owners() const {
   std::vector<StateOwner> owners;
-  for (const Entry& entry : entries_) owners.push_back({entry.parameter.name, entry.parameter.shape, entry.muon});
+  for (const Entry& entry : entries_) owners.push_back({entry.parameter.name, entry.parameter.shape, entry.muon, entry.plan});
   return owners;
 }
 
@@ -215,6 +228,7 @@ void write_state_file(const std::string& path, const std::vector<StateOwner>& ow
     const HybridOptimizer::State& values = state.at(entry.name);
     if (entry.muon) {
       f32_tensor(entry.name + ".momentum_buffer", entry.shape, values.momentum);
+      add_variant_state_tensors(tensors, entry, values, settings.muon.variant);
     } else {
       f32_tensor(entry.name + ".exp_avg", entry.shape, values.exp_avg);
       f32_tensor(entry.name + ".exp_avg_sq", entry.shape, values.exp_avg_sq);
@@ -232,7 +246,8 @@ void write_state_file(const std::string& path, const std::vector<StateOwner>& ow
                                                        {"orthojit.preset", settings.preset},
                                                        {"orthojit.steps_taken", std::to_string(steps_taken)},
                                                        {"orthojit.momentum_kind", to_string(settings.muon.momentum_kind)},
-                                                       {"orthojit.momentum", beta}};
+                                                       {"orthojit.momentum", beta},
+                                                       {"orthojit.muon_variant", to_string(settings.muon.variant)}};
   write_safetensors(path, tensors, metadata);
 }
 
@@ -252,6 +267,7 @@ std::map<std::string, HybridOptimizer::State> read_state_file(const std::string&
                                                       kind == file.metadata.end() ? "" : kind->second);
   if (saved_kind != settings.muon.momentum_kind && std::any_of(owners.begin(), owners.end(), [](const StateOwner& e) { return e.muon; }))
     throw std::runtime_error(momentum_mismatch_message(path, format->second, saved_kind, settings.muon.momentum_kind));
+  check_saved_variant(file.metadata, path, settings.muon.variant, std::any_of(owners.begin(), owners.end(), [](const StateOwner& e) { return e.muon; }));
   std::map<std::string, const NamedTensor*> by_name;
   for (const NamedTensor& tensor : file.tensors) by_name[tensor.name] = &tensor;
   std::map<std::string, State> loaded;
@@ -273,6 +289,7 @@ std::map<std::string, HybridOptimizer::State> read_state_file(const std::string&
     State& state = loaded[entry.name];
     if (entry.muon) {
       state.momentum = floats(take(entry.name + ".momentum_buffer", "F32", entry.shape));
+      read_variant_state(state, entry, settings.muon.variant, take);
     } else {
       state.exp_avg = floats(take(entry.name + ".exp_avg", "F32", entry.shape));
       state.exp_avg_sq = floats(take(entry.name + ".exp_avg_sq", "F32", entry.shape));

@@ -54,7 +54,7 @@ struct StateBytes {
 
 // What both optimizers (this one and DeviceOptimizer) report for one parameter, and QK-clip's
 // check that a parameter splits into `heads` heads of `head_rows` rows (std::invalid_argument).
-ParameterInfo parameter_info(const Parameter& parameter, bool muon, const MatrixPlan& plan);
+ParameterInfo parameter_info(const Parameter& parameter, bool muon, const MatrixPlan& plan, MuonVariant variant = MuonVariant::Muon);
 void check_qk_clip_target(const Parameter& parameter, int64_t head_rows, size_t heads);
 
 // A parameter that has optimizer state, for the state file (shared with DeviceOptimizer).
@@ -62,6 +62,7 @@ struct StateOwner {
   std::string name;
   std::vector<int64_t> shape;
   bool muon = false;
+  MatrixPlan plan{};  // Muon: the matrices, for a variant's per-row state (muon_variants.h)
 };
 
 class HybridOptimizer {
@@ -93,7 +94,8 @@ class HybridOptimizer {
   void qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau);
 
   // The state as named f32 / i64 tensors ("<param>.momentum_buffer", "<param>.exp_avg",
-  // "<param>.exp_avg_sq", "<param>.step") and back; load checks every name, shape and type
+  // "<param>.exp_avg_sq", "<param>.step"; a variant's "<param>.second_momentum_buffer" or
+  // "<param>.v_buffer" and "<param>.variant_step", muon_variants.h) and back; load checks every name, shape and type
   // against this optimizer's parameters before changing anything.
   void save_state(const std::string& path) const;
   void load_state(const std::string& path);
@@ -103,6 +105,8 @@ class HybridOptimizer {
     std::vector<float> momentum;              // Muon
     std::vector<float> exp_avg, exp_avg_sq;   // AdamW
     int64_t step = 0;                         // AdamW
+    std::vector<float> second_moment;         // Muon under normuon (per row) or adamuon (per element)
+    int64_t variant_step = 0;                 // Muon under adamuon: its bias correction's step count
   };
   const std::map<std::string, State>& state() const { return state_; }
 

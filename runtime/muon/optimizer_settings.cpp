@@ -52,6 +52,22 @@ std::optional<MissingGradient> parse_missing_gradient(const std::string& text) {
   return std::nullopt;
 }
 
+const char* to_string(MuonVariant variant) {
+  switch (variant) {
+    case MuonVariant::Muon: return "muon";
+    case MuonVariant::NorMuon: return "normuon";
+    case MuonVariant::AdaMuon: return "adamuon";
+  }
+  return "?";
+}
+
+std::optional<MuonVariant> parse_muon_variant(const std::string& text) {
+  if (text == "muon") return MuonVariant::Muon;
+  if (text == "normuon") return MuonVariant::NorMuon;
+  if (text == "adamuon") return MuonVariant::AdaMuon;
+  return std::nullopt;
+}
+
 double momentum_conversion_factor(MomentumKind from, MomentumKind to, double beta) {
   if (from == to) return 1.0;
   return from == MomentumKind::Sum ? 1.0 - beta : 1.0 / (1.0 - beta);
@@ -156,7 +172,8 @@ std::string describe(const OptimizerSettings& settings) {
       << "\nmuon.program = " << m.program << "\nmuon.strategy = " << m.strategy
       << "\nmuon.precision = " << (m.precision ? to_string(*m.precision) : "(the program's)")
       << "\nmuon.ns_steps = " << (m.ns_steps ? std::to_string(*m.ns_steps) : "(the program's)")
-      << "\nmuon.norm = " << (m.norm_clamp ? "X / max(|X|, eps)" : "X / (|X| + eps)") << "\nmuon.backend = " << m.backend << "\nadam.lr = " << a.lr
+      << "\nmuon.norm = " << (m.norm_clamp ? "X / max(|X|, eps)" : "X / (|X| + eps)") << "\nmuon.backend = " << m.backend
+      << "\nmuon.variant = " << to_string(m.variant) << "\nadam.lr = " << a.lr
       << "\nadam.betas = (" << a.beta1 << ", " << a.beta2 << ")\nadam.eps = " << a.eps << "\nadam.weight_decay = " << a.weight_decay
       << "\nadam.formula = " << to_string(a.formula) << "\ntensor_layout = " << to_string(settings.tensor_layout)
       << "\nconv_scale = " << to_string(settings.conv_scale) << "\nmissing_grad = " << to_string(settings.missing_gradient)
@@ -232,6 +249,16 @@ void apply_setting(OptimizerSettings& settings, const std::string& key, const st
       throw std::invalid_argument(key + ": '" + value + "' is not auto, ref, cpu or cuda");
     m.backend = value;
   } else if (key == "muon.threads") m.threads = static_cast<int>(parse_non_negative(key, value));
+  else if (key == "muon.variant") {
+    auto variant = parse_muon_variant(value);
+    if (!variant) throw std::invalid_argument(key + ": '" + value + "' is not muon, normuon or adamuon");
+    m.variant = *variant;
+  } else if (key == "muon.beta2") m.variant_beta2 = parse_unit_interval(key, value);
+  else if (key == "muon.variant_eps") {
+    const double eps = parse_number(key, value);
+    if (eps <= 0) throw std::invalid_argument(key + " must be > 0 (got " + value + ")");
+    m.variant_eps = eps;
+  } else if (key == "muon.sign_momentum") m.sign_momentum = parse_bool(key, value);
   else if (key == "adam.lr") a.lr = parse_non_negative(key, value);
   else if (key == "adam.beta1") a.beta1 = parse_unit_interval(key, value);
   else if (key == "adam.beta2") a.beta2 = parse_unit_interval(key, value);
@@ -263,7 +290,8 @@ void apply_setting(OptimizerSettings& settings, const std::string& key, const st
   } else
     throw std::invalid_argument("unknown optimizer setting '" + key +
                                 "'; settings: muon.lr, muon.momentum, muon.nesterov, muon.weight_decay, muon.momentum_kind, muon.lr_adjust, muon.program, "
-                                "muon.strategy, muon.precision, muon.ns_steps, muon.ns_eps, muon.norm_clamp, muon.backend, muon.threads, adam.lr, "
+                                "muon.strategy, muon.precision, muon.ns_steps, muon.ns_eps, muon.norm_clamp, muon.backend, muon.threads, muon.variant, "
+                                "muon.beta2, muon.variant_eps, muon.sign_momentum, adam.lr, "
                                 "adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.formula, tensor_layout, conv_scale, missing_grad, tagging, "
                                 "experts_as_batch");
 }

@@ -48,6 +48,18 @@ std::optional<AdamFormula> parse_adam_formula(const std::string& text);    // "s
 const char* to_string(MissingGradient policy);
 std::optional<MissingGradient> parse_missing_gradient(const std::string& text);  // "skip" | "zero"
 
+// What a Muon step does with the orthogonalized matrix O before the lr adjustment (formulas and
+// sources: runtime/muon/muon_variants.h, docs/muon.md "Variants"):
+//   muon     O as Newton–Schulz made it
+//   normuon  NorMuon (arXiv 2510.05491): O divided row by row by the root of an EMA of its rows'
+//            mean squares, then rescaled to O's Frobenius norm
+//   adamuon  AdaMuon (arXiv 2507.11005): sign(U) orthogonalized (the paper; sign_momentum), O
+//            divided element by element by the root of a bias-corrected EMA of O², then rescaled
+//            to the Frobenius norm sqrt(min(rows, cols)) of an orthogonal matrix
+enum class MuonVariant { Muon, NorMuon, AdaMuon };
+const char* to_string(MuonVariant variant);
+std::optional<MuonVariant> parse_muon_variant(const std::string& text);  // "muon" | "normuon" | "adamuon"
+
 struct MuonGroupSettings {
   double lr = 0.02;
   double momentum = 0.95;
@@ -70,6 +82,12 @@ struct MuonGroupSettings {
   std::optional<ScalarType> square_precision;  // ... with this storage (unset: the gram storage, f16 under DeepSpeed)
   std::string backend = "auto";      // auto (ref for f64 storage, else cpu) | ref | cpu | cuda
   int threads = 0;
+  // The variant and its second moment's β2 and eps (unset: the variant's published defaults,
+  // NorMuon 0.95 and 1e-10, AdaMuon 0.999 and 1e-8; muon_variants.h).
+  MuonVariant variant = MuonVariant::Muon;
+  std::optional<double> variant_beta2;
+  std::optional<double> variant_eps;
+  bool sign_momentum = true;  // adamuon: NS(sign(U)) as the paper; false: NS(U) as Chongjie-Si/AdaMuon adamuon.py
 };
 
 struct AdamGroupSettings {
@@ -107,7 +125,8 @@ std::string describe(const OptimizerSettings& settings);
 
 // Applies "key=value" overrides (muon.lr, muon.momentum, muon.nesterov, muon.weight_decay,
 // muon.momentum_kind, muon.lr_adjust, muon.program, muon.strategy, muon.precision, muon.ns_steps,
-// muon.ns_eps, muon.norm_clamp, muon.backend, muon.threads, adam.lr, adam.beta1, adam.beta2,
+// muon.ns_eps, muon.norm_clamp, muon.backend, muon.threads, muon.variant, muon.beta2,
+// muon.variant_eps, muon.sign_momentum, adam.lr, adam.beta1, adam.beta2,
 // adam.eps, adam.weight_decay, adam.formula, tensor_layout, conv_scale, missing_grad, tagging,
 // and experts_as_batch: true = tensor_layout batch, false = flatten). Throws
 // std::invalid_argument naming the key and what is valid.

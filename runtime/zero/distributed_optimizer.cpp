@@ -54,6 +54,10 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
                                            Communicator& communicator, std::shared_ptr<MemorySpace> memory)
     : settings_(std::move(settings)), distributed_(distributed), communicator_(communicator), memory_(std::move(memory)) {
   if (!memory_) throw std::invalid_argument("DistributedOptimizer: no memory space");
+  if (settings_.muon.variant != MuonVariant::Muon)
+    throw std::invalid_argument(std::string("muon.variant = ") + to_string(settings_.muon.variant) +
+                                ": the distributed optimizer runs Muon's update only (its owners hold no second-moment state); use the single-process "
+                                "optimizer for NorMuon and AdaMuon, or set muon.variant = muon");
   buffers_.memory = memory_;
   if (distributed_.stage < 1 || distributed_.stage > 3) throw std::invalid_argument("ZeRO stage must be 1, 2 or 3 (got " + std::to_string(distributed_.stage) + ")");
   if (distributed_.offload_optimizer && settings_.muon.backend == "cuda")

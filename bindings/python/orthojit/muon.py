@@ -89,6 +89,10 @@ class Muon(torch.optim.Optimizer):
             "tagging": "moonlight", "conv_scale": "matrix"}``).
         backend: the orthogonalization backend ("cpu", "cuda", "ref"); parameters stay in CPU
             memory either way.
+        variant: ``"normuon"`` (NorMuon, arXiv 2510.05491) or ``"adamuon"`` (AdaMuon, arXiv
+            2507.11005) rescale the orthogonalized update with a second moment (the setting
+            ``muon.variant``, with ``muon.beta2``, ``muon.variant_eps``, ``muon.sign_momentum``;
+            docs/muon.md); CPU parameters only. Default ``"muon"``.
 
     Unset hyperparameters come from the preset (after ``settings``); the values in
     ``param_groups`` are read at every step, so LR schedulers work. A NaN or infinity in any
@@ -115,11 +119,14 @@ class Muon(torch.optim.Optimizer):
         matrix_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
         settings: Optional[Mapping[str, Any]] = None,
         backend: Optional[str] = None,
+        variant: Optional[str] = None,
         _base_settings: Any = None,
     ):
         overrides = dict(settings or {})
         if backend is not None:
             overrides["muon.backend"] = backend
+        if variant is not None:  # the setting muon.variant: "muon" | "normuon" | "adamuon"
+            overrides["muon.variant"] = variant
         if _base_settings is not None:  # from_deepspeed_config: settings already read
             self._settings = _base_settings
             for key, value in overrides.items():
@@ -316,6 +323,10 @@ class Muon(torch.optim.Optimizer):
             if group["use_muon"]:
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros(p.shape, dtype=torch.float32)
+                if self._variant() != "muon":
+                    report.orthogonalize_seconds += self._variant_update(group, name, p, g, state)
+                    report.muon_updated += 1
+                    continue
                 report.orthogonalize_seconds += _orthojit.muon_update(
                     self._settings, self._plans[id(p)], data, g, state["momentum_buffer"], float(group["lr"]),
                     float(group["momentum"]), float(group["weight_decay"]), bool(group["nesterov"]), name)
@@ -335,6 +346,34 @@ class Muon(torch.optim.Optimizer):
         self.last_report = report
         return loss
 
+    def _variant(self) -> str:
+        return str(self._settings.values()["muon.variant"])
+
+    def _variant_state(self, p: torch.Tensor) -> Dict[str, Tuple[torch.dtype, Tuple[int, ...]]]:
+        """The state a variant adds to a Muon parameter's momentum_buffer (runtime/muon/variant_state.h):
+        NorMuon's per-row second moment, AdaMuon's per-element one and its step count."""
+        variant = self._variant()
+        if variant == "normuon":
+            plan = self._plans[id(p)]
+            return {"second_momentum_buffer": (torch.float32, (plan.batch * plan.rows, 1))}
+        if variant == "adamuon":
+            return {"v_buffer": (torch.float32, tuple(p.shape)), "variant_step": (torch.int64, ())}
+        return {}
+
+    def _variant_update(self, group: Dict[str, Any], name: str, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any]) -> float:
+        for key, (dtype, shape) in self._variant_state(p).items():
+            if key not in state:
+                state[key] = torch.zeros(shape, dtype=dtype)
+        variant = self._variant()
+        moment = state["second_momentum_buffer" if variant == "normuon" else "v_buffer"]
+        step = int(state["variant_step"]) + 1 if variant == "adamuon" else 0
+        seconds = _orthojit.muon_variant_update(self._settings, self._plans[id(p)], p.detach(), g, state["momentum_buffer"], moment, step,
+                                                float(group["lr"]), float(group["momentum"]), float(group["weight_decay"]),
+                                                bool(group["nesterov"]), name)
+        if variant == "adamuon":
+            state["variant_step"] += 1
+        return seconds
+
     def _tensor_step(self, work: List[Tuple[Dict[str, Any], str, torch.Tensor, torch.Tensor]], report: StepReport) -> None:
         """The step of parameters on the tensor path: state on the parameter's device, Muon
         parameters through compiled Muon steps batched over equal blocks of all parameters
@@ -342,6 +381,11 @@ class Muon(torch.optim.Optimizer):
         if not work:
             return
         values = self._settings.values()
+        if values["muon.variant"] != "muon" and any(group["use_muon"] for group, _, _, _ in work):
+            name = next(n for group, n, _, _ in work if group["use_muon"])
+            raise ValueError(f"orthojit.Muon: {_label(name)} is on {work[0][2].device}: muon.variant = {values['muon.variant']} runs on CPU "
+                             "parameters only (the device path compiles the fused Muon step); move the Muon parameters to the CPU "
+                             "or use variant='muon'")
         kind, adjust, formula = values["muon.momentum_kind"], values["muon.lr_adjust"], values["adam.formula"]
         muon_items = []
         for group, name, p, g in work:
@@ -423,7 +467,7 @@ class Muon(torch.optim.Optimizer):
         packed["param_groups"] = copy.deepcopy(packed["param_groups"])
         values = self._settings.values()
         packed["orthojit"] = {"format": _STATE_FORMAT, "preset": self._settings.preset, "steps_taken": self.steps_taken,
-                              "momentum_kind": values["muon.momentum_kind"]}
+                              "momentum_kind": values["muon.momentum_kind"], "muon_variant": values["muon.variant"]}
         return packed
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -434,6 +478,11 @@ class Muon(torch.optim.Optimizer):
         problem = lambda what: ValueError(f"optimizer state does not match this optimizer: {what}; nothing was loaded")  # noqa: E731
         if len(groups) != len(saved_groups):
             raise problem(f"it has {len(saved_groups)} parameter groups, this optimizer {len(groups)}")
+        saved_variant = str(state_dict.get("orthojit", {}).get("muon_variant", "muon"))
+        if saved_variant != self._variant() and any(g["use_muon"] for g in groups):
+            raise ValueError(f"the optimizer state was saved by the Muon variant '{saved_variant}' but this optimizer runs "
+                             f"'{self._variant()}' (their second-moment state differs); nothing was loaded. Load it with "
+                             f"variant='{saved_variant}' (the setting muon.variant)")
         index_to_param: Dict[Any, Tuple[str, torch.Tensor, bool]] = {}
         for i, (group, saved) in enumerate(zip(groups, saved_groups)):
             if len(group["params"]) != len(saved["params"]):
@@ -453,15 +502,20 @@ class Muon(torch.optim.Optimizer):
             name, p, is_muon = index_to_param[index]
             expected = {"momentum_buffer": torch.float32} if is_muon else \
                 {"exp_avg": torch.float32, "exp_avg_sq": torch.float32, "step": torch.int64}
+            shapes = {key: torch.Size([]) if key == "step" else p.shape for key in expected}
+            if is_muon:
+                for key, (dtype, shape) in self._variant_state(p).items():
+                    expected[key], shapes[key] = dtype, torch.Size(shape)
             if set(values) != set(expected):
-                raise problem(f"{_label(name)} has state {sorted(values)}, expected {sorted(expected)}")
+                raise problem(f"{_label(name)} has state {sorted(values)}, expected {sorted(expected)} "
+                              f"(muon.variant = {self._variant()}; a state saved under another variant holds other buffers)")
             for key, dtype in expected.items():
                 value = values[key]
-                shape = torch.Size([]) if key == "step" else p.shape
+                shape = shapes[key]
                 if not isinstance(value, torch.Tensor) or value.dtype != dtype or value.shape != shape:
                     what = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
                     raise problem(f"'{name}.{key}' is {what}, expected {dtype} {tuple(shape)}")
-                state[p][key] = value.detach().to("cpu" if key == "step" else p.device).clone().contiguous()
+                state[p][key] = value.detach().to("cpu" if key in ("step", "variant_step") else p.device).clone().contiguous()
         new_groups = []
         for group, saved in zip(groups, saved_groups):
             merged = copy.deepcopy({k: v for k, v in saved.items() if k != "params"})
