@@ -36,7 +36,10 @@ int64_t ModelShapes::parameters(bool muon) const {
 ModelShapes derive_model_matrices(const nlohmann::json& config, const ModelShapeOptions& options) {
   if (!config.is_object()) throw std::invalid_argument("the model configuration is not a JSON object");
   ModelShapes shapes;
-  shapes.model_type = config.value("model_type", std::string("unknown"));
+  // A non-string model_type used to escape as nlohmann's type_error (tests/fuzz/fuzz_model_config.cpp).
+  if (has(config, "model_type") && !config.at("model_type").is_string())
+    throw std::invalid_argument("\"model_type\" must be a string such as \"llama\", got " + config.at("model_type").dump());
+  shapes.model_type = has(config, "model_type") ? config.at("model_type").get<std::string>() : std::string("unknown");
   auto add = [&](const std::string& name, int64_t rows, int64_t cols, int64_t count, int64_t batch = 1, bool muon = true) {
     if (count > 0) shapes.matrices.push_back({name, rows, cols, batch, count, muon});
   };

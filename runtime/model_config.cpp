@@ -27,7 +27,7 @@ autotune::ModelShapes parse_model_matrices(const std::string& text, const std::s
   nlohmann::json config;
   try {
     config = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse_error, and out_of_range for a number beyond a double
     throw UsageError(path + " is not valid JSON: " + error.what());
   }
   try {

@@ -452,7 +452,9 @@ DeepSpeedConfig parse_deepspeed_config_text(const std::string& text, const std::
   json config;
   try {
     config = json::parse(text);
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {
+    // parse_error, and out_of_range for a number beyond a double ("eps": 1e508; found by
+    // tests/fuzz/fuzz_deepspeed_config.cpp).
     throw DeepSpeedConfigError(origin + ": not valid JSON: " + error.what());
   }
   try {
