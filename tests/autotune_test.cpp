@@ -4,11 +4,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "autotune/device_fingerprint.h"
 #include "autotune/error_measure.h"
@@ -89,6 +91,36 @@ TEST(TuningRecords, TwoWritersInTwoProcessesLoseNothing) {
   const LoadedRecords loaded = load_tuning_file(path);
   ASSERT_TRUE(loaded.file.has_value()) << loaded.warning;
   EXPECT_EQ(loaded.file->entries.size(), 50u) << "a concurrent writer's entries were lost";
+}
+
+// Writers in threads of one process (a tuning loop that records from several threads, or two
+// tuners in one trainer): each merge opens its own lock descriptor, so flock excludes threads as it
+// does processes, and the temporary file (named by the pid, so shared by the threads) is written
+// only under the lock. Every thread's entries must survive. ThreadSanitizer runs it too.
+TEST(TuningRecords, WritersInSeveralThreadsLoseNothing) {
+  constexpr int kThreads = 3, kMerges = 10;
+  const std::string path = temporary_path("thread_writers.json");
+  std::filesystem::remove(path);
+  const DeviceFingerprint fingerprint = cpu_fingerprint();
+  std::vector<std::thread> writers;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t)
+    writers.emplace_back([&, t] {
+      for (int i = 0; i < kMerges; ++i) {
+        try {
+          merge_into_tuning_file(path, fingerprint, {{"t" + std::to_string(t) + "-" + std::to_string(i), sample_entry(i)}}, nullptr);
+        } catch (const std::exception&) {
+          failures.fetch_add(1);
+        }
+      }
+    });
+  for (auto& writer : writers) writer.join();
+  EXPECT_EQ(failures.load(), 0) << "a merge threw";
+  const LoadedRecords loaded = load_tuning_file(path);
+  ASSERT_TRUE(loaded.file.has_value()) << loaded.warning;
+  EXPECT_EQ(loaded.file->entries.size(), static_cast<size_t>(kThreads * kMerges)) << "a concurrent writer's entries were lost";
+  for (int t = 0; t < kThreads; ++t)
+    for (int i = 0; i < kMerges; ++i) EXPECT_EQ(loaded.file->entries.at("t" + std::to_string(t) + "-" + std::to_string(i)), sample_entry(i));
 }
 
 TEST(TuningRecords, CorruptOrTruncatedFileWarnsAndIsRebuilt) {
