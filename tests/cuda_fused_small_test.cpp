@@ -240,7 +240,7 @@ std::optional<std::vector<double>> run_on_host_emulation(const CudaProgram& prog
   std::string device_header;
   for (const auto& [name, text] : kernels::cuda_device_headers())
     if (name == "orthojit_device.cuh") device_header = text;
-  const size_t fused_part = device_header.find("// ==== the fully fused small-matrix kernel");
+  const size_t fused_part = device_header.find("// ==== composed from the primitives above");
   EXPECT_NE(fused_part, std::string::npos);
   std::ofstream(directory / "fused_part.cuh") << device_header.substr(fused_part);
   const std::filesystem::path tests = std::filesystem::path(ORTHOJIT_SOURCE_DIR) / "tests";

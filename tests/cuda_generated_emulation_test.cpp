@@ -443,6 +443,64 @@ TEST(CudaGeneratedEmulation, EveryTileConfigMatchesTheReference) {
   run_cases(cases);
 }
 
+// The 16-byte epilogue (quad_transpose, then one C load and one D store per lane and row chunk)
+// computes each element as the scalar one does, so the two give the same bits: both run here on
+// the same input, every launch's destination compared. Cases with vector C (B·X + a·X reads X
+// row-major), scalar C (a transposed view), every tile of the search space, both strategies; the
+// triangular products keep the scalar epilogue in both.
+TEST(CudaGeneratedEmulation, VectorEpilogueIsTheScalarOneBitForBit) {
+  if (!emulation::host_compiler_available()) GTEST_SKIP() << "no host c++ compiler to run the emulation";
+  std::vector<Case> cases;
+  for (const auto strategy : {kStandard, kGram}) {
+    ir::Function function = schedule(steps("bf16", 3), 48, 80, 2, strategy, std::nullopt, std::vector<int>{1});
+    CodegenOptions vector = rotating_tiles(function), scalar = vector;
+    scalar.vector_epilogue = false;
+    const std::string name = "three_steps bf16 " + std::string(ir::to_string(strategy)) + " 48x80x2";
+    cases.push_back(make_case(name + " vector", function, vector));
+    cases.push_back(make_case(name + " scalar", std::move(function), scalar));
+  }
+  {
+    ir::Function function = schedule(shipped("polar_express5"), 104, 40, 1, kStandard, ScalarType::F16);  // tall: oriented views
+    CodegenOptions scalar;
+    scalar.vector_epilogue = false;
+    cases.push_back(make_case("polar_express5 f16 standard 104x40 vector", function));
+    cases.push_back(make_case("polar_express5 f16 standard 104x40 scalar", std::move(function), scalar));
+  }
+  std::vector<std::unique_ptr<HostEmulator>> emulators = compile_all(cases);
+  for (size_t c = 0; c + 1 < cases.size(); c += 2) {
+    SCOPED_TRACE(cases[c].name);
+    ASSERT_TRUE(emulators[c] && emulators[c + 1]);
+    const CudaProgram &vector = cases[c].program, &scalar = cases[c + 1].program;
+    ASSERT_EQ(vector.launches.size(), scalar.launches.size());
+    int vector_products = 0;
+    for (const Launch& launch : vector.launches) vector_products += launch.kernel.rfind("gemm_", 0) == 0 && !launch.triangular;
+    EXPECT_GT(vector_products, 0);
+    EXPECT_NE(vector.source.find("oj::quad_transpose(lo)"), std::string::npos) << "no product took the 16-byte epilogue";
+    EXPECT_EQ(scalar.source.find("quad_transpose"), std::string::npos);
+    std::mt19937 generator(20261202);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> input(static_cast<size_t>(vector.batch * vector.input_elements));
+    for (float& value : input) value = normal(generator);
+    // After each product, its destination buffer in both runs (the bytes the product wrote).
+    std::vector<std::vector<unsigned char>> written[2];
+    for (int run = 0; run < 2; ++run) {
+      HostEmulator& emulator = *emulators[c + static_cast<size_t>(run)];
+      const CudaProgram& program = emulator.program();
+      auto after = [&](size_t index) {
+        const Launch& launch = program.launches[index];
+        const Slot& destination = launch.args.back();
+        if (launch.kernel.rfind("gemm_", 0) != 0 || destination.kind != Slot::Kind::Buffer || destination.buffer < 0) return;
+        const auto* bytes = static_cast<const unsigned char*>(emulator.address(destination));
+        written[run].emplace_back(bytes, bytes + program.buffer_bytes[static_cast<size_t>(destination.buffer)]);
+      };
+      const HostEmulator::Result result = emulator.run(input, {}, after);
+      EXPECT_EQ(result.memory_errors, "");
+    }
+    ASSERT_EQ(written[0].size(), written[1].size());
+    for (size_t k = 0; k < written[0].size(); ++k) EXPECT_TRUE(written[0][k] == written[1][k]) << "product " << k << " differs";
+  }
+}
+
 // The rest of the op set: a three-term lincomb (the expanded statement form keeps
 // a·X + b·AX + c·A·AX after the products), an f64 norm with the clamp mode, a tall batched input.
 TEST(CudaGeneratedEmulation, LinCombAndF64NormMatchTheReference) {

@@ -52,6 +52,11 @@ inline thread_local Dim3 blockIdx;
 inline Dim3 gridDim, blockDim;
 inline std::barrier<>* cta_barrier;  // the running CTA's
 inline void __syncthreads() { cta_barrier->arrive_and_wait(); }
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
 inline float __uint_as_float(unsigned u) {
   float f;
   std::memcpy(&f, &u, 4);
@@ -164,10 +169,25 @@ struct WarpState {
   // ldmatrix's exchange: the row addresses the lanes give (two sets, as for the MMA).
   std::barrier<> ldmatrix_barrier{32};
   const u16* rows[2][32];
+  // shfl.sync's exchange: the value each lane gives (two sets, as for the MMA).
+  std::barrier<> shfl_barrier{32};
+  u32 shfl[2][32];
 };
 inline std::unique_ptr<WarpState[]> warps;  // one per warp of the running CTA
 inline thread_local unsigned mma_calls;     // this lane's MMAs in the running CTA
 inline thread_local unsigned ldmatrix_calls;  // this lane's ldmatrix calls in the running CTA
+inline thread_local unsigned shfl_calls;      // this lane's shuffles in the running CTA
+
+// shfl.sync.bfly.b32 with a full member mask (oj::shfl_xor): a warp collective, every lane posts
+// its value and takes lane (lane ^ mask)'s.
+inline u32 shfl_xor(u32 value, int mask) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  WarpState& state = warps[warp];
+  const unsigned set = shfl_calls++ % 2;
+  state.shfl[set][lane] = value;
+  state.shfl_barrier.arrive_and_wait();
+  return state.shfl[set][lane ^ mask];
+}
 
 // D(16x8) += A(16x16)·B(16x8) with the fragment layout documented at oj::mma_bf16.
 inline void mma_16x8x16(bool bf16, float* c, const u32* a, const u32* b) {
@@ -322,6 +342,7 @@ void run_grid(const unsigned grid[3], unsigned block, Body body) {
             blockIdx = {x, y, z};
             oj::mma_calls = 0;
             oj::ldmatrix_calls = 0;
+            oj::shfl_calls = 0;
             body();
             cta_barrier->arrive_and_drop();
             between.arrive_and_wait();

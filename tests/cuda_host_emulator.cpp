@@ -69,22 +69,19 @@ HostEmulator::HostEmulator(CudaProgram program, std::filesystem::path directory)
   std::filesystem::create_directories(directory_);
   const std::filesystem::path tests = std::filesystem::path(ORTHOJIT_SOURCE_DIR) / "tests";
   std::filesystem::copy_file(tests / "cuda_host_emulation.h", directory_ / "cuda_host_emulation.h", std::filesystem::copy_options::overwrite_existing);
-  // The generated source includes "orthojit_device.cuh": here, the emulation of it. The fused
-  // small-matrix kernel (its only shared memory is `extern __shared__`) also runs the real
-  // cta_product / FragmentSource of the device header's fused part, on the emulated primitives
-  // (as tests/fused_small_host_emulation.h arranges for cuda_fused_small_test).
-  if (program_.source.find("extern __shared__") != std::string::npos) {
-    std::string device_header;
-    for (const auto& [name, text] : kernels::cuda_device_headers())
-      if (name == "orthojit_device.cuh") device_header = text;
-    const size_t fused_part = device_header.find("// ==== the fully fused small-matrix kernel");
-    if (fused_part == std::string::npos) throw std::runtime_error("host emulation: the device header has no fused small-matrix part");
-    std::ofstream(directory_ / "fused_part.cuh") << device_header.substr(fused_part);
-    std::ofstream(directory_ / "orthojit_device.cuh") << "#pragma once\n#define OJ_EMULATION_DYNAMIC_SHARED_ONLY\n#include \"cuda_host_emulation.h\"\n"
-                                                      << "#include \"fused_part.cuh\"\n";
-  } else {
-    std::ofstream(directory_ / "orthojit_device.cuh") << "#pragma once\n#include \"cuda_host_emulation.h\"\n";
-  }
+  // The generated source includes "orthojit_device.cuh": here, the emulation of its primitives and,
+  // as they are, the parts of the real header composed from them (quad_transpose, the fused
+  // small-matrix kernel's cta_product / FragmentSource). The fused kernel's only shared memory is
+  // `extern __shared__` (as tests/fused_small_host_emulation.h arranges for cuda_fused_small_test).
+  std::string device_header;
+  for (const auto& [name, text] : kernels::cuda_device_headers())
+    if (name == "orthojit_device.cuh") device_header = text;
+  const size_t composed_part = device_header.find("// ==== composed from the primitives above");
+  if (composed_part == std::string::npos) throw std::runtime_error("host emulation: the device header has no part composed from the primitives");
+  std::ofstream(directory_ / "composed_part.cuh") << device_header.substr(composed_part);
+  const bool dynamic_shared_only = program_.source.find("extern __shared__") != std::string::npos;
+  std::ofstream(directory_ / "orthojit_device.cuh") << "#pragma once\n" << (dynamic_shared_only ? "#define OJ_EMULATION_DYNAMIC_SHARED_ONLY\n" : "")
+                                                    << "#include \"cuda_host_emulation.h\"\n#include \"composed_part.cuh\"\n";
   std::ofstream(directory_ / "kernel.cu") << program_.source;
   std::ostringstream trampolines;
   trampolines << "#include \"kernel.cu\"\n\n";

@@ -519,21 +519,63 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                << "    }\n  }\n";
         // Epilogue: α·acc + β·C + γ·I, rounded once to D's type; a triangular product stores the
         // upper element and its mirror (diagonal tiles too), so D is exactly symmetric.
-        source << "#pragma unroll\n  for (int x = 0; x < FM; ++x)\n#pragma unroll\n    for (int y = 0; y < FN; ++y)\n#pragma unroll\n      for (int q = 0; q < 4; ++q) {\n"
-               << "        const int i = row0 + wrow + x * 16 + g + (q / 2) * 8, j = col0 + wcol + y * 8 + 2 * t + (q % 2);\n"
-               << "        if (i >= M || j >= N" << (triangular ? " || i > j" : "") << ") continue;\n"
-               << "        float v = " << literal(node.alpha) << " * acc[x][y][q];\n"
-               << (has_c ? "        v += " + literal(node.beta) + " * " + storage_tag(c.type) + "::load(c[i * " + idx(c.row_stride) + " + j * " + idx(c.col_stride) + "]);\n" : "")
-               << (node.gamma != 0 ? "        if (i == j) v += " + literal(node.gamma) + ";\n" : "")
-               ;
-        if (carries_update[index]) {
-          if (triangular) throw std::logic_error("cuda codegen: a fused Muon update on a triangular product");
-          source << update_store(node, "        ") << "      }\n}\n\n";
+        const bool vector_d = options.vector_epilogue && !triangular && !carries_update[index] && is_16bit(node.type) && out.col_stride == 1 &&
+                              out.row_stride % 8 == 0 && out.matrix_stride % 8 == 0 && n % 8 == 0 && (wn / 8) % 2 == 0;
+        if (vector_d) {
+          // 16-byte accesses: the accumulator gives lane (g, t) columns 2t, 2t + 1 of rows g and
+          // g + 8 of each 8-column fragment; quad_transpose swaps the quad's pairs of two
+          // fragments (slot s: fragment y + s/2, row half s%2) so that lane t holds all 8 columns
+          // of one row chunk (fragment y + t/2, row g + 8·(t%2)): one 16-byte C load and one
+          // 16-byte D store instead of eight 2-byte ones. The per-element arithmetic is the
+          // scalar epilogue's, so D's bits are the same.
+          const bool vector_c = has_c && is_16bit(c.type) && c.col_stride == 1 && c.row_stride % 8 == 0 && c.matrix_stride % 8 == 0;
+          source << "#pragma unroll\n  for (int x = 0; x < FM; ++x)\n#pragma unroll\n    for (int y = 0; y < FN; y += 2) {\n"
+                 << "      oj::u32 lo[4], hi[4];\n"
+                 << "#pragma unroll\n      for (int s = 0; s < 4; ++s) {\n"
+                 << "        lo[s] = __float_as_uint(acc[x][y + s / 2][(s % 2) * 2]);\n"
+                 << "        hi[s] = __float_as_uint(acc[x][y + s / 2][(s % 2) * 2 + 1]);\n      }\n"
+                 << "      oj::quad_transpose(lo);  // every lane of the warp takes part\n      oj::quad_transpose(hi);\n"
+                 << "      const int i = row0 + wrow + x * 16 + g + (t % 2) * 8, j0 = col0 + wcol + (y + t / 2) * 8;\n"
+                 << "      if (i >= M || j0 >= N) continue;  // N % 8 == 0: a chunk is wholly inside or outside\n";
+          if (vector_c)
+            source << "      const uint4 cv = *reinterpret_cast<const uint4*>(&c[i * " << idx(c.row_stride) << " + j0]);\n"
+                   << "      const oj::u32 cw[4] = {cv.x, cv.y, cv.z, cv.w};\n";
+          source << "      oj::u32 dw[4];\n"
+                 << "#pragma unroll\n      for (int w = 0; w < 4; ++w) {\n"
+                 << "        oj::u32 packed = 0;\n"
+                 << "#pragma unroll\n        for (int h = 0; h < 2; ++h) {\n"
+                 << "          const int j = j0 + 2 * w + h;\n"
+                 << "          float v = " << literal(node.alpha) << " * __uint_as_float(h ? hi[w] : lo[w]);\n";
+          if (has_c) {
+            if (vector_c)
+              source << "          v += " << literal(node.beta) << " * " << storage_tag(c.type) << "::load(static_cast<oj::u16>(h ? cw[w] >> 16 : cw[w] & 0xffffu));\n";
+            else
+              source << "          v += " << literal(node.beta) << " * " << storage_tag(c.type) << "::load(c[i * " << idx(c.row_stride) << " + j * " << idx(c.col_stride)
+                     << "]);\n";
+          }
+          if (node.gamma != 0) source << "          if (i == j) v += " << literal(node.gamma) << ";\n";
+          else source << "          (void)j;\n";
+          source << "          packed |= static_cast<oj::u32>(" << storage_tag(node.type) << "::store(v)) << (16 * h);\n        }\n"
+                 << "        dw[w] = packed;\n      }\n"
+                 << "      *reinterpret_cast<uint4*>(&d[i * " << idx(out.row_stride) << " + j0]) = make_uint4(dw[0], dw[1], dw[2], dw[3]);\n"
+                 << "    }\n}\n\n";
         } else {
-          source << "        const auto stored = " << storage_tag(node.type) << "::store(v);\n"
-                 << "        d[i * " << idx(out.row_stride) << " + j * " << idx(out.col_stride) << "] = stored;\n"
-                 << (triangular ? "        if (i != j) d[j * " + idx(out.row_stride) + " + i * " + idx(out.col_stride) + "] = stored;\n" : "")
-                 << "      }\n}\n\n";
+          source << "#pragma unroll\n  for (int x = 0; x < FM; ++x)\n#pragma unroll\n    for (int y = 0; y < FN; ++y)\n#pragma unroll\n      for (int q = 0; q < 4; ++q) {\n"
+                 << "        const int i = row0 + wrow + x * 16 + g + (q / 2) * 8, j = col0 + wcol + y * 8 + 2 * t + (q % 2);\n"
+                 << "        if (i >= M || j >= N" << (triangular ? " || i > j" : "") << ") continue;\n"
+                 << "        float v = " << literal(node.alpha) << " * acc[x][y][q];\n"
+                 << (has_c ? "        v += " + literal(node.beta) + " * " + storage_tag(c.type) + "::load(c[i * " + idx(c.row_stride) + " + j * " + idx(c.col_stride) + "]);\n" : "")
+                 << (node.gamma != 0 ? "        if (i == j) v += " + literal(node.gamma) + ";\n" : "")
+                 ;
+          if (carries_update[index]) {
+            if (triangular) throw std::logic_error("cuda codegen: a fused Muon update on a triangular product");
+            source << update_store(node, "        ") << "      }\n}\n\n";
+          } else {
+            source << "        const auto stored = " << storage_tag(node.type) << "::store(v);\n"
+                   << "        d[i * " << idx(out.row_stride) << " + j * " << idx(out.col_stride) << "] = stored;\n"
+                   << (triangular ? "        if (i != j) d[j * " + idx(out.row_stride) + " + i * " + idx(out.col_stride) + "] = stored;\n" : "")
+                   << "      }\n}\n\n";
+          }
         }
         Launch launch;
         launch.kernel = name;

@@ -83,6 +83,10 @@ struct CodegenOptions {
   std::vector<std::optional<TileConfig>> gemm_tiles;
   // The target's multiprocessors, for the default tiles (132: H100 SXM and H200).
   int multiprocessors = 132;
+  // 16-byte C loads and D stores in the products' epilogue where the layouts allow (row-major
+  // 16-bit D with N and the strides multiples of 8, not triangular, no fused update); false: the
+  // scalar epilogue everywhere (the tests compare the two bit for bit).
+  bool vector_epilogue = true;
 };
 
 // Throws std::invalid_argument for IR the CUDA backend does not run (f32 or f64 storage in a

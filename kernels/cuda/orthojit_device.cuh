@@ -124,6 +124,9 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
+// ---- shfl.sync.bfly: the value of lane (this lane ^ mask) of the warp, every lane taking part ----
+__device__ __forceinline__ u32 shfl_xor(u32 value, int mask) { return __shfl_xor_sync(0xffffffffu, value, mask); }
+
 // ---- triangular tile scheduling: linear index -> (ti, tj) with ti <= tj ----
 // Tiles are enumerated column by column of the upper triangle: index = tj(tj+1)/2 + ti.
 __device__ __forceinline__ void upper_tile(int index, int& ti, int& tj) {
@@ -172,6 +175,31 @@ __device__ __forceinline__ float norm_scale(double largest) {
   frexp(largest, &exponent);
   exponent = exponent < -126 ? -126 : exponent > 126 ? 126 : exponent;
   return ldexpf(1.0f, -exponent);
+}
+
+}  // namespace oj
+
+// ==== composed from the primitives above: the host emulation runs this part as it is ====
+namespace oj {
+
+// The 4x4 transpose of one 32-bit value per (lane of a quad, slot): the lanes 4g..4g+3 each hold
+// v[0..3]; afterwards lane t holds in v[w] what lane w held in v[t]. In round r lane t sends its
+// v[t ^ r] and keeps what lane t ^ r sent, which is that lane's v[t]. The slots are chosen by
+// selects, not by a run-time index (which would put v in local memory). Every lane of the warp
+// must call it (shfl.sync). The m16n8 accumulator gives a lane two columns of a row; this gives
+// one lane 8 consecutive columns of a row instead, for 16-byte epilogue loads and stores.
+__device__ __forceinline__ void quad_transpose(u32* v) {
+  const int t = static_cast<int>(threadIdx.x) & 3;
+#pragma unroll
+  for (int r = 1; r < 4; ++r) {
+    const int s = t ^ r;
+    const u32 sent = s == 0 ? v[0] : s == 1 ? v[1] : s == 2 ? v[2] : v[3];
+    const u32 got = shfl_xor(sent, r);
+    v[0] = s == 0 ? got : v[0];
+    v[1] = s == 1 ? got : v[1];
+    v[2] = s == 2 ? got : v[2];
+    v[3] = s == 3 ? got : v[3];
+  }
 }
 
 }  // namespace oj
