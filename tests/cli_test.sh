@@ -45,7 +45,7 @@ expect 0 "define void @orthojit_ukernel_generic_4x8_k8" -- "$orthojit" compile -
 expect 2 "is the CUDA backend's code: add --backend cuda" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --emit ptx
 expect 2 "unknown option --shapes" -- "$orthojit" compile --program jordan_ns5 --shapes 8x32
 expect 2 "missing required option --shape" -- "$orthojit" compile --program jordan_ns5
-expect 2 "neither a shipped program nor a readable file; shipped programs: classical," -- "$orthojit" compile --program nosuch --shape 4x4
+expect 2 "neither a shipped program nor a readable file; shipped programs: cans5, classical," -- "$orthojit" compile --program nosuch --shape 4x4
 expect 2 "gram restart at step 7 is outside 1..4" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --strategy gram --restarts 7
 
 cat > "$work/bad.oj" <<'OJ'
