@@ -11,6 +11,7 @@
 #include <fstream>
 #include <ios>
 #include <limits>
+#include <type_traits>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -105,26 +106,39 @@ std::string require_string(const char* text, const char* what) {
   return text;
 }
 
-rt::DType to_dtype(oj_dtype dtype, const char* what) {
-  switch (static_cast<int>(dtype)) {
+// A C caller may pass any int as an enum argument, but in C++ reading an enum object whose value
+// lies outside its enumerators' range is undefined (UBSan: "load of value 7, which is not a valid
+// value for type 'oj_dtype'", found by make test-sanitize): the value is read from the object's
+// bytes instead, and then checked.
+template <class Enum>
+int enum_value(const Enum& value) {
+  std::underlying_type_t<Enum> bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return static_cast<int>(bits);
+}
+
+rt::DType to_dtype(const oj_dtype& dtype_argument, const char* what) {
+  const int dtype = enum_value(dtype_argument);
+  switch (dtype) {
     case OJ_DTYPE_F32: return rt::DType::F32;
     case OJ_DTYPE_BF16: return rt::DType::BF16;
     case OJ_DTYPE_F16: return rt::DType::F16;
     default: break;
   }
-  throw rt::UsageError(std::string(what) + ": " + std::to_string(static_cast<int>(dtype)) +
+  throw rt::UsageError(std::string(what) + ": " + std::to_string(dtype) +
                                      " is not an oj_dtype (OJ_DTYPE_F32 = 0, OJ_DTYPE_BF16 = 1, OJ_DTYPE_F16 = 2)");
 }
 
-rt::MatrixLayout to_layout(oj_layout layout) {
-  switch (static_cast<int>(layout)) {
+rt::MatrixLayout to_layout(const oj_layout& layout_argument) {
+  const int layout = enum_value(layout_argument);
+  switch (layout) {
     case OJ_LAYOUT_AUTO: return rt::MatrixLayout::Auto;
     case OJ_LAYOUT_FLATTEN: return rt::MatrixLayout::Flatten;
     case OJ_LAYOUT_BATCH: return rt::MatrixLayout::Batch;
     case OJ_LAYOUT_TRAILING: return rt::MatrixLayout::Trailing;
     default: break;
   }
-  throw rt::UsageError("layout: " + std::to_string(static_cast<int>(layout)) +
+  throw rt::UsageError("layout: " + std::to_string(layout) +
                                      " is not an oj_layout (OJ_LAYOUT_AUTO = 0, OJ_LAYOUT_FLATTEN = 1, OJ_LAYOUT_BATCH = 2, OJ_LAYOUT_TRAILING = 3)");
 }
 
@@ -356,7 +370,7 @@ oj_status oj_optimizer_add_parameter(oj_optimizer* optimizer, const char* name, 
     require(data, "data");
     parameter.data = data;
     parameter.grad = grad;
-    switch (static_cast<int>(tag)) {
+    switch (enum_value(tag)) {
       case OJ_TAG_AUTO: break;
       case OJ_TAG_MUON:
         if (ndim < 2)
@@ -367,7 +381,7 @@ oj_status oj_optimizer_add_parameter(oj_optimizer* optimizer, const char* name, 
       case OJ_TAG_ADAMW: parameter.use_muon = false; break;
       case OJ_TAG_FROZEN: parameter.requires_grad = false; break;
       default:
-        throw rt::UsageError("tag: " + std::to_string(static_cast<int>(tag)) +
+        throw rt::UsageError("tag: " + std::to_string(enum_value(tag)) +
                                            " is not an oj_tag (OJ_TAG_AUTO = 0, OJ_TAG_MUON = 1, OJ_TAG_ADAMW = 2, OJ_TAG_FROZEN = 3)");
     }
     optimizer->parameters.push_back(std::move(parameter));
