@@ -43,10 +43,11 @@ struct Normalization {
   //      oriented (wide) X; it bounds ‖diag(d)·X‖₂ ≤ 1 (safety and mode do not apply).
   enum class Kind { Frobenius, Aol };
   enum class Mode { Add, Clamp };  // X / (‖X‖·s + eps)  or  X / max(‖X‖·s, eps)
-  Kind kind = Kind::Frobenius;
+  // kind last, so {safety, eps, mode} still initializes a Frobenius normalization.
   double safety = 1.0;
   double eps = 1e-7;
   Mode mode = Mode::Add;
+  Kind kind = Kind::Frobenius;
 };
 
 struct Triple {
