@@ -177,6 +177,20 @@ void expect_count(const Elements& e, int64_t count, const std::string& what, con
 
 std::string label(const std::string& name) { return name.empty() ? std::string("the parameter") : "parameter '" + name + "'"; }
 
+// The group's hyperparameters, checked, on the settings' formulas (muon_update and
+// muon_variant_update).
+runtime::MuonGroupSettings muon_group(const MuonSettings& self, const std::string& who, double lr, double momentum, double weight_decay, bool nesterov) {
+  if (!(lr >= 0) || !std::isfinite(lr)) throw std::invalid_argument(who + ": lr must be finite and >= 0");
+  if (!(momentum >= 0 && momentum < 1)) throw std::invalid_argument(who + ": momentum must be in [0, 1)");
+  if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) throw std::invalid_argument(who + ": weight_decay must be finite and >= 0");
+  runtime::MuonGroupSettings muon = self.settings.muon;
+  muon.lr = lr;
+  muon.momentum = momentum;
+  muon.weight_decay = weight_decay;
+  muon.nesterov = nesterov;
+  return muon;
+}
+
 double muon_update(MuonSettings& self, const runtime::MatrixPlan& plan, const nb::ndarray<>& param, const nb::ndarray<>& grad,
                    const nb::ndarray<>& momentum_buffer, double lr, double momentum, double weight_decay, bool nesterov, const std::string& name) {
   const std::string who = label(name);
@@ -186,14 +200,7 @@ double muon_update(MuonSettings& self, const runtime::MatrixPlan& plan, const nb
   expect_count(p, count, who, "its matrix plan (" + std::to_string(plan.batch) + " x " + std::to_string(plan.rows) + " x " + std::to_string(plan.cols) + ")");
   expect_count(g, count, who + ": the gradient", "the parameter");
   expect_count(m, count, who + ": momentum_buffer", "the parameter");
-  if (!(lr >= 0) || !std::isfinite(lr)) throw std::invalid_argument(who + ": lr must be finite and >= 0");
-  if (!(momentum >= 0 && momentum < 1)) throw std::invalid_argument(who + ": momentum must be in [0, 1)");
-  if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) throw std::invalid_argument(who + ": weight_decay must be finite and >= 0");
-  runtime::MuonGroupSettings muon = self.settings.muon;  // the group's hyperparameters on the settings' formulas
-  muon.lr = lr;
-  muon.momentum = momentum;
-  muon.weight_decay = weight_decay;
-  muon.nesterov = nesterov;
+  const runtime::MuonGroupSettings muon = muon_group(self, who, lr, momentum, weight_decay, nesterov);
   runtime::BlockOrthogonalizer& orthogonalizer = self.blocks();
   const double before = orthogonalizer.seconds();
   {
@@ -226,14 +233,7 @@ double muon_variant_update(MuonSettings& self, const runtime::MatrixPlan& plan, 
   expect_count(v, runtime::variant_state_elements(variant, plan), who + ": the " + std::string(runtime::to_string(variant)) + " second moment",
                variant == runtime::MuonVariant::NorMuon ? "one per row of each matrix" : "the parameter");
   if (variant == runtime::MuonVariant::AdaMuon && step < 1) throw std::invalid_argument(who + ": the AdaMuon step count must be >= 1 (incremented before the update)");
-  if (!(lr >= 0) || !std::isfinite(lr)) throw std::invalid_argument(who + ": lr must be finite and >= 0");
-  if (!(momentum >= 0 && momentum < 1)) throw std::invalid_argument(who + ": momentum must be in [0, 1)");
-  if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) throw std::invalid_argument(who + ": weight_decay must be finite and >= 0");
-  runtime::MuonGroupSettings muon = self.settings.muon;
-  muon.lr = lr;
-  muon.momentum = momentum;
-  muon.weight_decay = weight_decay;
-  muon.nesterov = nesterov;
+  const runtime::MuonGroupSettings muon = muon_group(self, who, lr, momentum, weight_decay, nesterov);
   runtime::BlockOrthogonalizer& orthogonalizer = self.blocks();
   const double before = orthogonalizer.seconds();
   {
