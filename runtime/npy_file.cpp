@@ -188,14 +188,19 @@ NpyArray parse_npy(std::string_view bytes, const std::string& path) {
   // The element count, checked against the bytes left before anything is allocated: a corrupt
   // shape must not overflow or ask for more memory than the file could fill.
   const size_t element_size = array.is_f64 ? 8 : 4;
-  const size_t available = (bytes.size() - std::min(cursor, bytes.size())) / element_size;
+  const size_t left = bytes.size() - std::min(cursor, bytes.size());
   size_t count = 1;
+  bool overflows = false;
   for (int64_t d : array.shape) {
-    if (static_cast<uint64_t>(d) > available / count)
-      throw NpyError(path + ": truncated data: shape (" + shape_text + ") needs more than the " + std::to_string(bytes.size() - std::min(cursor, bytes.size())) +
-                     " bytes of data in the file");
+    if (static_cast<uint64_t>(d) > std::numeric_limits<size_t>::max() / element_size / count) {
+      overflows = true;
+      break;
+    }
     count *= static_cast<size_t>(d);
   }
+  if (overflows || count * element_size > left)
+    throw NpyError(path + ": truncated data: expected " + (overflows ? std::string("more than 2^64") : std::to_string(count * element_size)) +
+                   " bytes for shape (" + shape_text + "), the file has " + std::to_string(left));
 
   const size_t data_bytes = count * element_size;
   const std::string_view raw = take(data_bytes);
