@@ -152,6 +152,44 @@ TEST(CudaBankConflicts, EveryAccessOfEveryTileAndOperandFormIsConflictFree) {
   EXPECT_GT(pipelined, 0);
 }
 
+// A triangular product's mirror tile (the rounded tile written transposed from the accumulator,
+// read back by rows for 16-byte stores of D's lower triangle): conflict-free for every square
+// tile the generator gives a triangular product, each element written exactly once; without the
+// swizzle, rows r and r + 8 of one store instruction share banks.
+TEST(CudaBankConflicts, TheMirrorTileIsConflictFreeAndTheSwizzleIsWhy) {
+  int planned = 0;
+  for (const TileConfig& tile : every_emitted_tile()) {
+    const int wn = tile.bn / tile.warps_n;
+    if (tile.bm != tile.bn || tile.bm % 16 != 0 || (wn / 8) % 2 != 0) {
+      EXPECT_THROW(gemm_shared_plan(tile, true, true, 8, 8, true), std::invalid_argument) << tile.label();
+      continue;
+    }
+    const GemmSharedPlan plan = gemm_shared_plan(tile, true, true, 8, 8, true);
+    ++planned;
+    ASSERT_TRUE(plan.mirror);
+    EXPECT_EQ(plan.accesses().size(), 6u);
+    for (const SharedAccess* access : {&plan.mirror_store, &plan.mirror_read}) {
+      std::vector<int> coverage(static_cast<size_t>(access->tile.rows * access->tile.cols), 0);
+      const Count count = count_access(plan, *access, &coverage);
+      EXPECT_GT(count.instructions, 0);
+      EXPECT_EQ(count.wavefronts, count.minimum) << count.first_conflict;
+      int64_t wrong = 0;
+      for (int touched : coverage) wrong += touched != 1;
+      EXPECT_EQ(wrong, 0) << access->what << " of " << form_label(plan) << ": " << wrong << " elements not covered exactly once";
+    }
+    // The generator reuses the stage memory only where the tile fits: the pipelined forms do.
+    if (plan.pipelined) {
+      EXPECT_TRUE(mirror_fits(plan)) << form_label(plan);
+    }
+    SharedAccess unswizzled = plan.mirror_store;
+    unswizzled.col = IndexExpr::var("il");
+    const Count conflicted = count_access(plan, unswizzled);
+    EXPECT_EQ(conflicted.wavefronts, 2 * conflicted.minimum) << form_label(plan);
+    EXPECT_NE(conflicted.first_conflict, "");
+  }
+  EXPECT_GE(planned, 3);
+}
+
 // The counter finds what it is there to find: the placement the generator used before (chunk e
 // at row e / chunks) on 64-byte rows puts rows 2q and 2q + 1 of each 8-lane group 80 bytes apart,
 // so lanes 0 and 4 both hit banks 0-3; and rows without the 8-half padding make the 32-bit
@@ -200,6 +238,11 @@ TEST(CudaBankConflicts, IndexExpressionsPrintAndEvaluateAlike) {
   const IndexExpr expr = a * (b / IndexExpr(4)) - (a - b) % IndexExpr::named("N", 3);
   EXPECT_EQ(expr.code(), "a * (b / 4) - (a - b) % N");
   EXPECT_EQ(expr.eval({{"a", 7}, {"b", 9}}), 7 * (9 / 4) - (7 - 9) % 3);
+  // ^ binds below + and *, as in C++: printed in parentheses inside them, bare at the top.
+  const IndexExpr swizzle = (a / IndexExpr(8) ^ b * IndexExpr(2) % IndexExpr(4)) * IndexExpr(8) + a % IndexExpr(8);
+  EXPECT_EQ(swizzle.code(), "(a / 8 ^ b * 2 % 4) * 8 + a % 8");
+  EXPECT_EQ(swizzle.eval({{"a", 21}, {"b", 3}}), ((21 / 8) ^ (3 * 2 % 4)) * 8 + 21 % 8);
+  EXPECT_EQ((a ^ (b + IndexExpr(1))).code(), "a ^ b + 1");
   EXPECT_THROW(expr.eval({{"a", 1}}), std::invalid_argument);
 }
 

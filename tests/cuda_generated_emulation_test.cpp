@@ -446,8 +446,12 @@ TEST(CudaGeneratedEmulation, EveryTileConfigMatchesTheReference) {
 // The 16-byte epilogue (quad_transpose, then one C load and one D store per lane and row chunk)
 // computes each element as the scalar one does, so the two give the same bits: both run here on
 // the same input, every launch's destination compared. Cases with vector C (B·X + a·X reads X
-// row-major), scalar C (a transposed view), every tile of the search space, both strategies; the
-// triangular products keep the scalar epilogue in both.
+// row-major), scalar C (a transposed view), every tile of the search space, both strategies. The
+// triangular products of the vector runs write their mirrored tile through shared memory (where
+// the tile's cp.async stages hold it) and the scalar runs element by element, so the two mirror
+// paths are compared bit for bit too, the lower triangles included; one pair runs with a single
+// SM's worth of persistent CTAs, so each CTA takes several work items (and matrices of the batch)
+// one after the other through the same shared memory.
 TEST(CudaGeneratedEmulation, VectorEpilogueIsTheScalarOneBitForBit) {
   if (!emulation::host_compiler_available()) GTEST_SKIP() << "no host c++ compiler to run the emulation";
   std::vector<Case> cases;
@@ -466,6 +470,18 @@ TEST(CudaGeneratedEmulation, VectorEpilogueIsTheScalarOneBitForBit) {
     cases.push_back(make_case("polar_express5 f16 standard 104x40 vector", function));
     cases.push_back(make_case("polar_express5 f16 standard 104x40 scalar", std::move(function), scalar));
   }
+  {
+    // 200 rows in 64-row tiles: 10 upper tiles per matrix, 20 work items over a batch of 2, taken
+    // by the 4 CTAs one SM holds (multiprocessors = 1); ragged (200 = 3·64 + 8).
+    ir::Function function = schedule(steps("bf16", 2), 200, 264, 2, kStandard, std::nullopt);
+    CodegenOptions vector;
+    vector.multiprocessors = 1;
+    vector.gemm_tiles.assign(6, TileConfig{64, 64, 32, 2, 2});
+    CodegenOptions scalar = vector;
+    scalar.vector_epilogue = false;
+    cases.push_back(make_case("two_steps bf16 standard 200x264x2 persistent vector", function, vector));
+    cases.push_back(make_case("two_steps bf16 standard 200x264x2 persistent scalar", std::move(function), scalar));
+  }
   std::vector<std::unique_ptr<HostEmulator>> emulators = compile_all(cases);
   for (size_t c = 0; c + 1 < cases.size(); c += 2) {
     SCOPED_TRACE(cases[c].name);
@@ -476,6 +492,16 @@ TEST(CudaGeneratedEmulation, VectorEpilogueIsTheScalarOneBitForBit) {
     for (const Launch& launch : vector.launches) vector_products += launch.kernel.rfind("gemm_", 0) == 0 && !launch.triangular;
     EXPECT_GT(vector_products, 0);
     EXPECT_NE(vector.source.find("oj::quad_transpose(lo)"), std::string::npos) << "no product took the 16-byte epilogue";
+    int shared_mirrors = 0;
+    for (const Launch& launch : vector.launches) shared_mirrors += launch.summary.find("shared-memory mirror") != std::string::npos;
+    for (const Launch& launch : scalar.launches) EXPECT_EQ(launch.summary.find("shared-memory mirror"), std::string::npos) << launch.summary;
+    if (cases[c].name.find("persistent") != std::string::npos) {
+      EXPECT_GT(shared_mirrors, 0);
+      for (const Launch& launch : vector.launches)
+        if (launch.triangular) {
+          EXPECT_EQ(launch.grid[0], 4) << launch.summary;
+        }
+    }
     EXPECT_EQ(scalar.source.find("quad_transpose"), std::string::npos);
     std::mt19937 generator(20261202);
     std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -6,7 +6,9 @@
 //   * tensor-core MMAs (HMMA.16816) and no local memory (LDL/STL: spills or arrays behind pointers);
 //   * a kernel whose source loads fragments with ldmatrix.trans has the transposing LDSM
 //     (LDSM.16.MT88) and, when its operands move in 16-byte chunks, no 16-bit shared stores
-//     (STS.U16: the transposing stores it replaced);
+//     (STS.U16: the transposing stores it replaced) in its main loop; a triangular product's
+//     shared-memory mirror has its 16-bit transposing stores after the last MMA, and 16-byte
+//     global stores;
 //   * a kernel staged through cp.async has LDGSTS and its wait (DEPBAR), and no register staging.
 // Without cuobjdump the test is skipped, saying where it looked.
 #include <gtest/gtest.h>
@@ -94,7 +96,7 @@ TEST(CudaSass, ProductKernelsUseTensorCoresLdmatrixAndCpAsyncWithoutLocalMemory)
     int64_t rows, cols;
     ir::StrategyKind strategy;
   };
-  int ldmatrix_kernels = 0, pipelined_kernels = 0, products = 0;
+  int ldmatrix_kernels = 0, pipelined_kernels = 0, products = 0, mirror_kernels = 0;
   for (const Case& c : {Case{"jordan_ns5", 1024, 4096, ir::StrategyKind::Standard}, Case{"gram_polar_express5", 512, 2048, ir::StrategyKind::Gram},
                         Case{"jordan_ns5", 129, 517, ir::StrategyKind::Standard}}) {
     passes::CompileOptions options;
@@ -126,7 +128,18 @@ TEST(CudaSass, ProductKernelsUseTensorCoresLdmatrixAndCpAsyncWithoutLocalMemory)
           const bool wide = launch.summary.find("cp.async") != std::string::npos ||
                             (source.find("uint4 ra[") != std::string::npos && source.find("uint4 rb[") != std::string::npos);
           if (wide) {
-            EXPECT_EQ(code.find("STS.U16"), std::string::npos) << "16-bit shared stores (transposing stores) remain";
+            // The shared-memory mirror of a triangular product writes the rounded tile transposed,
+            // 16 bits at a time, in the epilogue: after the main loop's last MMA. None before it.
+            const size_t last_mma = code.rfind("HMMA.16816.F32");
+            const size_t first_narrow_store = code.find("STS.U16");
+            if (launch.summary.find("shared-memory mirror") != std::string::npos) {
+              ++mirror_kernels;
+              EXPECT_NE(first_narrow_store, std::string::npos) << "the mirror tile's stores are missing";
+              EXPECT_GT(first_narrow_store, last_mma) << "16-bit shared stores (transposing stores) in the main loop";
+              EXPECT_NE(code.find("STG.E.128"), std::string::npos) << "no 16-byte global stores";
+            } else {
+              EXPECT_EQ(first_narrow_store, std::string::npos) << "16-bit shared stores (transposing stores) remain";
+            }
           }
         }
         if (launch.summary.find("cp.async") != std::string::npos) {
@@ -141,6 +154,7 @@ TEST(CudaSass, ProductKernelsUseTensorCoresLdmatrixAndCpAsyncWithoutLocalMemory)
   EXPECT_GT(ldmatrix_kernels, 0);
   EXPECT_GT(pipelined_kernels, 0);
   EXPECT_GT(products, pipelined_kernels);  // 129 x 517 is register-staged
+  EXPECT_GT(mirror_kernels, 0);  // A·A of the standard step: n-contiguous B, the shared-memory mirror
 }
 
 }  // namespace

@@ -5,8 +5,11 @@
 //
 //   gemm:      tensor-core m16n8k16 MMA (bf16/f16 operands, f32 accumulate), CTA tile BM x BN x BK
 //              in shared memory with register-prefetched double buffering, fused epilogue
-//              D = α·A·B + β·C + γ·I; symmetric results launch only the T(T+1)/2 upper tiles and
-//              store each element and its mirror (exactly symmetric); the batch is grid.z.
+//              D = α·A·B + β·C + γ·I; symmetric results compute only the T(T+1)/2 upper tiles,
+//              persistently (one wave of CTAs over the batch's upper tiles in the grouped order of
+//              tile_schedule.h), and store each element and its mirror (exactly symmetric), the
+//              mirrored tile through shared memory as 16-byte rows where D's layout allows
+//              (shared_layout.h); dense products take the batch as grid.z.
 //   normalize: per-block f32 (or f64) sums of squares in a fixed order, then one pass that sums
 //              the partials (same order in every block: deterministic), divides and casts.
 //   lincomb / output: element-wise, strides baked in (transposed views cost nothing).

@@ -66,7 +66,7 @@ std::string IndexExpr::code(int parent_precedence, bool right) const {
     case Node::Kind::Var: return node_->name;
     case Node::Kind::Binary: break;
   }
-  const int precedence = node_->op == '+' || node_->op == '-' ? 1 : 2;
+  const int precedence = node_->op == '^' ? 1 : node_->op == '+' || node_->op == '-' ? 2 : 3;
   // C++'s left-to-right grouping: a right operand of equal precedence needs parentheses
   // (a * (b / c) is not a * b / c in integers).
   const std::string text = wrap(node_->left).code(precedence, false) + " " + node_->op + " " + wrap(node_->right).code(precedence, true);
@@ -88,6 +88,7 @@ int64_t IndexExpr::eval(const std::map<std::string, int64_t>& variables) const {
   switch (node_->op) {
     case '+': return a + b;
     case '-': return a - b;
+    case '^': return a ^ b;
     case '*': return a * b;
     case '/':
     case '%':
@@ -137,7 +138,15 @@ ChunkPlacement chunk_placement(const SharedTile& tile, int width) {
   return placement;
 }
 
-GemmSharedPlan gemm_shared_plan(const TileConfig& tile, bool a_k_contiguous, bool b_k_contiguous, int va, int vb) {
+IndexExpr mirror_column(const IndexExpr& row, const IndexExpr& col, int tile_cols) {
+  using E = IndexExpr;
+  const int chunks = tile_cols / 8;
+  return ((col / E(8)) ^ (row / E(8) * E(2) % E(chunks))) * E(8) + col % E(8);
+}
+
+bool mirror_fits(const GemmSharedPlan& plan) { return plan.mirror && plan.mirror_bytes <= plan.stages * plan.stage_bytes; }
+
+GemmSharedPlan gemm_shared_plan(const TileConfig& tile, bool a_k_contiguous, bool b_k_contiguous, int va, int vb, bool mirror) {
   using E = IndexExpr;
   GemmSharedPlan plan;
   plan.tile = tile;
@@ -240,6 +249,36 @@ GemmSharedPlan gemm_shared_plan(const TileConfig& tile, bool a_k_contiguous, boo
     br.col = E::var("wcol") + y * E(8);
     br.bytes = 16;
     br.ldmatrix_matrices = 2;
+  }
+  if (mirror) {
+    if (tile.bm != tile.bn || tile.bm % 16 != 0 || (wn / 8) % 2 != 0)
+      throw std::invalid_argument("tile " + tile.label() + ": the mirror tile needs a square tile of whole 16-row blocks and pairs of 8-column fragments per warp");
+    plan.mirror = true;
+    plan.ms = SharedTile{"Ms", tile.bn, tile.bm, tile.bm};
+    plan.mirror_bytes = tile.bn * tile.bm * 2;
+    // From the accumulator after quad_transpose: lane (g, t) holds row il = wrow + 16x + g +
+    // 8(t % 2) of the tile, columns jl0 + w (w = 0..7) with jl0 = wcol + 8(y + t / 2); element
+    // (il, jl0 + w) goes to Ms[jl0 + w][il], one 16-bit store per w.
+    SharedAccess& ms_store = plan.mirror_store;
+    ms_store.what = "mirror tile store (16-bit, transposed)";
+    ms_store.tile = plan.ms;
+    std::vector<int64_t> ws = {0, 1, 2, 3, 4, 5, 6, 7};
+    ms_store.loops = {{"x", xs}, {"y", ys2}, {"w", ws}};
+    ms_store.locals = {{"il", E::var("wrow") + x * E(16) + g + t % E(2) * E(8)}, {"jl", E::var("wcol") + (y + t / E(2)) * E(8) + E::var("w")}};
+    ms_store.row = E::var("jl");
+    ms_store.col = mirror_column(E::var("jl"), E::var("il"), tile.bm);
+    ms_store.bytes = 2;
+    // Back by rows: thread-chunk e is row e / (BM / 8), logical chunk e % (BM / 8).
+    SharedAccess& ms_read = plan.mirror_read;
+    ms_read.what = "mirror tile read (16 B)";
+    ms_read.tile = plan.ms;
+    std::vector<int64_t> s;
+    for (int i = 0; i < tile.bn * tile.bm / 8 / threads; ++i) s.push_back(i);
+    ms_read.loops = {{"s", s}};
+    ms_read.locals = {{"e", tid + E::var("s") * E::named("THREADS", threads)}, {"mr", E::var("e") / E(tile.bm / 8)}, {"mc", E::var("e") % E(tile.bm / 8) * E(8)}};
+    ms_read.row = E::var("mr");
+    ms_read.col = mirror_column(E::var("mr"), E::var("mc"), tile.bm);
+    ms_read.bytes = 16;
   }
   return plan;
 }

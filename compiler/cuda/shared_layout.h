@@ -27,7 +27,7 @@
 namespace orthojit::cuda {
 
 // A 32-bit integer index expression of the generated code: literals, named kernel constants
-// (printed by name, evaluated by value: BK), variables (tid, lane, s, kk...), + - * / %.
+// (printed by name, evaluated by value: BK), variables (tid, lane, s, kk...), + - * / % ^.
 class IndexExpr {
  public:
   IndexExpr(int64_t value = 0);  // NOLINT: literals convert
@@ -41,6 +41,9 @@ class IndexExpr {
   friend IndexExpr operator*(const IndexExpr& a, const IndexExpr& b) { return binary('*', a, b); }
   friend IndexExpr operator/(const IndexExpr& a, const IndexExpr& b) { return binary('/', a, b); }
   friend IndexExpr operator%(const IndexExpr& a, const IndexExpr& b) { return binary('%', a, b); }
+  // Bitwise exclusive or (the swizzles), with C++'s precedence: below + and -, printed in
+  // parentheses inside them.
+  friend IndexExpr operator^(const IndexExpr& a, const IndexExpr& b) { return binary('^', a, b); }
 
  private:
   struct Node;
@@ -105,8 +108,31 @@ struct GemmSharedPlan {
   // bf[y][q] (two 32-bit loads, or ldmatrix.x4 for y and y + 1, or .x2).
   SharedAccess a_store, b_store, a_read, b_read;
   bool b_ldmatrix_x4 = false;
-  std::vector<SharedAccess> accesses() const { return {a_store, b_store, a_read, b_read}; }
+  // A triangular product's mirror tile (mirror = true): after the main loop the operand stages
+  // hold Ms [BN][BM], the tile's rounded values transposed (Ms[j][i] = D[row0 + i][col0 + j]),
+  // 16-byte chunks XOR-swizzled along the rows instead of padded (chunk c of row r at chunk
+  // c ^ (2·(r / 8) mod BM/8)). The epilogue writes it from the accumulator (mirror_store: lane
+  // (g, t) after quad_transpose holds 8 columns of one row, written as 8 16-bit values down Ms's
+  // columns) and reads it back by rows (mirror_read: one 16-byte chunk per thread and step), so
+  // the mirrored tile goes to D's lower triangle as whole 16-byte stores, coalesced, instead of
+  // one 2-byte store per element down a column. Rows r and r + 8 of one store instruction would
+  // share banks in any 16-byte-aligned pitch; the swizzle moves them to the other chunk pair.
+  bool mirror = false;
+  SharedTile ms;
+  SharedAccess mirror_store, mirror_read;
+  int mirror_bytes = 0;
+  std::vector<SharedAccess> accesses() const {
+    std::vector<SharedAccess> all = {a_store, b_store, a_read, b_read};
+    if (mirror) all.insert(all.end(), {mirror_store, mirror_read});
+    return all;
+  }
 };
-GemmSharedPlan gemm_shared_plan(const TileConfig& tile, bool a_k_contiguous, bool b_k_contiguous, int va, int vb);
+// `mirror`: plan the mirror tile too (a triangular product, square tile, 16-bit D, the warp tile's
+// columns in pairs of 8-column fragments); it must fit in the stage memory (mirror_fits).
+GemmSharedPlan gemm_shared_plan(const TileConfig& tile, bool a_k_contiguous, bool b_k_contiguous, int va, int vb, bool mirror = false);
+// Whether a plan's mirror tile fits in the memory its operand stages take (the epilogue reuses it).
+bool mirror_fits(const GemmSharedPlan& plan);
+// The physical column of logical element (row, col) of the mirror tile: the swizzle above.
+IndexExpr mirror_column(const IndexExpr& row, const IndexExpr& col, int tile_cols);
 
 }  // namespace orthojit::cuda

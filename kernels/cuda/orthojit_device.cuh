@@ -202,6 +202,34 @@ __device__ __forceinline__ void quad_transpose(u32* v) {
   }
 }
 
+
+// The persistent schedule of a triangular product (compiler/cuda/tile_schedule.h, the same steps
+// on the host, checked against this one): the index-th upper tile (ti <= tj) of a T x T tile grid
+// in bands of G tile rows, each band's triangle column by column, then its rectangle G tiles per
+// column. Loops over at most T/G bands and G columns: a few integer operations per work item.
+__device__ __forceinline__ void grouped_upper_tile(int index, int T, int G, int& ti, int& tj) {
+  int first_row = 0;
+  while (true) {
+    const int height = G < T - first_row ? G : T - first_row;
+    const int triangle = height * (height + 1) / 2, band = triangle + height * (T - first_row - height);
+    if (index < band) {
+      if (index < triangle) {
+        int column = 0;
+        while ((column + 1) * (column + 2) / 2 <= index) ++column;
+        ti = first_row + index - column * (column + 1) / 2;
+        tj = first_row + column;
+      } else {
+        index -= triangle;
+        ti = first_row + index % height;
+        tj = first_row + height + index / height;
+      }
+      return;
+    }
+    index -= band;
+    first_row += height;
+  }
+}
+
 }  // namespace oj
 
 // ==== the fully fused small-matrix kernel (compiler/cuda/fused_small_codegen.cpp) ====
