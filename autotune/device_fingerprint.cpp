@@ -1,6 +1,8 @@
 // Device fingerprints.
 #include "autotune/device_fingerprint.h"
 
+#include "autotune/json_integer.h"
+
 #include "cpu/llvm_jit.h"
 #include "support/host_cpu.h"
 #include "support/sha256.h"
@@ -16,10 +18,10 @@ DeviceFingerprint DeviceFingerprint::from_json(const nlohmann::json& value) {
   result.backend = value.at("backend").get<std::string>();
   result.device = value.at("device").get<std::string>();
   result.isa = value.at("isa").get<std::string>();
-  result.cores = value.at("cores").get<int>();
+  result.cores = json_int(value.at("cores"), "the fingerprint's cores");
   result.compiler = value.at("compiler").get<std::string>();
   result.orthojit = value.at("orthojit").get<std::string>();
-  result.schema = value.at("schema").get<int>();
+  result.schema = json_int(value.at("schema"), "the fingerprint's schema");
   return result;
 }
 

@@ -9,11 +9,20 @@
 namespace orthojit::autotune {
 namespace {
 
+constexpr int64_t kLargestField = int64_t{1} << 24;
+// At most 2^48 parameters in one matrix group (rows x cols x batch x count), so that sums over a
+// model's groups stay far inside int64.
+constexpr int64_t kLargestGroup = int64_t{1} << 48;
+
 int64_t required(const nlohmann::json& config, const char* key) {
   if (!config.contains(key) || config.at(key).is_null())
     throw std::invalid_argument(std::string("the model configuration has no \"") + key + "\" (needed for its layout)");
   if (!config.at(key).is_number_integer() || config.at(key).get<int64_t>() <= 0)
     throw std::invalid_argument(std::string("\"") + key + "\" must be a positive integer, got " + config.at(key).dump());
+  // Far above any model's (vocabularies of 10^6, widths of 10^5), and small enough that the
+  // layout's products of two fields cannot overflow (fuzz_model_config found 5.6e15 x 2048).
+  if (config.at(key).get<int64_t>() > kLargestField)
+    throw std::invalid_argument(std::string("\"") + key + "\" is " + config.at(key).dump() + ", beyond any model's (at most " + std::to_string(kLargestField) + ")");
   return config.at(key).get<int64_t>();
 }
 
@@ -41,7 +50,13 @@ ModelShapes derive_model_matrices(const nlohmann::json& config, const ModelShape
     throw std::invalid_argument("\"model_type\" must be a string such as \"llama\", got " + config.at("model_type").dump());
   shapes.model_type = has(config, "model_type") ? config.at("model_type").get<std::string>() : std::string("unknown");
   auto add = [&](const std::string& name, int64_t rows, int64_t cols, int64_t count, int64_t batch = 1, bool muon = true) {
-    if (count > 0) shapes.matrices.push_back({name, rows, cols, batch, count, muon});
+    if (count <= 0) return;
+    int64_t elements = 0;
+    if (__builtin_mul_overflow(rows, cols, &elements) || __builtin_mul_overflow(elements, batch, &elements) ||
+        __builtin_mul_overflow(elements, count, &elements) || elements > kLargestGroup)
+      throw std::invalid_argument("the configuration makes " + name + " " + std::to_string(rows) + "x" + std::to_string(cols) + " (batch " +
+                                  std::to_string(batch) + ", " + std::to_string(count) + " of them): more than 2^48 parameters, no model has that");
+    shapes.matrices.push_back({name, rows, cols, batch, count, muon});
   };
 
   if (shapes.model_type == "gpt2" || has(config, "n_embd")) {

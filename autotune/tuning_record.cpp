@@ -1,6 +1,8 @@
 // Tuning record files: load, merge under a lock, atomic replace.
 #include "autotune/tuning_record.h"
 
+#include "autotune/json_integer.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -62,7 +64,7 @@ LoadedRecords parse_tuning_file(const std::string& text, const std::string& orig
   try {
     const nlohmann::json document = nlohmann::json::parse(text);
     if (!document.is_object()) throw std::runtime_error("the top level is not a JSON object");
-    const int schema = document.at("schema_version").get<int>();
+    const int schema = json_int(document.at("schema_version"), "schema_version");
     if (schema != kTuningSchemaVersion)
       throw std::runtime_error("schema version " + std::to_string(schema) + " (this build reads " + std::to_string(kTuningSchemaVersion) + ")");
     TuningFile file;

@@ -150,6 +150,24 @@ TEST(TuningRecords, CorruptOrTruncatedFileWarnsAndIsRebuilt) {
   }
 }
 
+// Integer fields that are not integers of int's range (found by tests/fuzz/fuzz_tuning_record:
+// a schema of 1.1e88 was converted to int, undefined behaviour) make the file unusable, named.
+TEST(TuningRecords, IntegerFieldsOutsideIntAreRefusedByName) {
+  nlohmann::json document = {{"schema_version", kTuningSchemaVersion}, {"fingerprint", cpu_fingerprint().to_json()}, {"entries", nlohmann::json::object()}};
+  ASSERT_TRUE(parse_tuning_file(document.dump(), "t.json").file.has_value());
+  const std::pair<const char*, nlohmann::json> cases[] = {{"schema", 1.1e88}, {"cores", 4294967296LL}, {"cores", 2.5}, {"schema", -3000000000LL}};
+  for (const auto& [field, value] : cases) {
+    nlohmann::json broken = document;
+    broken["fingerprint"][field] = value;
+    const LoadedRecords loaded = parse_tuning_file(broken.dump(), "t.json");
+    EXPECT_FALSE(loaded.file.has_value()) << field << " = " << value.dump();
+    EXPECT_NE(loaded.warning.find(std::string("the fingerprint's ") + field + " is " + value.dump()), std::string::npos) << loaded.warning;
+  }
+  nlohmann::json broken = document;
+  broken["schema_version"] = 1e300;
+  EXPECT_NE(parse_tuning_file(broken.dump(), "t.json").warning.find("schema_version is 1e+300, not an integer"), std::string::npos);
+}
+
 TEST(TuningRecords, AnotherDevicesRecordsAreNotUsedAndNotOverwritten) {
   const std::string path = temporary_path("other_device.json");
   std::filesystem::remove(path);
