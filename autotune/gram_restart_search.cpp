@@ -1,6 +1,8 @@
 // The Gram restart search (see gram_restart_search.h).
 #include "autotune/gram_restart_search.h"
 
+#include "autotune/json_integer.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -241,10 +243,7 @@ std::optional<std::vector<int>> recorded_restarts(const nlohmann::json& entry, i
   std::vector<int> positions;
   for (const auto& value : field) {
     if (!value.is_number_integer()) throw std::invalid_argument("the record's gram_restarts holds " + value.dump() + ", not a step index");
-    // Beyond int (get<int> would wrap it into some index) it is no step index either.
-    if (value.is_number_unsigned() ? value.get<unsigned long long>() > 1000000u : value.get<long long>() < -1000000 || value.get<long long>() > 1000000)
-      throw std::invalid_argument("the record's gram_restarts holds " + value.dump() + ", not a step index of a " + std::to_string(steps) + "-step schedule");
-    positions.push_back(static_cast<int>(value.get<long long>()));
+    positions.push_back(json_int(value, "the record's gram_restarts entry"));  // beyond int: refused, not wrapped into some index
   }
   try {
     return checked_restart_positions(positions, steps);
