@@ -126,6 +126,8 @@ demo: build
 # Baselines side by side (OpenBLAS on its AVX-512 kernel; see bench/RESULTS.md).
 bench: build
 	@env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=SkylakeX $(BUILD)/bin/orthojit_ns_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+	@$(BUILD)/bin/orthojit_gemm_bench --benchmark_filter='amx|MeasuredClock|AmxMicrokernel' --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+	@scripts/bench-vs-torch-cpu $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(MINIMAL) $(MINIMAL).configure.log $(ASAN_BUILD) $(ASAN_BUILD).configure.log \

@@ -42,7 +42,7 @@ options:
   --strategy S          auto (default), standard or gram
   --restarts LIST       gram restart steps
   --precision P         override the storage type: bf16, f16, f32 or f64 (ref)
-  --isa I               cpu: generic, avx2, avx512f or avx512bf16
+  --isa I               cpu: generic, avx2, avx512f, avx512bf16 or amx
   --threads T           cpu: worker threads (default: one per logical core)
   --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small, cublas, cublaslt
   --repeat N            timed runs after one warm-up (default 7)

@@ -36,7 +36,8 @@ options:
   --restarts LIST       gram restart steps, e.g. 2 or 2,4
   --precision P         override the storage type: bf16, f16, f32 or f64
   --backend B           ref (default), cpu or cuda
-  --isa I               cpu: generic, avx2, avx512f or avx512bf16 (default: the best this CPU runs)
+  --isa I               cpu: generic, avx2, avx512f, avx512bf16 or amx (default: amx where usable,
+                        else the best this CPU runs; `orthojit info` says which and why)
   --arch A              cuda: the target, sm_80, sm_90, ... (default sm_90)
   --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small
   --list-passes         list the passes in order and exit

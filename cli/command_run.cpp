@@ -27,7 +27,8 @@ options:
                         or cpu (LLVM JIT-compiled kernels; bf16, f16 and f32 policies)
                         or cuda (NVRTC-compiled tensor-core kernels; bf16 and f16 storage)
                         or auto (ref for f64 storage, e.g. --precision f64; cpu otherwise)
-  --isa I               cpu: generic, avx2, avx512f or avx512bf16 (default: the best this CPU runs)
+  --isa I               cpu: generic, avx2, avx512f, avx512bf16 or amx (default: amx where usable,
+                        else the best this CPU runs; `orthojit info` says which and why)
   --threads T           cpu: worker threads (default: one per logical core)
   --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small, cublas, cublaslt
   --verbose             print the strategy chosen and the time taken

@@ -4,7 +4,8 @@
 //             const uint16* b_panels,   // `panels` consecutive packed B panels: kc x 32 columns each
 //             float* c, int64 ldc,      // the f32 accumulator of the first microtile, row stride ldc
 //             int32 accumulate,         // 0: c = A·B   1: c = c + A·B (C tiles loaded, not zeroed)
-//             int64 unused, int64 panels)
+//             int64 next_a,          // address of the A panel the next call reads (prefetched to L2)
+//             int64 panels)
 //
 // For each B panel p, the 32 x 32 microtile at c + 32p is computed in four 16x16 f32 accumulator
 // tiles (tmm registers: 4 C, 2 A, 2 B = all 8 tiles):
@@ -18,14 +19,14 @@
 // remainder is zero-padded by the packing, up to 31 k). The C tiles go straight to the accumulator
 // with their edge shapes, so edge microtiles need no scratch tile.
 //
-// Written with LLVM's "internal" AMX intrinsics on the x86_amx type (llvm.x86.tileloadd64.internal,
-// llvm.x86.tdpbf16ps.internal, llvm.x86.tilestored64.internal, llvm.x86.tilezero.internal; LLVM's
-// X86 AMX support, llvm/lib/Target/X86/X86LowerAMXType.cpp and X86PreTileConfig.cpp): each carries
-// its tile's shape, and the X86 backend allocates the tile registers, builds the 64-byte tile
-// configuration and emits LDTILECFG in the prologue and TILERELEASE at the return. Inline assembly
-// would have to hand-assign tmm registers and write the configuration itself; the intrinsics give
-// the same instructions with LLVM's scheduling, and the configuration is loaded per call, so any
-// thread (the tile configuration is per thread) can run any kernel.
+// Written with LLVM's tile-number intrinsics (llvm.x86.tileloadd64, tileloaddt164, tdpbf16ps,
+// tilestored64, tilezero: the tmm register an immediate) and the kernel's own tile configuration
+// (a 64-byte constant, LDTILECFG in the prologue, TILERELEASE at the return), not the x86_amx
+// values that let LLVM allocate tiles: tile registers are not renamed, and LLVM reuses a register
+// as soon as its value is dead, which made each load wait for the product before it (half the
+// rate). The step order, the streaming hint on B and the measurements are in amx_codegen.cpp and
+// docs/cpu-backend.md. The configuration is loaded per call, so any thread (the tile
+// configuration is per thread) can run any kernel.
 #pragma once
 
 #include <memory>

@@ -241,7 +241,7 @@ OperandLayouts choose_operand_layouts(CpuIsa isa, const GemmBlocking& blocking, 
 namespace {
 
 // The AMX path's K-block length (a multiple of 32) and the microtile shapes a product uses.
-int64_t amx_block_k(const GemmBlocking& blocking) { return amx_padded_k(std::max<int64_t>(blocking.kc, kAmxKStep)); }
+int64_t amx_block_k(const GemmBlocking& blocking) { return amx_padded_k(std::max<int64_t>(blocking.amx_kc, kAmxKStep)); }
 std::vector<int> amx_edge_lengths(int64_t extent) {
   std::vector<int> lengths;
   if (extent >= kAmxMicrotile) lengths.push_back(kAmxMicrotile);
@@ -311,24 +311,28 @@ void finish_tile(const GemmProblem& problem, const float* acc, int64_t ldacc, in
 
 }  // namespace
 
-// The AMX path: the same loop nest with 32 x 32 microtiles, bf16 panels (amx_packing.h), and one
-// kernel call per (A panel, run of B panels) so that the tile configuration each call loads is
-// amortized over the run. Edge microtiles use the kernels with their rows/columns baked in. The
-// epilogue and the triangle mirror are the FMA path's.
+// The AMX path (docs/cpu-backend.md, "AMX"). A is packed once for all of K, B one column block
+// at a time for all of K, both in K blocks of amx_kc. A task owns a block of rows and a group of
+// the column block's 32-column panels and walks the K blocks, and within each the A panels of its
+// rows, with one kernel call per (A panel, run of B panels): the 32 x kc A panel (32 KiB at kc =
+// 512) stays in L1 while the run's B panels stream from L2, and the call's C tiles stay in
+// registers over its K block. Between K blocks the C tiles live in the task's own accumulator
+// (its rows x its columns in f32, in L2), so no accumulator the size of the output is written.
+// Edge microtiles use kernels with their rows/columns baked in. The epilogue and the triangle
+// mirror are the FMA path's. Each microtile sums its K blocks in order: the result does not
+// depend on the threads.
 void GemmDriver::run_amx(const GemmProblem& problem, ThreadPool* pool) const {
   const int64_t m = problem.a.rows, k_total = problem.a.cols, n = problem.b.cols;
   constexpr int tile = kAmxMicrotile;
   const int64_t a_panels = (m + tile - 1) / tile;
-  const int64_t block_k = amx_block_k(blocking_);
-  const int64_t kc_max = amx_padded_k(std::min(block_k, k_total));
-  const int64_t nc = std::min(round_up(blocking_.nc, tile), round_up(n, tile));
+  const int64_t block_k = std::min(amx_block_k(blocking_), amx_padded_k(k_total));
+  const int64_t k_blocks = (k_total + block_k - 1) / block_k;
+  const int64_t k_padded_total = (k_blocks - 1) * block_k + amx_padded_k(k_total - (k_blocks - 1) * block_k);
+  // Columns per block: one K block of them at most 256 KiB of packed B (what a kernel call
+  // streams, beside the task's accumulator, in L2), at most blocking.nc.
+  const int64_t nc_budget = std::max<int64_t>(tile, (int64_t{1} << 17) / block_k / tile * tile);
+  const int64_t nc = std::min({round_up(std::max<int64_t>(blocking_.nc, tile), tile), nc_budget, round_up(n, tile)});
   const int64_t mc = round_up(std::max<int64_t>(blocking_.mc, tile), tile);
-  thread_local AlignedBuffer a_scratch, b_scratch, accumulator_scratch;
-  // amx_panel_elements bf16 values per panel: half as many f32 slots.
-  uint16_t* const packed_a = reinterpret_cast<uint16_t*>(a_scratch.floats(a_panels * amx_panel_elements(kc_max) / 2));
-  uint16_t* const packed_b = reinterpret_cast<uint16_t*>(b_scratch.floats((nc / tile) * amx_panel_elements(kc_max) / 2));
-  const int64_t ldacc = accumulator_stride(n);
-  float* const accumulator = accumulator_scratch.floats(m * ldacc);
   const bool generated_epilogue = problem.epilogue && problem.d.col_stride == 1 && (!problem.c || problem.c->col_stride == 1);
   const int workers = pool ? pool->size() : 1;
   auto parallel = [&](int64_t count, const std::function<void(int64_t, int)>& body) {
@@ -337,64 +341,115 @@ void GemmDriver::run_amx(const GemmProblem& problem, ThreadPool* pool) const {
   };
   const int m_edge = static_cast<int>(m % tile), n_edge = static_cast<int>(n % tile);
 
+  struct KBlock {
+    int64_t k0, k_valid, kc;
+    MicrokernelFunction kernels[2][2];  // [partial row panel][partial column panel]
+  };
+  std::vector<KBlock> blocks;
   for (int64_t k0 = 0; k0 < k_total; k0 += block_k) {
-    const int64_t k_valid = std::min(block_k, k_total - k0);
-    const int64_t kc = amx_padded_k(k_valid);
-    const bool first = k0 == 0, last = k0 + k_valid >= k_total;
-    // kernels[i][j]: i = 1 for the last, partial row panel, j = 1 for the last, partial column panel.
-    MicrokernelFunction kernels[2][2] = {};
+    KBlock block{k0, std::min(block_k, k_total - k0), 0, {}};
+    block.kc = amx_padded_k(block.k_valid);
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < 2; ++j) {
         const int m_valid = i ? m_edge : tile, n_valid = j ? n_edge : tile;
         if ((i && m_valid == 0) || (j && n_valid == 0) || (!i && m < tile) || (!j && n < tile)) continue;
-        kernels[i][j] = kernel_for_(amx_spec(isa_, kc, m_valid, n_valid));
+        block.kernels[i][j] = kernel_for_(amx_spec(isa_, block.kc, m_valid, n_valid));
       }
-    const int64_t panel_elements = amx_panel_elements(kc);
+    blocks.push_back(block);
+  }
+  // The packed panels of K block b start at (panels in the buffer) · 32 · b · block_k values; a
+  // column block's packed B is (nc / 32) · 32 · k_padded_total values.
+  const int64_t b_block_elements = (nc / tile) * tile * k_padded_total;
+  const int64_t column_blocks = (n + nc - 1) / nc;
+  // Column blocks go in sweeps of as many as amx_sweep_bytes (64 MiB) of packed B hold: each sweep
+  // packs its blocks in one parallel phase and multiplies them in another, so the workers meet at
+  // two barriers per sweep, not per column block, and share out every (column block, rows,
+  // columns) task of it (measured, jordan_ns5 1024x4096 bf16 on two threads: 93 ms with a packing
+  // and a product phase per column block, 71 ms in one sweep).
+  const int64_t blocks_per_sweep = std::clamp<int64_t>(blocking_.amx_sweep_bytes / (2 * b_block_elements), 1, column_blocks);
+  thread_local AlignedBuffer a_scratch, b_scratch;
+  uint16_t* const packed_a = reinterpret_cast<uint16_t*>(a_scratch.floats(a_panels * tile * k_padded_total / 2));
+  uint16_t* const packed_b = reinterpret_cast<uint16_t*>(b_scratch.floats(blocks_per_sweep * b_block_elements / 2));
+  {
     const int64_t a_chunk = std::max<int64_t>(1, a_panels / (4 * workers));
-    parallel((a_panels + a_chunk - 1) / a_chunk, [&](int64_t task, int) {
-      const int64_t first_panel = task * a_chunk, count = std::min(a_chunk, a_panels - first_panel);
-      pack_amx_a(problem.a, k0, k_valid, kc, first_panel, count, packed_a);
+    const int64_t chunks = (a_panels + a_chunk - 1) / a_chunk;
+    parallel(chunks * k_blocks, [&](int64_t task, int) {
+      const KBlock& block = blocks[static_cast<size_t>(task / chunks)];
+      const int64_t first_panel = task % chunks * a_chunk, count = std::min(a_chunk, a_panels - first_panel);
+      pack_amx_a(problem.a, block.k0, block.k_valid, block.kc, first_panel, count, packed_a + a_panels * tile * block.k0);
     });
-    for (int64_t col0 = 0; col0 < n; col0 += nc) {
-      const int64_t cols = std::min(nc, n - col0);
-      const int64_t b_panels = (cols + tile - 1) / tile;
-      const int64_t b_chunk = std::max<int64_t>(1, b_panels / (4 * workers));
-      parallel((b_panels + b_chunk - 1) / b_chunk, [&](int64_t task, int) {
-        const int64_t first_panel = task * b_chunk, count = std::min(b_chunk, b_panels - first_panel);
-        pack_amx_b(problem.b, k0, k_valid, kc, col0, cols, first_panel, count, packed_b);
-      });
-      const int64_t row_blocks = (m + mc - 1) / mc;
-      const int64_t tasks_wanted = (problem.triangular ? 32 : 8) * workers;
-      const int64_t column_groups = std::max<int64_t>(1, std::min(b_panels, (tasks_wanted + row_blocks - 1) / row_blocks));
-      const int64_t panels_per_group = (b_panels + column_groups - 1) / column_groups;
-      parallel(row_blocks * column_groups, [&](int64_t task, int) {
-        const int64_t row_block = task / column_groups, group = task % column_groups;
-        for (int64_t ap = row_block * mc / tile; ap < std::min(a_panels, (row_block + 1) * mc / tile); ++ap) {
+  }
+  const int64_t row_blocks = (m + mc - 1) / mc;
+  const int64_t tasks_wanted = (problem.triangular ? 32 : 8) * workers;
+  const int64_t full_b_panels = nc / tile;
+  const int64_t column_groups = std::max<int64_t>(1, std::min(full_b_panels, (tasks_wanted + row_blocks * column_blocks - 1) / (row_blocks * column_blocks)));
+  const int64_t panels_per_group = (full_b_panels + column_groups - 1) / column_groups;
+
+  for (int64_t first_block = 0; first_block < column_blocks; first_block += blocks_per_sweep) {
+    const int64_t sweep_blocks = std::min(blocks_per_sweep, column_blocks - first_block);
+    const int64_t b_chunk = std::max<int64_t>(1, full_b_panels / (4 * workers));
+    const int64_t b_chunks = (full_b_panels + b_chunk - 1) / b_chunk;
+    parallel(sweep_blocks * k_blocks * b_chunks, [&](int64_t task, int) {
+      const int64_t column_block = first_block + task / (k_blocks * b_chunks);
+      const KBlock& block = blocks[static_cast<size_t>(task / b_chunks % k_blocks)];
+      const int64_t col0 = column_block * nc, cols = std::min(nc, n - col0), b_panels = (cols + tile - 1) / tile;
+      const int64_t first_panel = task % b_chunks * b_chunk, count = std::min(b_chunk, b_panels - first_panel);
+      if (count <= 0) return;
+      pack_amx_b(problem.b, block.k0, block.k_valid, block.kc, col0, cols, first_panel, count,
+                 packed_b + (column_block - first_block) * b_block_elements + (nc / tile) * tile * block.k0);
+    });
+    parallel(sweep_blocks * row_blocks * column_groups, [&](int64_t task, int) {
+      const int64_t column_block = first_block + task / (row_blocks * column_groups);
+      const int64_t row_block = task / column_groups % row_blocks, group = task % column_groups;
+      const int64_t col0 = column_block * nc, cols = std::min(nc, n - col0), b_panels = (cols + tile - 1) / tile;
+      const uint16_t* const b_column_block = packed_b + (column_block - first_block) * b_block_elements;
+      const int64_t ap_begin = row_block * mc / tile, ap_end = std::min(a_panels, (row_block + 1) * mc / tile);
+      const int64_t group_begin = group * panels_per_group, group_end = std::min(b_panels, (group + 1) * panels_per_group);
+      if (group_begin >= group_end) return;
+      // The task's accumulator: its rows x its group's columns, f32 (the worker's own buffer).
+      thread_local AlignedBuffer task_scratch;
+      const int64_t ldacc = accumulator_stride((group_end - group_begin) * tile);
+      float* const accumulator = task_scratch.floats((ap_end - ap_begin) * tile * ldacc);
+      for (const KBlock& block : blocks) {
+        const int32_t accumulate = block.k0 == 0 ? 0 : 1;
+        const int64_t panel_elements = amx_panel_elements(block.kc);
+        const uint16_t* const a_block = packed_a + a_panels * tile * block.k0;
+        const uint16_t* const b_block = b_column_block + (nc / tile) * tile * block.k0;
+        for (int64_t ap = ap_begin; ap < ap_end; ++ap) {
           const int64_t tile_row = ap * tile, tile_rows = std::min<int64_t>(tile, m - tile_row);
           const int row_kind = tile_rows < tile ? 1 : 0;
-          int64_t bp_begin = group * panels_per_group;
-          const int64_t bp_end = std::min(b_panels, (group + 1) * panels_per_group);
+          int64_t bp_begin = group_begin;
           // A triangular product needs the microtiles reaching the diagonal: a suffix of the run.
-          while (bp_begin < bp_end && !microtile_needed(tile_row, col0 + bp_begin * tile, tile, problem.triangular)) ++bp_begin;
-          if (bp_begin >= bp_end) continue;
-          const uint16_t* a_panel = packed_a + ap * panel_elements;
-          const bool last_is_partial = col0 + bp_end * tile > n;  // only the matrix's last panel can be
-          const int64_t full_end = last_is_partial ? bp_end - 1 : bp_end;
-          float* acc_row = accumulator + tile_row * ldacc + col0;
+          while (bp_begin < group_end && !microtile_needed(tile_row, col0 + bp_begin * tile, tile, problem.triangular)) ++bp_begin;
+          if (bp_begin >= group_end) continue;
+          const auto* a_panel = reinterpret_cast<const float*>(a_block + ap * panel_elements);
+          // What the kernel prefetches: the A panel of the task's next call (the next row, or the
+          // first row of the next K block; this one at the end: a harmless repeat).
+          const uint16_t* next_a = ap + 1 < ap_end ? a_block + (ap + 1) * panel_elements
+                                   : &block != &blocks.back() ? packed_a + a_panels * tile * (&block + 1)->k0 + ap_begin * amx_panel_elements((&block + 1)->kc)
+                                                              : a_block + ap * panel_elements;
+          const auto next_a_address = static_cast<int64_t>(reinterpret_cast<uintptr_t>(next_a));
+          const bool last_is_partial = col0 + group_end * tile > n;  // only the matrix's last panel can be
+          const int64_t full_end = last_is_partial ? group_end - 1 : group_end;
+          float* acc_row = accumulator + (ap - ap_begin) * tile * ldacc - group_begin * tile;
           if (full_end > bp_begin)
-            kernels[row_kind][0](reinterpret_cast<const float*>(a_panel), reinterpret_cast<const float*>(packed_b + bp_begin * panel_elements),
-                                 acc_row + bp_begin * tile, ldacc, first ? 0 : 1, 0, full_end - bp_begin);
+            block.kernels[row_kind][0](a_panel, reinterpret_cast<const float*>(b_block + bp_begin * panel_elements), acc_row + bp_begin * tile, ldacc,
+                                       accumulate, next_a_address, full_end - bp_begin);
           if (last_is_partial)
-            kernels[row_kind][1](reinterpret_cast<const float*>(a_panel), reinterpret_cast<const float*>(packed_b + full_end * panel_elements),
-                                 acc_row + full_end * tile, ldacc, first ? 0 : 1, 0, 1);
-          if (!last) continue;
-          for (int64_t bp = bp_begin; bp < bp_end; ++bp) {
-            const int64_t tile_col = col0 + bp * tile, tile_cols = std::min<int64_t>(tile, n - tile_col);
-            finish_tile(problem, accumulator + tile_row * ldacc + tile_col, ldacc, tile_row, tile_col, tile_rows, tile_cols, generated_epilogue);
-          }
+            block.kernels[row_kind][1](a_panel, reinterpret_cast<const float*>(b_block + full_end * panel_elements), acc_row + full_end * tile, ldacc,
+                                       accumulate, next_a_address, 1);
         }
-      });
-    }
+      }
+      for (int64_t ap = ap_begin; ap < ap_end; ++ap) {
+        const int64_t tile_row = ap * tile, tile_rows = std::min<int64_t>(tile, m - tile_row);
+        for (int64_t bp = group_begin; bp < group_end; ++bp) {
+          const int64_t tile_col = col0 + bp * tile, tile_cols = std::min<int64_t>(tile, n - tile_col);
+          if (!microtile_needed(tile_row, tile_col, tile, problem.triangular)) continue;
+          finish_tile(problem, accumulator + (ap - ap_begin) * tile * ldacc + (bp - group_begin) * tile, ldacc, tile_row, tile_col, tile_rows,
+                      tile_cols, generated_epilogue);
+        }
+      }
+    });
   }
 }
 
