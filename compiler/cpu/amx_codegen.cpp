@@ -27,11 +27,12 @@ constexpr int kBTile = 6;  // B(j) in tmm(6 + j)
 // The tile operations on fixed registers, either as the AMX instructions (LLVM's tile-number
 // intrinsics: llvm.x86.tileloadd64, llvm.x86.tdpbf16ps, ... with the register as an immediate,
 // and the kernel's own LDTILECFG) or as calls to the emulator (a register is an EmulatedTile on
-// the stack). Fixed registers, not LLVM's x86_amx values: tile registers are not renamed, and
-// LLVM's tile allocator reuses a register as soon as its value is dead, so an interleaved order
-// it would compile into loads that wait for the product still reading their register (measured:
-// half the rate); with the eight registers named here each load waits only for the product of
-// the previous step that read the same operand.
+// the stack). Fixed registers, not LLVM's x86_amx values, so that the instructions, their order
+// and their registers are exactly the ones written here and the emulator runs the same sequence.
+// (Whether LLVM's own allocation costs anything was measured afterwards with hand-written
+// intrinsics: the order below with B1 in B0's register, as LLVM allocates it, ran at the same
+// 2.40 TFLOP/s as with eight distinct registers; an earlier reading of half the rate came from
+// misaligned benchmark buffers.)
 class TileOps {
  public:
   TileOps(llvm::Module& module, llvm::IRBuilder<>& builder, bool emulated) : module_(module), builder_(builder), emulated_(emulated) {

@@ -22,9 +22,9 @@
 // Written with LLVM's tile-number intrinsics (llvm.x86.tileloadd64, tileloaddt164, tdpbf16ps,
 // tilestored64, tilezero: the tmm register an immediate) and the kernel's own tile configuration
 // (a 64-byte constant, LDTILECFG in the prologue, TILERELEASE at the return), not the x86_amx
-// values that let LLVM allocate tiles: tile registers are not renamed, and LLVM reuses a register
-// as soon as its value is dead, which made each load wait for the product before it (half the
-// rate). The step order, the streaming hint on B and the measurements are in amx_codegen.cpp and
+// values that let LLVM allocate tiles, so that the emitted sequence is exactly the one written
+// (and the one the emulator runs; measured, the choice of registers does not change the rate).
+// The step order, the streaming hint on B and the measurements are in amx_codegen.cpp and
 // docs/cpu-backend.md. The configuration is loaded per call, so any thread (the tile
 // configuration is per thread) can run any kernel.
 #pragma once
