@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 #include "autotune/record_lookup.h"
 #include "autotune/strategy_heuristic.h"
@@ -27,6 +28,9 @@ namespace {
 class ReferenceOrthogonalizer : public CompiledOrthogonalizer {
  public:
   void run(const float* input, float* output) const override {
+    // Refuse a Muon step before reading: its input is not one X of batch x rows x cols (ASan
+    // found the copy below reading past a caller's shorter buffer before interpret refused it).
+    if (function_.muon_step) throw std::invalid_argument("run: this orthogonalizer was compiled as a Muon step; call run_muon_step");
     const size_t count = static_cast<size_t>(function_.input_shape.elements() * function_.batch);
     std::vector<double> values(input, input + count);
     const auto result = reference::interpret(function_, values);

@@ -169,7 +169,7 @@ HostEmulator::Result HostEmulator::run(const std::vector<float>& input, const Ho
 
   Result result;
   result.output.resize(static_cast<size_t>(program_.batch * program_.output_elements));
-  std::memcpy(result.output.data(), memory_->output.get(), static_cast<size_t>(output_bytes));
+  if (output_bytes > 0) std::memcpy(result.output.data(), memory_->output.get(), static_cast<size_t>(output_bytes));
   std::string& errors = result.memory_errors;
   errors += written(memory_->input.get(), input_bytes, input_bytes + kRedZone, "the red zone after the input");
   errors += written(memory_->output.get(), output_bytes, output_bytes + kRedZone, "the red zone after the output");
