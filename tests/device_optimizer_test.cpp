@@ -159,8 +159,9 @@ void expect_same_bits(const Model& model, const HybridOptimizer& hybrid, const D
     const HybridOptimizer::State& other = actual.at(name);
     ASSERT_EQ(state.momentum.size(), other.momentum.size()) << where << ": " << name;
     // AdamW parameters have no momentum; memcmp of two empty vectors' null data() is undefined.
-    if (!state.momentum.empty())
+    if (!state.momentum.empty()) {
       EXPECT_EQ(std::memcmp(state.momentum.data(), other.momentum.data(), state.momentum.size() * 4), 0) << where << ": momentum of " << name;
+    }
     EXPECT_EQ(state.exp_avg, other.exp_avg) << where << ": exp_avg of " << name;
     EXPECT_EQ(state.exp_avg_sq, other.exp_avg_sq) << where << ": exp_avg_sq of " << name;
     EXPECT_EQ(state.step, other.step) << where << ": step of " << name;
