@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <algorithm>
 #include <optional>
 #include <map>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "cpu/aligned_buffer.h"
+#include "cpu/amx_packing.h"
 #include "cpu/element_types.h"
 #include "cpu/gemm_driver.h"
 #include "cpu/kernel_cache.h"
@@ -157,6 +159,35 @@ void BM_AmxMicrokernelAlone(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(100.0 * 2.0 * static_cast<double>(kc * 32 * 32 * panels) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_AmxMicrokernelAlone)->Arg(256)->Arg(512)->Arg(1024);
+
+// Packing for the AMX kernel alone, bf16 1024 x 4096 (8 MiB: in L3 here, as X is in NS5), against
+// memcpy of the same bytes in the same run: what the packed layout costs beyond moving the data.
+// Arg 0: A panels of X (row-major, K along rows); 1: B of X·Xᵀ (Xᵀ: a 16x16 transpose of 32-bit
+// pairs per tile); 2: B of B·X (row-major B: rows interleaved in pairs); 3: memcpy.
+void BM_AmxPacking(benchmark::State& state) {
+  using namespace orthojit::cpu;
+  const int64_t rows = 1024, cols = 4096, kc = 512;
+  AlignedBuffer source_buffer, target_buffer;
+  auto* source = static_cast<uint16_t*>(source_buffer.get(static_cast<size_t>(rows * cols) * 2));
+  auto* target = static_cast<uint16_t*>(target_buffer.get(static_cast<size_t>(rows * cols) * 2));
+  for (int64_t i = 0; i < rows * cols; ++i) source[i] = static_cast<uint16_t>(0x3f00 + i % 97);
+  const MatrixView x{source, ScalarType::BF16, rows, cols, cols, 1};
+  const int mode = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    for (int64_t k0 = 0; k0 < cols && mode != 3; k0 += kc) {
+      uint16_t* block = target + rows * k0;
+      if (mode == 0) pack_amx_a(x, k0, kc, kc, 0, rows / 32, block);
+      if (mode == 1) pack_amx_b(x.transposed(), k0, kc, kc, 0, rows, 0, rows / 32, block);
+      if (mode == 2 && k0 < rows) pack_amx_b(x, k0, kc, kc, 0, cols, 0, cols / 32, target + cols * k0);
+    }
+    if (mode == 3) std::memcpy(target, source, static_cast<size_t>(rows * cols) * 2);
+    benchmark::DoNotOptimize(target);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * rows * cols * 2);
+  state.SetLabel(mode == 0 ? "A of X" : mode == 1 ? "B = X^T" : mode == 2 ? "B = X" : "memcpy");
+}
+BENCHMARK(BM_AmxPacking)->DenseRange(0, 3);
 
 void BM_MeasuredClock(benchmark::State& state) {
   double ghz = 0;
