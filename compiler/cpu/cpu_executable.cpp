@@ -88,8 +88,7 @@ class SquareSum {
 // over blocks of kNormBlockRows rows spread over the pool. Each block's partial result is its own
 // and the partials are combined in block order, so the norm depends on the shape only, not on the
 // thread count or the split; the fused Muon step's normalize uses the same blocks, so it gives the
-// norm an orthogonalizer's normalize gives for the same U. (Before: one thread, one scalar pass
-// each, about a tenth of a Gram NS5 at 1024x4096 bf16 on one thread.)
+// norm an orthogonalizer's normalize gives for the same U.
 constexpr int64_t kNormBlockRows = 16;
 
 // Runs block(begin, end, row) for every block of rows (row: a scratch row of `cols` f32) and
@@ -150,19 +149,27 @@ double combine_square_sums(const std::vector<double>& partials, bool in_f64) {
   return in_f64 ? total : total_f32;
 }
 
-template <typename T>
-double sum_of_squares(const MatrixView& view, bool in_f64, float scale, ThreadPool* pool) {
-  return combine_square_sums(row_block_partials<double>(pool, view.rows, view.cols,
+// Σ (v·scale)² of the rows fill_row(i, row) writes, in the norm's blocks, combined in block order.
+template <typename FillRow>
+double blocked_square_sum(ThreadPool* pool, int64_t rows, int64_t cols, bool in_f64, float scale, const FillRow& fill_row) {
+  return combine_square_sums(row_block_partials<double>(pool, rows, cols,
                                                         [&](int64_t begin, int64_t end, float* row) {
                                                           SquareSum sum(in_f64, scale);
                                                           for (int64_t i = begin; i < end; ++i) {
-                                                            std::fill(row, row + view.cols, 0.0f);
-                                                            accumulate_row<T>(view, i, 1.0f, row);  // exact: 0 + 1·v
-                                                            sum.add_row(row, view.cols);
+                                                            fill_row(i, row);
+                                                            sum.add_row(row, cols);
                                                           }
                                                           return sum.total();
                                                         }),
                              in_f64);
+}
+
+template <typename T>
+double sum_of_squares(const MatrixView& view, bool in_f64, float scale, ThreadPool* pool) {
+  return blocked_square_sum(pool, view.rows, view.cols, in_f64, scale, [&](int64_t i, float* row) {
+    std::fill(row, row + view.cols, 0.0f);
+    accumulate_row<T>(view, i, 1.0f, row);  // exact: 0 + 1·v
+  });
 }
 
 // The denominator of a normalize from the sum of squares of the values times `scale`, in the
@@ -435,16 +442,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
             });
             break;
           }
-          const double squares = combine_square_sums(row_block_partials<double>(pool, rows, cols,
-                                                                                [&](int64_t begin, int64_t end, float* values) {
-                                                                                  SquareSum sum(in_f64, scale);
-                                                                                  for (int64_t i = begin; i < end; ++i) {
-                                                                                    update_row(i, values);
-                                                                                    sum.add_row(values, cols);
-                                                                                  }
-                                                                                  return sum.total();
-                                                                                }),
-                                                     in_f64);
+          const double squares = blocked_square_sum(pool, rows, cols, in_f64, scale, update_row);
           const float denominator = normalize_denominator(node, squares, scale);
           for_each_row(pool, rows, cols, [&](int64_t i, float* values) {
             update_row(i, values);
