@@ -133,7 +133,7 @@ BENCHMARK_CAPTURE(BM_MicrokernelAlone, bf16_dot, true)->Arg(256);
 void BM_AmxMicrokernelAlone(benchmark::State& state) {
   using namespace orthojit::cpu;
   if (!host_supports(CpuIsa::AmxBf16)) return state.SkipWithError(unsupported_reason(CpuIsa::AmxBf16).c_str());
-  const int64_t kc = state.range(0), panels = 8;
+  const int64_t kc = state.range(0), panels = state.range(1);
   MicrokernelSpec spec;
   spec.isa = CpuIsa::AmxBf16;
   spec.kc = kc;
@@ -158,7 +158,7 @@ void BM_AmxMicrokernelAlone(benchmark::State& state) {
   }
   state.counters["GFLOP/s"] = benchmark::Counter(100.0 * 2.0 * static_cast<double>(kc * 32 * 32 * panels) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_AmxMicrokernelAlone)->Arg(256)->Arg(512)->Arg(1024);
+BENCHMARK(BM_AmxMicrokernelAlone)->Args({256, 8})->Args({512, 8})->Args({1024, 8})->Args({256, 1})->Args({128, 1})->Args({128, 8})->Args({512, 32});
 
 // Packing for the AMX kernel alone, bf16 1024 x 4096 (8 MiB: in L3 here, as X is in NS5), against
 // memcpy of the same bytes in the same run: what the packed layout costs beyond moving the data.

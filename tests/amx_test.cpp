@@ -148,23 +148,29 @@ int count_of(const std::string& text, const std::string& pattern) {
 }
 
 TEST(AmxKernel, CompilesToTileInstructionsWithoutSpills) {
-  // kc = 384: 12 steps of 4 TDPBF16PS, in the zeroing and the accumulating body.
+  // kc = 384: 12 steps of 4 TDPBF16PS in the zeroing and in the accumulating loop, and the first
+  // step once more in each (the panel transition: a panel's first step with the previous panel's
+  // stores between its products). LLVM may merge identical tails of the two loops (branch folding),
+  // so the counts are bounds: every step of both loops, at most the two extra first steps.
   for (auto [m_valid, n_valid, products] : {std::tuple{32, 32, 4}, std::tuple{32, 5, 2}, std::tuple{9, 32, 2}, std::tuple{7, 3, 1}, std::tuple{17, 31, 4}}) {
     SCOPED_TRACE(std::to_string(m_valid) + "x" + std::to_string(n_valid));
     const std::string assembly = amx_kernel_assembly(amx_kernel(384, m_valid, n_valid, false));
     EXPECT_EQ(count_of(assembly, "\\bldtilecfg\\b"), 1) << assembly;
     EXPECT_GE(count_of(assembly, "\\btilerelease\\b"), 1);
-    EXPECT_EQ(count_of(assembly, "\\btdpbf16ps\\b"), 2 * 12 * products);
+    EXPECT_GE(count_of(assembly, "\\btdpbf16ps\\b"), 2 * 12 * products);
+    EXPECT_LE(count_of(assembly, "\\btdpbf16ps\\b"), 2 * (12 + 1) * products);
     EXPECT_GE(count_of(assembly, "\\btilezero\\b"), products);
     EXPECT_GE(count_of(assembly, "\\btilestored\\b"), 2 * products);
     // A tile spill is a tilestored to the stack frame; the C stores go through the argument pointer.
     EXPECT_EQ(count_of(assembly, "tilestored\\s+%tmm[0-7], [-0-9]*\\(%rsp"), 0) << assembly;
   }
   {
-    // The default K block (512: 16 unrolled steps): no spills, B loaded with the streaming hint.
+    // The default K block (512: 16 unrolled steps, the first twice): no spills, B loaded with the
+    // streaming hint.
     const std::string assembly = amx_kernel_assembly(amx_kernel(512, 32, 32, false));
-    EXPECT_EQ(count_of(assembly, "\\btdpbf16ps\\b"), 2 * 16 * 4);
-    EXPECT_EQ(count_of(assembly, "\\btileloaddt1\\b"), 2 * 16 * 2);
+    EXPECT_GE(count_of(assembly, "\\btdpbf16ps\\b"), 2 * 16 * 4);
+    EXPECT_LE(count_of(assembly, "\\btdpbf16ps\\b"), 2 * (16 + 1) * 4);
+    EXPECT_GE(count_of(assembly, "\\btileloaddt1\\b"), 2 * 16 * 2);
     EXPECT_EQ(count_of(assembly, "tilestored\\s+%tmm[0-7], [-0-9]*\\(%rsp"), 0);
   }
   EXPECT_THROW(amx_kernel_assembly(amx_kernel(100, 32, 32, false)), std::logic_error);  // kc not a multiple of 32

@@ -8,6 +8,7 @@
 #include <llvm/IR/Module.h>
 
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -155,10 +156,6 @@ std::unique_ptr<llvm::Module> emit_amx_microkernel(const MicrokernelSpec& spec, 
   panels->setName("panels");
 
   auto* entry = llvm::BasicBlock::Create(context, "entry", function);
-  auto* loop = llvm::BasicBlock::Create(context, "panel_loop", function);
-  auto* from_zero = llvm::BasicBlock::Create(context, "first_k_block", function);
-  auto* from_c = llvm::BasicBlock::Create(context, "later_k_block", function);
-  auto* latch = llvm::BasicBlock::Create(context, "next_panel", function);
   auto* exit = llvm::BasicBlock::Create(context, "exit", function);
   TileOps tiles(*module, builder, spec.amx_emulated);
 
@@ -188,81 +185,115 @@ std::unique_ptr<llvm::Module> emit_amx_microkernel(const MicrokernelSpec& spec, 
   }
   llvm::Value* c_stride = builder.CreateMul(ldc, builder.getInt64(4), "c_stride_bytes");
   llvm::Value* tile_stride = builder.getInt64(64);
+  llvm::Value* next_a_panel = builder.CreateIntToPtr(next_a, ptr, "next_a_panel");
   // A tile t of step s: at (2s + t) KiB of the packed panel, 64-byte rows.
   auto a_tile_address = [&](int64_t s, int64_t t) {
     return builder.CreateInBoundsGEP(i8, a_panel, builder.getInt64(static_cast<uint64_t>((s * 2 + t) * kAmxTileBytes)));
   };
-  builder.CreateCondBr(builder.CreateICmpSGT(panels, builder.getInt64(0)), loop, exit);
-
-  builder.SetInsertPoint(loop);
-  llvm::PHINode* panel = builder.CreatePHI(i64, 2, "panel");
-  panel->addIncoming(builder.getInt64(0), entry);
-  llvm::Value* b_panel = builder.CreateInBoundsGEP(i8, b_panels, builder.CreateMul(panel, builder.getInt64(static_cast<uint64_t>(panel_bytes))), "b_panel");
-  llvm::Value* c_tile = builder.CreateInBoundsGEP(i8, c, builder.CreateMul(panel, builder.getInt64(4 * kAmxMicrotile)), "c_microtile");
-  builder.CreateCondBr(builder.CreateICmpNE(accumulate, builder.getInt32(0)), from_c, from_zero);
-
-  // C tile (i, j) starts at c_tile + (16i·ldc + 16j) floats.
-  auto c_address = [&](size_t i, size_t j) {
+  auto c_tile_of = [&](size_t i, size_t j) { return kCTile + static_cast<int>(2 * i + j); };
+  // Where panel p's B panel and C microtile start (p an i64 value).
+  auto b_panel_of = [&](llvm::Value* p) { return builder.CreateInBoundsGEP(i8, b_panels, builder.CreateMul(p, builder.getInt64(static_cast<uint64_t>(panel_bytes))), "b_panel"); };
+  auto c_microtile_of = [&](llvm::Value* p) { return builder.CreateInBoundsGEP(i8, c, builder.CreateMul(p, builder.getInt64(4 * kAmxMicrotile)), "c_microtile"); };
+  // C tile (i, j) of a microtile starts at (16i·ldc + 16j) floats.
+  auto c_address = [&](llvm::Value* c_tile, size_t i, size_t j) {
     llvm::Value* offset = builder.CreateAdd(builder.CreateMul(c_stride, builder.getInt64(16 * i)), builder.getInt64(64 * j));
     return builder.CreateInBoundsGEP(i8, c_tile, offset);
   };
-  // The microtile: C tiles zeroed or loaded, kc/32 steps of 2+2 tile loads and 4 products, stored.
-  // No tile value crosses a block boundary (each body is straight-line code), so the tile register
-  // allocation has nothing to carry through phis.
   // The next call's A panel (kc lines of 64 bytes) is prefetched into L2 over this call: four
   // lines per step, panel p taking lines [(p mod 8)·4·steps, ...), so a call over 8 or more
   // B panels touches all of them. Without it every call starts by waiting for its A panel from
   // L3 (32 KiB, about as long as the call's products on the machines measured).
   llvm::Function* prefetch = llvm::Intrinsic::getDeclaration(module.get(), llvm::Intrinsic::prefetch, {ptr});
-  auto body = [&](llvm::BasicBlock* block, bool load_c) {
-    builder.SetInsertPoint(block);
-    llvm::Value* prefetch_base = builder.CreateInBoundsGEP(
-        i8, builder.CreateIntToPtr(next_a, ptr, "next_a_panel"), builder.CreateMul(builder.CreateAnd(panel, builder.getInt64(7)), builder.getInt64(static_cast<uint64_t>(steps * 4 * 64))));
-    auto c_tile_of = [&](size_t i, size_t j) { return kCTile + static_cast<int>(2 * i + j); };
-    for (size_t i = 0; i < tile_rows.size(); ++i)
-      for (size_t j = 0; j < tile_colsb.size(); ++j) {
-        if (load_c) tiles.load(c_tile_of(i, j), tile_rows[i], tile_colsb[j], c_address(i, j), c_stride);
-        else tiles.zero(c_tile_of(i, j), tile_rows[i], tile_colsb[j]);
-      }
-    // Per step the order B0, A0, C00, A1, C10, B1, C01, C11: a load waits for the product of the
-    // previous step still reading its register, so the loads go between the products that do not
-    // need them and the TMUL stays busy while B streams from L2 (measured on Sapphire Rapids, one
-    // core, A in L1 and B from a 1 MiB block: 2.78 TFLOP/s with the four loads first, 3.04
-    // interleaved; docs/cpu-backend.md).
-    for (int64_t s = 0; s < steps; ++s) {
-      auto load_a = [&](size_t i) { tiles.load(kATile + static_cast<int>(i), tile_rows[i], 64, a_tile_address(s, static_cast<int64_t>(i)), tile_stride); };
-      auto load_b = [&](size_t j) {
-        tiles.load(kBTile + static_cast<int>(j), kAmxTile, tile_colsb[j],
-                   builder.CreateInBoundsGEP(i8, b_panel, builder.getInt64(static_cast<uint64_t>((s * 2 + static_cast<int64_t>(j)) * kAmxTileBytes))),
-                   tile_stride, true);
-      };
-      auto product = [&](size_t i, size_t j) {
-        tiles.dot(c_tile_of(i, j), kATile + static_cast<int>(i), kBTile + static_cast<int>(j), tile_rows[i], tile_colsb[j], 64);
-      };
-      for (int64_t q = 0; q < 4; ++q)
-        builder.CreateCall(prefetch, {builder.CreateInBoundsGEP(i8, prefetch_base, builder.getInt64(static_cast<uint64_t>((s * 4 + q) * 64))),
-                                      builder.getInt32(0), builder.getInt32(2), builder.getInt32(1)});
-      load_b(0);
-      for (size_t i = 0; i < tile_rows.size(); ++i) {
-        load_a(i);
-        product(i, 0);
-      }
-      for (size_t j = 1; j < tile_colsb.size(); ++j) {
-        load_b(j);
-        for (size_t i = 0; i < tile_rows.size(); ++i) product(i, j);
-      }
-    }
-    for (size_t i = 0; i < tile_rows.size(); ++i)
-      for (size_t j = 0; j < tile_colsb.size(); ++j) tiles.store(c_tile_of(i, j), tile_rows[i], tile_colsb[j], c_address(i, j), c_stride);
-    builder.CreateBr(latch);
+  auto prefetch_step = [&](llvm::Value* p, int64_t s) {
+    llvm::Value* base = builder.CreateInBoundsGEP(i8, next_a_panel, builder.CreateMul(builder.CreateAnd(p, builder.getInt64(7)), builder.getInt64(static_cast<uint64_t>(steps * 4 * 64))));
+    for (int64_t q = 0; q < 4; ++q)
+      builder.CreateCall(prefetch, {builder.CreateInBoundsGEP(i8, base, builder.getInt64(static_cast<uint64_t>((s * 4 + q) * 64))), builder.getInt32(0),
+                                    builder.getInt32(2), builder.getInt32(1)});
   };
-  body(from_zero, false);
-  body(from_c, true);
+  // One 32-k step of a panel: per step the order B0, A0, C00, A1, C10, B1, C01, C11: a load waits
+  // for the product of the previous step still reading its register, so the loads go between the
+  // products that do not need them and the TMUL stays busy while B streams from L2 (measured on
+  // Sapphire Rapids, one core, A in L1 and B from a 1 MiB block: 2.78 TFLOP/s with the four loads
+  // first, 3.04 interleaved; docs/cpu-backend.md). `before_product(i, j)` runs just before the
+  // product into C(i, j): the panel transition puts the previous panel's store of that tile and
+  // this panel's zeroing or load of it there.
+  auto step = [&](llvm::Value* p, llvm::Value* b_panel, int64_t s, const std::function<void(size_t, size_t)>& before_product) {
+    prefetch_step(p, s);
+    auto load_a = [&](size_t i) { tiles.load(kATile + static_cast<int>(i), tile_rows[i], 64, a_tile_address(s, static_cast<int64_t>(i)), tile_stride); };
+    auto load_b = [&](size_t j) {
+      tiles.load(kBTile + static_cast<int>(j), kAmxTile, tile_colsb[j],
+                 builder.CreateInBoundsGEP(i8, b_panel, builder.getInt64(static_cast<uint64_t>((s * 2 + static_cast<int64_t>(j)) * kAmxTileBytes))), tile_stride,
+                 true);
+    };
+    auto product = [&](size_t i, size_t j) {
+      if (before_product) before_product(i, j);
+      tiles.dot(c_tile_of(i, j), kATile + static_cast<int>(i), kBTile + static_cast<int>(j), tile_rows[i], tile_colsb[j], 64);
+    };
+    load_b(0);
+    for (size_t i = 0; i < tile_rows.size(); ++i) {
+      load_a(i);
+      product(i, 0);
+    }
+    for (size_t j = 1; j < tile_colsb.size(); ++j) {
+      load_b(j);
+      for (size_t i = 0; i < tile_rows.size(); ++i) product(i, j);
+    }
+  };
+  // The panels are software-pipelined: a panel's C tiles go to memory one by one inside the next
+  // panel's first step, each just before the next panel's first product into the same register,
+  // so that the TMUL works on the other three tiles while a finished one drains and refills
+  // (without: the TMUL waited for all four stores and loads at every panel, 19% of the kernel's
+  // time at kc = 512, measured by leaving the loads out; docs/cpu-backend.md). No tile value
+  // crosses a block boundary in the IR (the registers are immediates), so nothing is carried
+  // through phis but the panel index. Two copies of the loop: C zeroed (the first K block) or
+  // loaded from the accumulator.
+  auto pipelined_loop = [&](llvm::BasicBlock* start, bool load_c) {
+    const char* tag = load_c ? "_loaded" : "_zeroed";
+    auto* loop = llvm::BasicBlock::Create(context, std::string("panel_loop") + tag, function);
+    auto* transition = llvm::BasicBlock::Create(context, std::string("next_panel") + tag, function);
+    auto* last = llvm::BasicBlock::Create(context, std::string("last_panel") + tag, function);
+    auto init = [&](llvm::Value* c_tile, size_t i, size_t j) {
+      if (load_c) tiles.load(c_tile_of(i, j), tile_rows[i], tile_colsb[j], c_address(c_tile, i, j), c_stride);
+      else tiles.zero(c_tile_of(i, j), tile_rows[i], tile_colsb[j]);
+    };
+    // Panel 0: its tiles initialised, its first step.
+    builder.SetInsertPoint(start);
+    llvm::Value* zero = builder.getInt64(0);
+    llvm::Value* c_first = c_microtile_of(zero);
+    step(zero, b_panel_of(zero), 0, [&](size_t i, size_t j) { init(c_first, i, j); });
+    builder.CreateBr(loop);
+    // Panel p: the steps after the first, then either the transition into p + 1 or the last stores.
+    builder.SetInsertPoint(loop);
+    llvm::PHINode* panel = builder.CreatePHI(i64, 2, "panel");
+    panel->addIncoming(zero, start);
+    llvm::Value* b_panel = b_panel_of(panel);
+    for (int64_t s = 1; s < steps; ++s) step(panel, b_panel, s, nullptr);
+    llvm::Value* next = builder.CreateAdd(panel, builder.getInt64(1), "panel_next");
+    builder.CreateCondBr(builder.CreateICmpSLT(next, panels), transition, last);
+    builder.SetInsertPoint(transition);
+    llvm::Value* c_tile = c_microtile_of(panel);
+    llvm::Value* c_next = c_microtile_of(next);
+    step(next, b_panel_of(next), 0, [&](size_t i, size_t j) {
+      tiles.store(c_tile_of(i, j), tile_rows[i], tile_colsb[j], c_address(c_tile, i, j), c_stride);
+      init(c_next, i, j);
+    });
+    panel->addIncoming(next, transition);
+    builder.CreateBr(loop);
+    builder.SetInsertPoint(last);
+    llvm::Value* c_last = c_microtile_of(panel);
+    for (size_t i = 0; i < tile_rows.size(); ++i)
+      for (size_t j = 0; j < tile_colsb.size(); ++j) tiles.store(c_tile_of(i, j), tile_rows[i], tile_colsb[j], c_address(c_last, i, j), c_stride);
+    builder.CreateBr(exit);
+  };
+  auto* dispatch = llvm::BasicBlock::Create(context, "dispatch", function);
+  auto* from_zero = llvm::BasicBlock::Create(context, "first_k_block", function);
+  auto* from_c = llvm::BasicBlock::Create(context, "later_k_block", function);
+  builder.CreateCondBr(builder.CreateICmpSGT(panels, builder.getInt64(0)), dispatch, exit);
+  builder.SetInsertPoint(dispatch);
+  builder.CreateCondBr(builder.CreateICmpNE(accumulate, builder.getInt32(0)), from_c, from_zero);
+  pipelined_loop(from_zero, false);
+  pipelined_loop(from_c, true);
 
-  builder.SetInsertPoint(latch);
-  llvm::Value* next = builder.CreateAdd(panel, builder.getInt64(1), "panel_next");
-  panel->addIncoming(next, latch);
-  builder.CreateCondBr(builder.CreateICmpSLT(next, panels), loop, exit);
   builder.SetInsertPoint(exit);
   tiles.release();
   builder.CreateRetVoid();
