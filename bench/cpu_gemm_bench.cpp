@@ -127,13 +127,15 @@ void BM_MicrokernelAlone(benchmark::State& state, bool bf16_dot) {
 BENCHMARK_CAPTURE(BM_MicrokernelAlone, f32_fma, false)->Arg(256)->Arg(384)->Arg(512);
 BENCHMARK_CAPTURE(BM_MicrokernelAlone, bf16_dot, true)->Arg(256);
 
-// The AMX kernel alone, one thread: one A panel (32 x kc) against 8 B panels (kc x 32) resident in
-// L1/L2, 8 microtiles per call (the driver's row of microtiles); compare with the measured
-// TDPBF16PS ceiling in BM_MeasuredClock.
+// The AMX kernel alone, one thread: A panels (32 x kc) against 8 B panels (kc x 32) resident in
+// L1/L2, `panels` microtiles per call (the driver's row of microtiles); compare with the measured
+// TDPBF16PS ceiling in BM_MeasuredClock. Args: kc, B panels per call, A panels taken in turn (1:
+// the same A panel every call, in L1; 5: as the driver's row block of 160 rows, each call's A
+// panel coming from L2 after the previous call's prefetch, each with its own C rows).
 void BM_AmxMicrokernelAlone(benchmark::State& state) {
   using namespace orthojit::cpu;
   if (!host_supports(CpuIsa::AmxBf16)) return state.SkipWithError(unsupported_reason(CpuIsa::AmxBf16).c_str());
-  const int64_t kc = state.range(0), panels = state.range(1);
+  const int64_t kc = state.range(0), panels = state.range(1), a_count = state.range(2);
   MicrokernelSpec spec;
   spec.isa = CpuIsa::AmxBf16;
   spec.kc = kc;
@@ -142,23 +144,34 @@ void BM_AmxMicrokernelAlone(benchmark::State& state) {
   // 64-byte aligned panels, as the driver's (a tile row that straddles two cache lines costs two
   // loads: std::vector's 16-byte alignment halved the rate measured here).
   AlignedBuffer a_buffer, b_buffer, c_buffer;
-  auto* a = static_cast<uint16_t*>(a_buffer.get(static_cast<size_t>(32 * kc) * 2));
+  auto* a = static_cast<uint16_t*>(a_buffer.get(static_cast<size_t>(a_count * 32 * kc) * 2));
   auto* b = static_cast<uint16_t*>(b_buffer.get(static_cast<size_t>(panels * 32 * kc) * 2));
-  std::fill(a, a + 32 * kc, uint16_t{0x3f00});
+  std::fill(a, a + a_count * 32 * kc, uint16_t{0x3f00});
   std::fill(b, b + panels * 32 * kc, uint16_t{0x3e80});
   // The accumulator's row stride padded as the driver pads it (accumulator_stride): a power of two
   // would put the 32 rows of a C tile in a few L1 sets.
   const int64_t ldc = accumulator_stride(panels * 32);
-  float* c = c_buffer.floats(32 * ldc);
-  std::fill(c, c + 32 * ldc, 0.0f);
+  float* c = c_buffer.floats(a_count * 32 * ldc);
+  std::fill(c, c + a_count * 32 * ldc, 0.0f);
   for (auto _ : state) {
-    for (int repeat = 0; repeat < 100; ++repeat)
-      kernel(reinterpret_cast<const float*>(a), reinterpret_cast<const float*>(b), c, ldc, 1, reinterpret_cast<int64_t>(a), panels);
+    for (int repeat = 0; repeat < 100; ++repeat) {
+      const int64_t which = repeat % a_count, next = (repeat + 1) % a_count;
+      kernel(reinterpret_cast<const float*>(a + which * 32 * kc), reinterpret_cast<const float*>(b), c + which * 32 * ldc, ldc, 1,
+             reinterpret_cast<int64_t>(a + next * 32 * kc), panels);
+    }
     benchmark::DoNotOptimize(c);
   }
   state.counters["GFLOP/s"] = benchmark::Counter(100.0 * 2.0 * static_cast<double>(kc * 32 * 32 * panels) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_AmxMicrokernelAlone)->Args({256, 8})->Args({512, 8})->Args({1024, 8})->Args({256, 1})->Args({128, 1})->Args({128, 8})->Args({512, 32});
+BENCHMARK(BM_AmxMicrokernelAlone)
+    ->Args({256, 8, 1})
+    ->Args({512, 8, 1})
+    ->Args({1024, 8, 1})
+    ->Args({256, 1, 1})
+    ->Args({512, 32, 1})
+    ->Args({512, 8, 5})
+    ->Args({512, 32, 5})
+    ->Args({256, 8, 5});
 
 // Packing for the AMX kernel alone, bf16 1024 x 4096 (8 MiB: in L3 here, as X is in NS5), against
 // memcpy of the same bytes in the same run: what the packed layout costs beyond moving the data.

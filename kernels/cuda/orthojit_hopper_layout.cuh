@@ -1,0 +1,108 @@
+// The index math of orthojit's sm_90a products: WGMMA shared-memory descriptors, the 128-byte
+// swizzle that TMA writes and WGMMA reads, and where each accumulator register of a warpgroup
+// lands in the 64 x N tile. Plain C++ usable on the host and on the device (OJ_HD), so that the
+// host tests check it against the PTX ISA and the host emulation decodes what the kernels encode.
+//
+// Sources (PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions"):
+//   * Matrix descriptor (64 bits): start address bits 0-13, leading-dimension byte offset (LBO)
+//     bits 16-29, stride-dimension byte offset (SBO) bits 32-45, each the byte value >> 4; base
+//     offset bits 49-51 (0: every tile here starts 1024-byte aligned); swizzle mode bits 62-63
+//     (0 none, 1 128-byte, 2 64-byte, 3 32-byte).
+//   * Canonical 128-byte-swizzled layouts of 16-bit elements (T = 8 elements per 16 bytes), as
+//     CUTLASS's cute/atom/mma_traits_sm90_gmma.hpp also states them:
+//       K-major:  ((8, m), (T, 2)) : ((8T, SBO), (1, T))    rows of 64 elements (128 bytes) along
+//                 K, 8 rows per 1024-byte swizzle atom, atoms SBO apart along M/N; LBO unused.
+//       MN-major: ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO))   rows of 64 elements along M/N,
+//                 8 K rows per atom, blocks of 64 M/N elements LBO apart, atoms SBO apart along K.
+//   * 128-byte swizzle: the 16-byte chunk (address bits 4-6) XOR the row within the 1024-byte atom
+//     (address bits 7-9); TMA's CU_TENSOR_MAP_SWIZZLE_128B writes the same pattern (CUDA driver
+//     API, cuTensorMapEncodeTiled), which is why the two meet without any shuffling.
+//   * Accumulator of wgmma .m64nNk16 .f32, thread t of the warpgroup (warp w = t / 32, lane l):
+//     register 4i + 2h + e holds D[16w + l/4 + 8h][8i + 2(l % 4) + e], i < N/8, h, e in {0, 1}.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define OJ_HD __host__ __device__ __forceinline__
+#else
+#define OJ_HD inline
+#endif
+
+namespace oj::hopper {
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+constexpr u32 kSwizzleBytes = 128;   // one swizzled row: 64 16-bit elements
+constexpr u32 kSwizzleAtomBytes = 1024;  // 8 rows: the unit the XOR pattern repeats over
+
+enum class Swizzle : u32 { None = 0, Bytes128 = 1, Bytes64 = 2, Bytes32 = 3 };
+
+struct Descriptor {
+  u32 start = 0, leading = 0, stride = 0, base_offset = 0;  // bytes (start: shared address)
+  Swizzle swizzle = Swizzle::None;
+};
+
+// The 64-bit WGMMA matrix descriptor of a shared-memory operand.
+OJ_HD u64 encode_descriptor(u32 start_address, u32 leading_bytes, u32 stride_bytes, Swizzle swizzle) {
+  return (static_cast<u64>((start_address >> 4) & 0x3fff)) | (static_cast<u64>((leading_bytes >> 4) & 0x3fff) << 16) |
+         (static_cast<u64>((stride_bytes >> 4) & 0x3fff) << 32) | (static_cast<u64>(static_cast<u32>(swizzle)) << 62);
+}
+OJ_HD Descriptor decode_descriptor(u64 bits) {
+  Descriptor d;
+  d.start = static_cast<u32>(bits & 0x3fff) << 4;
+  d.leading = static_cast<u32>((bits >> 16) & 0x3fff) << 4;
+  d.stride = static_cast<u32>((bits >> 32) & 0x3fff) << 4;
+  d.base_offset = static_cast<u32>((bits >> 49) & 0x7);
+  d.swizzle = static_cast<Swizzle>(static_cast<u32>(bits >> 62) & 0x3);
+  return d;
+}
+
+// Where the byte at logical shared address `address` really is under the 128-byte swizzle.
+OJ_HD u32 swizzle_128b(u32 address) { return address ^ (((address >> 7) & 0x7) << 4); }
+
+// The byte address of element (mn, k) of a canonical 128-byte-swizzled 16-bit operand whose
+// descriptor is `d`, before the swizzle (the hardware swizzles the sum).
+OJ_HD u32 k_major_address(const Descriptor& d, u32 mn, u32 k) { return d.start + (mn % 8) * kSwizzleBytes + (mn / 8) * d.stride + k * 2; }
+OJ_HD u32 mn_major_address(const Descriptor& d, u32 mn, u32 k) {
+  return d.start + (mn % 64) * 2 + (mn / 64) * d.leading + (k % 8) * kSwizzleBytes + (k / 8) * d.stride;
+}
+
+// The accumulator element register `r` of warpgroup thread `t` holds, for .m64nNk16.
+struct Coordinate {
+  u32 row, col;
+};
+OJ_HD Coordinate accumulator_coordinate(u32 t, u32 r) {
+  const u32 warp = t / 32, lane = t % 32, i = r / 4, h = (r / 2) % 2, e = r % 2;
+  return {16 * warp + lane / 4 + 8 * h, 8 * i + 2 * (lane % 4) + e};
+}
+
+// The products' tile shape: a CTA computes BM x BN with two consumer warpgroups of 64 rows each,
+// K in steps of BK = 64 (one swizzled row of 16-bit elements), through kStages buffers.
+constexpr u32 kTileM = 128, kTileN = 128, kTileK = 64, kStages = 4;
+constexpr u32 kConsumerGroups = 2, kThreads = 128 * (1 + kConsumerGroups);
+// setmaxnreg's per-thread counts: the producer warpgroup keeps 40, the consumers take 232
+// (128·40 + 256·232 = 64512 of the SM's 65536; each a multiple of 8, as the instruction requires).
+constexpr u32 kProducerRegisters = 40, kConsumerRegisters = 232;
+// Shared memory of one stage: A (128 rows x 128 bytes), then B (128 x 128 bytes in either
+// layout: K-major as 128 N rows, MN-major as two 64-column blocks of 64 K rows each).
+constexpr u32 kStageABytes = kTileM * kSwizzleBytes, kStageBBytes = kTileN * kSwizzleBytes;
+constexpr u32 kStageBytes = kStageABytes + kStageBBytes;
+// The barriers after the stages: full[s] and empty[s], 8 bytes each.
+constexpr u32 kBarrierOffset = kStages * kStageBytes;
+constexpr u32 kSharedBytes = kBarrierOffset + 2 * kStages * 8;
+// The dynamic shared memory a launch asks for: 1 KiB more, so that the kernel can align its
+// stages to the 1024-byte swizzle atom whatever the base the runtime gives it.
+constexpr u32 kDynamicSharedBytes = kSharedBytes + kSwizzleAtomBytes;
+
+// Descriptors of k-step j (16 elements of K) of a stage whose A starts at `a` and B at `b`
+// (shared addresses, 1024-byte aligned), for consumer warpgroup g.
+OJ_HD u64 a_descriptor(u32 a, u32 g, u32 j) { return encode_descriptor(a + g * 64 * kSwizzleBytes + j * 32, 16, kSwizzleAtomBytes, Swizzle::Bytes128); }
+// K-major B (the operand stored as N x K rows): N rows of 128 bytes, k-step j 32 bytes along them.
+OJ_HD u64 b_descriptor_k_major(u32 b, u32 j) { return encode_descriptor(b + j * 32, 16, kSwizzleAtomBytes, Swizzle::Bytes128); }
+// MN-major B (stored K x N): two blocks of 64 columns, 64 K rows of 128 bytes each (8 KiB apart:
+// LBO); k-step j starts 16 rows (2 atoms) further.
+OJ_HD u64 b_descriptor_mn_major(u32 b, u32 j) {
+  return encode_descriptor(b + j * 16 * kSwizzleBytes, 64 * kSwizzleBytes, kSwizzleAtomBytes, Swizzle::Bytes128);
+}
+
+}  // namespace oj::hopper

@@ -1,0 +1,110 @@
+// The sm_90a product tile, written once as a device template over the Hopper primitives
+// (orthojit_hopper_primitives.cuh) and the layout math (orthojit_hopper_layout.cuh):
+//
+//   D = α·A·B + β·C + γ·I      A: M x K bf16 (row-major, K-major for WGMMA), B: K x N bf16,
+//                              C, D: M x N (row strides ldc, ldd), f32 accumulation
+//
+// A CTA computes a 128 x 128 tile of D (blockIdx.y: tile row, blockIdx.x: tile column) with 384
+// threads in three warpgroups, warp-specialized as the Hopper GEMMs of CUTLASS 3, ThunderKittens
+// and FlashAttention-3 are:
+//
+//   warpgroup 0, one thread (producer): per K tile of 64, waits for the stage's `empty` barrier,
+//       arms its `full` barrier with the stage's bytes and issues the TMA loads of A (128 x 64) and
+//       B (64 x 128: one box of Bᵀ's rows when B is K-major, two 64-column boxes when it is
+//       MN-major), which complete on `full`. Gives its registers back (setmaxnreg.dec 40).
+//   warpgroups 1 and 2 (consumers, rows 0-63 and 64-127 of the tile): take registers
+//       (setmaxnreg.inc 232), wait for `full`, issue four wgmma m64n128k16 (k steps of 16) straight
+//       from the swizzled stage (no transposing copies: MN-major B goes through wgmma's
+//       transpose bit), commit, and keep one group in flight: once the previous K tile's group
+//       has completed (wgmma.wait_group 1) its stage goes back to the producer (`empty`).
+//
+// kStages = 4 buffers of 32 KiB (128 KiB of dynamic shared memory, above the 48 KiB default: the
+// launch sets cudaFuncAttributeMaxDynamicSharedMemorySize). Barrier phases: the t-th K tile uses
+// stage t mod 4 in round r = t / 4; consumers wait for `full` parity r mod 2, the producer for
+// `empty` parity (r + 1) mod 2 (round 0 passes at once on fresh barriers). The epilogue reads the
+// accumulators where accumulator_coordinate says they are and writes D directly (no shared
+// memory), rows and columns beyond M and N skipped; TMA zero-fills the loads beyond them, so
+// partial tiles need no other care.
+#pragma once
+
+#include "orthojit_device.cuh"
+#include "orthojit_hopper_primitives.cuh"
+
+namespace oj::hopper {
+
+template <bool kBMnMajor, typename TD, typename TC>
+__device__ __forceinline__ void product_tile(const TensorMap& a_map, const TensorMap& b_map, const typename TC::storage* c, typename TD::storage* d, int m,
+                                             int n, int k, int ldc, int ldd, float alpha, float beta, float gamma, unsigned char* dynamic_shared) {
+  // The stages start on a 1024-byte boundary of the shared window (the swizzle atom; TMA's and
+  // wgmma's 128-byte swizzle are functions of the address bits 4-9).
+  const u32 window = shared_address(dynamic_shared);
+  unsigned char* const shared = dynamic_shared + (kSwizzleAtomBytes - window % kSwizzleAtomBytes) % kSwizzleAtomBytes;
+  u64* const full = reinterpret_cast<u64*>(shared + kBarrierOffset);
+  u64* const empty = full + kStages;
+  const u32 thread = threadIdx.x, group = thread / 128;
+  const int k_tiles = (k + static_cast<int>(kTileK) - 1) / static_cast<int>(kTileK);
+  const int m0 = static_cast<int>(blockIdx.y * kTileM), n0 = static_cast<int>(blockIdx.x * kTileN);
+  if (thread == 0) {
+    for (u32 s = 0; s < kStages; ++s) {
+      barrier_init(&full[s], 1);                 // the producer's arrive (with the bytes)
+      barrier_init(&empty[s], kConsumerGroups);  // one arrival per consumer warpgroup
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  if (group == 0) {
+    registers_decrease<kProducerRegisters>();
+    if (thread != 0) return;
+    for (int t = 0; t < k_tiles; ++t) {
+      const u32 s = static_cast<u32>(t) % kStages, round = static_cast<u32>(t) / kStages;
+      barrier_wait(&empty[s], (round + 1) % 2);
+      barrier_arrive_expect_bytes(&full[s], kStageBytes);
+      unsigned char* const stage = shared + s * kStageBytes;
+      const int k0 = t * static_cast<int>(kTileK);
+      tma_load_2d(stage, &a_map, k0, m0, &full[s]);
+      if (kBMnMajor) {
+        tma_load_2d(stage + kStageABytes, &b_map, n0, k0, &full[s]);
+        tma_load_2d(stage + kStageABytes + 64 * kSwizzleBytes, &b_map, n0 + 64, k0, &full[s]);
+      } else {
+        tma_load_2d(stage + kStageABytes, &b_map, k0, n0, &full[s]);
+      }
+    }
+    return;
+  }
+
+  registers_increase<kConsumerRegisters>();
+  const u32 consumer = group - 1;
+  float accumulator[64];
+  for (int r = 0; r < 64; ++r) accumulator[r] = 0.0f;
+  for (int t = 0; t < k_tiles; ++t) {
+    const u32 s = static_cast<u32>(t) % kStages, round = static_cast<u32>(t) / kStages;
+    barrier_wait(&full[s], round % 2);
+    const u32 a = shared_address(shared + s * kStageBytes), b = a + kStageABytes;
+    wgmma_fence();
+#pragma unroll
+    for (u32 j = 0; j < kTileK / 16; ++j)
+      wgmma_m64n128k16_bf16<kBMnMajor>(accumulator, a_descriptor(a, consumer, j), kBMnMajor ? b_descriptor_mn_major(b, j) : b_descriptor_k_major(b, j),
+                                       (t > 0 || j > 0) ? 1 : 0);
+    wgmma_commit();
+    // The previous K tile's products have completed once at most this tile's group is running:
+    // its stage may be overwritten.
+    wgmma_wait<1>();
+    if (t > 0 && thread % 128 == 0) barrier_arrive(&empty[(static_cast<u32>(t) - 1) % kStages]);
+  }
+  wgmma_wait<0>();
+
+  const u32 local = thread % 128;
+#pragma unroll
+  for (u32 r = 0; r < 64; ++r) {
+    const Coordinate at = accumulator_coordinate(local, r);
+    const int row = m0 + static_cast<int>(consumer * 64 + at.row), col = n0 + static_cast<int>(at.col);
+    if (row >= m || col >= n) continue;
+    float value = alpha * accumulator[r];
+    if (c) value += beta * TC::load(c[static_cast<long long>(row) * ldc + col]);
+    if (row == col) value += gamma;
+    d[static_cast<long long>(row) * ldd + col] = TD::store(value);
+  }
+}
+
+}  // namespace oj::hopper

@@ -1,0 +1,308 @@
+// The sm_90a product tile (kernels/cuda/orthojit_hopper_product.cuh) without a GPU:
+//   * its layout math against the PTX ISA: descriptor bit fields, the 128-byte swizzle, the
+//     accumulator fragment, and that the descriptors of each k step address exactly the elements
+//     the TMA boxes put in the stage;
+//   * NVRTC for sm_90a: no spills, no stack, the register budget setmaxnreg assumes; sm_90 refuses
+//     it (wgmma needs the `a` target);
+//   * the SASS (cuobjdump): HGMMA, UTMALDG, the mbarrier waits, USETMAXREG, no local memory;
+//   * the whole kernel run in the host emulation (tests/hopper_host_emulation.h: asynchronous
+//     wgmma, mbarrier phases, swizzled TMA boxes) against an f64 product of the same bf16 values,
+//     on shapes with several rounds of the 4 stages and ragged edges, with the output poisoned.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/nvrtc_compiler.h"
+#include "cuda_binutils.h"
+#include "kernels/cuda/orthojit_hopper_layout.cuh"
+#include "kernels/cuda_device_headers.h"
+
+namespace orthojit::cuda {
+namespace {
+
+using namespace oj::hopper;
+
+TEST(HopperLayout, DescriptorBitFieldsAreThePtxIsas) {
+  // start 0x1400 -> 0x140 in bits 0-13; LBO 16 -> 1 in bits 16-29; SBO 1024 -> 64 in bits 32-45;
+  // 128-byte swizzle = 1 in bits 62-63.
+  const u64 bits = encode_descriptor(0x1400, 16, 1024, Swizzle::Bytes128);
+  EXPECT_EQ(bits, u64{0x140} | (u64{1} << 16) | (u64{64} << 32) | (u64{1} << 62));
+  EXPECT_EQ(encode_descriptor(0x3fff0, 0, 0, Swizzle::None), u64{0x3fff});  // the address's top bits are the field's
+  EXPECT_EQ(encode_descriptor(0, 0, 0, Swizzle::Bytes32) >> 62, 3u);
+  const Descriptor d = decode_descriptor(encode_descriptor(0x8a40, 8192, 1024, Swizzle::Bytes128));
+  EXPECT_EQ(d.start, 0x8a40u);
+  EXPECT_EQ(d.leading, 8192u);
+  EXPECT_EQ(d.stride, 1024u);
+  EXPECT_EQ(d.base_offset, 0u);
+  EXPECT_EQ(d.swizzle, Swizzle::Bytes128);
+}
+
+TEST(HopperLayout, Swizzle128PermutesTheChunksOfEachRowByTheRow) {
+  // Within each 1024-byte atom: the 16-byte chunk c of row r moves to chunk c ^ r; bytes within a
+  // chunk and everything above the atom stay.
+  for (u32 base : {0u, 1024u, 0x2400u, 0x9c00u}) {
+    std::set<u32> images;
+    for (u32 offset = 0; offset < 1024; ++offset) {
+      const u32 row = offset / 128, chunk = (offset / 16) % 8, byte = offset % 16;
+      const u32 image = swizzle_128b(base + offset);
+      EXPECT_EQ(image, base + row * 128 + (chunk ^ row) * 16 + byte);
+      images.insert(image);
+    }
+    EXPECT_EQ(images.size(), 1024u);  // a permutation of the atom
+  }
+}
+
+TEST(HopperLayout, AccumulatorFragmentCoversTheTileOnce) {
+  std::set<std::pair<u32, u32>> seen;
+  for (u32 t = 0; t < 128; ++t)
+    for (u32 r = 0; r < 64; ++r) {
+      const Coordinate at = accumulator_coordinate(t, r);
+      EXPECT_LT(at.row, 64u);
+      EXPECT_LT(at.col, 128u);
+      seen.insert({at.row, at.col});
+    }
+  EXPECT_EQ(seen.size(), 64u * 128u);
+  // The PTX ISA's figure for .m64nNk16 .f32: lane 5 of warp 0 holds rows 1 and 9, columns 2-3 of
+  // each 8-column block; warp 3 starts at row 48.
+  EXPECT_EQ(accumulator_coordinate(5, 0).row, 1u);
+  EXPECT_EQ(accumulator_coordinate(5, 1).col, 3u);
+  EXPECT_EQ(accumulator_coordinate(5, 2).row, 9u);
+  EXPECT_EQ(accumulator_coordinate(5, 6).col, 10u);
+  EXPECT_EQ(accumulator_coordinate(96, 0).row, 48u);
+}
+
+// What the stage holds: element (row, k) of a TMA box of 128-byte rows at `base` lies at the
+// swizzled address of base + row·128 + 2k. The descriptors of k step j must decode (through the
+// canonical layouts) to exactly those addresses.
+TEST(HopperLayout, StepDescriptorsAddressWhatTheTmaBoxesWrote) {
+  const u32 a = 0x8000, b = a + kStageABytes;
+  for (u32 j = 0; j < kTileK / 16; ++j)
+    for (u32 k = 0; k < 16; ++k) {
+      for (u32 g = 0; g < kConsumerGroups; ++g)
+        for (u32 row = 0; row < 64; ++row)
+          ASSERT_EQ(swizzle_128b(k_major_address(decode_descriptor(a_descriptor(a, g, j)), row, k)), swizzle_128b(a + (64 * g + row) * 128 + (16 * j + k) * 2));
+      for (u32 n = 0; n < kTileN; ++n) {
+        // K-major B: one box of 128 N rows x 64 k. MN-major: boxes of 64 K rows x 64 n, the second
+        // 64 rows of 128 bytes after the first.
+        ASSERT_EQ(swizzle_128b(k_major_address(decode_descriptor(b_descriptor_k_major(b, j)), n, k)), swizzle_128b(b + n * 128 + (16 * j + k) * 2));
+        ASSERT_EQ(swizzle_128b(mn_major_address(decode_descriptor(b_descriptor_mn_major(b, j)), n, k)),
+                  swizzle_128b(b + (n / 64) * 64 * 128 + (16 * j + k) * 128 + (n % 64) * 2));
+      }
+    }
+}
+
+// The kernels the tests instantiate: B K-major with bf16 D and C, B MN-major with f32 D.
+std::string entry_source() {
+  return R"(#include "orthojit_hopper_product.cuh"
+extern "C" __global__ void __launch_bounds__(384, 1) hopper_product_k_bf16(const __grid_constant__ oj::hopper::TensorMap a_map,
+    const __grid_constant__ oj::hopper::TensorMap b_map, const unsigned short* c, unsigned short* d, int m, int n, int k, int ldc, int ldd,
+    float alpha, float beta, float gamma) {
+  extern __shared__ unsigned char shared_memory[];
+  oj::hopper::product_tile<false, oj::Bf16, oj::Bf16>(a_map, b_map, c, d, m, n, k, ldc, ldd, alpha, beta, gamma, shared_memory);
+}
+extern "C" __global__ void __launch_bounds__(384, 1) hopper_product_mn_f32(const __grid_constant__ oj::hopper::TensorMap a_map,
+    const __grid_constant__ oj::hopper::TensorMap b_map, const unsigned short* c, float* d, int m, int n, int k, int ldc, int ldd,
+    float alpha, float beta, float gamma) {
+  extern __shared__ unsigned char shared_memory[];
+  oj::hopper::product_tile<true, oj::F32, oj::Bf16>(a_map, b_map, c, d, m, n, k, ldc, ldd, alpha, beta, gamma, shared_memory);
+}
+)";
+}
+
+TEST(HopperProduct, CompilesForSm90aWithoutSpillsAndNotForSm90) {
+  const NvrtcOutput output = compile_cuda(entry_source(), kernels::cuda_device_headers(), "sm_90a");
+  ASSERT_EQ(output.resources.size(), 2u) << output.log;
+  for (const auto& [name, resources] : output.resources) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(resources.spill_store_bytes, 0) << output.log;
+    EXPECT_EQ(resources.spill_load_bytes, 0) << output.log;
+    EXPECT_EQ(resources.stack_bytes, 0) << output.log;
+    // Launched with 384 threads at one CTA per SM: at most 65536 / 384 = 170 registers each, and
+    // the consumers' setmaxnreg.inc to 232 fits only because the producer gives 128 x (168 - 40) back.
+    EXPECT_LE(resources.registers * 384, 65536);
+    EXPECT_LE(kProducerRegisters * 128 + kConsumerRegisters * 256, 65536u);
+    EXPECT_EQ(resources.shared_bytes, 0) << "all shared memory is dynamic";
+  }
+  EXPECT_THROW(compile_cuda(entry_source(), kernels::cuda_device_headers(), "sm_90"), CudaCompileError);
+}
+
+TEST(HopperProduct, SassHasHgmmaTmaBarrierWaitsAndRegisterReallocationWithoutLocalMemory) {
+  std::string looked;
+  const std::string folder = binutils(looked);
+  if (folder.empty()) GTEST_SKIP() << "cuobjdump and nvdisasm not found in:" << looked << " (scripts/install-deps.sh installs them from PyPI)";
+  const auto sass = sass_by_function(folder, compile_cuda(entry_source(), kernels::cuda_device_headers(), "sm_90a"));
+  for (const char* kernel : {"hopper_product_k_bf16", "hopper_product_mn_f32"}) {
+    SCOPED_TRACE(kernel);
+    const auto found = sass.find(kernel);
+    ASSERT_NE(found, sass.end());
+    const std::string& code = found->second;
+    EXPECT_NE(code.find("HGMMA.64x128x16.F32.BF16"), std::string::npos);
+    EXPECT_NE(code.find("UTMALDG.2D"), std::string::npos);
+    EXPECT_NE(code.find("SYNCS.PHASECHK.TRANS64.TRYWAIT"), std::string::npos);
+    EXPECT_NE(code.find("USETMAXREG"), std::string::npos);
+    EXPECT_EQ(code.find("LDL"), std::string::npos) << "local memory loads";
+    EXPECT_EQ(code.find("STL"), std::string::npos) << "local memory stores";
+    // No transposing shared stores: B reaches wgmma as TMA wrote it.
+    EXPECT_EQ(code.find("STS.U16"), std::string::npos);
+  }
+}
+
+// ---- the kernel in the host emulation ----
+
+uint16_t to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+double from_bf16(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
+}
+
+struct EmulatedCase {
+  int m, n, k;
+  bool b_mn_major;  // the f32-output kernel; the other one has bf16 D and C
+  float alpha, beta, gamma;
+};
+
+// Compiles the kernels against the emulation and runs one case; returns D (m x ldd) or nothing
+// when no host compiler is at hand. The inputs are written to files; D starts as 0xFF bytes.
+struct Emulated {
+  std::vector<uint16_t> a, b, c;  // a: m x k; b: k x n (MN-major case) or n x k (K-major case); c: m x n
+  std::vector<unsigned char> d;
+  int ldd = 0;
+};
+
+bool run_emulated(const EmulatedCase& c, Emulated& data, const std::string& name) {
+  if (std::system("command -v c++ > /dev/null 2>&1") != 0) return false;
+  const std::filesystem::path directory = std::filesystem::path(::testing::TempDir()) / ("orthojit_hopper_emulation_" + name);
+  std::filesystem::create_directories(directory);
+  const std::filesystem::path tests = std::filesystem::path(ORTHOJIT_SOURCE_DIR) / "tests";
+  std::filesystem::copy_file(tests / "cuda_host_emulation.h", directory / "orthojit_device.cuh", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(tests / "hopper_host_emulation.h", directory / "orthojit_hopper_primitives.cuh", std::filesystem::copy_options::overwrite_existing);
+  for (const auto& [header, text] : kernels::cuda_device_headers())
+    if (header == "orthojit_hopper_layout.cuh" || header == "orthojit_hopper_product.cuh") std::ofstream(directory / header) << text;
+  const int element = c.b_mn_major ? 4 : 2;
+  data.ldd = c.n + 8;  // 8 columns of red zone per row
+  std::ostringstream driver;
+  driver << "#define OJ_EMULATION_DYNAMIC_SHARED_ONLY\n#include <cstdio>\n#include <vector>\n#include \"kernel.cu\"\n"
+         << "template <class T> std::vector<T> read(const char* path, size_t count) {\n"
+         << "  std::vector<T> v(count);\n  std::FILE* f = std::fopen(path, \"rb\");\n  if (!f || std::fread(v.data(), sizeof(T), count, f) != count) std::abort();\n"
+         << "  std::fclose(f);\n  return v;\n}\n"
+         << "int main() {\n  const int m = " << c.m << ", n = " << c.n << ", k = " << c.k << ", ldd = " << data.ldd << ";\n"
+         << "  auto a = read<unsigned short>(\"a.bin\", " << data.a.size() << ");\n"
+         << "  auto b = read<unsigned short>(\"b.bin\", " << data.b.size() << ");\n"
+         << "  auto c = read<unsigned short>(\"c.bin\", " << data.c.size() << ");\n"
+         << "  std::vector<unsigned char> d(size_t(m) * ldd * " << element << ", 0xff);\n"
+         << "  oj::hopper::TensorMap a_map, b_map;\n"
+         << "  a_map.base = a.data(); a_map.inner = k; a_map.outer = m; a_map.row_elements = k; a_map.box_inner = 64; a_map.box_outer = 128;\n";
+  if (c.b_mn_major)
+    driver << "  b_map.base = b.data(); b_map.inner = n; b_map.outer = k; b_map.row_elements = n; b_map.box_inner = 64; b_map.box_outer = 64;\n";
+  else
+    driver << "  b_map.base = b.data(); b_map.inner = k; b_map.outer = n; b_map.row_elements = k; b_map.box_inner = 64; b_map.box_outer = 128;\n";
+  driver << "  const unsigned grid[3] = {unsigned((n + 127) / 128), unsigned((m + 127) / 128), 1};\n"
+         << "  oj_emu::run_grid(grid, 384, [&] { " << (c.b_mn_major ? "hopper_product_mn_f32(a_map, b_map, c.data(), reinterpret_cast<float*>(d.data())"
+                                                                   : "hopper_product_k_bf16(a_map, b_map, c.data(), reinterpret_cast<unsigned short*>(d.data())")
+         << ", m, n, k, n, ldd, float(" << c.alpha << "), float(" << c.beta << "), float(" << c.gamma << ")); });\n"
+         << "  std::FILE* out = std::fopen(\"d.bin\", \"wb\");\n  std::fwrite(d.data(), 1, d.size(), out);\n  std::fclose(out);\n}\n";
+  std::ofstream(directory / "driver.cpp") << driver.str();
+  std::ofstream(directory / "kernel.cu") << entry_source();
+  auto write = [&](const char* file, const std::vector<uint16_t>& v) {
+    std::ofstream(directory / file, std::ios::binary).write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 2));
+  };
+  write("a.bin", data.a);
+  write("b.bin", data.b);
+  write("c.bin", data.c);
+  const std::string quoted = "'" + directory.string() + "'";
+  const int status = std::system(("cd " + quoted + " && c++ -std=c++20 -O1 -w -pthread -I. -o driver driver.cpp > build.log 2>&1 && ./driver > run.log 2>&1").c_str());
+  EXPECT_EQ(status, 0) << "see " << directory / "build.log" << " and " << directory / "run.log";
+  data.d.assign(static_cast<size_t>(c.m) * static_cast<size_t>(data.ldd) * static_cast<size_t>(element), 0);
+  std::ifstream(directory / "d.bin", std::ios::binary).read(reinterpret_cast<char*>(data.d.data()), static_cast<std::streamsize>(data.d.size()));
+  if (status == 0) std::filesystem::remove_all(directory);
+  return true;
+}
+
+// D against the f64 product of the same bf16 values: every element within its own bound (f32
+// accumulation of K products: K·2⁻²⁴·Σ|a||b| and as much again for the epilogue; bf16 D: half an
+// ulp, 2⁻⁸·|D|), the red zone untouched. An index or phase slip gives errors of the order of the
+// values themselves, in whole tiles.
+TEST(HopperProduct, HostEmulationMatchesAnF64ProductOnEveryEdgeAndStageRound) {
+  const EmulatedCase cases[] = {
+      {128, 128, 64 * 9, false, 1.0f, 0.0f, 0.0f},    // one tile, 9 K tiles: 3 rounds of the 4 stages
+      {200, 136, 100, false, 0.75f, -0.5f, 0.25f},   // ragged M, N and K (TMA zero fill), C and γ
+      {130, 250, 320, true, 1.0f, 0.5f, 0.0f},       // MN-major B, f32 D, two tile columns
+  };
+  std::mt19937 random(20261203);
+  std::normal_distribution<float> gaussian;
+  for (const EmulatedCase& c : cases) {
+    const std::string name = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + (c.b_mn_major ? "_mn" : "_k");
+    SCOPED_TRACE(name);
+    Emulated data;
+    auto fill = [&](std::vector<uint16_t>& v, size_t count) {
+      v.resize(count);
+      for (auto& x : v) x = to_bf16(gaussian(random));
+    };
+    fill(data.a, static_cast<size_t>(c.m) * static_cast<size_t>(c.k));
+    fill(data.b, static_cast<size_t>(c.k) * static_cast<size_t>(c.n));
+    fill(data.c, static_cast<size_t>(c.m) * static_cast<size_t>(c.n));
+    if (!run_emulated(c, data, name)) GTEST_SKIP() << "no host c++ for the emulation";
+    auto b_at = [&](int kk, int col) {
+      return from_bf16(c.b_mn_major ? data.b[static_cast<size_t>(kk) * static_cast<size_t>(c.n) + static_cast<size_t>(col)]
+                                    : data.b[static_cast<size_t>(col) * static_cast<size_t>(c.k) + static_cast<size_t>(kk)]);
+    };
+    int bad = 0, red_zone_written = 0;
+    double worst = 0;
+    for (int i = 0; i < c.m; ++i)
+      for (int j = 0; j < data.ldd; ++j) {
+        const size_t at = static_cast<size_t>(i) * static_cast<size_t>(data.ldd) + static_cast<size_t>(j);
+        double got;
+        uint32_t raw;
+        if (c.b_mn_major) {
+          float value;
+          std::memcpy(&value, &data.d[at * 4], 4);
+          std::memcpy(&raw, &data.d[at * 4], 4);
+          got = value;
+        } else {
+          uint16_t bits;
+          std::memcpy(&bits, &data.d[at * 2], 2);
+          raw = bits == 0xffff ? 0xffffffffu : bits;
+          got = from_bf16(bits);
+        }
+        if (j >= c.n) {
+          red_zone_written += raw != 0xffffffffu;
+          continue;
+        }
+        double exact = 0, magnitude = 0;
+        for (int kk = 0; kk < c.k; ++kk) {
+          const double product = from_bf16(data.a[static_cast<size_t>(i) * static_cast<size_t>(c.k) + static_cast<size_t>(kk)]) * b_at(kk, j);
+          exact += product;
+          magnitude += std::fabs(product);
+        }
+        const double cij = from_bf16(data.c[static_cast<size_t>(i) * static_cast<size_t>(c.n) + static_cast<size_t>(j)]);
+        const double reference = c.alpha * exact + c.beta * cij + (i == j ? c.gamma : 0.0);
+        const double bound = 2.0 * c.k * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * magnitude + std::fabs(c.beta * cij) + std::fabs(c.gamma)) +
+                             (c.b_mn_major ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8)) * std::fabs(reference) + 1e-30;
+        const double error = std::isnan(got) ? INFINITY : std::fabs(got - reference);
+        worst = std::max(worst, error / bound);
+        if (error > bound && ++bad <= 5) ADD_FAILURE() << "D(" << i << ", " << j << ") = " << got << ", f64 reference " << reference << " (bound " << bound << ")";
+      }
+    EXPECT_EQ(bad, 0) << "worst error / bound " << worst;
+    EXPECT_EQ(red_zone_written, 0);
+  }
+}
+
+}  // namespace
+}  // namespace orthojit::cuda

@@ -1,0 +1,232 @@
+// Host emulation of kernels/cuda/orthojit_hopper_primitives.cuh, for tests/cuda_hopper_product_test.cpp:
+// the sm_90a products (orthojit_hopper_product.cuh) compile unchanged as host C++ against this
+// header (under the primitives' include name) and tests/cuda_host_emulation.h (under
+// orthojit_device.cuh: one std::thread per CUDA thread, CTAs in turn, __syncthreads a barrier).
+// Test infrastructure, not product code. What is modelled, from the PTX ISA:
+//
+//   * The shared window: shared_address() of shared_memory[0] is kWindowOffset, deliberately not
+//     1024-byte aligned, so the kernel's own alignment of its stages is exercised; addresses
+//     outside the window abort.
+//   * mbarrier: the 64-bit barrier word holds the pending arrivals, the expected arrivals, the
+//     outstanding transaction bytes and the phase bit. A phase completes when arrivals and bytes
+//     are both zero (the phase bit flips, the arrivals re-arm); try_wait.parity P succeeds once
+//     the phase bit differs from P. An arrival on a barrier with none pending, more bytes
+//     completed than expected, and a wait that lasts 20 s (a phase bug: the real kernel would
+//     hang) abort with a message.
+//   * TMA (cp.async.bulk.tensor.2d, tile mode): the box at (inner, outer) from the emulated tensor
+//     map, zeros outside the tensor, written with the 128-byte swizzle of the destination's shared
+//     addresses (which must be 1024-byte aligned; rows of exactly 128 bytes), then its bytes
+//     completed on the barrier.
+//   * wgmma: asynchronous and collective as on the device. mma_async only records the operation;
+//     commit_group closes a group; wait_group N completes the oldest groups until N remain, and
+//     only then are shared memory read and the accumulators written, for the whole warpgroup at
+//     once (a group completes when all 128 threads committed it). So a kernel that frees a stage
+//     before the products reading it have completed reads the overwritten stage here too. Each
+//     thread's 64 registers: the elements accumulator_coordinate gives, from A and B decoded
+//     through the descriptors (start, LBO, SBO, swizzle mode) with the canonical layouts, k in
+//     order in f32 (products of bf16 values are exact in f32).
+//   * setmaxnreg and the fences: no effect on values (nothing to model on one host).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "orthojit_hopper_layout.cuh"
+
+#define __grid_constant__
+
+namespace oj::hopper {
+
+// What cuTensorMapEncodeTiled encodes, as plain fields: a 2-D tensor of 16-bit elements.
+struct alignas(64) TensorMap {
+  const unsigned short* base = nullptr;
+  u64 inner = 0, outer = 0;        // elements along the contiguous dimension, rows
+  u64 row_elements = 0;            // the row stride in elements
+  u32 box_inner = 0, box_outer = 0;
+  Swizzle swizzle = Swizzle::Bytes128;
+};
+static_assert(sizeof(TensorMap) <= 128, "a tensor map is 128 bytes on the device");
+
+[[noreturn]] inline void emulation_failure(const char* what) {
+  std::fprintf(stderr, "hopper emulation: %s (block %u,%u thread %u)\n", what, blockIdx.x, blockIdx.y, threadIdx.x);
+  std::fflush(stderr);
+  std::abort();
+}
+
+constexpr u32 kWindowOffset = 0x2410;
+inline u32 shared_address(const void* pointer) {
+  const long offset = static_cast<const unsigned char*>(pointer) - shared_memory;
+  if (offset < 0 || offset >= static_cast<long>(sizeof shared_memory)) emulation_failure("shared_address of a pointer outside shared memory");
+  return kWindowOffset + static_cast<u32>(offset);
+}
+inline unsigned char* shared_pointer(u32 address) {
+  if (address < kWindowOffset || address - kWindowOffset >= sizeof shared_memory) emulation_failure("a shared address outside the window");
+  return shared_memory + (address - kWindowOffset);
+}
+
+// ---- mbarrier: bits 0-15 pending arrivals, 16-31 expected arrivals, 32-62 bytes, 63 phase ----
+constexpr u64 kPhaseBit = u64{1} << 63;
+inline u64 barrier_bytes(u64 state) { return (state >> 32) & 0x7fffffffu; }
+template <class Change>
+void barrier_update(u64* barrier, Change change) {
+  std::atomic_ref<u64> word(*barrier);
+  u64 old = word.load();
+  for (;;) {
+    u64 next = change(old);
+    if ((next & 0xffff) == 0 && barrier_bytes(next) == 0) next = ((next ^ kPhaseBit) & ~u64{0xffff}) | ((next >> 16) & 0xffff);
+    if (word.compare_exchange_weak(old, next)) return;
+  }
+}
+inline void barrier_init(u64* barrier, u32 arrivals) { std::atomic_ref<u64>(*barrier).store(arrivals | (u64{arrivals} << 16)); }
+inline void barrier_init_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void barrier_arrive(u64* barrier) {
+  barrier_update(barrier, [](u64 state) {
+    if ((state & 0xffff) == 0) emulation_failure("mbarrier arrival with no arrival pending");
+    return state - 1;
+  });
+}
+inline void barrier_arrive_expect_bytes(u64* barrier, u32 bytes) {
+  barrier_update(barrier, [&](u64 state) {
+    if ((state & 0xffff) == 0) emulation_failure("mbarrier arrival with no arrival pending");
+    return (state - 1) + (u64{bytes} << 32);
+  });
+}
+inline void barrier_complete_bytes(u64* barrier, u32 bytes) {
+  barrier_update(barrier, [&](u64 state) {
+    if (barrier_bytes(state) < bytes) emulation_failure("TMA completed more bytes than the barrier expects");
+    return state - (u64{bytes} << 32);
+  });
+}
+inline void barrier_wait(u64* barrier, u32 parity) {
+  const auto started = std::chrono::steady_clock::now();
+  std::atomic_ref<u64> word(*barrier);
+  while (((word.load() & kPhaseBit) != 0) == (parity != 0)) {
+    if (std::chrono::steady_clock::now() - started > std::chrono::seconds(20)) emulation_failure("mbarrier wait never completed (phase or arrival bug)");
+    std::this_thread::yield();
+  }
+}
+
+// ---- TMA ----
+inline void tma_load_2d(void* destination, const TensorMap* map, int inner, int outer, u64* barrier) {
+  const u32 address = shared_address(destination);
+  if (map->swizzle != Swizzle::Bytes128) emulation_failure("only the 128-byte swizzle is modelled");
+  if (address % kSwizzleAtomBytes != 0) emulation_failure("a 128-byte-swizzled TMA destination must be 1024-byte aligned");
+  if (map->box_inner * 2 != kSwizzleBytes) emulation_failure("a 128-byte-swizzled box row must be 128 bytes");
+  for (u32 r = 0; r < map->box_outer; ++r)
+    for (u32 c = 0; c < map->box_inner; ++c) {
+      const long long row = static_cast<long long>(outer) + r, col = static_cast<long long>(inner) + c;
+      const bool inside = row >= 0 && col >= 0 && row < static_cast<long long>(map->outer) && col < static_cast<long long>(map->inner);
+      const unsigned short value = inside ? map->base[static_cast<u64>(row) * map->row_elements + static_cast<u64>(col)] : 0;
+      std::memcpy(shared_pointer(swizzle_128b(address + r * kSwizzleBytes + c * 2)), &value, 2);
+    }
+  barrier_complete_bytes(barrier, map->box_inner * map->box_outer * 2);
+}
+
+template <u32 kRegisters>
+inline void registers_decrease() {}
+template <u32 kRegisters>
+inline void registers_increase() {}
+
+// ---- wgmma: a warpgroup collective ----
+// On the device one wgmma is one operation of the whole warpgroup: it can complete only once all
+// 128 threads issued it, and then it has completed for all of them. So the emulation keeps each
+// warpgroup's committed groups (by CTA and commit number) with every thread's products; the
+// first thread whose wait_group needs a group waits until all 128 threads committed it, then
+// runs the products of all of them (each writing its own thread's registers). A thread that
+// releases a stage after its own wait_group thereby knows the stage is no longer read by any
+// thread of its warpgroup, as on the device.
+struct PendingProduct {
+  float* d;
+  u64 a, b;
+  int accumulate;
+  bool b_mn_major;
+  u32 thread;  // within the warpgroup
+};
+struct CommittedGroup {
+  std::vector<PendingProduct> products;
+  u32 committed = 0, waited = 0;
+  bool done = false;
+};
+struct WarpgroupProducts {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::map<std::tuple<u32, u32, u64>, CommittedGroup> groups;  // (CTA, warpgroup, commit number)
+};
+inline WarpgroupProducts warpgroup_products;
+inline thread_local std::vector<PendingProduct> open_group;
+inline thread_local u64 commits = 0, completed = 0;
+inline thread_local u32 commits_cta = ~0u;
+
+inline float shared_bf16(u32 address) {
+  unsigned short bits;
+  std::memcpy(&bits, shared_pointer(swizzle_128b(address)), 2);
+  return oj::bf16_to_f32(bits);
+}
+inline void run_product(const PendingProduct& p) {
+  const Descriptor a = decode_descriptor(p.a), b = decode_descriptor(p.b);
+  if (a.swizzle != Swizzle::Bytes128 || b.swizzle != Swizzle::Bytes128 || a.base_offset != 0 || b.base_offset != 0)
+    emulation_failure("only base-offset-0 128-byte-swizzled descriptors are modelled");
+  for (u32 r = 0; r < 64; ++r) {
+    const Coordinate at = accumulator_coordinate(p.thread, r);
+    float sum = 0.0f;
+    for (u32 k = 0; k < 16; ++k) {
+      const float x = shared_bf16(k_major_address(a, at.row, k));
+      const float y = shared_bf16(p.b_mn_major ? mn_major_address(b, at.col, k) : k_major_address(b, at.col, k));
+      sum += x * y;
+    }
+    p.d[r] = p.accumulate ? p.d[r] + sum : sum;
+  }
+}
+inline u32 cta_index() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }
+inline void start_cta_products() {
+  if (commits_cta != cta_index()) {
+    commits_cta = cta_index();
+    commits = completed = 0;
+    open_group.clear();
+  }
+}
+inline void wgmma_fence() {}
+inline void wgmma_commit() {
+  start_cta_products();
+  {
+    std::lock_guard lock(warpgroup_products.mutex);
+    CommittedGroup& group = warpgroup_products.groups[{cta_index(), threadIdx.x / 128, commits}];
+    group.products.insert(group.products.end(), open_group.begin(), open_group.end());
+    ++group.committed;
+  }
+  warpgroup_products.changed.notify_all();
+  open_group.clear();
+  ++commits;
+}
+template <int kPending>
+inline void wgmma_wait() {
+  start_cta_products();
+  for (; completed + static_cast<u64>(kPending) < commits; ++completed) {
+    std::unique_lock lock(warpgroup_products.mutex);
+    const auto key = std::make_tuple(cta_index(), threadIdx.x / 128, completed);
+    if (!warpgroup_products.changed.wait_for(lock, std::chrono::seconds(20), [&] { return warpgroup_products.groups[key].committed == 128; }))
+      emulation_failure("a wgmma group that not all 128 threads of the warpgroup committed");
+    CommittedGroup& group = warpgroup_products.groups[key];
+    if (!group.done) {
+      for (const PendingProduct& p : group.products) run_product(p);
+      group.done = true;
+    }
+    if (++group.waited == 128) warpgroup_products.groups.erase(key);
+  }
+}
+template <bool kBMnMajor>
+inline void wgmma_m64n128k16_bf16(float (&d)[64], u64 a, u64 b, int accumulate) {
+  start_cta_products();
+  open_group.push_back({d, a, b, accumulate, kBMnMajor, threadIdx.x % 128});
+}
+
+}  // namespace oj::hopper
