@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/hopper_product.h"
 #include "cuda/nvrtc_compiler.h"
 #include "cuda_binutils.h"
 #include "kernels/cuda/orthojit_hopper_layout.cuh"
@@ -101,22 +102,36 @@ TEST(HopperLayout, StepDescriptorsAddressWhatTheTmaBoxesWrote) {
     }
 }
 
-// The kernels the tests instantiate: B K-major with bf16 D and C, B MN-major with f32 D.
-std::string entry_source() {
-  return R"(#include "orthojit_hopper_product.cuh"
-extern "C" __global__ void __launch_bounds__(384, 1) hopper_product_k_bf16(const __grid_constant__ oj::hopper::TensorMap a_map,
-    const __grid_constant__ oj::hopper::TensorMap b_map, const unsigned short* c, unsigned short* d, int m, int n, int k, int ldc, int ldd,
-    float alpha, float beta, float gamma) {
-  extern __shared__ unsigned char shared_memory[];
-  oj::hopper::product_tile<false, oj::Bf16, oj::Bf16>(a_map, b_map, c, d, m, n, k, ldc, ldd, alpha, beta, gamma, shared_memory);
-}
-extern "C" __global__ void __launch_bounds__(384, 1) hopper_product_mn_f32(const __grid_constant__ oj::hopper::TensorMap a_map,
-    const __grid_constant__ oj::hopper::TensorMap b_map, const unsigned short* c, float* d, int m, int n, int k, int ldc, int ldd,
-    float alpha, float beta, float gamma) {
-  extern __shared__ unsigned char shared_memory[];
-  oj::hopper::product_tile<true, oj::F32, oj::Bf16>(a_map, b_map, c, d, m, n, k, ldc, ldd, alpha, beta, gamma, shared_memory);
-}
-)";
+// The kernels the tests instantiate, as the host side writes them: B K-major with bf16 D, B MN-major
+// with f32 D (C bf16 in both).
+const HopperProductSpec kKMajor{false, ScalarType::BF16}, kMnMajor{true, ScalarType::F32};
+std::string entry_source() { return hopper_product_source(kKMajor) + hopper_product_source(kMnMajor); }
+
+TEST(HopperProduct, HostSideSaysWhatItCannotRunAndAsksForTheBoxesTheKernelReads) {
+  EXPECT_EQ(kKMajor.kernel_name(), "orthojit_hopper_product_kmajor_bf16");
+  EXPECT_EQ(kMnMajor.kernel_name(), "orthojit_hopper_product_mnmajor_f32");
+  EXPECT_EQ(hopper_product_unsupported_reason(kKMajor, 1000, 4096, 4096, 90), "");
+  EXPECT_NE(hopper_product_unsupported_reason(kKMajor, 1024, 1024, 1024, 80).find("compute capability 9.0"), std::string::npos);
+  EXPECT_NE(hopper_product_unsupported_reason(kKMajor, 1024, 1024, 1020, 90).find("k = 1020 is not a multiple of 8"), std::string::npos);
+  EXPECT_EQ(hopper_product_unsupported_reason(kKMajor, 1024, 1001, 1024, 90), "");  // a K-major B's rows are K long
+  EXPECT_NE(hopper_product_unsupported_reason(kMnMajor, 1024, 1001, 1024, 90).find("n = 1001"), std::string::npos);
+  EXPECT_THROW(hopper_product_source({false, ScalarType::F16}), std::invalid_argument);
+  // The boxes: A 64 k x 128 rows; K-major B 64 k x 128 rows of Bᵀ; MN-major B 64 n x 64 k (two
+  // per stage): each one row of 128 bytes wide, as the 128-byte swizzle requires, and together
+  // the stage's bytes, which the producer's expect_tx announces.
+  const TensorMapRequest a = hopper_a_map(300, 200), bk = hopper_b_map(kKMajor, 136, 200), bm = hopper_b_map(kMnMajor, 136, 200);
+  EXPECT_EQ(a.dims[0], 200u);
+  EXPECT_EQ(a.dims[1], 300u);
+  EXPECT_EQ(a.row_bytes, 400u);
+  EXPECT_EQ(bk.dims[0], 200u);
+  EXPECT_EQ(bk.dims[1], 136u);
+  EXPECT_EQ(bm.dims[0], 136u);
+  EXPECT_EQ(bm.dims[1], 200u);
+  EXPECT_EQ(bm.row_bytes, 272u);
+  for (const TensorMapRequest& r : {a, bk, bm}) EXPECT_EQ(r.box[0] * 2, kSwizzleBytes);
+  EXPECT_EQ(a.box[0] * a.box[1] * 2, kStageABytes);
+  EXPECT_EQ(bk.box[0] * bk.box[1] * 2, kStageBBytes);
+  EXPECT_EQ(2 * bm.box[0] * bm.box[1] * 2, kStageBBytes);
 }
 
 TEST(HopperProduct, CompilesForSm90aWithoutSpillsAndNotForSm90) {
@@ -141,7 +156,7 @@ TEST(HopperProduct, SassHasHgmmaTmaBarrierWaitsAndRegisterReallocationWithoutLoc
   const std::string folder = binutils(looked);
   if (folder.empty()) GTEST_SKIP() << "cuobjdump and nvdisasm not found in:" << looked << " (scripts/install-deps.sh installs them from PyPI)";
   const auto sass = sass_by_function(folder, compile_cuda(entry_source(), kernels::cuda_device_headers(), "sm_90a"));
-  for (const char* kernel : {"hopper_product_k_bf16", "hopper_product_mn_f32"}) {
+  for (const std::string& kernel : {kKMajor.kernel_name(), kMnMajor.kernel_name()}) {
     SCOPED_TRACE(kernel);
     const auto found = sass.find(kernel);
     ASSERT_NE(found, sass.end());
@@ -214,8 +229,8 @@ bool run_emulated(const EmulatedCase& c, Emulated& data, const std::string& name
   else
     driver << "  b_map.base = b.data(); b_map.inner = k; b_map.outer = n; b_map.row_elements = k; b_map.box_inner = 64; b_map.box_outer = 128;\n";
   driver << "  const unsigned grid[3] = {unsigned((n + 127) / 128), unsigned((m + 127) / 128), 1};\n"
-         << "  oj_emu::run_grid(grid, 384, [&] { " << (c.b_mn_major ? "hopper_product_mn_f32(a_map, b_map, c.data(), reinterpret_cast<float*>(d.data())"
-                                                                   : "hopper_product_k_bf16(a_map, b_map, c.data(), reinterpret_cast<unsigned short*>(d.data())")
+         << "  oj_emu::run_grid(grid, 384, [&] { " << (c.b_mn_major ? kMnMajor.kernel_name() + "(a_map, b_map, c.data(), reinterpret_cast<float*>(d.data())"
+                                                                   : kKMajor.kernel_name() + "(a_map, b_map, c.data(), reinterpret_cast<unsigned short*>(d.data())")
          << ", m, n, k, n, ldd, float(" << c.alpha << "), float(" << c.beta << "), float(" << c.gamma << ")); });\n"
          << "  std::FILE* out = std::fopen(\"d.bin\", \"wb\");\n  std::fwrite(d.data(), 1, d.size(), out);\n  std::fclose(out);\n}\n";
   std::ofstream(directory / "driver.cpp") << driver.str();
@@ -242,8 +257,8 @@ bool run_emulated(const EmulatedCase& c, Emulated& data, const std::string& name
 TEST(HopperProduct, HostEmulationMatchesAnF64ProductOnEveryEdgeAndStageRound) {
   const EmulatedCase cases[] = {
       {128, 128, 64 * 9, false, 1.0f, 0.0f, 0.0f},    // one tile, 9 K tiles: 3 rounds of the 4 stages
-      {200, 136, 100, false, 0.75f, -0.5f, 0.25f},   // ragged M, N and K (TMA zero fill), C and γ
-      {130, 250, 320, true, 1.0f, 0.5f, 0.0f},       // MN-major B, f32 D, two tile columns
+      {200, 136, 104, false, 0.75f, -0.5f, 0.25f},   // ragged M, N and K (TMA zero fill), C and γ
+      {130, 248, 320, true, 1.0f, 0.5f, 0.0f},       // MN-major B, f32 D, a ragged second tile column
   };
   std::mt19937 random(20261203);
   std::normal_distribution<float> gaussian;

@@ -14,7 +14,7 @@
 //     completed than expected, and a wait that lasts 20 s (a phase bug: the real kernel would
 //     hang) abort with a message.
 //   * TMA (cp.async.bulk.tensor.2d, tile mode): the box at (inner, outer) from the emulated tensor
-//     map, zeros outside the tensor, written with the 128-byte swizzle of the destination's shared
+//     map (16-byte aligned base and rows, as cuTensorMapEncodeTiled demands), zeros outside the tensor, written with the 128-byte swizzle of the destination's shared
 //     addresses (which must be 1024-byte aligned; rows of exactly 128 bytes), then its bytes
 //     completed on the barrier.
 //   * wgmma: asynchronous and collective as on the device. mma_async only records the operation;
@@ -121,6 +121,8 @@ inline void tma_load_2d(void* destination, const TensorMap* map, int inner, int 
   if (map->swizzle != Swizzle::Bytes128) emulation_failure("only the 128-byte swizzle is modelled");
   if (address % kSwizzleAtomBytes != 0) emulation_failure("a 128-byte-swizzled TMA destination must be 1024-byte aligned");
   if (map->box_inner * 2 != kSwizzleBytes) emulation_failure("a 128-byte-swizzled box row must be 128 bytes");
+  if ((map->row_elements * 2) % 16 != 0 || reinterpret_cast<std::uintptr_t>(map->base) % 16 != 0)
+    emulation_failure("a tensor map's base and row stride must be 16-byte aligned (cuTensorMapEncodeTiled refuses others)");
   for (u32 r = 0; r < map->box_outer; ++r)
     for (u32 c = 0; c < map->box_inner; ++c) {
       const long long row = static_cast<long long>(outer) + r, col = static_cast<long long>(inner) + c;

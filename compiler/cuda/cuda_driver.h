@@ -42,6 +42,7 @@ class CudaError : public std::runtime_error {
   X(cuModuleUnload)                       \
   X(cuModuleGetFunction)                  \
   X(cuFuncSetAttribute)                   \
+  X(cuTensorMapEncodeTiled)               \
   X(cuLaunchKernel)                       \
   X(cuMemAlloc)                           \
   X(cuMemFree)                            \

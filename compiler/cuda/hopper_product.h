@@ -1,0 +1,65 @@
+// The host side of the sm_90a product tile (kernels/cuda/orthojit_hopper_product.cuh): which
+// products it can run, the entry kernel the generator instantiates per operand layout and output
+// type, the TMA tensor maps it needs (computed here, encoded by the driver's
+// cuTensorMapEncodeTiled), and the launch (384 threads, 129 KiB of dynamic shared memory, one CTA
+// per 128 x 128 tile of D). Nothing selects it until a GPU has checked it (tests/cuda_device_test,
+// scripts/gpu-check): the tuner's reference check is what would admit it.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/nvrtc_compiler.h"
+#include "support/scalar_type.h"
+
+namespace orthojit::cuda {
+
+struct HopperProductSpec {
+  bool b_mn_major = false;            // B stored K x N (row-major); false: stored as Bᵀ, N x K
+  ScalarType d_type = ScalarType::BF16;  // bf16 or f32; C (optional) is bf16 like A and B
+  std::string kernel_name() const;    // "orthojit_hopper_product_kmajor_bf16", ...
+};
+
+// The CUDA source of the entry kernel of `spec` (compiled with the embedded device headers).
+std::string hopper_product_source(const HopperProductSpec& spec);
+
+// Why the tile cannot run D(m x n) = A(m x k)·B: empty when it can. TMA needs 16-byte aligned rows
+// (k a multiple of 8, and n for an MN-major B); the kernel is sm_90a code, which runs on compute
+// capability 9.0 only.
+std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int64_t m, int64_t n, int64_t k, int device_sm);
+
+// One 2-D tensor map as cuTensorMapEncodeTiled takes it: bf16, {inner, outer} elements, the row
+// stride in bytes, the box (the shared-memory tile it moves), 128-byte swizzle, zeros outside.
+struct TensorMapRequest {
+  uint64_t dims[2] = {0, 0};  // inner (contiguous) first
+  uint64_t row_bytes = 0;
+  uint32_t box[2] = {0, 0};
+};
+// A's map (rows of K) and B's (rows of K for a K-major B, of N for an MN-major one).
+TensorMapRequest hopper_a_map(int64_t m, int64_t k);
+TensorMapRequest hopper_b_map(const HopperProductSpec& spec, int64_t n, int64_t k);
+
+// Encodes a request with the driver (throws CudaError).
+CUtensorMap encode_tensor_map(const TensorMapRequest& request, CUdeviceptr base);
+
+// The compiled kernel of one spec on the current device.
+class HopperProduct {
+ public:
+  explicit HopperProduct(const HopperProductSpec& spec, const NamedSources& headers);
+  ~HopperProduct();
+  HopperProduct(const HopperProduct&) = delete;
+  HopperProduct& operator=(const HopperProduct&) = delete;
+  // D = α·A·B + β·C + γ·I (c may be 0: no C); row-major, row strides ldc and ldd in elements.
+  void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr d, int64_t m, int64_t n, int64_t k, int64_t ldc, int64_t ldd, float alpha,
+           float beta, float gamma, CUstream stream) const;
+  const HopperProductSpec& spec() const { return spec_; }
+
+ private:
+  HopperProductSpec spec_;
+  CUmodule module_ = nullptr;
+  CUfunction function_ = nullptr;
+};
+
+}  // namespace orthojit::cuda
