@@ -39,6 +39,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/fused_small_codegen.h"
+#include "cuda_device_hopper_products.h"
 #include "kernels/cuda_device_headers.h"
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
@@ -228,6 +229,13 @@ int main(int argc, char** argv) {
       } else ++compiled;
     }
     std::printf("%d cases ready (generated and compiled for %s, or cuBLAS/cuBLASLt), %d not applicable, %d failed\n", compiled, target.c_str(), not_applicable, failures);
+    if (target == "sm_90" || target == "sm_90a") {
+      std::string unused;
+      for (const auto& hopper : device_test::check_hopper_products(90, true, headers, unused)) {
+        if (!hopper.ok) ++failures;
+        std::printf("%s %s%s%s\n", hopper.ok ? "READY" : "FAIL", hopper.name.c_str(), hopper.message.empty() ? "" : ": ", hopper.message.c_str());
+      }
+    }
     return failures == 0 ? 0 : 1;
   }
   const cuda::DeviceInfo& device = cuda::Device::get().info();
@@ -265,6 +273,12 @@ int main(int argc, char** argv) {
     std::printf("%s %-70s tile %.2e (tol %.2e) rel %.2e (tol %.0e)%s%s\n", outcome.ok ? "PASS" : "FAIL", c.name().c_str(), outcome.measure.tile,
                 outcome.bounds.tile, outcome.measure.frobenius, outcome.bounds.frobenius, outcome.message.empty() ? "" : ": ", outcome.message.c_str());
   }
+  // The sm_90a product tile alone (not yet a variant of the programs: nothing selects it until it
+  // has passed here).
+  std::string hopper_skipped;
+  const std::vector<device_test::HopperOutcome> hopper = device_test::check_hopper_products(device.sm, false, headers, hopper_skipped);
+  if (!hopper_skipped.empty()) std::printf("hopper product tile not run: %s\n", hopper_skipped.c_str());
+  for (const auto& outcome : hopper) outcome.ok ? ++passed : ++failed;
   std::printf("\n%d passed, %d failed, %d not applicable (e.g. fused-small above 128 rows, cublas with gram), %.1f s\n", passed, failed, skipped,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!json_path.empty()) {
@@ -278,6 +292,11 @@ int main(int argc, char** argv) {
            << ", \"tile_error\": " << outcomes[index].measure.tile << ", \"tile_tolerance\": " << outcomes[index].bounds.tile
            << ", \"relative_error\": " << outcomes[index].measure.frobenius << ", \"tolerance\": " << outcomes[index].bounds.frobenius << ", \"message\": \""
            << json_escape(outcomes[index].message) << "\"}";
+      first = false;
+    }
+    for (const auto& outcome : hopper) {
+      json << (first ? "" : ",\n") << "    {\"case\": \"" << json_escape(outcome.name) << "\", \"ok\": " << (outcome.ok ? "true" : "false")
+           << ", \"worst_error_over_bound\": " << outcome.worst << ", \"message\": \"" << json_escape(outcome.message) << "\"}";
       first = false;
     }
     json << "\n  ]\n}\n";

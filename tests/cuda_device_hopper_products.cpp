@@ -1,0 +1,146 @@
+// The sm_90a product tile on a device (cuda_device_hopper_products.h).
+#include "cuda_device_hopper_products.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "cuda/cuda_driver.h"
+#include "cuda/hopper_product.h"
+
+namespace orthojit::device_test {
+namespace {
+
+uint16_t to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+double from_bf16(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
+}
+
+struct ProductCase {
+  int64_t m, n, k;
+  bool b_mn_major;  // with f32 D; the K-major cases have bf16 D
+  float alpha, beta, gamma;
+};
+
+HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, std::mt19937& random) {
+  const cuda::HopperProductSpec spec{c.b_mn_major, c.b_mn_major ? ScalarType::F32 : ScalarType::BF16};
+  HopperOutcome outcome;
+  outcome.name = "hopper product " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " " + spec.kernel_name();
+  std::normal_distribution<float> gaussian;
+  std::vector<uint16_t> a(static_cast<size_t>(c.m * c.k)), b(static_cast<size_t>(c.k * c.n)), cm(static_cast<size_t>(c.m * c.n));
+  for (auto* v : {&a, &b, &cm})
+    for (auto& x : *v) x = to_bf16(gaussian(random));
+  const int64_t element = c.b_mn_major ? 4 : 2, ldd = c.n + 8;  // 8 poisoned columns per row
+  static const cuda::HopperProduct kernel_k({false, ScalarType::BF16}, headers), kernel_mn({true, ScalarType::F32}, headers);
+  const cuda::HopperProduct& kernel = c.b_mn_major ? kernel_mn : kernel_k;
+  cuda::DeviceBuffer da(c.m * c.k * 2), db(c.k * c.n * 2), dc(c.m * c.n * 2), dd(c.m * ldd * element);
+  da.upload(a.data(), da.bytes());
+  db.upload(b.data(), db.bytes());
+  dc.upload(cm.data(), dc.bytes());
+  const auto& api = cuda::Device::get().api();
+  cuda::check(api.cuMemsetD8Async(dd.get(), 0xff, static_cast<size_t>(dd.bytes()), nullptr), "poisoning D");
+  kernel.run(da.get(), db.get(), c.beta != 0 ? dc.get() : 0, dd.get(), c.m, c.n, c.k, c.n, ldd, c.alpha, c.beta, c.gamma, nullptr);
+  cuda::check(api.cuCtxSynchronize(), outcome.name);
+  std::vector<unsigned char> d(static_cast<size_t>(dd.bytes()));
+  dd.download(d.data(), dd.bytes());
+  int64_t bad = 0, red_zone = 0;
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t j = 0; j < ldd; ++j) {
+      const size_t at = static_cast<size_t>(i * ldd + j);
+      double got;
+      bool poisoned;
+      if (c.b_mn_major) {
+        float value;
+        std::memcpy(&value, &d[at * 4], 4);
+        uint32_t raw;
+        std::memcpy(&raw, &d[at * 4], 4);
+        got = value, poisoned = raw == 0xffffffffu;
+      } else {
+        uint16_t bits;
+        std::memcpy(&bits, &d[at * 2], 2);
+        got = from_bf16(bits), poisoned = bits == 0xffff;
+      }
+      if (j >= c.n) {
+        red_zone += !poisoned;
+        continue;
+      }
+      double exact = 0, magnitude = 0;
+      for (int64_t kk = 0; kk < c.k; ++kk) {
+        const double bv = c.b_mn_major ? from_bf16(b[static_cast<size_t>(kk * c.n + j)]) : from_bf16(b[static_cast<size_t>(j * c.k + kk)]);
+        const double product = from_bf16(a[static_cast<size_t>(i * c.k + kk)]) * bv;
+        exact += product;
+        magnitude += std::fabs(product);
+      }
+      const double cij = from_bf16(cm[static_cast<size_t>(i * c.n + j)]);
+      const double reference = c.alpha * exact + c.beta * cij + (i == j ? c.gamma : 0.0);
+      // f32 accumulation of k products in an order of the hardware's (4k·2⁻²⁴·Σ|ab|, twice the
+      // sequential bound), the epilogue, and D's rounding (half an ulp of bf16 or f32).
+      const double bound = 4.0 * static_cast<double>(c.k) * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * magnitude + std::fabs(c.beta * cij) + std::fabs(c.gamma)) +
+                           (c.b_mn_major ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8)) * std::fabs(reference) + 1e-30;
+      const double error = std::isfinite(got) ? std::fabs(got - reference) : INFINITY;
+      outcome.worst = std::max(outcome.worst, error / bound);
+      if (error > bound && bad++ == 0)
+        outcome.message = "D(" + std::to_string(i) + ", " + std::to_string(j) + ") = " + std::to_string(got) + ", f64 " + std::to_string(reference);
+    }
+  if (red_zone > 0) outcome.message += (outcome.message.empty() ? "" : "; ") + std::to_string(red_zone) + " red-zone elements written";
+  if (bad > 1) outcome.message += " (" + std::to_string(bad) + " elements out of bounds)";
+  outcome.ok = bad == 0 && red_zone == 0;
+  return outcome;
+}
+
+}  // namespace
+
+std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, const cuda::NamedSources& headers, std::string& skipped_reason) {
+  std::vector<HopperOutcome> outcomes;
+  const cuda::HopperProductSpec specs[] = {{false, ScalarType::BF16}, {true, ScalarType::F32}};
+  if (host_only) {
+    for (const auto& spec : specs) {
+      HopperOutcome outcome;
+      outcome.name = "hopper product " + spec.kernel_name() + " (NVRTC sm_90a)";
+      try {
+        cuda::compile_cuda(cuda::hopper_product_source(spec), headers, "sm_90a");
+        outcome.ok = true;
+      } catch (const std::exception& error) {
+        outcome.message = error.what();
+      }
+      outcomes.push_back(outcome);
+    }
+    return outcomes;
+  }
+  if (device_sm != 90) {
+    skipped_reason = "the sm_90a product tile needs compute capability 9.0 (this device: sm_" + std::to_string(device_sm) + ")";
+    return outcomes;
+  }
+  const ProductCase cases[] = {
+      {128, 128, 64 * 9, false, 1.0f, 0.0f, 0.0f},      // 9 K tiles: three rounds of the 4 stages
+      {200, 136, 104, false, 0.75f, -0.5f, 0.25f},     // ragged M, N, K, with C and γ
+      {130, 248, 320, true, 1.0f, 0.5f, 0.0f},         // MN-major B, f32 D
+      {1024, 4096, 1024, true, 1.0f, -0.5f, 0.0f},     // B·X of Newton–Schulz at 1024x4096
+      {1024, 1024, 4096, false, 1.0f, 0.0f, 0.0f},     // X·Xᵀ (K-major B = X's rows)
+  };
+  std::mt19937 random(std::random_device{}());
+  for (const ProductCase& c : cases) {
+    HopperOutcome outcome;
+    try {
+      outcome = run_case(c, headers, random);
+    } catch (const std::exception& error) {
+      outcome.name = "hopper product " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+      outcome.message = error.what();
+    }
+    std::printf("%s %-70s worst error/bound %.3f%s%s\n", outcome.ok ? "PASS" : "FAIL", outcome.name.c_str(), outcome.worst, outcome.message.empty() ? "" : ": ",
+                outcome.message.c_str());
+    outcomes.push_back(outcome);
+  }
+  return outcomes;
+}
+
+}  // namespace orthojit::device_test

@@ -1,0 +1,24 @@
+// The sm_90a product tile on a device (part of tests/cuda_device_test): D = α·A·B + β·C + γ·I
+// for both operand layouts and output types, on ragged and multi-round shapes, against an f64
+// product of the same bf16 values, every element within its own bound, D's red zone poisoned.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cuda/nvrtc_compiler.h"
+
+namespace orthojit::device_test {
+
+struct HopperOutcome {
+  std::string name;
+  bool ok = false;
+  double worst = 0;  // the largest error / bound over the elements
+  std::string message;
+};
+
+// device_sm: the device's (90 runs the cases; anything else skips them, saying why). host_only:
+// compile the kernels for sm_90a only. Prints a line per case.
+std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, const cuda::NamedSources& headers, std::string& skipped_reason);
+
+}  // namespace orthojit::device_test
