@@ -30,6 +30,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -45,6 +47,7 @@
 #include "cuda/cublaslt_newton_schulz.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_driver.h"
+#include "cuda/hopper_product.h"
 #include "kernels/cuda_device_headers.h"
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
@@ -162,10 +165,45 @@ struct Report {
   std::string device, device_error;  // device_error: why nothing ran
   double cublas_tflops = 0;
   std::string cublas_error;  // why there is no cuBLAS rate
+  // The sm_90a product tile alone at 8192^3 (bf16 in, bf16 D, K-major and MN-major B): TFLOP/s.
+  double hopper_k_tflops = 0, hopper_mn_tflops = 0;
+  std::string hopper_error;  // why it was not measured (not a 9.0 device, a failure)
   int repeats = 0;
   bool complete = false;
   std::vector<Row> rows;
 };
+
+// The sm_90a product tile's rate at n^3 (median of `repeats`, random bf16 operands as cuBLAS's
+// rate is measured on), in the same run as cuBLAS's; throws when the device cannot run it.
+double hopper_product_tflops(bool b_mn_major, int64_t n, int repeats) {
+  const cuda::HopperProductSpec spec{b_mn_major, ScalarType::BF16};
+  const std::string reason = cuda::hopper_product_unsupported_reason(spec, n, n, n, cuda::Device::get().info().sm);
+  if (!reason.empty()) throw std::runtime_error(reason);
+  const cuda::HopperProduct kernel(spec, kernels::cuda_device_headers());
+  cuda::DeviceBuffer a(n * n * 2), b(n * n * 2), d(n * n * 2);
+  std::vector<unsigned short> host(static_cast<size_t>(n * n));
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (auto& bits : host) {
+    const float value = uniform(random);
+    unsigned int word = 0;
+    std::memcpy(&word, &value, 4);
+    bits = static_cast<unsigned short>(word >> 16);
+  }
+  a.upload(host.data(), n * n * 2);
+  b.upload(host.data(), n * n * 2);
+  auto product = [&] { kernel.run(a.get(), b.get(), 0, d.get(), n, n, n, n, n, 1.0f, 0.0f, 0.0f, nullptr); };
+  for (int warmup = 0; warmup < 3; ++warmup) product();
+  std::vector<float> times;
+  cuda::EventTimer timer;
+  for (int repeat = 0; repeat < repeats; ++repeat) {
+    timer.start(nullptr);
+    product();
+    times.push_back(timer.stop(nullptr));
+  }
+  std::sort(times.begin(), times.end());
+  return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / (times[times.size() / 2] * 1e-3) * 1e-12;
+}
 
 std::string table_text(const Report& report) {
   std::ostringstream table;
@@ -177,6 +215,17 @@ std::string table_text(const Report& report) {
   if (report.cublas_error.empty()) std::snprintf(line, sizeof line, "\ncuBLAS bf16 GEMM rate (8192^3): %.1f TFLOP/s on %s\n", report.cublas_tflops, report.device.c_str());
   else std::snprintf(line, sizeof line, "\ncuBLAS bf16 GEMM rate: not measured (%s) on %s\n", brief(report.cublas_error, 200).c_str(), report.device.c_str());
   table << line;
+  if (report.hopper_error.empty()) {
+    std::snprintf(line, sizeof line, "sm_90a product tile (8192^3): K-major B %.1f TFLOP/s, MN-major B %.1f TFLOP/s", report.hopper_k_tflops, report.hopper_mn_tflops);
+    table << line;
+    if (report.cublas_tflops > 0) {
+      std::snprintf(line, sizeof line, " (%.0f%% and %.0f%% of cuBLAS)", 100.0 * report.hopper_k_tflops / report.cublas_tflops, 100.0 * report.hopper_mn_tflops / report.cublas_tflops);
+      table << line;
+    }
+    table << "\n";
+  } else {
+    table << "sm_90a product tile: not measured (" << brief(report.hopper_error, 200) << ")\n";
+  }
   std::snprintf(line, sizeof line, "%-44s %-26s %9s %8s %7s %9s %9s %9s %9s %9s %9s %9s %9s\n", "case (bf16)", "orthojit best variant", "ms", "TFLOP/s",
                 "of GEMM", "x LtNS", "x LtGram", "x LtLoop", "LtNS ms", "x cublas", "x looped", "x torch", "torch ms");
   table << line;
@@ -227,6 +276,8 @@ void write_outputs(const std::string& out_dir, const Report& report) {
   std::ofstream json(out_dir + "/gpu_bench.json");
   json << "{\n  \"device\": " << json_string(report.device) << ",\n  \"device_error\": " << json_string(report.device_error)
        << ",\n  \"cublas_gemm_tflops_8192\": " << report.cublas_tflops << ",\n  \"cublas_error\": " << json_string(report.cublas_error)
+       << ",\n  \"hopper_product_kmajor_tflops_8192\": " << report.hopper_k_tflops << ",\n  \"hopper_product_mnmajor_tflops_8192\": " << report.hopper_mn_tflops
+       << ",\n  \"hopper_product_error\": " << json_string(report.hopper_error)
        << ",\n  \"repeats\": " << report.repeats << ",\n  \"complete\": " << (report.complete ? "true" : "false") << ",\n  \"cases\": [\n";
   for (size_t r = 0; r < report.rows.size(); ++r) {
     const Row& row = report.rows[r];
@@ -314,6 +365,14 @@ int main(int argc, char** argv) {
       report.cublas_error = error.what();
     }
   if (!report.cublas_error.empty()) std::printf("cuBLAS bf16 GEMM rate not measured: %s\n\n", report.cublas_error.c_str());
+  try {
+    report.hopper_k_tflops = hopper_product_tflops(false, 8192, 10);
+    report.hopper_mn_tflops = hopper_product_tflops(true, 8192, 10);
+    std::printf("sm_90a product tile 8192^3: K-major B %.1f, MN-major B %.1f TFLOP/s (medians of 10)\n\n", report.hopper_k_tflops, report.hopper_mn_tflops);
+  } catch (const std::exception& error) {
+    report.hopper_error = error.what();
+    std::printf("sm_90a product tile not measured: %s\n\n", report.hopper_error.c_str());
+  }
   write_outputs(out_dir, report);
   const auto torch = torch_path.empty() ? std::map<std::string, double>{} : read_torch_results(torch_path);
   const auto& headers = kernels::cuda_device_headers();
