@@ -30,8 +30,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstring>
-#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -181,15 +179,7 @@ double hopper_product_tflops(bool b_mn_major, int64_t n, int repeats) {
   if (!reason.empty()) throw std::runtime_error(reason);
   const cuda::HopperProduct kernel(spec, kernels::cuda_device_headers());
   cuda::DeviceBuffer a(n * n * 2), b(n * n * 2), d(n * n * 2);
-  std::vector<unsigned short> host(static_cast<size_t>(n * n));
-  std::mt19937 random(7);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (auto& bits : host) {
-    const float value = uniform(random);
-    unsigned int word = 0;
-    std::memcpy(&word, &value, 4);
-    bits = static_cast<unsigned short>(word >> 16);
-  }
+  const std::vector<uint16_t> host = reference::gaussian_bf16_bits(n * n, 7);  // as cuBLAS's rate is measured on
   a.upload(host.data(), n * n * 2);
   b.upload(host.data(), n * n * 2);
   auto product = [&] { kernel.run(a.get(), b.get(), 0, d.get(), n, n, n, n, n, 1.0f, 0.0f, 0.0f, nullptr); };

@@ -8,22 +8,10 @@
 
 #include "cuda/cuda_driver.h"
 #include "cuda/hopper_product.h"
+#include "support/bf16_bits.h"
 
 namespace orthojit::device_test {
 namespace {
-
-uint16_t to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-double from_bf16(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, 4);
-  return value;
-}
 
 struct ProductCase {
   int64_t m, n, k;
@@ -38,7 +26,7 @@ HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, 
   std::normal_distribution<float> gaussian;
   std::vector<uint16_t> a(static_cast<size_t>(c.m * c.k)), b(static_cast<size_t>(c.k * c.n)), cm(static_cast<size_t>(c.m * c.n));
   for (auto* v : {&a, &b, &cm})
-    for (auto& x : *v) x = to_bf16(gaussian(random));
+    for (auto& x : *v) x = bf16_bits_of(gaussian(random));
   const int64_t element = c.b_mn_major ? 4 : 2, ldd = c.n + 8;  // 8 poisoned columns per row
   static const cuda::HopperProduct kernel_k({false, ScalarType::BF16}, headers), kernel_mn({true, ScalarType::F32}, headers);
   const cuda::HopperProduct& kernel = c.b_mn_major ? kernel_mn : kernel_k;
@@ -67,7 +55,7 @@ HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, 
       } else {
         uint16_t bits;
         std::memcpy(&bits, &d[at * 2], 2);
-        got = from_bf16(bits), poisoned = bits == 0xffff;
+        got = bf16_value(bits), poisoned = bits == 0xffff;
       }
       if (j >= c.n) {
         red_zone += !poisoned;
@@ -75,12 +63,12 @@ HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, 
       }
       double exact = 0, magnitude = 0;
       for (int64_t kk = 0; kk < c.k; ++kk) {
-        const double bv = c.b_mn_major ? from_bf16(b[static_cast<size_t>(kk * c.n + j)]) : from_bf16(b[static_cast<size_t>(j * c.k + kk)]);
-        const double product = from_bf16(a[static_cast<size_t>(i * c.k + kk)]) * bv;
+        const double bv = c.b_mn_major ? bf16_value(b[static_cast<size_t>(kk * c.n + j)]) : bf16_value(b[static_cast<size_t>(j * c.k + kk)]);
+        const double product = bf16_value(a[static_cast<size_t>(i * c.k + kk)]) * bv;
         exact += product;
         magnitude += std::fabs(product);
       }
-      const double cij = from_bf16(cm[static_cast<size_t>(i * c.n + j)]);
+      const double cij = bf16_value(cm[static_cast<size_t>(i * c.n + j)]);
       const double reference = c.alpha * exact + c.beta * cij + (i == j ? c.gamma : 0.0);
       // f32 accumulation of k products in an order of the hardware's (4k·2⁻²⁴·Σ|ab|, twice the
       // sequential bound), the epilogue, and D's rounding (half an ulp of bf16 or f32).

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda/hopper_product.h"
+#include "support/bf16_bits.h"
 #include "cuda/nvrtc_compiler.h"
 #include "cuda_binutils.h"
 #include "kernels/cuda/orthojit_hopper_layout.cuh"
@@ -174,19 +175,6 @@ TEST(HopperProduct, SassHasHgmmaTmaBarrierWaitsAndRegisterReallocationWithoutLoc
 
 // ---- the kernel in the host emulation ----
 
-uint16_t to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-double from_bf16(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, 4);
-  return value;
-}
-
 struct EmulatedCase {
   int m, n, k;
   bool b_mn_major;  // the f32-output kernel; the other one has bf16 D and C
@@ -268,14 +256,14 @@ TEST(HopperProduct, HostEmulationMatchesAnF64ProductOnEveryEdgeAndStageRound) {
     Emulated data;
     auto fill = [&](std::vector<uint16_t>& v, size_t count) {
       v.resize(count);
-      for (auto& x : v) x = to_bf16(gaussian(random));
+      for (auto& x : v) x = bf16_bits_of(gaussian(random));
     };
     fill(data.a, static_cast<size_t>(c.m) * static_cast<size_t>(c.k));
     fill(data.b, static_cast<size_t>(c.k) * static_cast<size_t>(c.n));
     fill(data.c, static_cast<size_t>(c.m) * static_cast<size_t>(c.n));
     if (!run_emulated(c, data, name)) GTEST_SKIP() << "no host c++ for the emulation";
     auto b_at = [&](int kk, int col) {
-      return from_bf16(c.b_mn_major ? data.b[static_cast<size_t>(kk) * static_cast<size_t>(c.n) + static_cast<size_t>(col)]
+      return bf16_value(c.b_mn_major ? data.b[static_cast<size_t>(kk) * static_cast<size_t>(c.n) + static_cast<size_t>(col)]
                                     : data.b[static_cast<size_t>(col) * static_cast<size_t>(c.k) + static_cast<size_t>(kk)]);
     };
     int bad = 0, red_zone_written = 0;
@@ -294,7 +282,7 @@ TEST(HopperProduct, HostEmulationMatchesAnF64ProductOnEveryEdgeAndStageRound) {
           uint16_t bits;
           std::memcpy(&bits, &data.d[at * 2], 2);
           raw = bits == 0xffff ? 0xffffffffu : bits;
-          got = from_bf16(bits);
+          got = bf16_value(bits);
         }
         if (j >= c.n) {
           red_zone_written += raw != 0xffffffffu;
@@ -302,11 +290,11 @@ TEST(HopperProduct, HostEmulationMatchesAnF64ProductOnEveryEdgeAndStageRound) {
         }
         double exact = 0, magnitude = 0;
         for (int kk = 0; kk < c.k; ++kk) {
-          const double product = from_bf16(data.a[static_cast<size_t>(i) * static_cast<size_t>(c.k) + static_cast<size_t>(kk)]) * b_at(kk, j);
+          const double product = bf16_value(data.a[static_cast<size_t>(i) * static_cast<size_t>(c.k) + static_cast<size_t>(kk)]) * b_at(kk, j);
           exact += product;
           magnitude += std::fabs(product);
         }
-        const double cij = from_bf16(data.c[static_cast<size_t>(i) * static_cast<size_t>(c.n) + static_cast<size_t>(j)]);
+        const double cij = bf16_value(data.c[static_cast<size_t>(i) * static_cast<size_t>(c.n) + static_cast<size_t>(j)]);
         const double reference = c.alpha * exact + c.beta * cij + (i == j ? c.gamma : 0.0);
         const double bound = 2.0 * c.k * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * magnitude + std::fabs(c.beta * cij) + std::fabs(c.gamma)) +
                              (c.b_mn_major ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8)) * std::fabs(reference) + 1e-30;

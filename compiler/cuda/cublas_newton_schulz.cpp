@@ -1,6 +1,7 @@
 // Newton–Schulz from the formula with cuBLAS products (see cublas_newton_schulz.h).
 #include "cuda/cublas_newton_schulz.h"
 
+
 #include <cublas_v2.h>
 #include <dlfcn.h>
 
@@ -13,6 +14,7 @@
 
 #include "cuda/baseline_kernels.h"
 #include "cuda/nvrtc_compiler.h"
+#include "reference/random_matrix.h"
 
 namespace orthojit::cuda {
 namespace {
@@ -181,15 +183,7 @@ double CublasNewtonSchulz::measure_gemm_tflops(int64_t n, int repeats) {
   check_cublas(cublas().cublasCreate(&handle), "cublasCreate");
   DeviceBuffer a(n * n * 2), b(n * n * 2), c(n * n * 2);
   // Random bf16 operands (zeros would flatter the rate: less switching power, higher clocks).
-  std::vector<unsigned short> host(static_cast<size_t>(n * n));
-  std::mt19937 random(7);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (auto& bits : host) {
-    const float value = uniform(random);
-    unsigned int word = 0;
-    std::memcpy(&word, &value, 4);
-    bits = static_cast<unsigned short>(word >> 16);
-  }
+  const std::vector<uint16_t> host = reference::gaussian_bf16_bits(n * n, 7);
   a.upload(host.data(), n * n * 2);
   b.upload(host.data(), n * n * 2);
   const float one = 1.0f, zero = 0.0f;

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "support/bf16_bits.h"
+
 namespace orthojit::reference {
 
 std::vector<double> gaussian_values(int64_t count, uint64_t seed) {
@@ -22,6 +24,13 @@ std::vector<double> gaussian_values(int64_t count, uint64_t seed) {
     if (i + 1 < count) values[static_cast<size_t>(i + 1)] = radius * std::sin(angle);
   }
   return values;
+}
+
+std::vector<uint16_t> gaussian_bf16_bits(int64_t count, uint64_t seed) {
+  const std::vector<double> values = gaussian_values(count, seed);
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = bf16_bits_of(static_cast<float>(values[i]));
+  return bits;
 }
 
 }  // namespace orthojit::reference

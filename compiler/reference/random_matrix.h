@@ -11,4 +11,7 @@ namespace orthojit::reference {
 // `count` independent standard normal values.
 std::vector<double> gaussian_values(int64_t count, uint64_t seed);
 
+// The same values rounded to bf16 (to nearest even), as bits: operands for device buffers.
+std::vector<uint16_t> gaussian_bf16_bits(int64_t count, uint64_t seed);
+
 }  // namespace orthojit::reference
