@@ -44,6 +44,26 @@
 
 #define __grid_constant__
 
+// The epilogue's 8-byte pair accesses; misaligned ones are faults on the device, aborts here.
+struct alignas(8) float2 {
+  float x = 0, y = 0;
+  float2() = default;
+  float2(float a, float b) : x(a), y(b) {}
+  float2(const float2& other) : x(other.x), y(other.y) { check(&other); }
+  float2& operator=(const float2& other) {
+    check(this);
+    x = other.x, y = other.y;
+    return *this;
+  }
+  static void check(const void* at) {
+    if (reinterpret_cast<std::uintptr_t>(at) % 8 != 0) {
+      std::fprintf(stderr, "misaligned 8-byte access at %p\n", at);
+      std::abort();
+    }
+  }
+};
+inline float2 make_float2(float x, float y) { return float2(x, y); }
+
 namespace oj::hopper {
 
 // What cuTensorMapEncodeTiled encodes, as plain fields: a 2-D tensor of 16-bit elements.

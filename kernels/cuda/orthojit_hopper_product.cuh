@@ -23,7 +23,7 @@
 // stage t mod 4 in round r = t / 4; consumers wait for `full` parity r mod 2, the producer for
 // `empty` parity (r + 1) mod 2 (round 0 passes at once on fresh barriers). The epilogue reads the
 // accumulators where accumulator_coordinate says they are and writes D directly (no shared
-// memory), rows and columns beyond M and N skipped; TMA zero-fills the loads beyond them, so
+// memory; neighbouring columns in one access), rows and columns beyond M and N skipped; TMA zero-fills the loads beyond them, so
 // partial tiles need no other care.
 #pragma once
 
@@ -31,6 +31,38 @@
 #include "orthojit_hopper_primitives.cuh"
 
 namespace oj::hopper {
+
+// Two neighbouring elements of a row as f32 (the second only when `both`), in one access when `packed`.
+template <typename T>
+__device__ __forceinline__ void load_pair(const typename T::storage* at, bool both, bool packed, float& first, float& second) {
+  if (packed) {
+    if constexpr (sizeof(typename T::storage) == 2) {
+      const u32 bits = *reinterpret_cast<const u32*>(at);
+      first = T::load(static_cast<typename T::storage>(bits & 0xffffu));
+      second = T::load(static_cast<typename T::storage>(bits >> 16));
+    } else {
+      const float2 both_values = *reinterpret_cast<const float2*>(at);
+      first = both_values.x;
+      second = both_values.y;
+    }
+    return;
+  }
+  first = T::load(at[0]);
+  if (both) second = T::load(at[1]);
+}
+template <typename T>
+__device__ __forceinline__ void store_pair(typename T::storage* at, bool both, bool packed, float first, float second) {
+  if (packed) {
+    if constexpr (sizeof(typename T::storage) == 2) {
+      *reinterpret_cast<u32*>(at) = static_cast<u32>(T::store(first)) | (static_cast<u32>(T::store(second)) << 16);
+    } else {
+      *reinterpret_cast<float2*>(at) = make_float2(first, second);
+    }
+    return;
+  }
+  at[0] = T::store(first);
+  if (both) at[1] = T::store(second);
+}
 
 template <bool kBMnMajor, typename TD, typename TC>
 __device__ __forceinline__ void product_tile(const TensorMap& a_map, const TensorMap& b_map, const typename TC::storage* c, typename TD::storage* d, int m,
@@ -94,16 +126,28 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
   }
   wgmma_wait<0>();
 
+  // Registers 2q and 2q + 1 are neighbouring columns of one row: one 4-byte (bf16) or 8-byte (f32)
+  // access for both where the pair is inside the matrix and the row stride keeps it aligned
+  // (columns are even, allocations at least 256-byte aligned).
   const u32 local = thread % 128;
+  const bool c_pairs = ldc % 2 == 0, d_pairs = ldd % 2 == 0;
 #pragma unroll
-  for (u32 r = 0; r < 64; ++r) {
+  for (u32 r = 0; r < 64; r += 2) {
     const Coordinate at = accumulator_coordinate(local, r);
     const int row = m0 + static_cast<int>(consumer * 64 + at.row), col = n0 + static_cast<int>(at.col);
     if (row >= m || col >= n) continue;
-    float value = alpha * accumulator[r];
-    if (c) value += beta * TC::load(c[static_cast<long long>(row) * ldc + col]);
-    if (row == col) value += gamma;
-    d[static_cast<long long>(row) * ldd + col] = TD::store(value);
+    const bool pair = col + 1 < n;
+    float value0 = alpha * accumulator[r], value1 = alpha * accumulator[r + 1];
+    if (c) {
+      const typename TC::storage* c_at = c + static_cast<long long>(row) * ldc + col;
+      float c0, c1 = 0.0f;
+      load_pair<TC>(c_at, pair, pair && c_pairs, c0, c1);
+      value0 += beta * c0;
+      value1 += beta * c1;
+    }
+    if (row == col) value0 += gamma;
+    if (row == col + 1) value1 += gamma;
+    store_pair<TD>(d + static_cast<long long>(row) * ldd + col, pair, pair && d_pairs, value0, value1);
   }
 }
 
