@@ -26,7 +26,7 @@
 #include "support/bf16_bits.h"
 #include "cuda/nvrtc_compiler.h"
 #include "cuda_binutils.h"
-#include "kernels/cuda/orthojit_hopper_layout.cuh"
+#include "cuda/orthojit_hopper_layout.cuh"
 #include "kernels/cuda_device_headers.h"
 
 namespace orthojit::cuda {

@@ -14,7 +14,7 @@
 
 #include "cuda/baseline_kernels.h"
 #include "cuda/nvrtc_compiler.h"
-#include "reference/random_matrix.h"
+#include "support/bf16_bits.h"
 
 namespace orthojit::cuda {
 namespace {
@@ -183,7 +183,10 @@ double CublasNewtonSchulz::measure_gemm_tflops(int64_t n, int repeats) {
   check_cublas(cublas().cublasCreate(&handle), "cublasCreate");
   DeviceBuffer a(n * n * 2), b(n * n * 2), c(n * n * 2);
   // Random bf16 operands (zeros would flatter the rate: less switching power, higher clocks).
-  const std::vector<uint16_t> host = reference::gaussian_bf16_bits(n * n, 7);
+  std::vector<uint16_t> host(static_cast<size_t>(n * n));
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (auto& bits : host) bits = bf16_bits_of(uniform(random));
   a.upload(host.data(), n * n * 2);
   b.upload(host.data(), n * n * 2);
   const float one = 1.0f, zero = 0.0f;

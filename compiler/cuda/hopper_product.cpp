@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "cuda/cuda_driver.h"
-#include "kernels/cuda/orthojit_hopper_layout.cuh"
+#include "cuda/orthojit_hopper_layout.cuh"
 
 namespace orthojit::cuda {
 

@@ -1,7 +1,10 @@
 // The index math of orthojit's sm_90a products: WGMMA shared-memory descriptors, the 128-byte
 // swizzle that TMA writes and WGMMA reads, and where each accumulator register of a warpgroup
 // lands in the 64 x N tile. Plain C++ usable on the host and on the device (OJ_HD), so that the
-// host tests check it against the PTX ISA and the host emulation decodes what the kernels encode.
+// host side (hopper_product.cpp) and the kernels share one set of constants, the host tests check
+// it against the PTX ISA, and the host emulation decodes what the kernels encode. It lives beside
+// the host side (the CUDA backend may not include kernels/); kernels/CMakeLists.txt embeds it with
+// the device headers under the name the kernels include.
 //
 // Sources (PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions"):
 //   * Matrix descriptor (64 bits): start address bits 0-13, leading-dimension byte offset (LBO)
