@@ -37,32 +37,27 @@ std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int
   return "";
 }
 
-TensorMapRequest hopper_a_map(int64_t m, int64_t k) {
+namespace {
+
+// A row-major bf16 tensor of `outer` rows of `inner` elements, moved in boxes of box_inner x box_outer.
+TensorMapRequest bf16_rows(int64_t inner, int64_t outer, uint32_t box_inner, uint32_t box_outer) {
   TensorMapRequest request;
-  request.dims[0] = static_cast<uint64_t>(k);
-  request.dims[1] = static_cast<uint64_t>(m);
-  request.row_bytes = static_cast<uint64_t>(k) * 2;
-  request.box[0] = oj::hopper::kTileK;
-  request.box[1] = oj::hopper::kTileM;
+  request.dims[0] = static_cast<uint64_t>(inner);
+  request.dims[1] = static_cast<uint64_t>(outer);
+  request.row_bytes = static_cast<uint64_t>(inner) * 2;
+  request.box[0] = box_inner;
+  request.box[1] = box_outer;
   return request;
 }
 
+}  // namespace
+
+TensorMapRequest hopper_a_map(int64_t m, int64_t k) { return bf16_rows(k, m, oj::hopper::kTileK, oj::hopper::kTileM); }
+
 TensorMapRequest hopper_b_map(const HopperProductSpec& spec, int64_t n, int64_t k) {
-  TensorMapRequest request;
-  if (spec.b_mn_major) {  // K rows of N: boxes of 64 columns x 64 rows, two per stage
-    request.dims[0] = static_cast<uint64_t>(n);
-    request.dims[1] = static_cast<uint64_t>(k);
-    request.row_bytes = static_cast<uint64_t>(n) * 2;
-    request.box[0] = 64;
-    request.box[1] = oj::hopper::kTileK;
-  } else {  // N rows of K (Bᵀ): one box of 64 k x 128 rows
-    request.dims[0] = static_cast<uint64_t>(k);
-    request.dims[1] = static_cast<uint64_t>(n);
-    request.row_bytes = static_cast<uint64_t>(k) * 2;
-    request.box[0] = oj::hopper::kTileK;
-    request.box[1] = oj::hopper::kTileN;
-  }
-  return request;
+  // MN-major: K rows of N in boxes of 64 columns x 64 rows, two per stage; K-major: N rows of K
+  // (Bᵀ) in one box of 64 k x 128 rows.
+  return spec.b_mn_major ? bf16_rows(n, k, 64, oj::hopper::kTileK) : bf16_rows(k, n, oj::hopper::kTileK, oj::hopper::kTileN);
 }
 
 CUtensorMap encode_tensor_map(const TensorMapRequest& request, CUdeviceptr base) {
