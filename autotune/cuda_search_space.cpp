@@ -52,6 +52,7 @@ CudaSearchSpace parse_cuda_search_space(const nlohmann::json& document) {
     space.fused_small = document.value("fused_small", true);
     space.cublas = document.value("cublas", true);
     space.cublaslt = document.value("cublaslt", true);
+    space.hopper = document.value("hopper", true);
     space.min_repeats = document.value("min_repeats", 5);
     space.max_repeats = document.value("max_repeats", 50);
     space.tie_tolerance = document.value("tie_tolerance", 0.02);
@@ -78,6 +79,7 @@ std::vector<CudaCandidate> cuda_candidates(const CudaSearchSpace& space, const C
   for (const auto& strategy : space.strategies) {
     add({strategy, "generated"});
     for (const cuda::TileConfig& tile : space.tiles) add({strategy, "generated " + tile.label()});
+    if (space.hopper) add({strategy, "generated hopper"});
     if (space.fused_small) add({strategy, "fused-small"});
     if (space.cublas) add({strategy, "cublas"});
     if (space.cublaslt) add({strategy, "cublaslt"});
@@ -86,12 +88,18 @@ std::vector<CudaCandidate> cuda_candidates(const CudaSearchSpace& space, const C
 }
 
 std::optional<std::string> cuda_prune_reason(const CudaCandidate& candidate, const ir::Function* scheduled, const std::string& strategy_error,
-                                             int shared_memory_limit) {
+                                             int shared_memory_limit, int device_sm) {
   const std::string strategy = ir::to_string(candidate.strategy);
   if (!strategy_error.empty()) return "the " + strategy + " strategy cannot compile this program: " + strategy_error;
   if (!scheduled) return "no schedule for the " + strategy + " strategy";
   const cuda::CudaVariant variant = cuda::CudaVariant::parse(candidate.variant);
   if (std::string reason = cuda::variant_unavailable_reason(*scheduled, variant, shared_memory_limit); !reason.empty()) return reason;
+  if (variant.hopper) {
+    if (device_sm != 90) return "the sm_90a product tile runs on compute capability 9.0 only (this device: sm_" + std::to_string(device_sm) + ")";
+    cuda::CodegenOptions options;
+    options.hopper_products = true;
+    if (!cuda::generate_cuda(*scheduled, options).needs_sm90a) return "no product of this schedule can run on the sm_90a tile (batched, f16, or rows TMA cannot address)";
+  }
   if (variant.tile) {
     // A tile at least twice the product's size in both dimensions computes mostly padding, and the
     // next smaller tile of the space covers the product at least as well.

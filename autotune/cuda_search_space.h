@@ -35,6 +35,7 @@ struct CudaSearchSpace {
   std::vector<ir::StrategyKind> strategies;  // parsed once from the document's names
   std::vector<cuda::TileConfig> tiles;
   bool fused_small = true, cublas = true, cublaslt = true;
+  bool hopper = true;  // "generated hopper": the products on the sm_90a tile (CC 9.0 devices)
   int min_repeats = 5, max_repeats = 50;
   double tie_tolerance = 0.02;
   int retime_top = 3;
@@ -44,13 +45,15 @@ const CudaSearchSpace& cuda_search_space();
 CudaSearchSpace parse_cuda_search_space(const nlohmann::json& document);  // throws std::invalid_argument
 
 // Every candidate in order: `first` (the untuned default) leads, then per strategy the generated
-// variant with default tiles, each tile, the fused kernel, cuBLAS, cuBLASLt.
+// variant with default tiles, each tile, the sm_90a tile ("generated hopper"), the fused kernel,
+// cuBLAS, cuBLASLt.
 std::vector<CudaCandidate> cuda_candidates(const CudaSearchSpace& space, const CudaCandidate& first);
 
 // Why `candidate` cannot run `scheduled` (the problem compiled with the candidate's strategy), or
 // nullopt. `strategy_error` is the compiler's reason the strategy is impossible (empty when
-// possible); `shared_memory_limit` the device's opt-in bytes per block.
+// possible); `shared_memory_limit` the device's opt-in bytes per block; `device_sm` its compute
+// capability as 10·major + minor (the sm_90a tile runs on 90 only).
 std::optional<std::string> cuda_prune_reason(const CudaCandidate& candidate, const ir::Function* scheduled, const std::string& strategy_error,
-                                             int shared_memory_limit);
+                                             int shared_memory_limit, int device_sm = 90);
 
 }  // namespace orthojit::autotune

@@ -160,7 +160,7 @@ class CudaTuningBackend : public TuningBackend {
     const auto schedule = schedules_.find(candidate.strategy);
     const auto error = strategy_errors_.find(candidate.strategy);
     if (auto reason = cuda_prune_reason(candidate, schedule == schedules_.end() ? nullptr : &schedule->second,
-                                        error == strategy_errors_.end() ? "" : error->second, shared_limit_)) {
+                                        error == strategy_errors_.end() ? "" : error->second, shared_limit_, cuda::Device::get().info().sm)) {
       trial.status = TrialStatus::Pruned;
       trial.message = *reason;
     }

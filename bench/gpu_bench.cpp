@@ -1,7 +1,7 @@
 // The GPU benchmark of scripts/gpu-check: orthojit's CUDA variants side by side with the
 // baselines, in one run, on the shapes of issue 5 (square, wide, MLP-sized, batched experts and
 // heads). Per case every applicable variant is timed (generated with each tile configuration,
-// the fused small-matrix kernel) and the fastest is orthojit's number; the baselines are the
+// the products on the sm_90a tile on a CC 9.0 device, the fused small-matrix kernel) and the fastest is orthojit's number; the baselines are the
 // cuBLASLt Newton–Schulz (cublaslt_newton_schulz.h: C ≠ D, β in the call, heuristic algorithms;
 // same program coefficients) in the standard strategy, Gram NS on cuBLASLt (so "Gram vs
 // standard" is also measured on one library), the cuBLASLt standard NS looped over the batch
@@ -388,6 +388,11 @@ int main(int argc, char** argv) {
         variants.push_back(variant);
       }
       variants.push_back({cuda::CudaVariant::Kind::FusedSmall, std::nullopt});
+      if (device.info().sm == 90) {  // the products on the sm_90a tile
+        cuda::CudaVariant hopper;
+        hopper.hopper = true;
+        variants.push_back(hopper);
+      }
       for (const auto& variant : variants)
         if (cuda::variant_unavailable_reason(function, variant, device.info().max_shared_per_block_optin).empty())
           work.push_back({programs.size() - 1, function, variant, ""});
@@ -404,7 +409,7 @@ int main(int argc, char** argv) {
         for (size_t index = next++; index < work.size(); index = next++) {
           try {
             const cuda::CudaProgram generated = cuda::generate_variant(work[index].function, work[index].variant, device.info().max_shared_per_block_optin);
-            cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, device.compile_target());
+            cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, generated.needs_sm90a ? "sm_90a" : device.compile_target());
           } catch (const std::exception& error) {
             work[index].error = error.what();
           }

@@ -568,5 +568,31 @@ TEST(CudaGeneratedEmulation, TransposedLeftOperandsMatchTheReference) {
   run_cases(cases);
 }
 
+// Products on the sm_90a tile (CodegenOptions::hopper_products), its primitives emulated by
+// tests/hopper_host_emulation.h (TMA boxes with the swizzle, mbarrier phases, wgmma as the
+// asynchronous warpgroup collective): the same per-launch checks and reference as above. Each
+// program must send its products to the tile (a silent fallback to mma.sync would prove nothing):
+// X·Xᵀ and A·A triangular (upper tiles only, mirrored stores), B·X dense with an MN-major B, the
+// ragged edges of 136 rows and 200 columns (partial tiles along M, N and K), both strategies.
+TEST(CudaGeneratedEmulation, HopperTileProductsMatchTheReference) {
+  CodegenOptions hopper;
+  hopper.hopper_products = true;
+  std::vector<Case> cases;
+  cases.push_back(make_case("jordan_ns5 bf16 standard 136x200 sm_90a tile", schedule(shipped("jordan_ns5"), 136, 200, 1, kStandard, ScalarType::BF16), hopper));
+  cases.push_back(make_case("jordan_ns5 bf16 gram 136x200 sm_90a tile", schedule(shipped("jordan_ns5"), 136, 200, 1, kGram, ScalarType::BF16), hopper));
+  for (const Case& c : cases) {
+    int tile_launches = 0, products = 0, triangular_tiles = 0;
+    for (const Launch& launch : c.program.launches) {
+      products += launch.product >= 0;
+      tile_launches += launch.hopper_tile;
+      triangular_tiles += launch.hopper_tile && launch.triangular;
+    }
+    EXPECT_TRUE(c.program.needs_sm90a) << c.name;
+    EXPECT_EQ(tile_launches, products) << c.name << ": every product of this program can run on the tile";
+    EXPECT_GT(triangular_tiles, 0) << c.name;
+  }
+  run_cases(cases);
+}
+
 }  // namespace
 }  // namespace orthojit::cuda

@@ -16,8 +16,7 @@
 //   * uint4 checks the 16-byte alignment of every vector load and store: on the GPU a misaligned
 //     one is a fault, here it aborts with a message.
 //
-// oj_emu::launch runs a whole grid of a kernel whose parameters are all pointers, from an array of
-// untyped pointers (see its comment). Not part of the build: the tests compile it with `c++`.
+// oj_emu::launch runs a whole grid of a kernel from an array of untyped pointers (see its comment). Not part of the build: the tests compile it with `c++`.
 #pragma once
 
 #include <barrier>
@@ -29,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -352,14 +352,21 @@ void run_grid(const unsigned grid[3], unsigned block, Body body) {
   cta_barrier = nullptr;
 }
 
-// A kernel whose parameters are all pointers, called with args[k] converted to the k-th
-// parameter's type (deduced from the kernel's own declaration, so no signature is parsed or
-// repeated). Returns -1, running nothing, when the argument count is not the kernel's arity.
+// A kernel argument from its untyped slot: a pointer parameter is the slot itself; a by-value one
+// (the sm_90a tile's __grid_constant__ tensor maps) is the object the slot points at.
+template <class Param>
+Param argument(void* slot) {
+  if constexpr (std::is_pointer_v<Param>) return static_cast<Param>(slot);
+  else return *static_cast<const std::remove_cv_t<Param>*>(slot);
+}
+
+// A kernel called with args[k] converted to the k-th parameter's type (deduced from the kernel's
+// own declaration, so no signature is parsed or repeated). Returns -1, running nothing, when the
+// argument count is not the kernel's arity.
 template <class... Params>
 int launch(void (*kernel)(Params...), void* const* args, int count, const unsigned grid[3], unsigned block) {
-  static_assert((std::is_pointer_v<Params> && ...), "every kernel parameter is a pointer");
   if (count != static_cast<int>(sizeof...(Params))) return -1;
-  run_grid(grid, block, [&] { [&]<std::size_t... I>(std::index_sequence<I...>) { kernel(static_cast<Params>(args[I])...); }(std::index_sequence_for<Params...>{}); });
+  run_grid(grid, block, [&] { [&]<std::size_t... I>(std::index_sequence<I...>) { kernel(argument<Params>(args[I])...); }(std::index_sequence_for<Params...>{}); });
   return 0;
 }
 

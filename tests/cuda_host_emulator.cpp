@@ -83,8 +83,23 @@ HostEmulator::HostEmulator(CudaProgram program, std::filesystem::path directory)
   std::ofstream(directory_ / "orthojit_device.cuh") << "#pragma once\n" << (dynamic_shared_only ? "#define OJ_EMULATION_DYNAMIC_SHARED_ONLY\n" : "")
                                                     << "#include \"cuda_host_emulation.h\"\n#include \"composed_part.cuh\"\n";
   std::ofstream(directory_ / "kernel.cu") << program_.source;
+  // Products on the sm_90a tile: its headers as they are, over tests/hopper_host_emulation.h in
+  // place of the Hopper primitives, and a function that fills an emulated tensor map.
+  const bool hopper = program_.source.find("orthojit_hopper_product.cuh") != std::string::npos;
+  if (hopper) {
+    std::filesystem::copy_file(tests / "hopper_host_emulation.h", directory_ / "orthojit_hopper_primitives.cuh", std::filesystem::copy_options::overwrite_existing);
+    for (const auto& [name, text] : kernels::cuda_device_headers())
+      if (name == "orthojit_hopper_layout.cuh" || name == "orthojit_hopper_product.cuh") std::ofstream(directory_ / name) << text;
+  }
   std::ostringstream trampolines;
-  trampolines << "#include \"kernel.cu\"\n\n";
+  trampolines << (hopper ? "#include <new>\n" : "") << "#include \"kernel.cu\"\n\n";
+  if (hopper)
+    trampolines << "extern \"C\" __attribute__((visibility(\"default\"))) unsigned oj_emu_tensor_map_size() { return sizeof(oj::hopper::TensorMap); }\n"
+                << "extern \"C\" __attribute__((visibility(\"default\"))) void oj_emu_tensor_map(void* storage, const void* base, unsigned long long inner,\n"
+                << "    unsigned long long outer, unsigned long long row_bytes, unsigned box_inner, unsigned box_outer) {\n"
+                << "  auto* map = new (storage) oj::hopper::TensorMap;\n"
+                << "  map->base = static_cast<const unsigned short*>(base);\n  map->inner = inner;\n  map->outer = outer;\n"
+                << "  map->row_elements = row_bytes / 2;\n  map->box_inner = box_inner;\n  map->box_outer = box_outer;\n}\n\n";
   std::set<std::string> kernels;
   for (const Launch& launch : program_.launches)
     if (kernels.insert(launch.kernel).second)
@@ -108,6 +123,11 @@ HostEmulator::HostEmulator(CudaProgram program, std::filesystem::path directory)
   }
   library_ = dlopen((directory_ / "kernels.so").c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!library_) throw std::runtime_error(std::string("host emulation: dlopen: ") + dlerror());
+  if (hopper) {
+    tensor_map_size_ = dlsym(library_, "oj_emu_tensor_map_size");
+    tensor_map_fill_ = dlsym(library_, "oj_emu_tensor_map");
+    if (!tensor_map_size_ || !tensor_map_fill_) throw std::runtime_error("host emulation: no tensor map functions in the library");
+  }
   for (const Launch& launch : program_.launches) {
     void* symbol = dlsym(library_, ("oj_emu_launch_" + launch.kernel).c_str());
     if (!symbol) throw std::runtime_error("host emulation: no trampoline for " + launch.kernel);
@@ -156,6 +176,22 @@ HostEmulator::Result HostEmulator::run(const std::vector<float>& input, const Ho
     const Launch& launch = program_.launches[index];
     if (before) before(index);
     args.clear();
+    // The tensor maps first (the kernel takes them by value: the trampoline copies them from here),
+    // encoded over the slots' addresses as CudaExecutable encodes them on the device.
+    std::vector<std::unique_ptr<TensorMapStorage>> maps;
+    for (const Launch::TensorMapArg& map : launch.tensor_maps) {
+      if (!tensor_map_fill_) throw std::runtime_error("host emulation: " + launch.kernel + " takes tensor maps, but the source has no sm_90a tile");
+      using Size = unsigned (*)();
+      using Fill = void (*)(void*, const void*, unsigned long long, unsigned long long, unsigned long long, unsigned, unsigned);
+      Size size = nullptr;
+      Fill fill = nullptr;
+      std::memcpy(&size, &tensor_map_size_, sizeof size);
+      std::memcpy(&fill, &tensor_map_fill_, sizeof fill);
+      if (size() > sizeof(TensorMapStorage)) throw std::runtime_error("host emulation: the emulated tensor map is larger than 128 bytes");
+      maps.push_back(std::make_unique<TensorMapStorage>());
+      fill(maps.back()->bytes, address(map.slot), map.request.dims[0], map.request.dims[1], map.request.row_bytes, map.request.box[0], map.request.box[1]);
+      args.push_back(maps.back()->bytes);
+    }
     for (const Slot& slot : launch.args) args.push_back(address(slot));
     const unsigned grid[3] = {static_cast<unsigned>(launch.grid[0]), static_cast<unsigned>(launch.grid[1]), static_cast<unsigned>(launch.grid[2])};
     Trampoline trampoline = nullptr;

@@ -4,13 +4,14 @@
 // The program's source is compiled with the host `c++` into a shared library, against
 // tests/cuda_host_emulation.h in place of the device vocabulary (one std::thread per CUDA thread,
 // a std::barrier for __syncthreads, the MMA as a warp collective, conversions rounding as the PTX
-// ones do), plus one trampoline per kernel:
+// ones do; tests/hopper_host_emulation.h for the sm_90a tile's primitives), plus one trampoline
+// per kernel:
 //
 //   extern "C" int oj_emu_launch_<kernel>(void* const* args, int count, const unsigned grid[3], unsigned block)
 //
 // which runs the kernel's whole grid with args[k] converted to the kernel's k-th parameter type.
-// Every generated kernel parameter is a pointer, so one untyped array carries any kernel's
-// arguments; the types come from the kernel's declaration by template deduction (oj_emu::launch),
+// Every generated kernel parameter is a pointer, or a tensor map passed by value (args[k] then
+// points at it), so one untyped array carries any kernel's arguments; the types come from the kernel's declaration by template deduction (oj_emu::launch),
 // so nothing parses the source or repeats a signature, and a kernel whose arity differs from its
 // Launch's argument list is reported instead of called with garbage. (Casting the kernel to
 // `void(*)(void*, ...)` of the right arity would work on x86-64 too, but calls through a
@@ -73,6 +74,12 @@ class HostEmulator {
   std::vector<void*> trampolines_;  // per launch
   std::unique_ptr<Memory> memory_;
   std::vector<uint64_t> step_words_;
+  // The library's tensor map functions (programs with sm_90a products).
+  void* tensor_map_size_ = nullptr;
+  void* tensor_map_fill_ = nullptr;
+  struct alignas(64) TensorMapStorage {
+    unsigned char bytes[128];
+  };
 };
 
 }  // namespace orthojit::cuda::emulation

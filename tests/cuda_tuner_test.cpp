@@ -54,8 +54,8 @@ TEST(CudaSearchSpace, DefaultLeadsAndNoCandidateRepeats) {
   EXPECT_EQ(candidates.front(), first);
   std::set<std::string> labels;
   for (const auto& candidate : candidates) EXPECT_TRUE(labels.insert(candidate.label()).second) << candidate.label() << " twice";
-  // strategies x (default tiles + each tile + fused + cublas + cublaslt)
-  EXPECT_EQ(candidates.size(), space.strategies.size() * (space.tiles.size() + 4));
+  // strategies x (default tiles + each tile + the sm_90a tile + fused + cublas + cublaslt)
+  EXPECT_EQ(candidates.size(), space.strategies.size() * (space.tiles.size() + 5));
 }
 
 TEST(CudaSearchSpace, PruningSaysWhy) {
@@ -79,6 +79,12 @@ TEST(CudaSearchSpace, PruningSaysWhy) {
   // 128x128 tiles on 64-row products: mostly padding.
   EXPECT_NE(reason({ir::StrategyKind::Standard, "generated 128x128x32/2x4"}, heads).find("at least twice"), std::string::npos);
   EXPECT_NE(reason({ir::StrategyKind::Gram, "generated"}, wide_gram, "step 3 is not an odd polynomial").find("cannot compile this program"), std::string::npos);
+  // The sm_90a tile: compute capability 9.0 only, and only where a product can use it.
+  EXPECT_EQ(reason({ir::StrategyKind::Standard, "generated hopper"}, wide), "");
+  EXPECT_EQ(reason({ir::StrategyKind::Gram, "generated hopper"}, wide_gram), "");
+  EXPECT_NE(cuda_prune_reason({ir::StrategyKind::Standard, "generated hopper"}, &wide, "", limit, 80).value_or("").find("compute capability 9.0 only (this device: sm_80)"),
+            std::string::npos);
+  EXPECT_NE(reason({ir::StrategyKind::Standard, "generated hopper"}, heads).find("no product of this schedule"), std::string::npos);
 }
 
 TEST(CudaSearchSpace, CandidatesAndVariantsRoundTrip) {

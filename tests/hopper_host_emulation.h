@@ -83,6 +83,7 @@ static_assert(sizeof(TensorMap) <= 128, "a tensor map is 128 bytes on the device
 }
 
 constexpr u32 kWindowOffset = 0x2410;
+inline unsigned char* dynamic_shared_window() { return shared_memory; }
 inline u32 shared_address(const void* pointer) {
   const long offset = static_cast<const unsigned char*>(pointer) - shared_memory;
   if (offset < 0 || offset >= static_cast<long>(sizeof shared_memory)) emulation_failure("shared_address of a pointer outside shared memory");

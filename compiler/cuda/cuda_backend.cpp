@@ -134,9 +134,10 @@ void CudaRunner::enqueue_launches(CUstream) const {
 std::string CudaVariant::label() const {
   switch (kind) {
     case Kind::Generated: {
-      if (tile) return "generated " + tile->label();
-      if (product_tiles.empty()) return "generated";
-      std::string text = "generated per-product ";
+      const std::string generated = hopper ? "generated hopper" : "generated";
+      if (tile) return generated + " " + tile->label();
+      if (product_tiles.empty()) return generated;
+      std::string text = generated + " per-product ";
       for (size_t i = 0; i < product_tiles.size(); ++i) text += (i ? "," : "") + (product_tiles[i] ? product_tiles[i]->label() : std::string("-"));
       return text;
     }
@@ -148,6 +149,11 @@ std::string CudaVariant::label() const {
 }
 
 CudaVariant CudaVariant::parse(const std::string& text) {
+  if (text == "generated hopper" || text.rfind("generated hopper ", 0) == 0) {
+    CudaVariant variant = parse("generated" + text.substr(16));
+    variant.hopper = true;
+    return variant;
+  }
   CudaVariant variant;
   if (text == "generated") return variant;
   if (text == "fused-small") {
@@ -192,7 +198,7 @@ CudaVariant CudaVariant::parse(const std::string& text) {
       return variant;
     }
   }
-  throw std::invalid_argument("unknown CUDA variant '" + text + "'; valid: generated, 'generated BMxBNxBK/WMxWN' (e.g. 'generated 128x128x32/2x4'), 'generated per-product T1,T2,...' (a tile or '-' per product), fused-small, cublas, cublaslt");
+  throw std::invalid_argument("unknown CUDA variant '" + text + "'; valid: generated, 'generated BMxBNxBK/WMxWN' (e.g. 'generated 128x128x32/2x4'), 'generated per-product T1,T2,...' (a tile or '-' per product), each also as 'generated hopper ...' (products on the sm_90a tile where it can run them), fused-small, cublas, cublaslt");
 }
 
 std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit) {
@@ -230,6 +236,7 @@ CudaProgram generate_variant(const ir::Function& scheduled, const CudaVariant& v
     case CudaVariant::Kind::Generated: {
       CodegenOptions options;
       options.multiprocessors = multiprocessors;
+      options.hopper_products = variant.hopper;
       if (variant.tile) options.gemm_tiles.assign(scheduled.nodes.size(), *variant.tile);
       else options.gemm_tiles = variant.product_tiles;
       return generate_cuda(scheduled, options);
@@ -253,9 +260,13 @@ std::unique_ptr<CudaRunner> build_cuda_runner(const dsl::Program& program, const
     throw std::invalid_argument("CUDA variant " + variant.label() + " cannot run " + scheduled.name + ": " + reason);
   if (variant.kind == CudaVariant::Kind::Cublas) return std::make_unique<CublasRunner>(program, scheduled, device_headers);
   if (variant.kind == CudaVariant::Kind::Cublaslt) return std::make_unique<CublasLtRunner>(program, scheduled, device_headers);
+  if (variant.hopper && device.info().sm != 90)
+    throw std::invalid_argument("CUDA variant " + variant.label() + " runs the sm_90a product tile, which needs compute capability 9.0; this device is " +
+                                device.info().describe());
   CudaProgram generated = generate_variant(scheduled, variant, shared_limit, std::max(1, device.info().multiprocessors));
   ProgramCache& programs = cache ? *cache : ProgramCache::process_default();
-  const std::string target = device.compile_target();
+  // wgmma and setmaxnreg exist in the arch-specific target only.
+  const std::string target = generated.needs_sm90a ? "sm_90a" : device.compile_target();
   ProgramCache::Result compiled = programs.get_or_compile(generated.source, device_headers, target);
   const std::string description = variant.label() + ", " + std::to_string(generated.launches.size()) + " launch" +
                                   (generated.launches.size() == 1 ? "" : "es") + ", " + target + (target.rfind("sm_", 0) == 0 ? " cubin" : " PTX") +

@@ -32,8 +32,12 @@ struct CudaVariant {
   // generated: the tile of each product in schedule order (the tuner's per-product choice; a
   // product without a value or past the end takes its default). Exclusive with `tile`.
   std::vector<std::optional<TileConfig>> product_tiles{};
+  // generated: the products the sm_90a tile can run use it (CodegenOptions::hopper_products; CC
+  // 9.0 devices only), the others the tile above. Labelled "generated hopper ...".
+  bool hopper = false;
   // "generated", "generated 128x128x32/2x4", "generated per-product 64x64x32/2x2,-,128x128x32/2x4"
-  // ('-': that product's default), "fused-small", "cublas", "cublaslt"
+  // ('-': that product's default), each also as "generated hopper[ ...]", "fused-small", "cublas",
+  // "cublaslt"
   std::string label() const;
   // Parses label(); throws std::invalid_argument naming the valid forms.
   static CudaVariant parse(const std::string& text);

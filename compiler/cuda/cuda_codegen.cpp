@@ -7,52 +7,14 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "cuda/codegen_vocabulary.h"
 #include "cuda/elementwise_codegen.h"
+#include "cuda/hopper_codegen.h"
 #include "cuda/shared_layout.h"
 #include "cuda/tile_schedule.h"
 
 namespace orthojit::cuda {
 namespace {
-
-// A node's value as the kernels address it: element (i, j) of matrix z at
-// slot + z·matrix_stride + i·row_stride + j·col_stride.
-struct View {
-  Slot slot;
-  ScalarType type = ScalarType::F32;
-  int64_t rows = 0, cols = 0, row_stride = 0, col_stride = 1, matrix_stride = 0;
-  View transposed() const {
-    View view = *this;
-    std::swap(view.rows, view.cols);
-    std::swap(view.row_stride, view.col_stride);
-    return view;
-  }
-};
-
-const char* storage_tag(ScalarType type) {
-  switch (type) {
-    case ScalarType::BF16: return "oj::Bf16";
-    case ScalarType::F16: return "oj::F16";
-    case ScalarType::F32: return "oj::F32";
-    default: throw std::invalid_argument("the cuda backend stores bf16, f16 or f32 values, not " + std::string(to_string(type)));
-  }
-}
-
-std::string literal(double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.9gf", static_cast<double>(static_cast<float>(value)));
-  std::string result = text;
-  if (result.find_first_of(".eEn") == std::string::npos) result.insert(result.size() - 1, ".0");
-  return result;
-}
-
-std::string ll(int64_t value) { return std::to_string(value) + "LL"; }
-
-// A double constant that round-trips (std::to_string would print 1e-7 as 0.000000).
-std::string f64_literal(double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.17g", value);
-  return text;
-}
 
 // Shared prologue of the element-wise kernels: z, the element index range of this thread.
 std::string elementwise_loop(int64_t rows, int64_t cols) {
@@ -380,6 +342,32 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
         TileConfig tile = static_cast<size_t>(gemm_index) < options.gemm_tiles.size() ? options.gemm_tiles[static_cast<size_t>(gemm_index)].value_or(fallback) : fallback;
         const int product_index = gemm_index++;
         if (const std::string reason = tile.invalid_reason(); !reason.empty()) throw std::invalid_argument("tile " + tile.label() + ": " + reason);
+        if (options.hopper_products) {
+          HopperProductRequest request;
+          request.kernel = name;
+          request.a = a;
+          request.b = b;
+          request.has_c = has_c;
+          if (has_c) request.c = operand(2);
+          request.d = out;
+          request.m = m;
+          request.n = n;
+          request.k = k;
+          request.batch = function.batch;
+          request.triangular = triangular;
+          request.fused_update = carries_update[index];
+          request.alpha = node.alpha;
+          request.beta = node.beta;
+          request.gamma = node.gamma;
+          if (hopper_ineligible_reason(request).empty()) {
+            Launch launch = emit_hopper_product(source, request);
+            launch.summary = "gemm %" + std::to_string(index) + " " + launch.summary;
+            launch.product = product_index;
+            program.launches.push_back(launch);
+            program.needs_sm90a = true;
+            break;
+          }
+        }
         if (triangular && tile.bm != tile.bn) tile = fallback;  // triangular scheduling needs square tiles
         const int64_t tiles_m = (m + tile.bm - 1) / tile.bm, tiles_n = (n + tile.bn - 1) / tile.bn;
         const View c = has_c ? operand(2) : View{};

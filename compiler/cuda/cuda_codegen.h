@@ -13,6 +13,8 @@
 //   normalize: per-block f32 (or f64) sums of squares in a fixed order, then one pass that sums
 //              the partials (same order in every block: deterministic), divides and casts.
 //   lincomb / output: element-wise, strides baked in (transposed views cost nothing).
+//   gemm on sm_90a (CodegenOptions::hopper_products): the warp-specialized TMA + wgmma tile of
+//              kernels/cuda/orthojit_hopper_product.cuh, instantiated per product (hopper_codegen.h).
 //   Muon step (ir/muon_step.h): the fused momentum in both normalize kernels (M written by the
 //              first, U recomputed by the second), the fused update in the epilogue of the
 //              last product (or lincomb): no launch of their own.
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/tensor_map_request.h"
 #include "ir/function.h"
 
 namespace orthojit::cuda {
@@ -68,6 +71,15 @@ struct Launch {
   int64_t m = 0, n = 0, k = 0;
   bool triangular = false;
   TileConfig tile{};
+  // A product on the sm_90a tile (hopper_codegen.h): its kernel takes these TMA tensor maps, as
+  // __grid_constant__ parameters before `args`; the executable encodes them over the slots'
+  // addresses once the workspace exists (so they point into planned buffers only).
+  bool hopper_tile = false;
+  struct TensorMapArg {
+    Slot slot;
+    TensorMapRequest request;
+  };
+  std::vector<TensorMapArg> tensor_maps{};
 };
 
 struct CudaProgram {
@@ -78,6 +90,7 @@ struct CudaProgram {
   int64_t batch = 1, input_elements = 0, output_elements = 0;  // elements per matrix
   bool muon_step = false;  // a Muon step: no input or output; the StepArgs block instead
   int64_t step_args_bytes = 0;
+  bool needs_sm90a = false;  // a launch runs the sm_90a tile: compile for sm_90a (wgmma, setmaxnreg), run on CC 9.0 only
 };
 
 struct CodegenOptions {
@@ -90,6 +103,9 @@ struct CodegenOptions {
   // 16-bit D with N and the strides multiples of 8, not triangular, no fused update); false: the
   // scalar epilogue everywhere (the tests compare the two bit for bit).
   bool vector_epilogue = true;
+  // The products the sm_90a tile can run (hopper_ineligible_reason) run on it: TMA into swizzled
+  // stages, wgmma, a producer and two consumer warpgroups; the others keep the mma.sync kernels.
+  bool hopper_products = false;
 };
 
 // Throws std::invalid_argument for IR the CUDA backend does not run (f32 or f64 storage in a

@@ -3,6 +3,8 @@
 
 #include <stdexcept>
 
+#include "cuda/hopper_product.h"
+
 namespace orthojit::cuda {
 namespace {
 
@@ -44,6 +46,16 @@ CudaExecutable::CudaExecutable(CudaProgram program, const NvrtcOutput& compiled)
   step_args_offset_ = bytes;
   bytes += program_.step_args_bytes;
   workspace_ = DeviceBuffer(bytes);
+  for (const Launch& launch : program_.launches) {
+    std::vector<EncodedMap> maps;
+    for (const Launch::TensorMapArg& argument : launch.tensor_maps) {
+      if (argument.slot.kind != Slot::Kind::Buffer || argument.slot.buffer < 0)
+        throw std::logic_error(launch.summary + ": a tensor map over something other than a planned buffer");
+      const CUdeviceptr base = workspace_.get() + static_cast<CUdeviceptr>(buffer_offsets_.at(static_cast<size_t>(argument.slot.buffer)));
+      maps.push_back({encode_tensor_map(argument.request, base)});
+    }
+    tensor_maps_.push_back(std::move(maps));
+  }
 }
 
 CudaExecutable::~CudaExecutable() {
@@ -94,6 +106,7 @@ void CudaExecutable::launch_all(CUdeviceptr input, CUdeviceptr output, CUstream 
       }
     }
     parameters.clear();
+    for (const EncodedMap& map : tensor_maps_[index]) parameters.push_back(const_cast<CUtensorMap*>(&map.map));
     for (CUdeviceptr& pointer : pointers) parameters.push_back(&pointer);
     check(device.api().cuLaunchKernel(functions_[index], static_cast<unsigned>(launch.grid[0]), static_cast<unsigned>(launch.grid[1]),
                                       static_cast<unsigned>(launch.grid[2]), static_cast<unsigned>(launch.block), 1, 1,

@@ -52,6 +52,12 @@ class CudaExecutable {
   std::vector<int64_t> buffer_offsets_;   // per planned buffer, into the workspace
   int64_t partials_offset_ = 0;
   int64_t step_args_offset_ = 0;
+  // Per launch, its tensor maps encoded over the workspace (Launch::tensor_maps; 64-byte aligned
+  // as the driver requires, passed by value as the kernel's first parameters).
+  struct alignas(64) EncodedMap {
+    CUtensorMap map;
+  };
+  std::vector<std::vector<EncodedMap>> tensor_maps_;
   mutable DeviceBuffer host_input_, host_output_;  // staging for run()
 };
 

@@ -22,10 +22,9 @@ std::string hopper_product_source(const HopperProductSpec& spec) {
          "    const unsigned short* c, " +
          (f32 ? "float" : "unsigned short") +
          "* d, int m, int n, int k, int ldc, int ldd, float alpha, float beta, float gamma) {\n"
-         "  extern __shared__ unsigned char shared_memory[];\n"
          "  oj::hopper::product_tile<" +
-         (spec.b_mn_major ? "true" : "false") + ", " + (f32 ? "oj::F32" : "oj::Bf16") +
-         ", oj::Bf16>(a_map, b_map, c, d, m, n, k, ldc, ldd, alpha, beta, gamma, shared_memory);\n}\n";
+         (spec.b_mn_major ? "true" : "false") + ", false, " + (f32 ? "oj::F32" : "oj::Bf16") +
+         ", oj::Bf16>(a_map, b_map, c, d, m, n, k, ldc, ldd, alpha, beta, gamma, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x));\n}\n";
 }
 
 std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int64_t m, int64_t n, int64_t k, int device_sm) {
@@ -39,12 +38,13 @@ std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int
 
 namespace {
 
-// A row-major bf16 tensor of `outer` rows of `inner` elements, moved in boxes of box_inner x box_outer.
-TensorMapRequest bf16_rows(int64_t inner, int64_t outer, uint32_t box_inner, uint32_t box_outer) {
+// A row-major bf16 tensor of `outer` rows of `inner` elements `row_stride` apart (inner when 0),
+// moved in boxes of box_inner x box_outer.
+TensorMapRequest bf16_rows(int64_t inner, int64_t outer, int64_t row_stride, uint32_t box_inner, uint32_t box_outer) {
   TensorMapRequest request;
   request.dims[0] = static_cast<uint64_t>(inner);
   request.dims[1] = static_cast<uint64_t>(outer);
-  request.row_bytes = static_cast<uint64_t>(inner) * 2;
+  request.row_bytes = static_cast<uint64_t>(row_stride > 0 ? row_stride : inner) * 2;
   request.box[0] = box_inner;
   request.box[1] = box_outer;
   return request;
@@ -52,12 +52,12 @@ TensorMapRequest bf16_rows(int64_t inner, int64_t outer, uint32_t box_inner, uin
 
 }  // namespace
 
-TensorMapRequest hopper_a_map(int64_t m, int64_t k) { return bf16_rows(k, m, oj::hopper::kTileK, oj::hopper::kTileM); }
+TensorMapRequest hopper_a_map(int64_t m, int64_t k, int64_t row_stride) { return bf16_rows(k, m, row_stride, oj::hopper::kTileK, oj::hopper::kTileM); }
 
-TensorMapRequest hopper_b_map(const HopperProductSpec& spec, int64_t n, int64_t k) {
+TensorMapRequest hopper_b_map(const HopperProductSpec& spec, int64_t n, int64_t k, int64_t row_stride) {
   // MN-major: K rows of N in boxes of 64 columns x 64 rows, two per stage; K-major: N rows of K
   // (Bᵀ) in one box of 64 k x 128 rows.
-  return spec.b_mn_major ? bf16_rows(n, k, 64, oj::hopper::kTileK) : bf16_rows(k, n, oj::hopper::kTileK, oj::hopper::kTileN);
+  return spec.b_mn_major ? bf16_rows(n, k, row_stride, 64, oj::hopper::kTileK) : bf16_rows(k, n, row_stride, oj::hopper::kTileK, oj::hopper::kTileN);
 }
 
 CUtensorMap encode_tensor_map(const TensorMapRequest& request, CUdeviceptr base) {

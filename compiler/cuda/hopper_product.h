@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cuda/nvrtc_compiler.h"
+#include "cuda/tensor_map_request.h"
 #include "support/scalar_type.h"
 
 namespace orthojit::cuda {
@@ -30,16 +31,10 @@ std::string hopper_product_source(const HopperProductSpec& spec);
 // capability 9.0 only.
 std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int64_t m, int64_t n, int64_t k, int device_sm);
 
-// One 2-D tensor map as cuTensorMapEncodeTiled takes it: bf16, {inner, outer} elements, the row
-// stride in bytes, the box (the shared-memory tile it moves), 128-byte swizzle, zeros outside.
-struct TensorMapRequest {
-  uint64_t dims[2] = {0, 0};  // inner (contiguous) first
-  uint64_t row_bytes = 0;
-  uint32_t box[2] = {0, 0};
-};
-// A's map (rows of K) and B's (rows of K for a K-major B, of N for an MN-major one).
-TensorMapRequest hopper_a_map(int64_t m, int64_t k);
-TensorMapRequest hopper_b_map(const HopperProductSpec& spec, int64_t n, int64_t k);
+// A's map (m rows of K) and B's (n rows of K for a K-major B, k rows of N for an MN-major one);
+// the row strides in elements (a multiple of 8: TMA needs 16-byte aligned rows), dense when 0.
+TensorMapRequest hopper_a_map(int64_t m, int64_t k, int64_t row_stride = 0);
+TensorMapRequest hopper_b_map(const HopperProductSpec& spec, int64_t n, int64_t k, int64_t row_stride = 0);
 
 // Encodes a request with the driver (throws CudaError).
 CUtensorMap encode_tensor_map(const TensorMapRequest& request, CUdeviceptr base);

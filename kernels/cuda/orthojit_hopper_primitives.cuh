@@ -16,6 +16,12 @@ struct __align__(64) TensorMap {
 };
 
 // The shared-memory address (the .shared window) of a pointer into shared memory.
+// The kernel's dynamic shared memory (its start; the launch sizes it). A function rather than
+// each entry kernel's own `extern __shared__` array, so that the host emulation can supply it.
+__device__ __forceinline__ unsigned char* dynamic_shared_window() {
+  extern __shared__ __align__(16) unsigned char oj_hopper_dynamic_shared[];
+  return oj_hopper_dynamic_shared;
+}
 __device__ __forceinline__ u32 shared_address(const void* pointer) { return static_cast<u32>(__cvta_generic_to_shared(pointer)); }
 
 // ---- mbarrier (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier") ----

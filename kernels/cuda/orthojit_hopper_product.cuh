@@ -4,9 +4,9 @@
 //   D = α·A·B + β·C + γ·I      A: M x K bf16 (row-major, K-major for WGMMA), B: K x N bf16,
 //                              C, D: M x N (row strides ldc, ldd), f32 accumulation
 //
-// A CTA computes a 128 x 128 tile of D (blockIdx.y: tile row, blockIdx.x: tile column) with 384
-// threads in three warpgroups, warp-specialized as the Hopper GEMMs of CUTLASS 3, ThunderKittens
-// and FlashAttention-3 are:
+// A CTA computes one 128 x 128 tile of D (tile_row, tile_col: the entry kernel maps its block to
+// them) with 384 threads in three warpgroups, warp-specialized as the Hopper GEMMs of CUTLASS 3,
+// ThunderKittens and FlashAttention-3 are:
 //
 //   warpgroup 0, one thread (producer): per K tile of 64, waits for the stage's `empty` barrier,
 //       arms its `full` barrier with the stage's bytes and issues the TMA loads of A (128 x 64) and
@@ -24,7 +24,9 @@
 // `empty` parity (r + 1) mod 2 (round 0 passes at once on fresh barriers). The epilogue reads the
 // accumulators where accumulator_coordinate says they are and writes D directly (no shared
 // memory; neighbouring columns in one access), rows and columns beyond M and N skipped; TMA zero-fills the loads beyond them, so
-// partial tiles need no other care.
+// partial tiles need no other care. A triangular product (kTriangular: D symmetric, m == n, the
+// entry kernel launches the upper tiles only) stores each element (i, j), i <= j, at (i, j) and at
+// (j, i): the same bits on both sides, so D is exactly symmetric.
 #pragma once
 
 #include "orthojit_device.cuh"
@@ -64,18 +66,19 @@ __device__ __forceinline__ void store_pair(typename T::storage* at, bool both, b
   if (both) at[1] = T::store(second);
 }
 
-template <bool kBMnMajor, typename TD, typename TC>
+template <bool kBMnMajor, bool kTriangular, typename TD, typename TC>
 __device__ __forceinline__ void product_tile(const TensorMap& a_map, const TensorMap& b_map, const typename TC::storage* c, typename TD::storage* d, int m,
-                                             int n, int k, int ldc, int ldd, float alpha, float beta, float gamma, unsigned char* dynamic_shared) {
+                                             int n, int k, int ldc, int ldd, float alpha, float beta, float gamma, int tile_row, int tile_col) {
   // The stages start on a 1024-byte boundary of the shared window (the swizzle atom; TMA's and
   // wgmma's 128-byte swizzle are functions of the address bits 4-9).
-  const u32 window = shared_address(dynamic_shared);
-  unsigned char* const shared = dynamic_shared + (kSwizzleAtomBytes - window % kSwizzleAtomBytes) % kSwizzleAtomBytes;
+  unsigned char* const window_start = dynamic_shared_window();
+  const u32 window = shared_address(window_start);
+  unsigned char* const shared = window_start + (kSwizzleAtomBytes - window % kSwizzleAtomBytes) % kSwizzleAtomBytes;
   u64* const full = reinterpret_cast<u64*>(shared + kBarrierOffset);
   u64* const empty = full + kStages;
   const u32 thread = threadIdx.x, group = thread / 128;
   const int k_tiles = (k + static_cast<int>(kTileK) - 1) / static_cast<int>(kTileK);
-  const int m0 = static_cast<int>(blockIdx.y * kTileM), n0 = static_cast<int>(blockIdx.x * kTileN);
+  const int m0 = tile_row * static_cast<int>(kTileM), n0 = tile_col * static_cast<int>(kTileN);
   if (thread == 0) {
     for (u32 s = 0; s < kStages; ++s) {
       barrier_init(&full[s], 1);                 // the producer's arrive (with the bytes)
@@ -136,6 +139,22 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
     const Coordinate at = accumulator_coordinate(local, r);
     const int row = m0 + static_cast<int>(consumer * 64 + at.row), col = n0 + static_cast<int>(at.col);
     if (row >= m || col >= n) continue;
+    if (kTriangular) {
+      // Only i <= j is this tile's; each value goes to both places (2-byte or 4-byte stores: the
+      // mirrored ones run down a column).
+#pragma unroll
+      for (u32 h = 0; h < 2; ++h) {
+        const int j = col + static_cast<int>(h);
+        if (j >= n || row > j) continue;
+        float value = alpha * accumulator[r + h];
+        if (c) value += beta * TC::load(c[static_cast<long long>(row) * ldc + j]);
+        if (row == j) value += gamma;
+        const typename TD::storage stored = TD::store(value);
+        d[static_cast<long long>(row) * ldd + j] = stored;
+        if (row != j) d[static_cast<long long>(j) * ldd + row] = stored;
+      }
+      continue;
+    }
     const bool pair = col + 1 < n;
     float value0 = alpha * accumulator[r], value1 = alpha * accumulator[r + 1];
     if (c) {

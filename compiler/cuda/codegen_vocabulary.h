@@ -1,0 +1,58 @@
+// What the per-op CUDA generators (cuda_codegen.cpp, hopper_codegen.cpp) write kernels with: how a
+// value is addressed (View), the device storage tag of a type, and literals that round-trip.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "cuda/cuda_codegen.h"
+#include "support/scalar_type.h"
+
+namespace orthojit::cuda {
+
+// A node's value as the kernels address it: element (i, j) of matrix z at
+// slot + z·matrix_stride + i·row_stride + j·col_stride.
+struct View {
+  Slot slot;
+  ScalarType type = ScalarType::F32;
+  int64_t rows = 0, cols = 0, row_stride = 0, col_stride = 1, matrix_stride = 0;
+  View transposed() const {
+    View view = *this;
+    std::swap(view.rows, view.cols);
+    std::swap(view.row_stride, view.col_stride);
+    return view;
+  }
+};
+
+// The orthojit_device.cuh type that loads and stores `type` ("oj::Bf16", ...).
+inline const char* storage_tag(ScalarType type) {
+  switch (type) {
+    case ScalarType::BF16: return "oj::Bf16";
+    case ScalarType::F16: return "oj::F16";
+    case ScalarType::F32: return "oj::F32";
+    default: throw std::invalid_argument("the cuda backend stores bf16, f16 or f32 values, not " + std::string(to_string(type)));
+  }
+}
+
+// An f32 constant: the value rounded to f32, printed so that it reads back as that f32.
+inline std::string literal(double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.9gf", static_cast<double>(static_cast<float>(value)));
+  std::string result = text;
+  if (result.find_first_of(".eEn") == std::string::npos) result.insert(result.size() - 1, ".0");
+  return result;
+}
+
+inline std::string ll(int64_t value) { return std::to_string(value) + "LL"; }
+
+// A double constant that round-trips (std::to_string would print 1e-7 as 0.000000).
+inline std::string f64_literal(double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+}  // namespace orthojit::cuda

@@ -1,0 +1,208 @@
+// generate_cuda with the products on the sm_90a tile (CodegenOptions::hopper_products,
+// compiler/cuda/hopper_codegen.h), without a GPU:
+//   * which products go to the tile and what their launches carry: the grid (upper tiles only for
+//     a triangular product), the tensor maps over the right buffers with the operands' strides,
+//     written here from the shapes of the Newton–Schulz step, not from the generator;
+//   * every reason a product stays on the mma.sync kernels (batches, a fused Muon update,
+//     strides TMA cannot read, f16, C or D of other layouts);
+//   * the whole program through NVRTC for sm_90a: the tile's kernels without spills and within
+//     the register budget, HGMMA and UTMALDG in their SASS;
+//   * the variant's label round trip. The values are checked in the emulation
+//     (tests/cuda_generated_emulation_test.cpp, HopperTileProductsMatchTheReference) and on a GPU
+//     (tests/cuda_device_test.cpp).
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_codegen.h"
+#include "cuda/hopper_codegen.h"
+#include "cuda/nvrtc_compiler.h"
+#include "cuda_binutils.h"
+#include "kernels/cuda_device_headers.h"
+#include "kernels/program_library.h"
+#include "passes/pipeline.h"
+
+namespace orthojit::cuda {
+namespace {
+
+ir::Function schedule(const char* program, int64_t rows, int64_t cols, int64_t batch, ir::StrategyKind strategy, ScalarType precision) {
+  passes::CompileOptions options;
+  options.rows = rows;
+  options.cols = cols;
+  options.batch = batch;
+  options.strategy = strategy;
+  options.precision = precision;
+  return passes::compile_program(kernels::load_program_by_name_or_path(program), options);
+}
+
+CudaProgram hopper_program(const ir::Function& function) {
+  CodegenOptions options;
+  options.hopper_products = true;
+  return generate_cuda(function, options);
+}
+
+std::vector<const Launch*> products(const CudaProgram& program) {
+  std::vector<const Launch*> found;
+  for (const Launch& launch : program.launches)
+    if (launch.product >= 0) found.push_back(&launch);
+  return found;
+}
+
+TEST(HopperCodegen, StandardStepsSendEveryProductToTheTileWithTheirTensorMaps) {
+  // jordan_ns5 at 1024 x 4096: per step X·Xᵀ (1024², k 4096, triangular, B = Xᵀ read K-major),
+  // c·A·A + b·A (1024², k 1024, triangular, C = A), B·X + a·X (1024 x 4096, k 1024, B = X MN-major).
+  const ir::Function function = schedule("jordan_ns5", 1024, 4096, 1, ir::StrategyKind::Standard, ScalarType::BF16);
+  const CudaProgram program = hopper_program(function);
+  EXPECT_TRUE(program.needs_sm90a);
+  const std::vector<const Launch*> launches = products(program);
+  ASSERT_EQ(launches.size(), 15u);
+  for (size_t p = 0; p < launches.size(); ++p) {
+    const Launch& launch = *launches[p];
+    SCOPED_TRACE(launch.summary);
+    ASSERT_TRUE(launch.hopper_tile);
+    EXPECT_EQ(launch.block, 384);
+    EXPECT_GT(launch.dynamic_shared_bytes, 128 * 1024);
+    ASSERT_EQ(launch.tensor_maps.size(), 2u);
+    ASSERT_EQ(launch.args.size(), 2u);  // C (or none), D
+    for (const auto& map : launch.tensor_maps) {
+      EXPECT_EQ(map.slot.kind, Slot::Kind::Buffer);
+      EXPECT_GE(map.slot.buffer, 0);
+      EXPECT_EQ(map.request.row_bytes % 16, 0u);
+      EXPECT_EQ(map.request.box[0], 64u);  // 128 bytes: one swizzled row
+    }
+    const TensorMapRequest& a = launch.tensor_maps[0].request;
+    const TensorMapRequest& b = launch.tensor_maps[1].request;
+    switch (p % 3) {
+      case 0:  // X·Xᵀ: A = X (1024 rows of 4096), B = Xᵀ stored as X (1024 rows of 4096), the same buffer
+        EXPECT_TRUE(launch.triangular);
+        EXPECT_EQ(launch.grid[0], 8 * 9 / 2);
+        EXPECT_EQ(a, (TensorMapRequest{{4096, 1024}, 8192, {64, 128}}));
+        EXPECT_EQ(b, (TensorMapRequest{{4096, 1024}, 8192, {64, 128}}));
+        EXPECT_EQ(launch.tensor_maps[0].slot.buffer, launch.tensor_maps[1].slot.buffer);
+        EXPECT_EQ(launch.args[0].buffer, -1) << "no C";
+        break;
+      case 1:  // A·A with C = A: both maps over A (1024 rows of 1024)
+        EXPECT_TRUE(launch.triangular);
+        EXPECT_EQ(launch.grid[0], 36);
+        EXPECT_EQ(a, (TensorMapRequest{{1024, 1024}, 2048, {64, 128}}));
+        EXPECT_EQ(launch.tensor_maps[0].slot.buffer, launch.tensor_maps[1].slot.buffer);
+        EXPECT_EQ(launch.args[0].buffer, launch.tensor_maps[0].slot.buffer) << "C is A";
+        EXPECT_EQ(b.box[1], 64u);
+        break;
+      case 2:  // B·X: A = B (1024 x 1024), B = X MN-major (1024 rows of 4096 in 64 x 64 boxes), C = X
+        EXPECT_FALSE(launch.triangular);
+        EXPECT_EQ(launch.grid[0], 32);
+        EXPECT_EQ(launch.grid[1], 8);
+        EXPECT_EQ(a, (TensorMapRequest{{1024, 1024}, 2048, {64, 128}}));
+        EXPECT_EQ(b, (TensorMapRequest{{4096, 1024}, 8192, {64, 64}}));
+        EXPECT_EQ(launch.args[0].buffer, launch.tensor_maps[1].slot.buffer) << "C is X";
+        break;
+    }
+    // The maps of this step read what the step's earlier launches wrote.
+    if (p % 3 != 0) {
+      EXPECT_EQ(launch.tensor_maps[0].slot.buffer, launches[p - 1]->args[1].buffer);
+    }
+  }
+  // Without the option nothing changes: the mma.sync kernels, sm_90 code.
+  const CudaProgram plain = generate_cuda(function);
+  EXPECT_FALSE(plain.needs_sm90a);
+  for (const Launch* launch : products(plain)) EXPECT_FALSE(launch->hopper_tile);
+}
+
+TEST(HopperCodegen, ProductsTheTileCannotReadStayOnTheMmaSyncKernels) {
+  // Batches (2-D tensor maps) and f16 storage: no product on the tile.
+  for (const auto& [function, why] : {std::pair{schedule("jordan_ns5", 128, 512, 4, ir::StrategyKind::Standard, ScalarType::BF16), "batch"},
+                                      std::pair{schedule("jordan_ns5", 256, 512, 1, ir::StrategyKind::Standard, ScalarType::F16), "f16"}}) {
+    SCOPED_TRACE(why);
+    const CudaProgram program = hopper_program(function);
+    EXPECT_FALSE(program.needs_sm90a);
+    for (const Launch* launch : products(program)) EXPECT_FALSE(launch->hopper_tile);
+  }
+  // Rows TMA cannot address (300 columns: 600-byte rows) stay where they are; the 256-row
+  // products of the same program do not need them and go to the tile.
+  {
+    const CudaProgram program = hopper_program(schedule("jordan_ns5", 256, 300, 1, ir::StrategyKind::Standard, ScalarType::BF16));
+    int on_tile = 0, off_tile = 0;
+    for (const Launch* launch : products(program)) (launch->hopper_tile ? on_tile : off_tile)++;
+    EXPECT_EQ(on_tile, 5) << "the A·A products (256 x 256, k 256)";
+    EXPECT_EQ(off_tile, 10);
+  }
+  // The reasons, one request at a time from an eligible one.
+  HopperProductRequest good;
+  good.kernel = "gemm_7";
+  good.a = {{Slot::Kind::Buffer, 0}, ScalarType::BF16, 256, 512, 512, 1, 256 * 512};
+  good.b = good.a.transposed();
+  good.d = {{Slot::Kind::Buffer, 1}, ScalarType::BF16, 256, 256, 256, 1, 256 * 256};
+  good.m = good.n = 256;
+  good.k = 512;
+  ASSERT_EQ(hopper_ineligible_reason(good), "");
+  auto reason = [&](auto change) {
+    HopperProductRequest request = good;
+    change(request);
+    return hopper_ineligible_reason(request);
+  };
+  EXPECT_NE(reason([](auto& r) { r.batch = 2; }).find("batch of 2"), std::string::npos);
+  EXPECT_NE(reason([](auto& r) { r.fused_update = true; }).find("Muon"), std::string::npos);
+  EXPECT_NE(reason([](auto& r) { r.a.row_stride = 500; }).find("16-byte aligned rows"), std::string::npos);
+  EXPECT_NE(reason([](auto& r) { r.b.col_stride = 500; }).find("16-byte aligned rows"), std::string::npos);
+  EXPECT_NE(reason([](auto& r) { r.a = r.a.transposed().transposed(), r.a.col_stride = 2; }).find("k-contiguous"), std::string::npos);
+  EXPECT_NE(reason([](auto& r) { r.a.slot = {Slot::Kind::Input, -1}; }).find("planned buffer"), std::string::npos);
+  EXPECT_NE(reason([](auto& r) { r.b.type = ScalarType::F16; }).find("bf16"), std::string::npos);
+  EXPECT_NE(reason([](auto& r) { r.d.type = ScalarType::F16; }).find("D is stored"), std::string::npos);
+  EXPECT_NE(reason([](auto& r) { r.has_c = true, r.c = r.d, r.c.type = ScalarType::F32; }).find("C is not"), std::string::npos);
+  EXPECT_NE(reason([](auto& r) { r.triangular = true, r.n = 128; }).find("not square"), std::string::npos);
+  HopperProductRequest bad = good;
+  bad.batch = 3;
+  std::ostringstream ignored;
+  EXPECT_THROW(emit_hopper_product(ignored, bad), std::invalid_argument);
+}
+
+TEST(HopperCodegen, WholeProgramCompilesForSm90aAndTheTileKernelsHaveHgmmaWithoutSpills) {
+  for (const auto strategy : {ir::StrategyKind::Standard, ir::StrategyKind::Gram}) {
+    const CudaProgram program = hopper_program(schedule("jordan_ns5", 1024, 4096, 1, strategy, ScalarType::BF16));
+    SCOPED_TRACE(ir::to_string(strategy));
+    const NvrtcOutput compiled = compile_cuda(program.source, kernels::cuda_device_headers(), "sm_90a");
+    int tile_kernels = 0;
+    for (const Launch& launch : program.launches) {
+      if (!launch.hopper_tile) continue;
+      ++tile_kernels;
+      const auto found = compiled.resources.find(launch.kernel);
+      ASSERT_NE(found, compiled.resources.end()) << launch.kernel;
+      EXPECT_EQ(found->second.spill_store_bytes + found->second.spill_load_bytes + found->second.stack_bytes, 0) << launch.kernel << "\n" << compiled.log;
+      EXPECT_LE(found->second.registers * 384, 65536) << launch.kernel;
+    }
+    EXPECT_GT(tile_kernels, 0);
+    std::string looked;
+    const std::string folder = binutils(looked);
+    if (folder.empty()) continue;  // the SASS half needs cuobjdump (scripts/install-deps.sh)
+    const auto sass = sass_by_function(folder, compiled);
+    for (const Launch& launch : program.launches) {
+      if (!launch.hopper_tile) continue;
+      const auto code = sass.find(launch.kernel);
+      ASSERT_NE(code, sass.end()) << launch.kernel;
+      EXPECT_NE(code->second.find("HGMMA.64x128x16.F32.BF16"), std::string::npos) << launch.kernel;
+      EXPECT_NE(code->second.find("UTMALDG.2D"), std::string::npos) << launch.kernel;
+      EXPECT_EQ(code->second.find("LDL"), std::string::npos) << launch.kernel;
+    }
+  }
+}
+
+TEST(HopperCodegen, VariantLabelsRoundTrip) {
+  for (const char* label : {"generated hopper", "generated hopper 64x64x32/2x2", "generated hopper per-product -,128x128x32/2x4"}) {
+    const CudaVariant variant = CudaVariant::parse(label);
+    EXPECT_TRUE(variant.hopper) << label;
+    EXPECT_EQ(variant.label(), label);
+  }
+  EXPECT_FALSE(CudaVariant::parse("generated").hopper);
+  EXPECT_THROW(CudaVariant::parse("generated hopperx"), std::invalid_argument);
+  const ir::Function function = schedule("jordan_ns5", 512, 1024, 1, ir::StrategyKind::Standard, ScalarType::BF16);
+  EXPECT_TRUE(generate_variant(function, CudaVariant::parse("generated hopper")).needs_sm90a);
+  EXPECT_FALSE(generate_variant(function, CudaVariant::parse("generated")).needs_sm90a);
+}
+
+}  // namespace
+}  // namespace orthojit::cuda
