@@ -573,13 +573,15 @@ TEST(CudaGeneratedEmulation, TransposedLeftOperandsMatchTheReference) {
 // asynchronous warpgroup collective): the same per-launch checks and reference as above. Each
 // program must send its products to the tile (a silent fallback to mma.sync would prove nothing):
 // X·Xᵀ and A·A triangular (upper tiles only, mirrored stores), B·X dense with an MN-major B, the
-// ragged edges of 136 rows and 200 columns (partial tiles along M, N and K), both strategies.
+// ragged edges of 136 rows and 200 columns (partial tiles along M, N and K), both strategies, and a
+// batch of 3 (grid.z; each box zero-filled at its own matrix's edge, not read from the next).
 TEST(CudaGeneratedEmulation, HopperTileProductsMatchTheReference) {
   CodegenOptions hopper;
   hopper.hopper_products = true;
   std::vector<Case> cases;
   cases.push_back(make_case("jordan_ns5 bf16 standard 136x200 sm_90a tile", schedule(shipped("jordan_ns5"), 136, 200, 1, kStandard, ScalarType::BF16), hopper));
   cases.push_back(make_case("jordan_ns5 bf16 gram 136x200 sm_90a tile", schedule(shipped("jordan_ns5"), 136, 200, 1, kGram, ScalarType::BF16), hopper));
+  cases.push_back(make_case("jordan_ns5 bf16 standard 72x136x3 sm_90a tile", schedule(shipped("jordan_ns5"), 72, 136, 3, kStandard, ScalarType::BF16), hopper));
   for (const Case& c : cases) {
     int tile_launches = 0, products = 0, triangular_tiles = 0;
     for (const Launch& launch : c.program.launches) {

@@ -3,16 +3,18 @@
 //   * which products go to the tile and what their launches carry: the grid (upper tiles only for
 //     a triangular product), the tensor maps over the right buffers with the operands' strides,
 //     written here from the shapes of the Newton–Schulz step, not from the generator;
-//   * every reason a product stays on the mma.sync kernels (batches, a fused Muon update,
+//   * batches (grid.z, 3-D tensor maps) and every reason a product stays on the mma.sync kernels
+//     (a fused Muon update,
 //     strides TMA cannot read, f16, C or D of other layouts);
 //   * the whole program through NVRTC for sm_90a: the tile's kernels without spills and within
-//     the register budget, HGMMA and UTMALDG in their SASS;
+//     the register budget, HGMMA and UTMALDG.3D in their SASS;
 //   * the variant's label round trip. The values are checked in the emulation
 //     (tests/cuda_generated_emulation_test.cpp, HopperTileProductsMatchTheReference) and on a GPU
 //     (tests/cuda_device_test.cpp).
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,19 +26,13 @@
 #include "cuda_binutils.h"
 #include "kernels/cuda_device_headers.h"
 #include "kernels/program_library.h"
-#include "passes/pipeline.h"
+#include "test_support.h"
 
 namespace orthojit::cuda {
 namespace {
 
 ir::Function schedule(const char* program, int64_t rows, int64_t cols, int64_t batch, ir::StrategyKind strategy, ScalarType precision) {
-  passes::CompileOptions options;
-  options.rows = rows;
-  options.cols = cols;
-  options.batch = batch;
-  options.strategy = strategy;
-  options.precision = precision;
-  return passes::compile_program(kernels::load_program_by_name_or_path(program), options);
+  return testing::compile(kernels::load_program_by_name_or_path(program), rows, cols, strategy, precision, batch);
 }
 
 CudaProgram hopper_program(const ir::Function& function) {
@@ -73,32 +69,37 @@ TEST(HopperCodegen, StandardStepsSendEveryProductToTheTileWithTheirTensorMaps) {
       EXPECT_GE(map.slot.buffer, 0);
       EXPECT_EQ(map.request.row_bytes % 16, 0u);
       EXPECT_EQ(map.request.box[0], 64u);  // 128 bytes: one swizzled row
+      EXPECT_EQ(map.request.dims[2], 1u);  // one matrix
+      // The matrix stride is the planned buffer's (at least one matrix; 16-byte aligned).
+      EXPECT_EQ(map.request.matrix_bytes, static_cast<uint64_t>(program.buffer_bytes[static_cast<size_t>(map.slot.buffer)]));
     }
-    const TensorMapRequest& a = launch.tensor_maps[0].request;
-    const TensorMapRequest& b = launch.tensor_maps[1].request;
+    // The 2-D part of a request: inner and rows, the row stride, the box.
+    auto plane = [](const TensorMapRequest& request) { return std::tuple{request.dims[0], request.dims[1], request.row_bytes, request.box[0], request.box[1]}; };
+    using Plane = std::tuple<uint64_t, uint64_t, uint64_t, uint32_t, uint32_t>;
+    const Plane a = plane(launch.tensor_maps[0].request), b = plane(launch.tensor_maps[1].request);
     switch (p % 3) {
       case 0:  // X·Xᵀ: A = X (1024 rows of 4096), B = Xᵀ stored as X (1024 rows of 4096), the same buffer
         EXPECT_TRUE(launch.triangular);
         EXPECT_EQ(launch.grid[0], 8 * 9 / 2);
-        EXPECT_EQ(a, (TensorMapRequest{{4096, 1024}, 8192, {64, 128}}));
-        EXPECT_EQ(b, (TensorMapRequest{{4096, 1024}, 8192, {64, 128}}));
+        EXPECT_EQ(a, (Plane{4096, 1024, 8192, 64, 128}));
+        EXPECT_EQ(b, (Plane{4096, 1024, 8192, 64, 128}));
         EXPECT_EQ(launch.tensor_maps[0].slot.buffer, launch.tensor_maps[1].slot.buffer);
         EXPECT_EQ(launch.args[0].buffer, -1) << "no C";
         break;
       case 1:  // A·A with C = A: both maps over A (1024 rows of 1024)
         EXPECT_TRUE(launch.triangular);
         EXPECT_EQ(launch.grid[0], 36);
-        EXPECT_EQ(a, (TensorMapRequest{{1024, 1024}, 2048, {64, 128}}));
+        EXPECT_EQ(a, (Plane{1024, 1024, 2048, 64, 128}));
         EXPECT_EQ(launch.tensor_maps[0].slot.buffer, launch.tensor_maps[1].slot.buffer);
         EXPECT_EQ(launch.args[0].buffer, launch.tensor_maps[0].slot.buffer) << "C is A";
-        EXPECT_EQ(b.box[1], 64u);
+        EXPECT_EQ(std::get<4>(b), 64u);
         break;
       case 2:  // B·X: A = B (1024 x 1024), B = X MN-major (1024 rows of 4096 in 64 x 64 boxes), C = X
         EXPECT_FALSE(launch.triangular);
         EXPECT_EQ(launch.grid[0], 32);
         EXPECT_EQ(launch.grid[1], 8);
-        EXPECT_EQ(a, (TensorMapRequest{{1024, 1024}, 2048, {64, 128}}));
-        EXPECT_EQ(b, (TensorMapRequest{{4096, 1024}, 8192, {64, 64}}));
+        EXPECT_EQ(a, (Plane{1024, 1024, 2048, 64, 128}));
+        EXPECT_EQ(b, (Plane{4096, 1024, 8192, 64, 64}));
         EXPECT_EQ(launch.args[0].buffer, launch.tensor_maps[1].slot.buffer) << "C is X";
         break;
     }
@@ -114,13 +115,24 @@ TEST(HopperCodegen, StandardStepsSendEveryProductToTheTileWithTheirTensorMaps) {
 }
 
 TEST(HopperCodegen, ProductsTheTileCannotReadStayOnTheMmaSyncKernels) {
-  // Batches (2-D tensor maps) and f16 storage: no product on the tile.
-  for (const auto& [function, why] : {std::pair{schedule("jordan_ns5", 128, 512, 4, ir::StrategyKind::Standard, ScalarType::BF16), "batch"},
-                                      std::pair{schedule("jordan_ns5", 256, 512, 1, ir::StrategyKind::Standard, ScalarType::F16), "f16"}}) {
-    SCOPED_TRACE(why);
-    const CudaProgram program = hopper_program(function);
+  // f16 storage: no product on the tile.
+  {
+    const CudaProgram program = hopper_program(schedule("jordan_ns5", 256, 512, 1, ir::StrategyKind::Standard, ScalarType::F16));
     EXPECT_FALSE(program.needs_sm90a);
     for (const Launch* launch : products(program)) EXPECT_FALSE(launch->hopper_tile);
+  }
+  // A batch (32 heads of 128 x 512) is grid.z and the maps' third dimension, strided by the buffers.
+  {
+    const CudaProgram program = hopper_program(schedule("jordan_ns5", 128, 512, 32, ir::StrategyKind::Standard, ScalarType::BF16));
+    ASSERT_EQ(products(program).size(), 15u);
+    for (const Launch* launch : products(program)) {
+      ASSERT_TRUE(launch->hopper_tile) << launch->summary;
+      EXPECT_EQ(launch->grid[2], 32);
+      for (const auto& map : launch->tensor_maps) {
+        EXPECT_EQ(map.request.dims[2], 32u);
+        EXPECT_EQ(map.request.matrix_bytes * 32, static_cast<uint64_t>(program.buffer_bytes[static_cast<size_t>(map.slot.buffer)]));
+      }
+    }
   }
   // Rows TMA cannot address (300 columns: 600-byte rows) stay where they are; the 256-row
   // products of the same program do not need them and go to the tile.
@@ -145,7 +157,9 @@ TEST(HopperCodegen, ProductsTheTileCannotReadStayOnTheMmaSyncKernels) {
     change(request);
     return hopper_ineligible_reason(request);
   };
-  EXPECT_NE(reason([](auto& r) { r.batch = 2; }).find("batch of 2"), std::string::npos);
+  EXPECT_NE(reason([](auto& r) { r.batch = 70000; }).find("batch of 70000"), std::string::npos);
+  EXPECT_EQ(reason([](auto& r) { r.batch = 2; }), "");
+  EXPECT_NE(reason([](auto& r) { r.batch = 2, r.a.matrix_stride = 256 * 512 + 4; }).find("16-byte aligned strides"), std::string::npos);
   EXPECT_NE(reason([](auto& r) { r.fused_update = true; }).find("Muon"), std::string::npos);
   EXPECT_NE(reason([](auto& r) { r.a.row_stride = 500; }).find("16-byte aligned rows"), std::string::npos);
   EXPECT_NE(reason([](auto& r) { r.b.col_stride = 500; }).find("16-byte aligned rows"), std::string::npos);
@@ -156,7 +170,7 @@ TEST(HopperCodegen, ProductsTheTileCannotReadStayOnTheMmaSyncKernels) {
   EXPECT_NE(reason([](auto& r) { r.has_c = true, r.c = r.d, r.c.type = ScalarType::F32; }).find("C is not"), std::string::npos);
   EXPECT_NE(reason([](auto& r) { r.triangular = true, r.n = 128; }).find("not square"), std::string::npos);
   HopperProductRequest bad = good;
-  bad.batch = 3;
+  bad.batch = 70000;
   std::ostringstream ignored;
   EXPECT_THROW(emit_hopper_product(ignored, bad), std::invalid_argument);
 }
@@ -185,7 +199,7 @@ TEST(HopperCodegen, WholeProgramCompilesForSm90aAndTheTileKernelsHaveHgmmaWithou
       const auto code = sass.find(launch.kernel);
       ASSERT_NE(code, sass.end()) << launch.kernel;
       EXPECT_NE(code->second.find("HGMMA.64x128x16.F32.BF16"), std::string::npos) << launch.kernel;
-      EXPECT_NE(code->second.find("UTMALDG.2D"), std::string::npos) << launch.kernel;
+      EXPECT_NE(code->second.find("UTMALDG.3D"), std::string::npos) << launch.kernel;
       EXPECT_EQ(code->second.find("LDL"), std::string::npos) << launch.kernel;
     }
   }

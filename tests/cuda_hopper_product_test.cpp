@@ -163,7 +163,7 @@ TEST(HopperProduct, SassHasHgmmaTmaBarrierWaitsAndRegisterReallocationWithoutLoc
     ASSERT_NE(found, sass.end());
     const std::string& code = found->second;
     EXPECT_NE(code.find("HGMMA.64x128x16.F32.BF16"), std::string::npos);
-    EXPECT_NE(code.find("UTMALDG.2D"), std::string::npos);
+    EXPECT_NE(code.find("UTMALDG.3D"), std::string::npos);
     EXPECT_NE(code.find("SYNCS.PHASECHK.TRANS64.TRYWAIT"), std::string::npos);
     EXPECT_NE(code.find("USETMAXREG"), std::string::npos);
     EXPECT_EQ(code.find("LDL"), std::string::npos) << "local memory loads";

@@ -96,10 +96,12 @@ HostEmulator::HostEmulator(CudaProgram program, std::filesystem::path directory)
   if (hopper)
     trampolines << "extern \"C\" __attribute__((visibility(\"default\"))) unsigned oj_emu_tensor_map_size() { return sizeof(oj::hopper::TensorMap); }\n"
                 << "extern \"C\" __attribute__((visibility(\"default\"))) void oj_emu_tensor_map(void* storage, const void* base, unsigned long long inner,\n"
-                << "    unsigned long long outer, unsigned long long row_bytes, unsigned box_inner, unsigned box_outer) {\n"
+                << "    unsigned long long outer, unsigned long long matrices, unsigned long long row_bytes, unsigned long long matrix_bytes,\n"
+                << "    unsigned box_inner, unsigned box_outer) {\n"
                 << "  auto* map = new (storage) oj::hopper::TensorMap;\n"
                 << "  map->base = static_cast<const unsigned short*>(base);\n  map->inner = inner;\n  map->outer = outer;\n"
-                << "  map->row_elements = row_bytes / 2;\n  map->box_inner = box_inner;\n  map->box_outer = box_outer;\n}\n\n";
+                << "  map->row_elements = row_bytes / 2;\n  map->matrices = matrices;\n  map->matrix_elements = matrix_bytes / 2;\n"
+                << "  map->box_inner = box_inner;\n  map->box_outer = box_outer;\n}\n\n";
   std::set<std::string> kernels;
   for (const Launch& launch : program_.launches)
     if (kernels.insert(launch.kernel).second)
@@ -182,14 +184,16 @@ HostEmulator::Result HostEmulator::run(const std::vector<float>& input, const Ho
     for (const Launch::TensorMapArg& map : launch.tensor_maps) {
       if (!tensor_map_fill_) throw std::runtime_error("host emulation: " + launch.kernel + " takes tensor maps, but the source has no sm_90a tile");
       using Size = unsigned (*)();
-      using Fill = void (*)(void*, const void*, unsigned long long, unsigned long long, unsigned long long, unsigned, unsigned);
+      using Fill = void (*)(void*, const void*, unsigned long long, unsigned long long, unsigned long long, unsigned long long, unsigned long long, unsigned,
+                            unsigned);
       Size size = nullptr;
       Fill fill = nullptr;
       std::memcpy(&size, &tensor_map_size_, sizeof size);
       std::memcpy(&fill, &tensor_map_fill_, sizeof fill);
       if (size() > sizeof(TensorMapStorage)) throw std::runtime_error("host emulation: the emulated tensor map is larger than 128 bytes");
       maps.push_back(std::make_unique<TensorMapStorage>());
-      fill(maps.back()->bytes, address(map.slot), map.request.dims[0], map.request.dims[1], map.request.row_bytes, map.request.box[0], map.request.box[1]);
+      fill(maps.back()->bytes, address(map.slot), map.request.dims[0], map.request.dims[1], map.request.dims[2], map.request.row_bytes, map.request.matrix_bytes,
+           map.request.box[0], map.request.box[1]);
       args.push_back(maps.back()->bytes);
     }
     for (const Slot& slot : launch.args) args.push_back(address(slot));

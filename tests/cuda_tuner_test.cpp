@@ -84,7 +84,9 @@ TEST(CudaSearchSpace, PruningSaysWhy) {
   EXPECT_EQ(reason({ir::StrategyKind::Gram, "generated hopper"}, wide_gram), "");
   EXPECT_NE(cuda_prune_reason({ir::StrategyKind::Standard, "generated hopper"}, &wide, "", limit, 80).value_or("").find("compute capability 9.0 only (this device: sm_80)"),
             std::string::npos);
-  EXPECT_NE(reason({ir::StrategyKind::Standard, "generated hopper"}, heads).find("no product of this schedule"), std::string::npos);
+  EXPECT_EQ(reason({ir::StrategyKind::Standard, "generated hopper"}, heads), "") << "a batch runs on the tile too";
+  const ir::Function f16 = schedule("jordan_ns5", 256, 512, 1, ir::StrategyKind::Standard, ScalarType::F16);
+  EXPECT_NE(reason({ir::StrategyKind::Standard, "generated hopper"}, f16).find("no product of this schedule"), std::string::npos);
 }
 
 TEST(CudaSearchSpace, CandidatesAndVariantsRoundTrip) {

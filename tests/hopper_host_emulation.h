@@ -13,8 +13,8 @@
 //     the phase bit differs from P. An arrival on a barrier with none pending, more bytes
 //     completed than expected, and a wait that lasts 20 s (a phase bug: the real kernel would
 //     hang) abort with a message.
-//   * TMA (cp.async.bulk.tensor.2d, tile mode): the box at (inner, outer) from the emulated tensor
-//     map (16-byte aligned base and rows, as cuTensorMapEncodeTiled demands), zeros outside the tensor, written with the 128-byte swizzle of the destination's shared
+//   * TMA (cp.async.bulk.tensor.3d, tile mode): the box at (inner, outer) of one matrix of the
+//     emulated tensor map (16-byte aligned base and rows, as cuTensorMapEncodeTiled demands), zeros outside the tensor, written with the 128-byte swizzle of the destination's shared
 //     addresses (which must be 1024-byte aligned; rows of exactly 128 bytes), then its bytes
 //     completed on the barrier.
 //   * wgmma: asynchronous and collective as on the device. mma_async only records the operation;
@@ -66,11 +66,13 @@ inline float2 make_float2(float x, float y) { return float2(x, y); }
 
 namespace oj::hopper {
 
-// What cuTensorMapEncodeTiled encodes, as plain fields: a 2-D tensor of 16-bit elements.
+// What cuTensorMapEncodeTiled encodes, as plain fields: a 3-D tensor of 16-bit elements (a batch
+// of matrices).
 struct alignas(64) TensorMap {
   const unsigned short* base = nullptr;
   u64 inner = 0, outer = 0;        // elements along the contiguous dimension, rows
   u64 row_elements = 0;            // the row stride in elements
+  u64 matrices = 1, matrix_elements = 0;  // the batch and its stride in elements
   u32 box_inner = 0, box_outer = 0;
   Swizzle swizzle = Swizzle::Bytes128;
 };
@@ -137,18 +139,20 @@ inline void barrier_wait(u64* barrier, u32 parity) {
 }
 
 // ---- TMA ----
-inline void tma_load_2d(void* destination, const TensorMap* map, int inner, int outer, u64* barrier) {
+inline void tma_load_3d(void* destination, const TensorMap* map, int inner, int outer, int matrix, u64* barrier) {
   const u32 address = shared_address(destination);
   if (map->swizzle != Swizzle::Bytes128) emulation_failure("only the 128-byte swizzle is modelled");
   if (address % kSwizzleAtomBytes != 0) emulation_failure("a 128-byte-swizzled TMA destination must be 1024-byte aligned");
   if (map->box_inner * 2 != kSwizzleBytes) emulation_failure("a 128-byte-swizzled box row must be 128 bytes");
-  if ((map->row_elements * 2) % 16 != 0 || reinterpret_cast<std::uintptr_t>(map->base) % 16 != 0)
-    emulation_failure("a tensor map's base and row stride must be 16-byte aligned (cuTensorMapEncodeTiled refuses others)");
+  if ((map->row_elements * 2) % 16 != 0 || (map->matrix_elements * 2) % 16 != 0 || reinterpret_cast<std::uintptr_t>(map->base) % 16 != 0)
+    emulation_failure("a tensor map's base and strides must be 16-byte aligned (cuTensorMapEncodeTiled refuses others)");
+  if (matrix < 0 || static_cast<u64>(matrix) >= map->matrices) emulation_failure("a TMA load of a matrix outside the batch");
+  const unsigned short* const base = map->base + static_cast<u64>(matrix) * map->matrix_elements;
   for (u32 r = 0; r < map->box_outer; ++r)
     for (u32 c = 0; c < map->box_inner; ++c) {
       const long long row = static_cast<long long>(outer) + r, col = static_cast<long long>(inner) + c;
       const bool inside = row >= 0 && col >= 0 && row < static_cast<long long>(map->outer) && col < static_cast<long long>(map->inner);
-      const unsigned short value = inside ? map->base[static_cast<u64>(row) * map->row_elements + static_cast<u64>(col)] : 0;
+      const unsigned short value = inside ? base[static_cast<u64>(row) * map->row_elements + static_cast<u64>(col)] : 0;
       std::memcpy(shared_pointer(swizzle_128b(address + r * kSwizzleBytes + c * 2)), &value, 2);
     }
   barrier_complete_bytes(barrier, map->box_inner * map->box_outer * 2);

@@ -19,13 +19,15 @@ std::string tma_operand_reason(const View& view, const char* name, bool inner_is
     return std::string(name) + " is not a planned buffer (tensor maps are encoded once, over the workspace)";
   const int64_t stride = inner_is_cols ? view.row_stride : view.col_stride;
   if (stride % 8 != 0) return std::string(name) + "'s rows are " + std::to_string(stride) + " elements apart, not a multiple of 8 (TMA needs 16-byte aligned rows)";
+  if (view.matrix_stride % 8 != 0)
+    return std::string(name) + "'s matrices are " + std::to_string(view.matrix_stride) + " elements apart, not a multiple of 8 (TMA needs 16-byte aligned strides)";
   return "";
 }
 
 }  // namespace
 
 std::string hopper_ineligible_reason(const HopperProductRequest& product) {
-  if (product.batch != 1) return "a batch of " + std::to_string(product.batch) + " matrices (the tile's tensor maps are 2-D: one matrix)";
+  if (product.batch < 1 || product.batch > 65535) return "a batch of " + std::to_string(product.batch) + " matrices (grid.z holds 1 to 65535)";
   if (product.fused_update) return "the product carries a Muon step's fused update";
   if (product.m < 1 || product.n < 1 || product.k < 1) return "an empty product";
   if (std::max({product.m, product.n, product.k}) >= (int64_t{1} << 31)) return "a dimension beyond 2^31 - 1";
@@ -62,6 +64,9 @@ Launch emit_hopper_product(std::ostream& source, const HopperProductRequest& pro
          << "extern \"C\" __global__ void __launch_bounds__(" << h::kThreads << ", 1) " << product.kernel
          << "(const __grid_constant__ oj::hopper::TensorMap a_map, const __grid_constant__ oj::hopper::TensorMap b_map, const oj::u16* __restrict__ c, "
          << d_tag << "::storage* __restrict__ d) {\n"
+         << "  const int z = static_cast<int>(blockIdx.z);  // the matrix of the batch\n"
+         << "  if (c) c += static_cast<long long>(z) * " << ll(product.has_c ? product.c.matrix_stride : 0) << ";\n"
+         << "  d += static_cast<long long>(z) * " << ll(product.d.matrix_stride) << ";\n"
          << "  int ti, tj;\n";
   if (product.triangular)
     source << "  oj::grouped_upper_tile(static_cast<int>(blockIdx.x), " << tiles_m << ", " << group << ", ti, tj);\n";
@@ -70,7 +75,7 @@ Launch emit_hopper_product(std::ostream& source, const HopperProductRequest& pro
   source << "  oj::hopper::product_tile<" << (mn_major ? "true" : "false") << ", " << (product.triangular ? "true" : "false") << ", " << d_tag
          << ", oj::Bf16>(a_map, b_map, c, d, " << product.m << ", " << product.n << ", " << product.k << ", "
          << (product.has_c ? product.c.row_stride : 0) << ", " << product.d.row_stride << ", " << literal(product.alpha) << ", "
-         << literal(product.has_c ? product.beta : 0.0) << ", " << literal(product.gamma) << ", ti, tj);\n}\n\n";
+         << literal(product.has_c ? product.beta : 0.0) << ", " << literal(product.gamma) << ", ti, tj, z);\n}\n\n";
 
   Launch launch;
   launch.kernel = product.kernel;
@@ -80,13 +85,19 @@ Launch emit_hopper_product(std::ostream& source, const HopperProductRequest& pro
     launch.grid[0] = tiles_n;
     launch.grid[1] = tiles_m;
   }
+  launch.grid[2] = product.batch;
   if (launch.grid[0] >= (int64_t{1} << 31) || launch.grid[1] > 65535)
     throw std::invalid_argument(product.kernel + ": " + std::to_string(tiles_m) + " x " + std::to_string(tiles_n) + " tiles exceed the grid limits");
   launch.block = static_cast<int>(h::kThreads);
   launch.dynamic_shared_bytes = static_cast<int>(h::kDynamicSharedBytes);
   launch.hopper_tile = true;
-  launch.tensor_maps = {{product.a.slot, hopper_a_map(product.m, product.k, product.a.row_stride)},
-                        {product.b.slot, hopper_b_map(spec, product.n, product.k, mn_major ? product.b.row_stride : product.b.col_stride)}};
+  auto batched = [&](TensorMapRequest request, const View& view) {
+    request.dims[2] = static_cast<uint64_t>(product.batch);
+    request.matrix_bytes = static_cast<uint64_t>(view.matrix_stride) * 2;
+    return request;
+  };
+  launch.tensor_maps = {{product.a.slot, batched(hopper_a_map(product.m, product.k, product.a.row_stride), product.a)},
+                        {product.b.slot, batched(hopper_b_map(spec, product.n, product.k, mn_major ? product.b.row_stride : product.b.col_stride), product.b)}};
   launch.args = {product.has_c ? product.c.slot : Slot{Slot::Kind::Buffer, -1}, product.d.slot};
   launch.summary = std::to_string(product.m) + "x" + std::to_string(product.n) + "x" + std::to_string(product.k) +
                    " sm_90a tile 128x128x64 (TMA + wgmma, " + std::to_string(h::kStages) + " stages, B " + (mn_major ? "MN" : "K") + "-major)" +

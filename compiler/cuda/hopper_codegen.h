@@ -2,7 +2,8 @@
 // (kernels/cuda/orthojit_hopper_product.cuh): which can, and the entry kernel and launch of each.
 // The tile reads A and B through TMA tensor maps, so both must be bf16 in planned buffers with
 // 16-byte aligned rows, A k-contiguous and B either k- or n-contiguous (wgmma reads an MN-major B
-// through its transpose bit); C and D are plain pointers. A triangular product launches its upper
+// through its transpose bit); C and D are plain pointers. A batch is grid.z, its matrices the
+// tensor maps' third dimension (a box never crosses into the next matrix). A triangular product launches its upper
 // tiles only (in the grouped order of tile_schedule.h) and stores each value and its mirror.
 #pragma once
 

@@ -1,6 +1,7 @@
 // The sm_90a product tile's host side (hopper_product.h).
 #include "cuda/hopper_product.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -24,7 +25,7 @@ std::string hopper_product_source(const HopperProductSpec& spec) {
          "* d, int m, int n, int k, int ldc, int ldd, float alpha, float beta, float gamma) {\n"
          "  oj::hopper::product_tile<" +
          (spec.b_mn_major ? "true" : "false") + ", false, " + (f32 ? "oj::F32" : "oj::Bf16") +
-         ", oj::Bf16>(a_map, b_map, c, d, m, n, k, ldc, ldd, alpha, beta, gamma, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x));\n}\n";
+         ", oj::Bf16>(a_map, b_map, c, d, m, n, k, ldc, ldd, alpha, beta, gamma, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x), 0);\n}\n";
 }
 
 std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int64_t m, int64_t n, int64_t k, int device_sm) {
@@ -45,6 +46,7 @@ TensorMapRequest bf16_rows(int64_t inner, int64_t outer, int64_t row_stride, uin
   request.dims[0] = static_cast<uint64_t>(inner);
   request.dims[1] = static_cast<uint64_t>(outer);
   request.row_bytes = static_cast<uint64_t>(row_stride > 0 ? row_stride : inner) * 2;
+  request.matrix_bytes = request.row_bytes * static_cast<uint64_t>(outer);  // one matrix
   request.box[0] = box_inner;
   request.box[1] = box_outer;
   return request;
@@ -62,12 +64,13 @@ TensorMapRequest hopper_b_map(const HopperProductSpec& spec, int64_t n, int64_t 
 
 CUtensorMap encode_tensor_map(const TensorMapRequest& request, CUdeviceptr base) {
   CUtensorMap map;
-  const cuuint64_t dims[2] = {request.dims[0], request.dims[1]};
-  const cuuint64_t strides[1] = {request.row_bytes};
-  const cuuint32_t box[2] = {request.box[0], request.box[1]};
-  const cuuint32_t element_strides[2] = {1, 1};
+  // 3-D: matrices of the batch along the third dimension (1 for a single product).
+  const cuuint64_t dims[3] = {request.dims[0], request.dims[1], request.dims[2]};
+  const cuuint64_t strides[2] = {request.row_bytes, std::max<uint64_t>(request.matrix_bytes, 16)};
+  const cuuint32_t box[3] = {request.box[0], request.box[1], 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
   // Zeros outside the tensor (OOB fill NONE), 128-byte swizzle: what the kernel's descriptors read.
-  check(Device::get().api().cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, reinterpret_cast<void*>(base), dims, strides, box,
+  check(Device::get().api().cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, reinterpret_cast<void*>(base), dims, strides, box,
                                                    element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         "cuTensorMapEncodeTiled");

@@ -1,4 +1,4 @@
-// A 2-D TMA tensor map as cuTensorMapEncodeTiled takes it (CUDA driver API, "Tensor Map Object
+// A 3-D TMA tensor map (a batch of matrices) as cuTensorMapEncodeTiled takes it (CUDA driver API, "Tensor Map Object
 // Management"), as plain data: what the generator asks for and the executable encodes once the
 // buffers have addresses. bf16 elements, 128-byte swizzle, zeros outside the tensor.
 #pragma once
@@ -8,9 +8,10 @@
 namespace orthojit::cuda {
 
 struct TensorMapRequest {
-  uint64_t dims[2] = {0, 0};  // inner (contiguous) first, then rows
-  uint64_t row_bytes = 0;     // the row stride in bytes (a multiple of 16)
-  uint32_t box[2] = {0, 0};   // the shared-memory tile one load moves, inner first
+  uint64_t dims[3] = {0, 0, 1};  // inner (contiguous) first, then rows, then matrices
+  uint64_t row_bytes = 0;        // the row stride in bytes (a multiple of 16)
+  uint64_t matrix_bytes = 0;     // the matrix stride in bytes (a multiple of 16)
+  uint32_t box[2] = {0, 0};      // the shared-memory tile one load moves (of one matrix), inner first
   bool operator==(const TensorMapRequest&) const = default;
 };
 

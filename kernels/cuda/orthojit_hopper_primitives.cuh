@@ -15,13 +15,14 @@ struct __align__(64) TensorMap {
   u64 opaque[16];
 };
 
-// The shared-memory address (the .shared window) of a pointer into shared memory.
 // The kernel's dynamic shared memory (its start; the launch sizes it). A function rather than
 // each entry kernel's own `extern __shared__` array, so that the host emulation can supply it.
 __device__ __forceinline__ unsigned char* dynamic_shared_window() {
   extern __shared__ __align__(16) unsigned char oj_hopper_dynamic_shared[];
   return oj_hopper_dynamic_shared;
 }
+
+// The shared-memory address (the .shared window) of a pointer into shared memory.
 __device__ __forceinline__ u32 shared_address(const void* pointer) { return static_cast<u32>(__cvta_generic_to_shared(pointer)); }
 
 // ---- mbarrier (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier") ----
@@ -54,13 +55,14 @@ __device__ __forceinline__ void barrier_wait(u64* barrier, u32 parity) {
 }
 
 // ---- TMA (PTX ISA "cp.async.bulk.tensor") ----
-// The box at coordinates (inner, outer) of `map` into shared memory at `destination` (1024-byte
-// aligned for the 128-byte swizzle); its bytes complete as transactions on `barrier`. Elements
-// outside the tensor arrive as zeros (and still count as bytes).
-__device__ __forceinline__ void tma_load_2d(void* destination, const TensorMap* map, int inner, int outer, u64* barrier) {
+// The box at coordinates (inner, outer) of matrix `matrix` of `map` (3-D: a batch of matrices)
+// into shared memory at `destination` (1024-byte aligned for the 128-byte swizzle); its bytes
+// complete as transactions on `barrier`. Elements outside the matrix arrive as zeros (and still
+// count as bytes): a box never reads the next matrix of the batch.
+__device__ __forceinline__ void tma_load_3d(void* destination, const TensorMap* map, int inner, int outer, int matrix, u64* barrier) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(shared_address(destination)),
-      "l"(reinterpret_cast<u64>(map)), "r"(inner), "r"(outer), "r"(shared_address(barrier))
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(shared_address(destination)),
+      "l"(reinterpret_cast<u64>(map)), "r"(inner), "r"(outer), "r"(matrix), "r"(shared_address(barrier))
       : "memory");
 }
 

@@ -4,8 +4,8 @@
 //   D = α·A·B + β·C + γ·I      A: M x K bf16 (row-major, K-major for WGMMA), B: K x N bf16,
 //                              C, D: M x N (row strides ldc, ldd), f32 accumulation
 //
-// A CTA computes one 128 x 128 tile of D (tile_row, tile_col: the entry kernel maps its block to
-// them) with 384 threads in three warpgroups, warp-specialized as the Hopper GEMMs of CUTLASS 3,
+// A CTA computes one 128 x 128 tile of D (tile_row, tile_col of matrix `matrix` of a batch: the
+// entry kernel maps its block to them, and offsets C and D to the matrix; the tensor maps are 3-D) with 384 threads in three warpgroups, warp-specialized as the Hopper GEMMs of CUTLASS 3,
 // ThunderKittens and FlashAttention-3 are:
 //
 //   warpgroup 0, one thread (producer): per K tile of 64, waits for the stage's `empty` barrier,
@@ -68,7 +68,8 @@ __device__ __forceinline__ void store_pair(typename T::storage* at, bool both, b
 
 template <bool kBMnMajor, bool kTriangular, typename TD, typename TC>
 __device__ __forceinline__ void product_tile(const TensorMap& a_map, const TensorMap& b_map, const typename TC::storage* c, typename TD::storage* d, int m,
-                                             int n, int k, int ldc, int ldd, float alpha, float beta, float gamma, int tile_row, int tile_col) {
+                                             int n, int k, int ldc, int ldd, float alpha, float beta, float gamma, int tile_row, int tile_col,
+                                             int matrix) {
   // The stages start on a 1024-byte boundary of the shared window (the swizzle atom; TMA's and
   // wgmma's 128-byte swizzle are functions of the address bits 4-9).
   unsigned char* const window_start = dynamic_shared_window();
@@ -97,12 +98,12 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
       barrier_arrive_expect_bytes(&full[s], kStageBytes);
       unsigned char* const stage = shared + s * kStageBytes;
       const int k0 = t * static_cast<int>(kTileK);
-      tma_load_2d(stage, &a_map, k0, m0, &full[s]);
+      tma_load_3d(stage, &a_map, k0, m0, matrix, &full[s]);
       if (kBMnMajor) {
-        tma_load_2d(stage + kStageABytes, &b_map, n0, k0, &full[s]);
-        tma_load_2d(stage + kStageABytes + 64 * kSwizzleBytes, &b_map, n0 + 64, k0, &full[s]);
+        tma_load_3d(stage + kStageABytes, &b_map, n0, k0, matrix, &full[s]);
+        tma_load_3d(stage + kStageABytes + 64 * kSwizzleBytes, &b_map, n0 + 64, k0, matrix, &full[s]);
       } else {
-        tma_load_2d(stage + kStageABytes, &b_map, k0, n0, &full[s]);
+        tma_load_3d(stage + kStageABytes, &b_map, k0, n0, matrix, &full[s]);
       }
     }
     return;
