@@ -44,7 +44,7 @@ options:
   --precision P         override the storage type: bf16, f16, f32 or f64 (ref)
   --isa I               cpu: generic, avx2, avx512f, avx512bf16 or amx
   --threads T           cpu: worker threads (default: one per logical core)
-  --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small, cublas, cublaslt
+  --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', 'generated hopper' (sm_90a tile, CC 9.0), fused-small, cublas, cublaslt
   --repeat N            timed runs after one warm-up (default 7)
   --json                print one JSON object instead of the table
 

@@ -39,7 +39,7 @@ options:
   --isa I               cpu: generic, avx2, avx512f, avx512bf16 or amx (default: amx where usable,
                         else the best this CPU runs; `orthojit info` says which and why)
   --arch A              cuda: the target, sm_80, sm_90, ... (default sm_90)
-  --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small
+  --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', 'generated hopper' (sm_90a tile), fused-small
   --list-passes         list the passes in order and exit
 )";
 
@@ -74,8 +74,12 @@ int emit_cuda(const ir::Function& function, const std::string& emit, const std::
   } catch (const std::invalid_argument& error) {
     throw runtime::UsageError(error.what());
   }
+  // The sm_90a tile's wgmma and setmaxnreg exist in the arch-specific target only.
+  if (program.needs_sm90a && sm != 90)
+    throw runtime::UsageError("--variant " + variant.label() + " runs the sm_90a product tile: compile it with --arch sm_90 (compute capability 9.0 only)");
+  const std::string target = program.needs_sm90a ? "sm_90a" : arch;
   if (emit == "ptx") {
-    const cuda::NvrtcOutput ptx = cuda::compile_cuda(program.source, kernels::cuda_device_headers(), "compute_" + std::to_string(sm));
+    const cuda::NvrtcOutput ptx = cuda::compile_cuda(program.source, kernels::cuda_device_headers(), program.needs_sm90a ? "compute_90a" : "compute_" + std::to_string(sm));
     // NVRTC's PTX ends with its C-string terminator; print the text only.
     size_t length = ptx.image.size();
     while (length > 0 && ptx.image[length - 1] == '\0') --length;
@@ -84,7 +88,7 @@ int emit_cuda(const ir::Function& function, const std::string& emit, const std::
   }
   std::printf("%s", program.source.c_str());
   const auto start = std::chrono::steady_clock::now();
-  const cuda::NvrtcOutput cubin = cuda::compile_cuda(program.source, kernels::cuda_device_headers(), arch);
+  const cuda::NvrtcOutput cubin = cuda::compile_cuda(program.source, kernels::cuda_device_headers(), target);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("// ---- launch plan (%s, %zu launch%s, workspace %lld bytes) ----\n", variant.label().c_str(), program.launches.size(),
               program.launches.size() == 1 ? "" : "es",
@@ -99,11 +103,11 @@ int emit_cuda(const ir::Function& function, const std::string& emit, const std::
                 static_cast<long long>(launch.grid[1]), static_cast<long long>(launch.grid[2]), launch.block, launch.shared_bytes, launch.dynamic_shared_bytes,
                 launch.summary.c_str());
     if (found != cubin.resources.end())
-      std::printf("  [%s: %d registers, %d B spill stores, %d B spill loads]", arch.c_str(), found->second.registers, found->second.spill_store_bytes,
+      std::printf("  [%s: %d registers, %d B spill stores, %d B spill loads]", target.c_str(), found->second.registers, found->second.spill_store_bytes,
                   found->second.spill_load_bytes);
     std::printf("\n");
   }
-  std::printf("// NVRTC %s compiled it for %s in %.2f s\n", cuda::nvrtc_version().c_str(), arch.c_str(), seconds);
+  std::printf("// NVRTC %s compiled it for %s in %.2f s\n", cuda::nvrtc_version().c_str(), target.c_str(), seconds);
   return 0;
 }
 

@@ -30,7 +30,7 @@ options:
   --isa I               cpu: generic, avx2, avx512f, avx512bf16 or amx (default: amx where usable,
                         else the best this CPU runs; `orthojit info` says which and why)
   --threads T           cpu: worker threads (default: one per logical core)
-  --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', fused-small, cublas, cublaslt
+  --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', 'generated hopper' (sm_90a tile, CC 9.0), fused-small, cublas, cublaslt
   --verbose             print the strategy chosen and the time taken
 
 exit codes: 0 ok, 2 bad input or usage, 1 internal error
