@@ -98,7 +98,7 @@ std::optional<std::string> cuda_prune_reason(const CudaCandidate& candidate, con
     if (device_sm != 90) return "the sm_90a product tile runs on compute capability 9.0 only (this device: sm_" + std::to_string(device_sm) + ")";
     cuda::CodegenOptions options;
     options.hopper_products = true;
-    if (!cuda::generate_cuda(*scheduled, options).needs_sm90a) return "no product of this schedule can run on the sm_90a tile (f16, or rows TMA cannot address)";
+    if (!cuda::generate_cuda(*scheduled, options).needs_sm90a()) return "no product of this schedule can run on the sm_90a tile (f16, or rows TMA cannot address)";
   }
   if (variant.tile) {
     // A tile at least twice the product's size in both dimensions computes mostly padding, and the

@@ -97,6 +97,7 @@ class CudaTuningBackend : public TuningBackend {
 
   std::vector<Trial> candidates() override {
     shared_limit_ = cuda::Device::get().info().max_shared_per_block_optin;
+    device_sm_ = cuda::Device::get().info().sm;
     multiprocessors_ = std::max(1, cuda::Device::get().info().multiprocessors);
     // Each strategy's schedule for the full problem (or why it cannot compile), for pruning.
     for (ir::StrategyKind strategy : space_.strategies) {
@@ -160,7 +161,7 @@ class CudaTuningBackend : public TuningBackend {
     const auto schedule = schedules_.find(candidate.strategy);
     const auto error = strategy_errors_.find(candidate.strategy);
     if (auto reason = cuda_prune_reason(candidate, schedule == schedules_.end() ? nullptr : &schedule->second,
-                                        error == strategy_errors_.end() ? "" : error->second, shared_limit_, cuda::Device::get().info().sm)) {
+                                        error == strategy_errors_.end() ? "" : error->second, shared_limit_, device_sm_)) {
       trial.status = TrialStatus::Pruned;
       trial.message = *reason;
     }
@@ -176,7 +177,7 @@ class CudaTuningBackend : public TuningBackend {
   std::vector<CudaCandidate> candidates_;
   std::map<ir::StrategyKind, ir::Function> schedules_;
   std::map<ir::StrategyKind, std::string> strategy_errors_;
-  int shared_limit_ = 0, multiprocessors_ = 132;
+  int shared_limit_ = 0, multiprocessors_ = 132, device_sm_ = 90;
 };
 
 }  // namespace

@@ -409,7 +409,7 @@ int main(int argc, char** argv) {
         for (size_t index = next++; index < work.size(); index = next++) {
           try {
             const cuda::CudaProgram generated = cuda::generate_variant(work[index].function, work[index].variant, device.info().max_shared_per_block_optin);
-            cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, generated.needs_sm90a ? "sm_90a" : device.compile_target());
+            cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, generated.compile_target(device.compile_target()));
           } catch (const std::exception& error) {
             work[index].error = error.what();
           }

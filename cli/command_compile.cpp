@@ -75,11 +75,11 @@ int emit_cuda(const ir::Function& function, const std::string& emit, const std::
     throw runtime::UsageError(error.what());
   }
   // The sm_90a tile's wgmma and setmaxnreg exist in the arch-specific target only.
-  if (program.needs_sm90a && sm != 90)
+  if (program.needs_sm90a() && sm != 90)
     throw runtime::UsageError("--variant " + variant.label() + " runs the sm_90a product tile: compile it with --arch sm_90 (compute capability 9.0 only)");
-  const std::string target = program.needs_sm90a ? "sm_90a" : arch;
+  const std::string target = program.compile_target(arch);
   if (emit == "ptx") {
-    const cuda::NvrtcOutput ptx = cuda::compile_cuda(program.source, kernels::cuda_device_headers(), program.needs_sm90a ? "compute_90a" : "compute_" + std::to_string(sm));
+    const cuda::NvrtcOutput ptx = cuda::compile_cuda(program.source, kernels::cuda_device_headers(), program.needs_sm90a() ? "compute_90a" : "compute_" + std::to_string(sm));
     // NVRTC's PTX ends with its C-string terminator; print the text only.
     size_t length = ptx.image.size();
     while (length > 0 && ptx.image[length - 1] == '\0') --length;

@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
         });
         if (c.variant.kind != cuda::CudaVariant::Kind::Cublas && c.variant.kind != cuda::CudaVariant::Kind::Cublaslt) {
           const cuda::CudaProgram generated = cuda::generate_variant(functions[index], c.variant, shared_limit);
-          cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, generated.needs_sm90a ? "sm_90a" : target);
+          cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, generated.compile_target(target));
         }
       } catch (const std::exception& error) {
         outcomes[index].message = std::string("host phase: ") + error.what();

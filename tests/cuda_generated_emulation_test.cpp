@@ -586,10 +586,10 @@ TEST(CudaGeneratedEmulation, HopperTileProductsMatchTheReference) {
     int tile_launches = 0, products = 0, triangular_tiles = 0;
     for (const Launch& launch : c.program.launches) {
       products += launch.product >= 0;
-      tile_launches += launch.hopper_tile;
-      triangular_tiles += launch.hopper_tile && launch.triangular;
+      tile_launches += launch.hopper_tile();
+      triangular_tiles += launch.hopper_tile() && launch.triangular;
     }
-    EXPECT_TRUE(c.program.needs_sm90a) << c.name;
+    EXPECT_TRUE(c.program.needs_sm90a()) << c.name;
     EXPECT_EQ(tile_launches, products) << c.name << ": every product of this program can run on the tile";
     EXPECT_GT(triangular_tiles, 0) << c.name;
   }

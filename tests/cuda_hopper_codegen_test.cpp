@@ -53,13 +53,13 @@ TEST(HopperCodegen, StandardStepsSendEveryProductToTheTileWithTheirTensorMaps) {
   // c·A·A + b·A (1024², k 1024, triangular, C = A), B·X + a·X (1024 x 4096, k 1024, B = X MN-major).
   const ir::Function function = schedule("jordan_ns5", 1024, 4096, 1, ir::StrategyKind::Standard, ScalarType::BF16);
   const CudaProgram program = hopper_program(function);
-  EXPECT_TRUE(program.needs_sm90a);
+  EXPECT_TRUE(program.needs_sm90a());
   const std::vector<const Launch*> launches = products(program);
   ASSERT_EQ(launches.size(), 15u);
   for (size_t p = 0; p < launches.size(); ++p) {
     const Launch& launch = *launches[p];
     SCOPED_TRACE(launch.summary);
-    ASSERT_TRUE(launch.hopper_tile);
+    ASSERT_TRUE(launch.hopper_tile());
     EXPECT_EQ(launch.block, 384);
     EXPECT_GT(launch.dynamic_shared_bytes, 128 * 1024);
     ASSERT_EQ(launch.tensor_maps.size(), 2u);
@@ -110,23 +110,23 @@ TEST(HopperCodegen, StandardStepsSendEveryProductToTheTileWithTheirTensorMaps) {
   }
   // Without the option nothing changes: the mma.sync kernels, sm_90 code.
   const CudaProgram plain = generate_cuda(function);
-  EXPECT_FALSE(plain.needs_sm90a);
-  for (const Launch* launch : products(plain)) EXPECT_FALSE(launch->hopper_tile);
+  EXPECT_FALSE(plain.needs_sm90a());
+  for (const Launch* launch : products(plain)) EXPECT_FALSE(launch->hopper_tile());
 }
 
 TEST(HopperCodegen, ProductsTheTileCannotReadStayOnTheMmaSyncKernels) {
   // f16 storage: no product on the tile.
   {
     const CudaProgram program = hopper_program(schedule("jordan_ns5", 256, 512, 1, ir::StrategyKind::Standard, ScalarType::F16));
-    EXPECT_FALSE(program.needs_sm90a);
-    for (const Launch* launch : products(program)) EXPECT_FALSE(launch->hopper_tile);
+    EXPECT_FALSE(program.needs_sm90a());
+    for (const Launch* launch : products(program)) EXPECT_FALSE(launch->hopper_tile());
   }
   // A batch (32 heads of 128 x 512) is grid.z and the maps' third dimension, strided by the buffers.
   {
     const CudaProgram program = hopper_program(schedule("jordan_ns5", 128, 512, 32, ir::StrategyKind::Standard, ScalarType::BF16));
     ASSERT_EQ(products(program).size(), 15u);
     for (const Launch* launch : products(program)) {
-      ASSERT_TRUE(launch->hopper_tile) << launch->summary;
+      ASSERT_TRUE(launch->hopper_tile()) << launch->summary;
       EXPECT_EQ(launch->grid[2], 32);
       for (const auto& map : launch->tensor_maps) {
         EXPECT_EQ(map.request.dims[2], 32u);
@@ -139,7 +139,7 @@ TEST(HopperCodegen, ProductsTheTileCannotReadStayOnTheMmaSyncKernels) {
   {
     const CudaProgram program = hopper_program(schedule("jordan_ns5", 256, 300, 1, ir::StrategyKind::Standard, ScalarType::BF16));
     int on_tile = 0, off_tile = 0;
-    for (const Launch* launch : products(program)) (launch->hopper_tile ? on_tile : off_tile)++;
+    for (const Launch* launch : products(program)) (launch->hopper_tile() ? on_tile : off_tile)++;
     EXPECT_EQ(on_tile, 5) << "the A·A products (256 x 256, k 256)";
     EXPECT_EQ(off_tile, 10);
   }
@@ -182,7 +182,7 @@ TEST(HopperCodegen, WholeProgramCompilesForSm90aAndTheTileKernelsHaveHgmmaWithou
     const NvrtcOutput compiled = compile_cuda(program.source, kernels::cuda_device_headers(), "sm_90a");
     int tile_kernels = 0;
     for (const Launch& launch : program.launches) {
-      if (!launch.hopper_tile) continue;
+      if (!launch.hopper_tile()) continue;
       ++tile_kernels;
       const auto found = compiled.resources.find(launch.kernel);
       ASSERT_NE(found, compiled.resources.end()) << launch.kernel;
@@ -195,7 +195,7 @@ TEST(HopperCodegen, WholeProgramCompilesForSm90aAndTheTileKernelsHaveHgmmaWithou
     if (folder.empty()) continue;  // the SASS half needs cuobjdump (scripts/install-deps.sh)
     const auto sass = sass_by_function(folder, compiled);
     for (const Launch& launch : program.launches) {
-      if (!launch.hopper_tile) continue;
+      if (!launch.hopper_tile()) continue;
       const auto code = sass.find(launch.kernel);
       ASSERT_NE(code, sass.end()) << launch.kernel;
       EXPECT_NE(code->second.find("HGMMA.64x128x16.F32.BF16"), std::string::npos) << launch.kernel;
@@ -214,8 +214,8 @@ TEST(HopperCodegen, VariantLabelsRoundTrip) {
   EXPECT_FALSE(CudaVariant::parse("generated").hopper);
   EXPECT_THROW(CudaVariant::parse("generated hopperx"), std::invalid_argument);
   const ir::Function function = schedule("jordan_ns5", 512, 1024, 1, ir::StrategyKind::Standard, ScalarType::BF16);
-  EXPECT_TRUE(generate_variant(function, CudaVariant::parse("generated hopper")).needs_sm90a);
-  EXPECT_FALSE(generate_variant(function, CudaVariant::parse("generated")).needs_sm90a);
+  EXPECT_TRUE(generate_variant(function, CudaVariant::parse("generated hopper")).needs_sm90a());
+  EXPECT_FALSE(generate_variant(function, CudaVariant::parse("generated")).needs_sm90a());
 }
 
 }  // namespace

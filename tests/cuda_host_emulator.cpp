@@ -126,9 +126,12 @@ HostEmulator::HostEmulator(CudaProgram program, std::filesystem::path directory)
   library_ = dlopen((directory_ / "kernels.so").c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!library_) throw std::runtime_error(std::string("host emulation: dlopen: ") + dlerror());
   if (hopper) {
-    tensor_map_size_ = dlsym(library_, "oj_emu_tensor_map_size");
-    tensor_map_fill_ = dlsym(library_, "oj_emu_tensor_map");
-    if (!tensor_map_size_ || !tensor_map_fill_) throw std::runtime_error("host emulation: no tensor map functions in the library");
+    void* size = dlsym(library_, "oj_emu_tensor_map_size");
+    void* fill = dlsym(library_, "oj_emu_tensor_map");
+    if (!size || !fill) throw std::runtime_error("host emulation: no tensor map functions in the library");
+    std::memcpy(&tensor_map_size_, &size, sizeof size);  // dlsym's object pointers to the functions they name
+    std::memcpy(&tensor_map_fill_, &fill, sizeof fill);
+    if (tensor_map_size_() > sizeof(TensorMapStorage)) throw std::runtime_error("host emulation: the emulated tensor map is larger than 128 bytes");
   }
   for (const Launch& launch : program_.launches) {
     void* symbol = dlsym(library_, ("oj_emu_launch_" + launch.kernel).c_str());
@@ -183,16 +186,8 @@ HostEmulator::Result HostEmulator::run(const std::vector<float>& input, const Ho
     std::vector<std::unique_ptr<TensorMapStorage>> maps;
     for (const Launch::TensorMapArg& map : launch.tensor_maps) {
       if (!tensor_map_fill_) throw std::runtime_error("host emulation: " + launch.kernel + " takes tensor maps, but the source has no sm_90a tile");
-      using Size = unsigned (*)();
-      using Fill = void (*)(void*, const void*, unsigned long long, unsigned long long, unsigned long long, unsigned long long, unsigned long long, unsigned,
-                            unsigned);
-      Size size = nullptr;
-      Fill fill = nullptr;
-      std::memcpy(&size, &tensor_map_size_, sizeof size);
-      std::memcpy(&fill, &tensor_map_fill_, sizeof fill);
-      if (size() > sizeof(TensorMapStorage)) throw std::runtime_error("host emulation: the emulated tensor map is larger than 128 bytes");
       maps.push_back(std::make_unique<TensorMapStorage>());
-      fill(maps.back()->bytes, address(map.slot), map.request.dims[0], map.request.dims[1], map.request.dims[2], map.request.row_bytes, map.request.matrix_bytes,
+      tensor_map_fill_(maps.back()->bytes, address(map.slot), map.request.dims[0], map.request.dims[1], map.request.dims[2], map.request.row_bytes, map.request.matrix_bytes,
            map.request.box[0], map.request.box[1]);
       args.push_back(maps.back()->bytes);
     }

@@ -74,9 +74,11 @@ class HostEmulator {
   std::vector<void*> trampolines_;  // per launch
   std::unique_ptr<Memory> memory_;
   std::vector<uint64_t> step_words_;
-  // The library's tensor map functions (programs with sm_90a products).
-  void* tensor_map_size_ = nullptr;
-  void* tensor_map_fill_ = nullptr;
+  // The library's tensor map functions (programs with sm_90a products): the emulated map's size,
+  // and filling one at `storage` (base, inner, rows, matrices, row bytes, matrix bytes, box).
+  unsigned (*tensor_map_size_)() = nullptr;
+  void (*tensor_map_fill_)(void*, const void*, unsigned long long, unsigned long long, unsigned long long, unsigned long long, unsigned long long, unsigned,
+                           unsigned) = nullptr;
   struct alignas(64) TensorMapStorage {
     unsigned char bytes[128];
   };

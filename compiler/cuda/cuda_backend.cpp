@@ -266,7 +266,7 @@ std::unique_ptr<CudaRunner> build_cuda_runner(const dsl::Program& program, const
   CudaProgram generated = generate_variant(scheduled, variant, shared_limit, std::max(1, device.info().multiprocessors));
   ProgramCache& programs = cache ? *cache : ProgramCache::process_default();
   // wgmma and setmaxnreg exist in the arch-specific target only.
-  const std::string target = generated.needs_sm90a ? "sm_90a" : device.compile_target();
+  const std::string target = generated.compile_target(device.compile_target());
   ProgramCache::Result compiled = programs.get_or_compile(generated.source, device_headers, target);
   const std::string description = variant.label() + ", " + std::to_string(generated.launches.size()) + " launch" +
                                   (generated.launches.size() == 1 ? "" : "es") + ", " + target + (target.rfind("sm_", 0) == 0 ? " cubin" : " PTX") +

@@ -364,7 +364,6 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
             launch.summary = "gemm %" + std::to_string(index) + " " + launch.summary;
             launch.product = product_index;
             program.launches.push_back(launch);
-            program.needs_sm90a = true;
             break;
           }
         }

@@ -74,12 +74,12 @@ struct Launch {
   // A product on the sm_90a tile (hopper_codegen.h): its kernel takes these TMA tensor maps, as
   // __grid_constant__ parameters before `args`; the executable encodes them over the slots'
   // addresses once the workspace exists (so they point into planned buffers only).
-  bool hopper_tile = false;
   struct TensorMapArg {
     Slot slot;
     TensorMapRequest request;
   };
   std::vector<TensorMapArg> tensor_maps{};
+  bool hopper_tile() const { return !tensor_maps.empty(); }  // only the sm_90a tile reads through tensor maps
 };
 
 struct CudaProgram {
@@ -90,7 +90,14 @@ struct CudaProgram {
   int64_t batch = 1, input_elements = 0, output_elements = 0;  // elements per matrix
   bool muon_step = false;  // a Muon step: no input or output; the StepArgs block instead
   int64_t step_args_bytes = 0;
-  bool needs_sm90a = false;  // a launch runs the sm_90a tile: compile for sm_90a (wgmma, setmaxnreg), run on CC 9.0 only
+  // A launch runs the sm_90a tile: compile for sm_90a (wgmma, setmaxnreg), run on CC 9.0 only.
+  bool needs_sm90a() const {
+    for (const Launch& launch : launches)
+      if (launch.hopper_tile()) return true;
+    return false;
+  }
+  // The NVRTC target of this program on a device whose own target is `device_target`.
+  std::string compile_target(const std::string& device_target) const { return needs_sm90a() ? "sm_90a" : device_target; }
 };
 
 struct CodegenOptions {

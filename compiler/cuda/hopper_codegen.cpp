@@ -90,7 +90,6 @@ Launch emit_hopper_product(std::ostream& source, const HopperProductRequest& pro
     throw std::invalid_argument(product.kernel + ": " + std::to_string(tiles_m) + " x " + std::to_string(tiles_n) + " tiles exceed the grid limits");
   launch.block = static_cast<int>(h::kThreads);
   launch.dynamic_shared_bytes = static_cast<int>(h::kDynamicSharedBytes);
-  launch.hopper_tile = true;
   auto batched = [&](TensorMapRequest request, const View& view) {
     request.dims[2] = static_cast<uint64_t>(product.batch);
     request.matrix_bytes = static_cast<uint64_t>(view.matrix_stride) * 2;
