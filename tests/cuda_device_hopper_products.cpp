@@ -4,7 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <random>
+#include <string>
 
 #include "cuda/cuda_driver.h"
 #include "cuda/hopper_product.h"
@@ -20,23 +23,26 @@ struct ProductCase {
 };
 
 HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, std::mt19937& random) {
-  const cuda::HopperProductSpec spec{c.b_mn_major, c.b_mn_major ? ScalarType::F32 : ScalarType::BF16};
+  const cuda::HopperProductSpec spec{c.b_mn_major, c.b_mn_major ? ScalarType::F32 : ScalarType::BF16, c.beta != 0};
   HopperOutcome outcome;
   outcome.name = "hopper product " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " " + spec.kernel_name();
   std::normal_distribution<float> gaussian;
-  std::vector<uint16_t> a(static_cast<size_t>(c.m * c.k)), b(static_cast<size_t>(c.k * c.n)), cm(static_cast<size_t>(c.m * c.n));
+  // C's and D's rows 16-byte aligned (TMA), D's with at least 8 poisoned columns each.
+  const int64_t element = c.b_mn_major ? 4 : 2, ldc = (c.n + 7) / 8 * 8, ldd = ldc + 8;
+  std::vector<uint16_t> a(static_cast<size_t>(c.m * c.k)), b(static_cast<size_t>(c.k * c.n)), cm(static_cast<size_t>(c.m * ldc));
   for (auto* v : {&a, &b, &cm})
     for (auto& x : *v) x = bf16_bits_of(gaussian(random));
-  const int64_t element = c.b_mn_major ? 4 : 2, ldd = c.n + 8;  // 8 poisoned columns per row
-  static const cuda::HopperProduct kernel_k({false, ScalarType::BF16}, headers), kernel_mn({true, ScalarType::F32}, headers);
-  const cuda::HopperProduct& kernel = c.b_mn_major ? kernel_mn : kernel_k;
-  cuda::DeviceBuffer da(c.m * c.k * 2), db(c.k * c.n * 2), dc(c.m * c.n * 2), dd(c.m * ldd * element);
+  static std::map<std::string, std::unique_ptr<cuda::HopperProduct>> kernels;
+  auto& kernel_slot = kernels[spec.kernel_name()];
+  if (!kernel_slot) kernel_slot = std::make_unique<cuda::HopperProduct>(spec, headers);
+  const cuda::HopperProduct& kernel = *kernel_slot;
+  cuda::DeviceBuffer da(c.m * c.k * 2), db(c.k * c.n * 2), dc(c.m * ldc * 2), dd(c.m * ldd * element);
   da.upload(a.data(), da.bytes());
   db.upload(b.data(), db.bytes());
   dc.upload(cm.data(), dc.bytes());
   const auto& api = cuda::Device::get().api();
   cuda::check(api.cuMemsetD8Async(dd.get(), 0xff, static_cast<size_t>(dd.bytes()), nullptr), "poisoning D");
-  kernel.run(da.get(), db.get(), c.beta != 0 ? dc.get() : 0, dd.get(), c.m, c.n, c.k, c.n, ldd, c.alpha, c.beta, c.gamma, nullptr);
+  kernel.run(da.get(), db.get(), spec.has_c ? dc.get() : 0, dd.get(), c.m, c.n, c.k, ldc, ldd, c.alpha, c.beta, c.gamma, nullptr);
   cuda::check(api.cuCtxSynchronize(), outcome.name);
   std::vector<unsigned char> d(static_cast<size_t>(dd.bytes()));
   dd.download(d.data(), dd.bytes());
@@ -68,7 +74,7 @@ HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, 
         exact += product;
         magnitude += std::fabs(product);
       }
-      const double cij = bf16_value(cm[static_cast<size_t>(i * c.n + j)]);
+      const double cij = bf16_value(cm[static_cast<size_t>(i * ldc + j)]);
       const double reference = c.alpha * exact + c.beta * cij + (i == j ? c.gamma : 0.0);
       // f32 accumulation of k products in an order of the hardware's (4k·2⁻²⁴·Σ|ab|, twice the
       // sequential bound), the epilogue, and D's rounding (half an ulp of bf16 or f32).
@@ -89,7 +95,7 @@ HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, 
 
 std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, const cuda::NamedSources& headers, std::string& skipped_reason) {
   std::vector<HopperOutcome> outcomes;
-  const cuda::HopperProductSpec specs[] = {{false, ScalarType::BF16}, {true, ScalarType::F32}};
+  const cuda::HopperProductSpec specs[] = {{false, ScalarType::BF16, false}, {false, ScalarType::BF16, true}, {true, ScalarType::F32, true}};
   if (host_only) {
     for (const auto& spec : specs) {
       HopperOutcome outcome;

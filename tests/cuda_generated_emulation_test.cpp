@@ -285,10 +285,11 @@ void check(const Case& c, HostEmulator& emulator) {
     const Launch& launch = program.launches[index];
     if (launch.kernel.ends_with("_partial") || launch.kernel.ends_with("_max")) return;  // a normalize's reductions
     expected = expected_values(emulator, function, views, launch);
-    const Slot& destination = launch.args.back();
+    const Slot& destination = launch.destination();
     if (destination.kind != Slot::Kind::Buffer || destination.buffer < 0) return;
-    for (size_t k = 0; k + 1 < launch.args.size(); ++k)
-      if (launch.args[k].kind == Slot::Kind::Buffer && launch.args[k].buffer == destination.buffer) return;  // reads what it writes
+    const std::vector<Slot> operands = launch.operands();
+    for (const Slot& operand : operands)
+      if (&operand != &operands.back() && operand.kind == Slot::Kind::Buffer && operand.buffer == destination.buffer) return;  // reads what it writes
     std::memset(emulator.address(destination), 0xff, static_cast<size_t>(program.buffer_bytes[static_cast<size_t>(destination.buffer)]));
   };
   auto after = [&](size_t index) {
@@ -514,7 +515,7 @@ TEST(CudaGeneratedEmulation, VectorEpilogueIsTheScalarOneBitForBit) {
       const CudaProgram& program = emulator.program();
       auto after = [&](size_t index) {
         const Launch& launch = program.launches[index];
-        const Slot& destination = launch.args.back();
+        const Slot& destination = launch.destination();
         if (launch.kernel.rfind("gemm_", 0) != 0 || destination.kind != Slot::Kind::Buffer || destination.buffer < 0) return;
         const auto* bytes = static_cast<const unsigned char*>(emulator.address(destination));
         written[run].emplace_back(bytes, bytes + program.buffer_bytes[static_cast<size_t>(destination.buffer)]);

@@ -62,12 +62,22 @@ TEST(HopperCodegen, StandardStepsSendEveryProductToTheTileWithTheirTensorMaps) {
     ASSERT_TRUE(launch.hopper_tile());
     EXPECT_EQ(launch.block, 384);
     EXPECT_GT(launch.dynamic_shared_bytes, 128 * 1024);
-    ASSERT_EQ(launch.tensor_maps.size(), 2u);
-    ASSERT_EQ(launch.args.size(), 2u);  // C (or none), D
+    EXPECT_LE(launch.dynamic_shared_bytes, 227 * 1024);
+    EXPECT_TRUE(launch.persistent);
+    EXPECT_EQ(launch.grid[1], 1);
+    EXPECT_EQ(launch.grid[2], 1);
+    const bool has_c = p % 3 != 0;
+    ASSERT_EQ(launch.tensor_maps.size(), has_c ? 4u : 3u);  // A, B, C (when there is one), D
+    EXPECT_TRUE(launch.args.empty()) << "every operand goes through a tensor map";
+    const Launch::TensorMapArg& d = launch.tensor_maps.back();
+    EXPECT_EQ(d.request.dims[0], static_cast<uint64_t>(launch.n));
+    EXPECT_EQ(d.request.dims[1], static_cast<uint64_t>(launch.m));
+    EXPECT_EQ(d.request.box[1], 128u);
     for (const auto& map : launch.tensor_maps) {
       EXPECT_EQ(map.slot.kind, Slot::Kind::Buffer);
       EXPECT_GE(map.slot.buffer, 0);
       EXPECT_EQ(map.request.row_bytes % 16, 0u);
+      EXPECT_EQ(map.request.element_bytes, 2u);  // bf16 everywhere in a bf16 program
       EXPECT_EQ(map.request.box[0], 64u);  // 128 bytes: one swizzled row
       EXPECT_EQ(map.request.dims[2], 1u);  // one matrix
       // The matrix stride is the planned buffer's (at least one matrix; 16-byte aligned).
@@ -80,32 +90,35 @@ TEST(HopperCodegen, StandardStepsSendEveryProductToTheTileWithTheirTensorMaps) {
     switch (p % 3) {
       case 0:  // X·Xᵀ: A = X (1024 rows of 4096), B = Xᵀ stored as X (1024 rows of 4096), the same buffer
         EXPECT_TRUE(launch.triangular);
-        EXPECT_EQ(launch.grid[0], 8 * 9 / 2);
+        EXPECT_EQ(launch.grid[0], 8 * 9 / 2);  // work items: the upper tiles
         EXPECT_EQ(a, (Plane{4096, 1024, 8192, 64, 128}));
         EXPECT_EQ(b, (Plane{4096, 1024, 8192, 64, 128}));
         EXPECT_EQ(launch.tensor_maps[0].slot.buffer, launch.tensor_maps[1].slot.buffer);
-        EXPECT_EQ(launch.args[0].buffer, -1) << "no C";
+        EXPECT_EQ(plane(d.request), (Plane{1024, 1024, 2048, 64, 128}));
         break;
       case 1:  // A·A with C = A: both maps over A (1024 rows of 1024)
         EXPECT_TRUE(launch.triangular);
         EXPECT_EQ(launch.grid[0], 36);
         EXPECT_EQ(a, (Plane{1024, 1024, 2048, 64, 128}));
         EXPECT_EQ(launch.tensor_maps[0].slot.buffer, launch.tensor_maps[1].slot.buffer);
-        EXPECT_EQ(launch.args[0].buffer, launch.tensor_maps[0].slot.buffer) << "C is A";
+        EXPECT_EQ(launch.tensor_maps[2].slot.buffer, launch.tensor_maps[0].slot.buffer) << "C is A";
+        EXPECT_EQ(plane(launch.tensor_maps[2].request), (Plane{1024, 1024, 2048, 64, 128}));
         EXPECT_EQ(std::get<4>(b), 64u);
         break;
       case 2:  // B·X: A = B (1024 x 1024), B = X MN-major (1024 rows of 4096 in 64 x 64 boxes), C = X
         EXPECT_FALSE(launch.triangular);
-        EXPECT_EQ(launch.grid[0], 32);
-        EXPECT_EQ(launch.grid[1], 8);
+        EXPECT_EQ(launch.grid[0], 32 * 8);
+        EXPECT_EQ(launch.ctas(132), 132) << "one wave of persistent CTAs";
+        EXPECT_EQ(launch.ctas(0), 32 * 8) << "no device count: one CTA per item";
         EXPECT_EQ(a, (Plane{1024, 1024, 2048, 64, 128}));
         EXPECT_EQ(b, (Plane{4096, 1024, 8192, 64, 64}));
-        EXPECT_EQ(launch.args[0].buffer, launch.tensor_maps[1].slot.buffer) << "C is X";
+        EXPECT_EQ(launch.tensor_maps[2].slot.buffer, launch.tensor_maps[1].slot.buffer) << "C is X";
+        EXPECT_EQ(plane(d.request), (Plane{4096, 1024, 8192, 64, 128}));
         break;
     }
     // The maps of this step read what the step's earlier launches wrote.
     if (p % 3 != 0) {
-      EXPECT_EQ(launch.tensor_maps[0].slot.buffer, launches[p - 1]->args[1].buffer);
+      EXPECT_EQ(launch.tensor_maps[0].slot.buffer, launches[p - 1]->tensor_maps.back().slot.buffer);
     }
   }
   // Without the option nothing changes: the mma.sync kernels, sm_90 code.
@@ -121,13 +134,14 @@ TEST(HopperCodegen, ProductsTheTileCannotReadStayOnTheMmaSyncKernels) {
     EXPECT_FALSE(program.needs_sm90a());
     for (const Launch* launch : products(program)) EXPECT_FALSE(launch->hopper_tile());
   }
-  // A batch (32 heads of 128 x 512) is grid.z and the maps' third dimension, strided by the buffers.
+  // A batch (32 heads of 128 x 512) is the work items' outer index and the maps' third dimension,
+  // strided by the buffers.
   {
     const CudaProgram program = hopper_program(schedule("jordan_ns5", 128, 512, 32, ir::StrategyKind::Standard, ScalarType::BF16));
     ASSERT_EQ(products(program).size(), 15u);
     for (const Launch* launch : products(program)) {
       ASSERT_TRUE(launch->hopper_tile()) << launch->summary;
-      EXPECT_EQ(launch->grid[2], 32);
+      EXPECT_EQ(launch->grid[0], 32 * (launch->triangular ? 1 : 4)) << "32 matrices of 1 upper tile (128²) or 1 x 4 tiles (128 x 512)";
       for (const auto& map : launch->tensor_maps) {
         EXPECT_EQ(map.request.dims[2], 32u);
         EXPECT_EQ(map.request.matrix_bytes * 32, static_cast<uint64_t>(program.buffer_bytes[static_cast<size_t>(map.slot.buffer)]));
@@ -168,6 +182,11 @@ TEST(HopperCodegen, ProductsTheTileCannotReadStayOnTheMmaSyncKernels) {
   EXPECT_NE(reason([](auto& r) { r.b.type = ScalarType::F16; }).find("bf16"), std::string::npos);
   EXPECT_NE(reason([](auto& r) { r.d.type = ScalarType::F16; }).find("D is stored"), std::string::npos);
   EXPECT_NE(reason([](auto& r) { r.has_c = true, r.c = r.d, r.c.type = ScalarType::F32; }).find("C is not"), std::string::npos);
+  EXPECT_EQ(reason([](auto& r) { r.has_c = true, r.c = r.d; }), "");
+  EXPECT_NE(reason([](auto& r) { r.has_c = true, r.c = r.d, r.c.row_stride = 260; }).find("C's rows are 260 elements apart"), std::string::npos);
+  EXPECT_NE(reason([](auto& r) { r.d.row_stride = 260; }).find("D's rows are 260 elements apart"), std::string::npos);
+  EXPECT_EQ(reason([](auto& r) { r.d.type = ScalarType::F32, r.d.row_stride = 260; }), "") << "260 f32: 1040-byte rows";
+  EXPECT_NE(reason([](auto& r) { r.d.slot = {Slot::Kind::Output, -1}; }).find("D is not a planned buffer"), std::string::npos);
   EXPECT_NE(reason([](auto& r) { r.triangular = true, r.n = 128; }).find("not square"), std::string::npos);
   HopperProductRequest bad = good;
   bad.batch = 70000;
@@ -200,6 +219,7 @@ TEST(HopperCodegen, WholeProgramCompilesForSm90aAndTheTileKernelsHaveHgmmaWithou
       ASSERT_NE(code, sass.end()) << launch.kernel;
       EXPECT_NE(code->second.find("HGMMA.64x128x16.F32.BF16"), std::string::npos) << launch.kernel;
       EXPECT_NE(code->second.find("UTMALDG.3D"), std::string::npos) << launch.kernel;
+      EXPECT_NE(code->second.find("UTMASTG.3D"), std::string::npos) << launch.kernel;
       EXPECT_EQ(code->second.find("LDL"), std::string::npos) << launch.kernel;
     }
   }

@@ -97,10 +97,11 @@ HostEmulator::HostEmulator(CudaProgram program, std::filesystem::path directory)
     trampolines << "extern \"C\" __attribute__((visibility(\"default\"))) unsigned oj_emu_tensor_map_size() { return sizeof(oj::hopper::TensorMap); }\n"
                 << "extern \"C\" __attribute__((visibility(\"default\"))) void oj_emu_tensor_map(void* storage, const void* base, unsigned long long inner,\n"
                 << "    unsigned long long outer, unsigned long long matrices, unsigned long long row_bytes, unsigned long long matrix_bytes,\n"
-                << "    unsigned box_inner, unsigned box_outer) {\n"
+                << "    unsigned box_inner, unsigned box_outer, unsigned element_bytes) {\n"
                 << "  auto* map = new (storage) oj::hopper::TensorMap;\n"
-                << "  map->base = static_cast<const unsigned short*>(base);\n  map->inner = inner;\n  map->outer = outer;\n"
-                << "  map->row_elements = row_bytes / 2;\n  map->matrices = matrices;\n  map->matrix_elements = matrix_bytes / 2;\n"
+                << "  map->base = static_cast<unsigned char*>(const_cast<void*>(base));\n  map->element_bytes = element_bytes;\n"
+                << "  map->inner = inner;\n  map->outer = outer;\n"
+                << "  map->row_elements = row_bytes / element_bytes;\n  map->matrices = matrices;\n  map->matrix_elements = matrix_bytes / element_bytes;\n"
                 << "  map->box_inner = box_inner;\n  map->box_outer = box_outer;\n}\n\n";
   std::set<std::string> kernels;
   for (const Launch& launch : program_.launches)
@@ -188,11 +189,14 @@ HostEmulator::Result HostEmulator::run(const std::vector<float>& input, const Ho
       if (!tensor_map_fill_) throw std::runtime_error("host emulation: " + launch.kernel + " takes tensor maps, but the source has no sm_90a tile");
       maps.push_back(std::make_unique<TensorMapStorage>());
       tensor_map_fill_(maps.back()->bytes, address(map.slot), map.request.dims[0], map.request.dims[1], map.request.dims[2], map.request.row_bytes, map.request.matrix_bytes,
-           map.request.box[0], map.request.box[1]);
+           map.request.box[0], map.request.box[1], map.request.element_bytes);
       args.push_back(maps.back()->bytes);
     }
     for (const Slot& slot : launch.args) args.push_back(address(slot));
-    const unsigned grid[3] = {static_cast<unsigned>(launch.grid[0]), static_cast<unsigned>(launch.grid[1]), static_cast<unsigned>(launch.grid[2])};
+    // A persistent kernel runs as kEmulatedMultiprocessors CTAs (fewer than its work items, so each
+    // CTA carries its pipeline's phases from one item into the next, as on a device).
+    const unsigned grid[3] = {static_cast<unsigned>(launch.ctas(kEmulatedMultiprocessors)), static_cast<unsigned>(launch.grid[1]),
+                              static_cast<unsigned>(launch.grid[2])};
     Trampoline trampoline = nullptr;
     static_assert(sizeof trampoline == sizeof trampolines_[index]);
     std::memcpy(&trampoline, &trampolines_[index], sizeof trampoline);  // dlsym's object pointer to the function it names

@@ -38,6 +38,10 @@ namespace orthojit::cuda::emulation {
 // Whether a host C++ compiler (`c++`) is at hand.
 bool host_compiler_available();
 
+// The SMs a persistent kernel (Launch::persistent) is given in the emulation: few, so that CTAs
+// run several work items each.
+constexpr int kEmulatedMultiprocessors = 3;
+
 class HostEmulator {
  public:
   // Writes the source, the emulation header and the trampolines into `directory` (created),
@@ -78,7 +82,7 @@ class HostEmulator {
   // and filling one at `storage` (base, inner, rows, matrices, row bytes, matrix bytes, box).
   unsigned (*tensor_map_size_)() = nullptr;
   void (*tensor_map_fill_)(void*, const void*, unsigned long long, unsigned long long, unsigned long long, unsigned long long, unsigned long long, unsigned,
-                           unsigned) = nullptr;
+                           unsigned, unsigned) = nullptr;
   struct alignas(64) TensorMapStorage {
     unsigned char bytes[128];
   };

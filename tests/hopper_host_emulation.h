@@ -13,10 +13,14 @@
 //     the phase bit differs from P. An arrival on a barrier with none pending, more bytes
 //     completed than expected, and a wait that lasts 20 s (a phase bug: the real kernel would
 //     hang) abort with a message.
-//   * TMA (cp.async.bulk.tensor.3d, tile mode): the box at (inner, outer) of one matrix of the
-//     emulated tensor map (16-byte aligned base and rows, as cuTensorMapEncodeTiled demands), zeros outside the tensor, written with the 128-byte swizzle of the destination's shared
+//   * TMA loads (cp.async.bulk.tensor.3d, tile mode): the box at (inner, outer) of one matrix of
+//     the emulated tensor map (16-byte aligned base and rows, as cuTensorMapEncodeTiled demands),
+//     zeros outside the tensor, written with the 128-byte swizzle of the destination's shared
 //     addresses (which must be 1024-byte aligned; rows of exactly 128 bytes), then its bytes
-//     completed on the barrier.
+//     completed on the barrier. TMA stores: the box read through the same swizzle, written inside
+//     the tensor only; their bulk groups check at wait_group(.read) that the shared tile did not
+//     change after the store was issued (the two races of an epilogue through shared memory).
+//   * bar.sync 1 (the consumers' named barrier): a std::barrier of the 256 consumer threads.
 //   * wgmma: asynchronous and collective as on the device. mma_async only records the operation;
 //     commit_group closes a group; wait_group N completes the oldest groups until N remain, and
 //     only then are shared memory read and the accumulators written, for the whole warpgroup at
@@ -29,6 +33,7 @@
 #pragma once
 
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -66,10 +71,11 @@ inline float2 make_float2(float x, float y) { return float2(x, y); }
 
 namespace oj::hopper {
 
-// What cuTensorMapEncodeTiled encodes, as plain fields: a 3-D tensor of 16-bit elements (a batch
-// of matrices).
+// What cuTensorMapEncodeTiled encodes, as plain fields: a 3-D tensor of 2- or 4-byte elements (a
+// batch of matrices).
 struct alignas(64) TensorMap {
-  const unsigned short* base = nullptr;
+  unsigned char* base = nullptr;
+  u32 element_bytes = 2;
   u64 inner = 0, outer = 0;        // elements along the contiguous dimension, rows
   u64 row_elements = 0;            // the row stride in elements
   u64 matrices = 1, matrix_elements = 0;  // the batch and its stride in elements
@@ -139,24 +145,98 @@ inline void barrier_wait(u64* barrier, u32 parity) {
 }
 
 // ---- TMA ----
+// The checks cuTensorMapEncodeTiled and the instruction make, for a box at shared `address`.
+inline void check_box(const TensorMap* map, u32 address, int matrix) {
+  if (map->swizzle != Swizzle::Bytes128) emulation_failure("only the 128-byte swizzle is modelled");
+  if (address % kSwizzleAtomBytes != 0) emulation_failure("a 128-byte-swizzled TMA box in shared memory must be 1024-byte aligned");
+  if (map->box_inner * map->element_bytes != kSwizzleBytes) emulation_failure("a 128-byte-swizzled box row must be 128 bytes");
+  if ((map->row_elements * map->element_bytes) % 16 != 0 || (map->matrix_elements * map->element_bytes) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(map->base) % 16 != 0)
+    emulation_failure("a tensor map's base and strides must be 16-byte aligned (cuTensorMapEncodeTiled refuses others)");
+  if (matrix < 0 || static_cast<u64>(matrix) >= map->matrices) emulation_failure("a TMA box of a matrix outside the batch");
+}
+// Element (r, c) of the box at (inner, outer): its global address, or null outside the tensor.
+inline unsigned char* box_element(const TensorMap* map, int inner, int outer, int matrix, u32 r, u32 c) {
+  const long long row = static_cast<long long>(outer) + r, col = static_cast<long long>(inner) + c;
+  if (row < 0 || col < 0 || row >= static_cast<long long>(map->outer) || col >= static_cast<long long>(map->inner)) return nullptr;
+  return map->base + ((static_cast<u64>(matrix) * map->matrix_elements + static_cast<u64>(row) * map->row_elements + static_cast<u64>(col)) * map->element_bytes);
+}
 inline void tma_load_3d(void* destination, const TensorMap* map, int inner, int outer, int matrix, u64* barrier) {
   const u32 address = shared_address(destination);
-  if (map->swizzle != Swizzle::Bytes128) emulation_failure("only the 128-byte swizzle is modelled");
-  if (address % kSwizzleAtomBytes != 0) emulation_failure("a 128-byte-swizzled TMA destination must be 1024-byte aligned");
-  if (map->box_inner * 2 != kSwizzleBytes) emulation_failure("a 128-byte-swizzled box row must be 128 bytes");
-  if ((map->row_elements * 2) % 16 != 0 || (map->matrix_elements * 2) % 16 != 0 || reinterpret_cast<std::uintptr_t>(map->base) % 16 != 0)
-    emulation_failure("a tensor map's base and strides must be 16-byte aligned (cuTensorMapEncodeTiled refuses others)");
-  if (matrix < 0 || static_cast<u64>(matrix) >= map->matrices) emulation_failure("a TMA load of a matrix outside the batch");
-  const unsigned short* const base = map->base + static_cast<u64>(matrix) * map->matrix_elements;
+  check_box(map, address, matrix);
+  const u32 bytes = map->element_bytes;
   for (u32 r = 0; r < map->box_outer; ++r)
     for (u32 c = 0; c < map->box_inner; ++c) {
-      const long long row = static_cast<long long>(outer) + r, col = static_cast<long long>(inner) + c;
-      const bool inside = row >= 0 && col >= 0 && row < static_cast<long long>(map->outer) && col < static_cast<long long>(map->inner);
-      const unsigned short value = inside ? base[static_cast<u64>(row) * map->row_elements + static_cast<u64>(col)] : 0;
-      std::memcpy(shared_pointer(swizzle_128b(address + r * kSwizzleBytes + c * 2)), &value, 2);
+      const unsigned char* from = box_element(map, inner, outer, matrix, r, c);
+      unsigned char* to = shared_pointer(swizzle_128b(address + r * kSwizzleBytes + c * bytes));
+      if (from) std::memcpy(to, from, bytes);
+      else std::memset(to, 0, bytes);
     }
-  barrier_complete_bytes(barrier, map->box_inner * map->box_outer * 2);
+  barrier_complete_bytes(barrier, map->box_inner * map->box_outer * bytes);
 }
+
+// TMA stores and their bulk groups. A store is carried out (global memory written, the tensor's
+// edges clipped) from the shared bytes as they are at issue; wait_group.read then checks that those
+// bytes are still what the store read. So both races of the real hardware fail here: a store
+// issued before the threads' writes of its tile were done (the tile changes after the issue), and
+// a tile rewritten before bulk_wait_read said the store had read it.
+struct PendingStore {
+  u32 address = 0;
+  std::vector<unsigned char> snapshot;  // the box's shared bytes, in the order of its rows
+};
+struct BulkGroups {
+  std::vector<PendingStore> open;
+  std::deque<std::vector<PendingStore>> committed;
+  ~BulkGroups() {
+    if (!open.empty() || !committed.empty()) {
+      std::fprintf(stderr, "hopper emulation: a thread ended with TMA stores it never waited for (bulk_wait)\n");
+      std::abort();
+    }
+  }
+};
+inline thread_local BulkGroups bulk_groups;
+inline void tma_store_3d(const TensorMap* map, int inner, int outer, int matrix, const void* source) {
+  const u32 address = shared_address(source);
+  check_box(map, address, matrix);
+  const u32 bytes = map->element_bytes;
+  PendingStore store;
+  store.address = address;
+  store.snapshot.resize(map->box_outer * kSwizzleBytes);
+  for (u32 r = 0; r < map->box_outer; ++r)
+    for (u32 c = 0; c < map->box_inner; ++c) {
+      unsigned char* const snapshot = store.snapshot.data() + r * kSwizzleBytes + c * bytes;
+      std::memcpy(snapshot, shared_pointer(swizzle_128b(address + r * kSwizzleBytes + c * bytes)), bytes);
+      if (unsigned char* to = box_element(map, inner, outer, matrix, r, c)) std::memcpy(to, snapshot, bytes);
+    }
+  bulk_groups.open.push_back(std::move(store));
+}
+inline void bulk_commit() {
+  bulk_groups.committed.push_back(std::move(bulk_groups.open));
+  bulk_groups.open.clear();
+}
+inline void retire_bulk_groups(int pending) {
+  while (static_cast<int>(bulk_groups.committed.size()) > pending) {
+    for (const PendingStore& store : bulk_groups.committed.front())
+      for (u32 at = 0; at < store.snapshot.size(); ++at)
+        if (*shared_pointer(swizzle_128b(store.address + at)) != store.snapshot[at])
+          emulation_failure("the shared tile of a TMA store changed between the store and its bulk_wait_read (written too late or rewritten too early)");
+    bulk_groups.committed.pop_front();
+  }
+}
+template <int kPending>
+inline void bulk_wait_read() {
+  retire_bulk_groups(kPending);
+}
+template <int kPending>
+inline void bulk_wait() {
+  retire_bulk_groups(kPending);
+}
+inline void fence_proxy_async_shared() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+// Named barrier 1: the 256 consumer threads of the running CTA (CTAs run one at a time, and each
+// consumer thread passes it equally often per CTA).
+inline std::barrier<> consumer_sync{static_cast<std::ptrdiff_t>(kConsumerGroups * 128)};
+inline void consumer_barrier() { consumer_sync.arrive_and_wait(); }
 
 template <u32 kRegisters>
 inline void registers_decrease() {}

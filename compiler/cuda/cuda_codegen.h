@@ -20,6 +20,7 @@
 //              last product (or lincomb): no launch of their own.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -79,7 +80,20 @@ struct Launch {
     TensorMapRequest request;
   };
   std::vector<TensorMapArg> tensor_maps{};
+  // A persistent kernel: grid[0] counts its work items, and it runs as min(grid[0], the device's
+  // multiprocessors) CTAs that loop over them (any count gives the same result).
+  bool persistent = false;
+  int64_t ctas(int multiprocessors) const { return persistent && multiprocessors > 0 ? std::min<int64_t>(grid[0], multiprocessors) : grid[0]; }
   bool hopper_tile() const { return !tensor_maps.empty(); }  // only the sm_90a tile reads through tensor maps
+  // The slot the launch writes: its last argument, or on the sm_90a tile D's tensor map (the last).
+  const Slot& destination() const { return hopper_tile() ? tensor_maps.back().slot : args.back(); }
+  // Every slot it reads or writes: the tensor maps' and the arguments'.
+  std::vector<Slot> operands() const {
+    std::vector<Slot> all;
+    for (const TensorMapArg& map : tensor_maps) all.push_back(map.slot);
+    all.insert(all.end(), args.begin(), args.end());
+    return all;
+  }
 };
 
 struct CudaProgram {

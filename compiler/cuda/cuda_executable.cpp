@@ -108,7 +108,7 @@ void CudaExecutable::launch_all(CUdeviceptr input, CUdeviceptr output, CUstream 
     parameters.clear();
     for (const EncodedMap& map : tensor_maps_[index]) parameters.push_back(const_cast<CUtensorMap*>(&map.map));
     for (CUdeviceptr& pointer : pointers) parameters.push_back(&pointer);
-    check(device.api().cuLaunchKernel(functions_[index], static_cast<unsigned>(launch.grid[0]), static_cast<unsigned>(launch.grid[1]),
+    check(device.api().cuLaunchKernel(functions_[index], static_cast<unsigned>(launch.ctas(device.info().multiprocessors)), static_cast<unsigned>(launch.grid[1]),
                                       static_cast<unsigned>(launch.grid[2]), static_cast<unsigned>(launch.block), 1, 1,
                                       static_cast<unsigned>(launch.dynamic_shared_bytes), stream, parameters.data(), nullptr),
           "cuLaunchKernel(" + launch.summary + ")");

@@ -1,10 +1,12 @@
 // The products of a generated program (cuda_codegen.h) that run on the sm_90a tile
 // (kernels/cuda/orthojit_hopper_product.cuh): which can, and the entry kernel and launch of each.
-// The tile reads A and B through TMA tensor maps, so both must be bf16 in planned buffers with
-// 16-byte aligned rows, A k-contiguous and B either k- or n-contiguous (wgmma reads an MN-major B
-// through its transpose bit); C and D are plain pointers. A batch is grid.z, its matrices the
-// tensor maps' third dimension (a box never crosses into the next matrix). A triangular product launches its upper
-// tiles only (in the grouped order of tile_schedule.h) and stores each value and its mirror.
+// The tile reads A, B and C and writes D through TMA tensor maps, so each must be in a planned
+// buffer with 16-byte aligned rows and matrices: A, B and C bf16, A k-contiguous and B either k- or
+// n-contiguous (wgmma reads an MN-major B through its transpose bit), C and D row-major, D bf16
+// or f32. The kernel is persistent: a launch of grid[0] work items (the batch's tiles, the
+// matrices the tensor maps' third dimension: a box never crosses into the next matrix) runs as
+// about one CTA per SM (Launch::persistent). A triangular product visits its upper tiles only (in
+// the grouped order of tile_schedule.h) and stores each tile and its transpose.
 #pragma once
 
 #include <ostream>
@@ -29,9 +31,10 @@ struct HopperProductRequest {
 // Empty when the tile runs the product; else why not, in words.
 std::string hopper_ineligible_reason(const HopperProductRequest& product);
 
-// Appends the entry kernel to `source` and returns its launch: grid (tiles of N, tiles of M) or
-// the T(T+1)/2 upper tiles, 384 threads, the tile's dynamic shared memory, tensor maps of A and B,
-// then C (or none) and D; its summary without the node's name. Throws std::invalid_argument for an ineligible product.
+// Appends the entry kernel to `source` and returns its launch: persistent over batch x (tiles of
+// M x tiles of N, or the T(T+1)/2 upper tiles) work items, 384 threads, the tile's dynamic shared
+// memory, tensor maps of A, B, C (when the product has one) and D, no pointer arguments; its
+// summary without the node's name. Throws std::invalid_argument for an ineligible product.
 Launch emit_hopper_product(std::ostream& source, const HopperProductRequest& product);
 
 }  // namespace orthojit::cuda

@@ -11,21 +11,19 @@
 namespace orthojit::cuda {
 
 std::string HopperProductSpec::kernel_name() const {
-  return std::string("orthojit_hopper_product_") + (b_mn_major ? "mnmajor" : "kmajor") + "_" + (d_type == ScalarType::F32 ? "f32" : "bf16");
+  return std::string("orthojit_hopper_product_") + (b_mn_major ? "mnmajor" : "kmajor") + "_" + (d_type == ScalarType::F32 ? "f32" : "bf16") + (has_c ? "_c" : "");
 }
 
 std::string hopper_product_source(const HopperProductSpec& spec) {
   if (spec.d_type != ScalarType::BF16 && spec.d_type != ScalarType::F32) throw std::invalid_argument("hopper product: D must be bf16 or f32");
   const bool f32 = spec.d_type == ScalarType::F32;
-  return std::string("#include \"orthojit_hopper_product.cuh\"\n") + "extern \"C\" __global__ void __launch_bounds__(" +
-         std::to_string(oj::hopper::kThreads) + ", 1) " + spec.kernel_name() +
-         "(const __grid_constant__ oj::hopper::TensorMap a_map, const __grid_constant__ oj::hopper::TensorMap b_map,\n"
-         "    const unsigned short* c, " +
-         (f32 ? "float" : "unsigned short") +
-         "* d, int m, int n, int k, int ldc, int ldd, float alpha, float beta, float gamma) {\n"
+  const std::string map = "const __grid_constant__ oj::hopper::TensorMap ";
+  return std::string("#include \"orthojit_hopper_product.cuh\"\n") + "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(oj::hopper::kThreads) +
+         ", 1) " + spec.kernel_name() + "(" + map + "a_map, " + map + "b_map, " + (spec.has_c ? map + "c_map, " : "") + map +
+         "d_map,\n    int k, int tiles_m, int tiles_n, int items, float alpha, float beta, float gamma) {\n"
          "  oj::hopper::product_tile<" +
-         (spec.b_mn_major ? "true" : "false") + ", false, " + (f32 ? "oj::F32" : "oj::Bf16") +
-         ", oj::Bf16>(a_map, b_map, c, d, m, n, k, ldc, ldd, alpha, beta, gamma, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x), 0);\n}\n";
+         (spec.b_mn_major ? "true" : "false") + ", false, " + (spec.has_c ? "true" : "false") + ", " + (f32 ? "oj::F32" : "oj::Bf16") + ">(a_map, b_map, " +
+         (spec.has_c ? "&c_map" : "nullptr") + ", d_map, k, alpha, beta, gamma, tiles_m, tiles_n, 8, items);\n}\n";
 }
 
 std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int64_t m, int64_t n, int64_t k, int device_sm) {
@@ -37,29 +35,30 @@ std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int
   return "";
 }
 
-namespace {
-
-// A row-major bf16 tensor of `outer` rows of `inner` elements `row_stride` apart (inner when 0),
-// moved in boxes of box_inner x box_outer.
-TensorMapRequest bf16_rows(int64_t inner, int64_t outer, int64_t row_stride, uint32_t box_inner, uint32_t box_outer) {
+TensorMapRequest tile_map(int64_t inner, int64_t outer, int64_t row_stride, uint32_t element_bytes, uint32_t box_outer) {
   TensorMapRequest request;
+  request.element_bytes = element_bytes;
   request.dims[0] = static_cast<uint64_t>(inner);
   request.dims[1] = static_cast<uint64_t>(outer);
-  request.row_bytes = static_cast<uint64_t>(row_stride > 0 ? row_stride : inner) * 2;
+  request.row_bytes = static_cast<uint64_t>(row_stride > 0 ? row_stride : inner) * element_bytes;
   request.matrix_bytes = request.row_bytes * static_cast<uint64_t>(outer);  // one matrix
-  request.box[0] = box_inner;
+  request.box[0] = oj::hopper::kSwizzleBytes / element_bytes;
   request.box[1] = box_outer;
   return request;
 }
 
-}  // namespace
-
-TensorMapRequest hopper_a_map(int64_t m, int64_t k, int64_t row_stride) { return bf16_rows(k, m, row_stride, oj::hopper::kTileK, oj::hopper::kTileM); }
+TensorMapRequest hopper_a_map(int64_t m, int64_t k, int64_t row_stride) { return tile_map(k, m, row_stride, 2, oj::hopper::kTileM); }
 
 TensorMapRequest hopper_b_map(const HopperProductSpec& spec, int64_t n, int64_t k, int64_t row_stride) {
   // MN-major: K rows of N in boxes of 64 columns x 64 rows, two per stage; K-major: N rows of K
   // (Bᵀ) in one box of 64 k x 128 rows.
-  return spec.b_mn_major ? bf16_rows(n, k, row_stride, 64, oj::hopper::kTileK) : bf16_rows(k, n, row_stride, oj::hopper::kTileK, oj::hopper::kTileN);
+  return spec.b_mn_major ? tile_map(n, k, row_stride, 2, oj::hopper::kTileK) : tile_map(k, n, row_stride, 2, oj::hopper::kTileN);
+}
+
+// The epilogue's boxes: 128-byte rows (64 bf16 or 32 f32 columns) x 128 rows.
+TensorMapRequest hopper_c_map(int64_t m, int64_t n, int64_t row_stride) { return tile_map(n, m, row_stride, 2, oj::hopper::kTileM); }
+TensorMapRequest hopper_d_map(const HopperProductSpec& spec, int64_t m, int64_t n, int64_t row_stride) {
+  return tile_map(n, m, row_stride, spec.d_type == ScalarType::F32 ? 4 : 2, oj::hopper::kTileM);
 }
 
 CUtensorMap encode_tensor_map(const TensorMapRequest& request, CUdeviceptr base) {
@@ -69,8 +68,10 @@ CUtensorMap encode_tensor_map(const TensorMapRequest& request, CUdeviceptr base)
   const cuuint64_t strides[2] = {request.row_bytes, std::max<uint64_t>(request.matrix_bytes, 16)};
   const cuuint32_t box[3] = {request.box[0], request.box[1], 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
-  // Zeros outside the tensor (OOB fill NONE), 128-byte swizzle: what the kernel's descriptors read.
-  check(Device::get().api().cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, reinterpret_cast<void*>(base), dims, strides, box,
+  // Zeros outside the tensor (OOB fill NONE; stores skip it), 128-byte swizzle: what the kernel's
+  // descriptors and epilogue read.
+  if (request.element_bytes != 2 && request.element_bytes != 4) throw std::invalid_argument("a tensor map of " + std::to_string(request.element_bytes) + "-byte elements (bf16 or f32 only)");
+  check(Device::get().api().cuTensorMapEncodeTiled(&map, request.element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, reinterpret_cast<void*>(base), dims, strides, box,
                                                    element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         "cuTensorMapEncodeTiled");
@@ -85,7 +86,7 @@ HopperProduct::HopperProduct(const HopperProductSpec& spec, const NamedSources& 
   image.push_back('\0');
   check(device.api().cuModuleLoadData(&module_, image.data()), "cuModuleLoadData(" + spec.kernel_name() + ")");
   check(device.api().cuModuleGetFunction(&function_, module_, spec.kernel_name().c_str()), "cuModuleGetFunction(" + spec.kernel_name() + ")");
-  check(device.api().cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(oj::hopper::kDynamicSharedBytes)),
+  check(device.api().cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(shared_bytes())),
         "cuFuncSetAttribute(max dynamic shared memory)");
 }
 
@@ -93,20 +94,29 @@ HopperProduct::~HopperProduct() {
   if (module_) Device::get().api().cuModuleUnload(module_);
 }
 
+uint32_t HopperProduct::shared_bytes() const { return oj::hopper::dynamic_shared_bytes(spec_.d_type == ScalarType::F32 ? 4 : 2, false); }
+
 void HopperProduct::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr d, int64_t m, int64_t n, int64_t k, int64_t ldc, int64_t ldd, float alpha,
                         float beta, float gamma, CUstream stream) const {
-  const std::string reason = hopper_product_unsupported_reason(spec_, m, n, k, Device::get().info().sm);
+  std::string reason = hopper_product_unsupported_reason(spec_, m, n, k, Device::get().info().sm);
+  const int64_t d_bytes = spec_.d_type == ScalarType::F32 ? 4 : 2;
+  if (reason.empty() && (c != 0) != spec_.has_c) reason = spec_.has_c ? "this kernel adds β·C and needs C" : "this kernel has no C";
+  if (reason.empty() && spec_.has_c && ldc * 2 % 16 != 0) reason = "ldc = " + std::to_string(ldc) + " is not a multiple of 8 (TMA needs 16-byte aligned rows of C)";
+  if (reason.empty() && ldd * d_bytes % 16 != 0) reason = "ldd = " + std::to_string(ldd) + " is not a multiple of " + std::to_string(16 / d_bytes) + " (TMA needs 16-byte aligned rows of D)";
   if (!reason.empty()) throw std::invalid_argument("hopper product " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + ": " + reason);
   alignas(64) CUtensorMap a_map = encode_tensor_map(hopper_a_map(m, k), a);
   alignas(64) CUtensorMap b_map = encode_tensor_map(hopper_b_map(spec_, n, k), b);
-  const CUdeviceptr c_pointer = c;
-  int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k), ldci = static_cast<int>(ldc), lddi = static_cast<int>(ldd);
-  void* parameters[] = {&a_map, &b_map, const_cast<CUdeviceptr*>(&c_pointer), &d, &mi, &ni, &ki, &ldci, &lddi, &alpha, &beta, &gamma};
-  const auto tiles_n = static_cast<unsigned>((n + oj::hopper::kTileN - 1) / oj::hopper::kTileN);
-  const auto tiles_m = static_cast<unsigned>((m + oj::hopper::kTileM - 1) / oj::hopper::kTileM);
-  check(Device::get().api().cuLaunchKernel(function_, tiles_n, tiles_m, 1, oj::hopper::kThreads, 1, 1, oj::hopper::kDynamicSharedBytes, stream, parameters,
-                                           nullptr),
-        spec_.kernel_name());
+  alignas(64) CUtensorMap c_map{};
+  if (spec_.has_c) c_map = encode_tensor_map(hopper_c_map(m, n, ldc), c);
+  alignas(64) CUtensorMap d_map = encode_tensor_map(hopper_d_map(spec_, m, n, ldd), d);
+  const int64_t tiles_m = (m + oj::hopper::kTileM - 1) / oj::hopper::kTileM, tiles_n = (n + oj::hopper::kTileN - 1) / oj::hopper::kTileN;
+  int ki = static_cast<int>(k), tiles_mi = static_cast<int>(tiles_m), tiles_ni = static_cast<int>(tiles_n), items = static_cast<int>(tiles_m * tiles_n);
+  std::vector<void*> parameters = {&a_map, &b_map};
+  if (spec_.has_c) parameters.push_back(&c_map);
+  for (void* parameter : std::initializer_list<void*>{&d_map, &ki, &tiles_mi, &tiles_ni, &items, &alpha, &beta, &gamma}) parameters.push_back(parameter);
+  // Persistent: one CTA per SM at most, each looping over the tiles.
+  const auto ctas = static_cast<unsigned>(std::min<int64_t>(items, std::max(1, Device::get().info().multiprocessors)));
+  check(Device::get().api().cuLaunchKernel(function_, ctas, 1, 1, oj::hopper::kThreads, 1, 1, shared_bytes(), stream, parameters.data(), nullptr), spec_.kernel_name());
 }
 
 }  // namespace orthojit::cuda

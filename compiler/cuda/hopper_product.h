@@ -1,8 +1,8 @@
 // The host side of the sm_90a product tile (kernels/cuda/orthojit_hopper_product.cuh): which
-// products it can run, the entry kernel the generator instantiates per operand layout and output
-// type, the TMA tensor maps it needs (computed here, encoded by the driver's
-// cuTensorMapEncodeTiled), and the launch (384 threads, 129 KiB of dynamic shared memory, one CTA
-// per 128 x 128 tile of D). Nothing selects it until a GPU has checked it (tests/cuda_device_test,
+// products it can run, a stand-alone entry kernel per operand layout, output type and C, the TMA
+// tensor maps it needs (computed here, encoded by the driver's cuTensorMapEncodeTiled), and the
+// launch (384 threads, the dynamic shared memory of shared_plan, persistent: at most one CTA per SM
+// looping over the 128 x 128 tiles of D). Nothing selects it until a GPU has checked it (tests/cuda_device_test,
 // scripts/gpu-check): the tuner's reference check is what would admit it.
 #pragma once
 
@@ -19,8 +19,9 @@ namespace orthojit::cuda {
 
 struct HopperProductSpec {
   bool b_mn_major = false;            // B stored K x N (row-major); false: stored as Bᵀ, N x K
-  ScalarType d_type = ScalarType::BF16;  // bf16 or f32; C (optional) is bf16 like A and B
-  std::string kernel_name() const;    // "orthojit_hopper_product_kmajor_bf16", ...
+  ScalarType d_type = ScalarType::BF16;  // bf16 or f32
+  bool has_c = true;                  // β·C (C bf16 like A and B)
+  std::string kernel_name() const;    // "orthojit_hopper_product_kmajor_bf16_c", ...
 };
 
 // The CUDA source of the entry kernel of `spec` (compiled with the embedded device headers).
@@ -31,10 +32,15 @@ std::string hopper_product_source(const HopperProductSpec& spec);
 // capability 9.0 only.
 std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int64_t m, int64_t n, int64_t k, int device_sm);
 
-// A's map (m rows of K) and B's (n rows of K for a K-major B, k rows of N for an MN-major one);
-// the row strides in elements (a multiple of 8: TMA needs 16-byte aligned rows), dense when 0.
+// `outer` rows of `inner` elements of `element_bytes` bytes, `row_stride` elements apart (inner when
+// 0; TMA needs 16-byte aligned rows), one matrix, in boxes of one 128-byte row x box_outer rows.
+TensorMapRequest tile_map(int64_t inner, int64_t outer, int64_t row_stride, uint32_t element_bytes, uint32_t box_outer);
+// A's map (m rows of K) and B's (n rows of K for a K-major B, k rows of N for an MN-major one), C's
+// (m rows of N, bf16) and D's (m rows of N of D's type); the row strides in elements, dense when 0.
 TensorMapRequest hopper_a_map(int64_t m, int64_t k, int64_t row_stride = 0);
 TensorMapRequest hopper_b_map(const HopperProductSpec& spec, int64_t n, int64_t k, int64_t row_stride = 0);
+TensorMapRequest hopper_c_map(int64_t m, int64_t n, int64_t row_stride = 0);
+TensorMapRequest hopper_d_map(const HopperProductSpec& spec, int64_t m, int64_t n, int64_t row_stride = 0);
 
 // Encodes a request with the driver (throws CudaError).
 CUtensorMap encode_tensor_map(const TensorMapRequest& request, CUdeviceptr base);
@@ -46,10 +52,12 @@ class HopperProduct {
   ~HopperProduct();
   HopperProduct(const HopperProduct&) = delete;
   HopperProduct& operator=(const HopperProduct&) = delete;
-  // D = α·A·B + β·C + γ·I (c may be 0: no C); row-major, row strides ldc and ldd in elements.
+  // D = α·A·B + β·C + γ·I (c only with spec.has_c); row-major, row strides ldc and ldd in elements
+  // (multiples of 16 bytes: C and D move by TMA too).
   void run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr d, int64_t m, int64_t n, int64_t k, int64_t ldc, int64_t ldd, float alpha,
            float beta, float gamma, CUstream stream) const;
   const HopperProductSpec& spec() const { return spec_; }
+  uint32_t shared_bytes() const;  // the dynamic shared memory of a launch
 
  private:
   HopperProductSpec spec_;

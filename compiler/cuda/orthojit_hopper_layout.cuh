@@ -80,8 +80,8 @@ OJ_HD Coordinate accumulator_coordinate(u32 t, u32 r) {
 }
 
 // The products' tile shape: a CTA computes BM x BN with two consumer warpgroups of 64 rows each,
-// K in steps of BK = 64 (one swizzled row of 16-bit elements), through kStages buffers.
-constexpr u32 kTileM = 128, kTileN = 128, kTileK = 64, kStages = 4;
+// K in steps of BK = 64 (one swizzled row of 16-bit elements), through the stages of shared_plan.
+constexpr u32 kTileM = 128, kTileN = 128, kTileK = 64;
 constexpr u32 kConsumerGroups = 2, kThreads = 128 * (1 + kConsumerGroups);
 // setmaxnreg's per-thread counts: the producer warpgroup keeps 40, the consumers take 232
 // (128·40 + 256·232 = 64512 of the SM's 65536; each a multiple of 8, as the instruction requires).
@@ -90,12 +90,49 @@ constexpr u32 kProducerRegisters = 40, kConsumerRegisters = 232;
 // layout: K-major as 128 N rows, MN-major as two 64-column blocks of 64 K rows each).
 constexpr u32 kStageABytes = kTileM * kSwizzleBytes, kStageBBytes = kTileN * kSwizzleBytes;
 constexpr u32 kStageBytes = kStageABytes + kStageBBytes;
-// The barriers after the stages: full[s] and empty[s], 8 bytes each.
-constexpr u32 kBarrierOffset = kStages * kStageBytes;
-constexpr u32 kSharedBytes = kBarrierOffset + 2 * kStages * 8;
+// What one block may have on compute capability 9.0 (CUDA C++ Programming Guide, "Technical
+// Specifications per Compute Capability": 227 KiB of shared memory per block, opted in).
+constexpr u32 kMaxDynamicSharedBytes = 227 * 1024;
+
+// The epilogue's shared tile: D's 128 x 128 tile of `element_bytes`-byte elements as TMA boxes of
+// 128-byte rows (64 bf16 or 32 f32 columns x 128 rows, 16 KiB each, 128-byte swizzled), what one
+// TMA store per box writes to D (and what the TMA loads of C, bf16, fill first). Element (row, col)
+// of the tile is at this offset from the tile's 1024-byte aligned start, before the swizzle.
+OJ_HD constexpr u32 epilogue_columns_per_box(u32 element_bytes) { return kSwizzleBytes / element_bytes; }
+OJ_HD constexpr u32 epilogue_offset(u32 row, u32 col, u32 element_bytes) {
+  return (col / epilogue_columns_per_box(element_bytes)) * kTileM * kSwizzleBytes + row * kSwizzleBytes + (col % epilogue_columns_per_box(element_bytes)) * element_bytes;
+}
+
+// The shared window of a tile kernel, from its 1024-byte aligned start: the pipeline's stages; the
+// epilogue's D tile; for a triangular product its mirror (the tile's transpose, stored at (tj, ti));
+// then the barriers full[stages], empty[stages] and c_full (the TMA loads of C), 8 bytes each. As
+// many stages as fit beside the epilogue's tiles, at most kMaxStages: 4 for every D but a
+// triangular f32 one (3: 2 x 64 KiB of epilogue tiles).
+constexpr u32 kMaxStages = 4;
+struct SharedPlan {
+  u32 stages, d_tile, mirror_tile, barriers, bytes;  // offsets, and the bytes in all
+};
+OJ_HD constexpr SharedPlan shared_plan(u32 d_element_bytes, bool triangular) {
+  const u32 tile = kTileM * kTileN * d_element_bytes, epilogue = tile * (triangular ? 2 : 1);
+  const u32 fit = (kMaxDynamicSharedBytes - kSwizzleAtomBytes - epilogue - (2 * kMaxStages + 1) * 8) / kStageBytes;
+  const u32 stages = fit < kMaxStages ? fit : kMaxStages;
+  const u32 barriers = stages * kStageBytes + epilogue;
+  return {stages, stages * kStageBytes, stages * kStageBytes + tile, barriers, barriers + (2 * stages + 1) * 8};
+}
 // The dynamic shared memory a launch asks for: 1 KiB more, so that the kernel can align its
 // stages to the 1024-byte swizzle atom whatever the base the runtime gives it.
-constexpr u32 kDynamicSharedBytes = kSharedBytes + kSwizzleAtomBytes;
+OJ_HD constexpr u32 dynamic_shared_bytes(u32 d_element_bytes, bool triangular) { return shared_plan(d_element_bytes, triangular).bytes + kSwizzleAtomBytes; }
+
+// The persistent schedule of a rectangular product: work item `index` of a tiles_m x tiles_n grid
+// in bands of `group` tile rows, each band column by column (Triton's GROUP_SIZE_M order), so the
+// CTAs running at once share a band's row panels and a few column panels in L2. Triangular
+// products use grouped_upper_tile (orthojit_device.cuh, tile_schedule.h).
+OJ_HD void grouped_tile(u32 index, u32 tiles_m, u32 tiles_n, u32 group, u32& ti, u32& tj) {
+  const u32 per_band = group * tiles_n, first = index / per_band * group;
+  const u32 rows = group < tiles_m - first ? group : tiles_m - first, within = index % per_band;
+  ti = first + within % rows;
+  tj = within / rows;
+}
 
 // Descriptors of k-step j (16 elements of K) of a stage whose A starts at `a` and B at `b`
 // (shared addresses, 1024-byte aligned), for consumer warpgroup g.

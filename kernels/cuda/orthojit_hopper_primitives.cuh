@@ -66,6 +66,37 @@ __device__ __forceinline__ void tma_load_3d(void* destination, const TensorMap* 
       : "memory");
 }
 
+// The box at (inner, outer) of matrix `matrix` of `map` from shared memory at `source` (1024-byte
+// aligned, laid out as the load's boxes are) to global memory; elements outside the tensor are not
+// written. Asynchronous: the shared source may change only after bulk_wait_read, and the shared
+// writes it reads must be made visible to the async proxy first (fence_proxy_async_shared).
+__device__ __forceinline__ void tma_store_3d(const TensorMap* map, int inner, int outer, int matrix, const void* source) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3}], [%4];" ::"l"(reinterpret_cast<u64>(map)), "r"(inner),
+               "r"(outer), "r"(matrix), "r"(shared_address(source))
+               : "memory");
+}
+// Closes this thread's group of bulk stores (PTX ISA "cp.async.bulk.commit_group").
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Waits until at most kPending of this thread's bulk groups still read their shared sources
+// ("cp.async.bulk.wait_group.read"): their shared memory may then be rewritten.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+// Waits until at most kPending of this thread's bulk groups are incomplete (their global writes done).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
+}
+// Makes this thread's earlier generic-proxy shared writes visible to the async proxy (a TMA store
+// issued after a barrier then reads them; PTX ISA "Memory Consistency Model: proxies").
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// ---- named barrier 1 (PTX ISA "bar.sync"): the consumer warpgroups only ----
+// The producer warpgroup never takes part, so the consumers can meet in the epilogue while the
+// producer is already loading the next work item's stages.
+__device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumerGroups * 128) : "memory"); }
+
 // ---- register reallocation (PTX ISA "setmaxnreg") ----
 // The producer warpgroup gives registers back, the consumers take them (per-thread counts).
 template <u32 kRegisters>
