@@ -174,7 +174,7 @@ struct Report {
 // The sm_90a product tile's rate at n^3 (median of `repeats`, random bf16 operands as cuBLAS's
 // rate is measured on), in the same run as cuBLAS's; throws when the device cannot run it.
 double hopper_product_tflops(bool b_mn_major, int64_t n, int repeats) {
-  const cuda::HopperProductSpec spec{b_mn_major, ScalarType::BF16};
+  const cuda::HopperProductSpec spec{b_mn_major, ScalarType::BF16, false};  // D = A·B, no C
   const std::string reason = cuda::hopper_product_unsupported_reason(spec, n, n, n, cuda::Device::get().info().sm);
   if (!reason.empty()) throw std::runtime_error(reason);
   const cuda::HopperProduct kernel(spec, kernels::cuda_device_headers());
