@@ -94,8 +94,9 @@ std::optional<std::string> cuda_prune_reason(const CudaCandidate& candidate, con
   if (!scheduled) return "no schedule for the " + strategy + " strategy";
   const cuda::CudaVariant variant = cuda::CudaVariant::parse(candidate.variant);
   if (std::string reason = cuda::variant_unavailable_reason(*scheduled, variant, shared_memory_limit); !reason.empty()) return reason;
+  if (variant.needs_sm90a() && device_sm != 90)
+    return "the sm_90a product tile runs on compute capability 9.0 only (this device: sm_" + std::to_string(device_sm) + ")";
   if (variant.hopper) {
-    if (device_sm != 90) return "the sm_90a product tile runs on compute capability 9.0 only (this device: sm_" + std::to_string(device_sm) + ")";
     cuda::CodegenOptions options;
     options.hopper_products = true;
     if (!cuda::generate_cuda(*scheduled, options).needs_sm90a()) return "no product of this schedule can run on the sm_90a tile (f16, or rows TMA cannot address)";

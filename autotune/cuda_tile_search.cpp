@@ -28,6 +28,15 @@ std::vector<ProductClass> product_classes(const ir::Function& scheduled, const c
     }
     same->products.push_back(launch.product);
   }
+  // Which products the sm_90a tile can run: those it takes when every product may use it.
+  cuda::CodegenOptions on_tile;
+  on_tile.multiprocessors = multiprocessors;
+  on_tile.hopper_products = true;
+  std::vector<int> eligible;
+  for (const cuda::Launch& launch : cuda::generate_cuda(scheduled, on_tile).launches)
+    if (launch.hopper_tile()) eligible.push_back(launch.product);
+  for (ProductClass& c : classes)
+    c.sm90a_eligible = std::all_of(c.products.begin(), c.products.end(), [&](int product) { return std::count(eligible.begin(), eligible.end(), product) > 0; });
   // Most work first; equal work in schedule order (stable).
   std::stable_sort(classes.begin(), classes.end(), [](const ProductClass& a, const ProductClass& b) { return a.flops() > b.flops(); });
   return classes;
@@ -46,7 +55,9 @@ cuda::CudaVariant per_product_variant(const std::vector<ProductClass>& classes) 
 std::vector<CudaCandidate> class_candidates(const CudaSearchSpace& space, ir::StrategyKind strategy, const std::vector<ProductClass>& classes, size_t which) {
   std::vector<CudaCandidate> candidates;
   const ProductClass& target = classes.at(which);
-  for (const cuda::TileConfig& tile : space.tiles) {
+  std::vector<cuda::TileConfig> tiles = space.tiles;
+  if (space.hopper && target.sm90a_eligible) tiles.push_back(cuda::sm90a_tile());
+  for (const cuda::TileConfig& tile : tiles) {
     if (tile.label() == target.tile.label()) continue;
     if (target.triangular && tile.bm != tile.bn) continue;  // the upper-tile schedule needs square tiles
     if (tile.bm >= 2 * target.m && tile.bn >= 2 * target.n) continue;  // mostly padding (as cuda_prune_reason)

@@ -26,6 +26,7 @@ struct ProductClass {
   bool triangular = false;
   std::vector<int> products;  // indices among the schedule's products (CodegenOptions::gemm_tiles)
   cuda::TileConfig tile;      // the tile the class runs with under the variant it was read from
+  bool sm90a_eligible = false;  // the sm_90a tile can run its products (hopper_ineligible_reason)
   std::string label() const;  // "1024x1024x1024 triangular (x14)"
   double flops() const { return 2.0 * static_cast<double>(m * n * k) * (triangular ? 0.5 : 1.0) * static_cast<double>(products.size()); }
 };
@@ -38,7 +39,10 @@ cuda::CudaVariant per_product_variant(const std::vector<ProductClass>& classes);
 
 // `classes` with class `which` set to each tile of the space that can run it and differs from its
 // current one, as candidates of `strategy` (square tiles only for a triangular class; none at
-// least twice the class's product in both dimensions).
+// least twice the class's product in both dimensions). With space.hopper, the sm_90a tile is one
+// of them for a class it can run: so each product chooses between the wgmma tile and the
+// mma.sync tiles (a 1024x1024 triangular product fills 36 SMs of 132 with the 128-wide sm_90a
+// tile, 136 CTAs with a 64x64 mma.sync tile). The tuner clears space.hopper on other devices.
 std::vector<CudaCandidate> class_candidates(const CudaSearchSpace& space, ir::StrategyKind strategy, const std::vector<ProductClass>& classes, size_t which);
 
 // Round one of the search (the tuning loop's first candidates): per strategy with a schedule, every

@@ -99,6 +99,9 @@ class CudaTuningBackend : public TuningBackend {
     shared_limit_ = cuda::Device::get().info().max_shared_per_block_optin;
     device_sm_ = cuda::Device::get().info().sm;
     multiprocessors_ = std::max(1, cuda::Device::get().info().multiprocessors);
+    // The per-product search offers the sm_90a tile where the device runs it.
+    tile_space_ = space_;
+    tile_space_.hopper = space_.hopper && device_sm_ == 90;
     // Each strategy's schedule for the full problem (or why it cannot compile), for pruning.
     for (ir::StrategyKind strategy : space_.strategies) {
       try {
@@ -111,7 +114,7 @@ class CudaTuningBackend : public TuningBackend {
     for (const CudaCandidate& candidate : cuda_candidates(space_, fallback_)) trials.push_back(make_trial(candidate));
     // Per-product tiles, round one (cuda_tile_search.h): each class of products with each tile.
     for (const auto& [strategy, scheduled] : schedules_)
-      for (const CudaCandidate& candidate : product_tile_candidates(space_, strategy, scheduled, multiprocessors_)) trials.push_back(make_trial(candidate));
+      for (const CudaCandidate& candidate : product_tile_candidates(tile_space_, strategy, scheduled, multiprocessors_)) trials.push_back(make_trial(candidate));
     return trials;
   }
 
@@ -125,7 +128,7 @@ class CudaTuningBackend : public TuningBackend {
     std::vector<Trial> trials;
     for (const auto& [strategy, scheduled] : schedules_)
       if (const std::optional<double> start_ms = measured({strategy, "generated"}))
-        if (auto combined = combined_product_tiles(space_, strategy, scheduled, *start_ms, measured, multiprocessors_)) trials.push_back(make_trial(*combined));
+        if (auto combined = combined_product_tiles(tile_space_, strategy, scheduled, *start_ms, measured, multiprocessors_)) trials.push_back(make_trial(*combined));
     return trials;
   }
 
@@ -172,6 +175,7 @@ class CudaTuningBackend : public TuningBackend {
   const TuneProblem& problem_;
   CudaCandidate fallback_;
   const CudaSearchSpace& space_;
+  CudaSearchSpace tile_space_;  // space_ for the per-product rounds (hopper only on CC 9.0)
   const std::vector<std::pair<std::string, std::string>>& headers_;
   DeviceTimer timer_;
   std::vector<CudaCandidate> candidates_;

@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "cuda/cuda_codegen.h"
+#include "cuda/orthojit_hopper_layout.cuh"
 #include "cuda/shared_layout.h"
 #include "passes/pipeline.h"
 #include "dsl/parser.h"
@@ -188,6 +189,98 @@ TEST(CudaBankConflicts, TheMirrorTileIsConflictFreeAndTheSwizzleIsWhy) {
     EXPECT_NE(conflicted.first_conflict, "");
   }
   EXPECT_GE(planned, 3);
+}
+
+// The sm_90a tile's epilogue (kernels/cuda/orthojit_hopper_product.cuh): its shared accesses
+// are the pairs of compiler/cuda/orthojit_hopper_layout.cuh's epilogue_*_pair functions, which
+// the kernel calls, at swizzle_128b(epilogue_offset(...)) in the 128-byte-swizzled tile TMA loads
+// C into and stores D from. Each is evaluated for every lane of the 8 consumer warps and every
+// instruction r; D's and the mirror's stores must cover their tile exactly once, each register
+// pair of a thread stored exactly once, at the coordinates the accumulator layout gives it.
+enum class HopperEpilogueAccess { CRead, DStore, MirrorStore, DiagonalMirrorStore };
+
+Count count_hopper_epilogue(HopperEpilogueAccess kind, uint32_t element_bytes, bool plain_register_order, std::vector<int>& coverage) {
+  namespace hopper = oj::hopper;
+  Count count;
+  SharedAccess access;
+  access.bytes = kind == HopperEpilogueAccess::CRead ? 4 : static_cast<int>(2 * element_bytes);
+  const uint32_t offset_bytes = kind == HopperEpilogueAccess::CRead ? 2 : element_bytes;
+  const char* names[] = {"C read", "D store", "mirror store", "diagonal mirror store"};
+  for (uint32_t consumer = 0; consumer < hopper::kConsumerGroups; ++consumer)
+    for (uint32_t warp = 0; warp < 4; ++warp) {
+      std::set<uint32_t> registers[32];
+      for (uint32_t r = 0; r < 64; r += 2) {
+        std::vector<int64_t> address(32, -1);
+        std::ostringstream where;
+        where << "sm_90a epilogue " << names[static_cast<int>(kind)] << " (" << element_bytes << "-byte D" << (plain_register_order ? ", plain register order" : "") << "): consumer " << consumer
+              << ", warp " << warp << ", r = " << r;
+        for (uint32_t lane = 0; lane < 32; ++lane) {
+          const uint32_t local = warp * 32 + lane;
+          hopper::EpiloguePair pair{};
+          switch (kind) {
+            case HopperEpilogueAccess::CRead: pair = hopper::epilogue_c_pair(consumer, local, r); break;
+            case HopperEpilogueAccess::DStore:
+              pair = plain_register_order ? hopper::epilogue_c_pair(consumer, local, r) : hopper::epilogue_d_pair(consumer, local, r, element_bytes);
+              break;
+            default: pair = hopper::epilogue_mirror_pair(consumer, local, r); break;
+          }
+          if (kind == HopperEpilogueAccess::DiagonalMirrorStore && pair.col >= pair.row) continue;  // the kernel's guard
+          // The pair is where the accumulator layout puts register pair.reg (for the mirror: its
+          // transpose, the even row's lane holding column c, the odd row's c + 1).
+          const hopper::Coordinate at = hopper::accumulator_coordinate(local, pair.reg);
+          if (kind == HopperEpilogueAccess::CRead || kind == HopperEpilogueAccess::DStore) {
+            EXPECT_EQ(pair.row, consumer * 64 + at.row) << where.str() << ", lane " << lane;
+            EXPECT_EQ(pair.col, at.col) << where.str() << ", lane " << lane;
+          } else {
+            const bool even = lane / 4 % 2 == 0;
+            EXPECT_EQ(pair.row, at.col + (even ? 0u : 1u)) << where.str() << ", lane " << lane;
+            EXPECT_EQ(pair.col + (even ? 0u : 1u), consumer * 64 + at.row) << where.str() << ", lane " << lane;
+          }
+          EXPECT_EQ(pair.reg % 2, 0u);
+          EXPECT_TRUE(registers[lane].insert(pair.reg).second) << where.str() << ", lane " << lane << ": register " << pair.reg << " a second time";
+          EXPECT_LT(pair.row, hopper::kTileM);
+          EXPECT_LT(pair.col + 1, hopper::kTileN);
+          if (pair.row >= hopper::kTileM || pair.col + 1 >= hopper::kTileN) return count;
+          const uint32_t byte = hopper::swizzle_128b(hopper::epilogue_offset(pair.row, pair.col, offset_bytes));
+          EXPECT_EQ(byte % static_cast<uint32_t>(access.bytes), 0u) << where.str() << ", lane " << lane << ": misaligned";
+          address[lane] = byte;
+          for (uint32_t e = 0; e < 2; ++e) ++coverage[pair.row * hopper::kTileN + pair.col + e];
+        }
+        count_instruction(access, address, where.str(), count);
+      }
+      if (kind != HopperEpilogueAccess::DiagonalMirrorStore) {
+        for (const std::set<uint32_t>& each : registers) EXPECT_EQ(each.size(), 32u);
+      }
+    }
+  return count;
+}
+
+TEST(CudaBankConflicts, TheHopperTileEpilogueIsConflictFreeAndCoversItsTiles) {
+  namespace hopper = oj::hopper;
+  for (uint32_t element_bytes : {2u, 4u})
+    for (HopperEpilogueAccess kind : {HopperEpilogueAccess::CRead, HopperEpilogueAccess::DStore, HopperEpilogueAccess::MirrorStore, HopperEpilogueAccess::DiagonalMirrorStore}) {
+      if (kind == HopperEpilogueAccess::CRead && element_bytes == 4) continue;  // C is bf16 whatever D is
+      std::vector<int> coverage(hopper::kTileM * hopper::kTileN, 0);
+      const Count count = count_hopper_epilogue(kind, element_bytes, false, coverage);
+      EXPECT_EQ(count.instructions, 2 * 4 * 32);
+      EXPECT_EQ(count.wavefronts, count.minimum) << count.first_conflict;
+      // Each element once; on the diagonal the pairs that start left of it (the strict lower
+      // triangle, and the diagonal elements that end such a pair, rewritten with their value).
+      int64_t wrong = 0;
+      for (uint32_t row = 0; row < hopper::kTileM; ++row)
+        for (uint32_t col = 0; col < hopper::kTileN; ++col)
+          wrong += coverage[row * hopper::kTileN + col] != (kind != HopperEpilogueAccess::DiagonalMirrorStore || col / 2 * 2 < row ? 1 : 0);
+      EXPECT_EQ(wrong, 0) << static_cast<int>(kind) << ", " << element_bytes << "-byte D";
+    }
+  // Why f32 D's lanes of odd rows store register r ^ 8: in the plain order rows r and r ^ 1 of a
+  // half-warp meet in one chunk pair, twice the wavefronts; bf16 has no such pair.
+  std::vector<int> coverage(hopper::kTileM * hopper::kTileN, 0);
+  const Count plain_f32 = count_hopper_epilogue(HopperEpilogueAccess::DStore, 4, true, coverage);
+  EXPECT_EQ(plain_f32.wavefronts, 2 * plain_f32.minimum);
+  EXPECT_NE(plain_f32.first_conflict.find("2 wavefronts where 1 would do"), std::string::npos) << plain_f32.first_conflict;
+  std::fill(coverage.begin(), coverage.end(), 0);
+  const Count plain_bf16 = count_hopper_epilogue(HopperEpilogueAccess::DStore, 2, true, coverage);
+  EXPECT_EQ(plain_bf16.wavefronts, plain_bf16.minimum) << plain_bf16.first_conflict;
 }
 
 // The counter finds what it is there to find: the placement the generator used before (chunk e

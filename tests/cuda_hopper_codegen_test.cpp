@@ -160,9 +160,9 @@ TEST(HopperCodegen, ProductsTheTileCannotReadStayOnTheMmaSyncKernels) {
   // The reasons, one request at a time from an eligible one.
   HopperProductRequest good;
   good.kernel = "gemm_7";
-  good.a = {{Slot::Kind::Buffer, 0}, ScalarType::BF16, 256, 512, 512, 1, 256 * 512};
+  good.a = {{ScalarType::BF16, 256, 512, 512, 1}, {Slot::Kind::Buffer, 0}, 256 * 512};
   good.b = good.a.transposed();
-  good.d = {{Slot::Kind::Buffer, 1}, ScalarType::BF16, 256, 256, 256, 1, 256 * 256};
+  good.d = {{ScalarType::BF16, 256, 256, 256, 1}, {Slot::Kind::Buffer, 1}, 256 * 256};
   good.m = good.n = 256;
   good.k = 512;
   ASSERT_EQ(hopper_ineligible_reason(good), "");

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "autotune/cuda_search_space.h"
 #include "autotune/cuda_tile_search.h"
 #include "autotune/tuning_loop.h"
 #include "cuda/cuda_backend.h"
@@ -156,6 +157,70 @@ TEST(CudaTileSearch, APerProductWinnerRoundTripsThroughTheRecordAndIsApplied) {
   EXPECT_EQ(partial.label(), "generated per-product -,32x32x32/1x2");
   EXPECT_THROW(cuda::CudaVariant::parse("generated per-product 32x32x24/1x2"), std::invalid_argument);
   EXPECT_THROW(cuda::CudaVariant::parse("generated per-product fast"), std::invalid_argument);
+}
+
+// The sm_90a tile is one more choice per class, offered for the classes it can run (every product
+// of the class eligible) and only when the space has it (the tuner clears it off CC 9.0): the
+// chosen class runs on the tile, the others keep their mma.sync tiles; the label round-trips; a
+// product it cannot run, given it anyway, is refused with the reason; and off CC 9.0 it is pruned.
+TEST(CudaTileSearch, TheSm90aTileIsAPerProductChoiceWhereItRuns) {
+  CudaSearchSpace space = cuda_search_space();
+  space.hopper = true;
+  const ir::Function gram = gram_schedule(1024, 4096);
+  const auto classes = product_classes(gram, {}, 132);
+  int offered = 0;
+  for (size_t which = 0; which < classes.size(); ++which) {
+    const ProductClass& target = classes[which];
+    for (const CudaCandidate& candidate : class_candidates(space, ir::StrategyKind::Gram, classes, which)) {
+      const cuda::CudaVariant variant = cuda::CudaVariant::parse(candidate.variant);
+      EXPECT_EQ(variant.label(), candidate.variant);
+      if (candidate.variant.find("sm90a") == std::string::npos) {
+        EXPECT_FALSE(variant.needs_sm90a()) << candidate.variant;
+        continue;
+      }
+      ++offered;
+      EXPECT_TRUE(target.sm90a_eligible) << target.label();
+      EXPECT_TRUE(variant.needs_sm90a());
+      const cuda::CudaProgram program = cuda::generate_variant(gram, variant);
+      EXPECT_TRUE(program.needs_sm90a());
+      for (const cuda::Launch& launch : program.launches) {
+        if (launch.product < 0) continue;
+        const bool in_class = std::count(target.products.begin(), target.products.end(), launch.product) > 0;
+        EXPECT_EQ(launch.hopper_tile(), in_class) << candidate.variant << ": " << launch.summary;
+        EXPECT_EQ(launch.tile.label(), in_class ? "sm90a" : launch.tile.label());
+        if (in_class) {
+          EXPECT_NE(launch.summary.find("tile sm90a"), std::string::npos) << launch.summary;
+        }
+      }
+      EXPECT_EQ(cuda_prune_reason(candidate, &gram, "", 227 * 1024, 90), std::nullopt);
+      const auto off_hopper = cuda_prune_reason(candidate, &gram, "", 163 * 1024, 80);
+      ASSERT_TRUE(off_hopper);
+      EXPECT_NE(off_hopper->find("compute capability 9.0"), std::string::npos) << *off_hopper;
+    }
+    if (target.sm90a_eligible) {
+      CudaSearchSpace without = space;
+      without.hopper = false;
+      for (const CudaCandidate& candidate : class_candidates(without, ir::StrategyKind::Gram, classes, which))
+        EXPECT_EQ(candidate.variant.find("sm90a"), std::string::npos) << candidate.variant;
+    }
+  }
+  EXPECT_GE(offered, 2);  // Gram's bf16 products at 1024x4096: R = X·Xᵀ, the m x m chain, Q·X
+  EXPECT_EQ(cuda::CudaVariant::parse("generated per-product sm90a,-").label(), "generated per-product sm90a,-");
+  // f16 storage: the tile reads bf16 only. No class is offered it, and given it anyway the
+  // product is refused with the reason.
+  const ir::Function f16 = testing::compile(kernels::load_program_by_name_or_path("jordan_ns5"), 256, 512, ir::StrategyKind::Standard, ScalarType::F16, 1);
+  const auto f16_classes = product_classes(f16, {}, 132);
+  for (size_t which = 0; which < f16_classes.size(); ++which) {
+    EXPECT_FALSE(f16_classes[which].sm90a_eligible);
+    for (const CudaCandidate& candidate : class_candidates(space, ir::StrategyKind::Standard, f16_classes, which))
+      EXPECT_EQ(candidate.variant.find("sm90a"), std::string::npos) << candidate.variant;
+  }
+  try {
+    cuda::generate_variant(f16, cuda::CudaVariant::parse("generated per-product sm90a"));
+    ADD_FAILURE() << "an f16 product ran on the sm_90a tile";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("was given the sm_90a tile, which cannot run it: A is stored as f16"), std::string::npos) << error.what();
+  }
 }
 
 // The proxy (the program's first step at the full shape) has fewer products: a per-product

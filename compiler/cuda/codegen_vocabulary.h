@@ -1,5 +1,7 @@
-// What the per-op CUDA generators (cuda_codegen.cpp, hopper_codegen.cpp) write kernels with: how a
-// value is addressed (View), the device storage tag of a type, and literals that round-trip.
+// What the CUDA generators (cuda_codegen.cpp and hopper_codegen.cpp for the per-op kernels,
+// fused_small_codegen.cpp for the fused small-matrix kernel) write kernels with: how a matrix is
+// addressed (StridedMatrix, which each generator's view extends with where the matrix starts),
+// the device storage tag of a type, and literals that round-trip.
 #pragma once
 
 #include <cstdint>
@@ -13,19 +15,31 @@
 
 namespace orthojit::cuda {
 
-// A node's value as the kernels address it: element (i, j) of matrix z at
-// slot + z·matrix_stride + i·row_stride + j·col_stride.
-struct View {
-  Slot slot;
+// A matrix of `type` values as a kernel addresses it: element (i, j) at i·row_stride + j·col_stride
+// from the matrix's start.
+struct StridedMatrix {
   ScalarType type = ScalarType::F32;
-  int64_t rows = 0, cols = 0, row_stride = 0, col_stride = 1, matrix_stride = 0;
-  View transposed() const {
-    View view = *this;
-    std::swap(view.rows, view.cols);
-    std::swap(view.row_stride, view.col_stride);
-    return view;
-  }
+  int64_t rows = 0, cols = 0, row_stride = 0, col_stride = 1;
 };
+// The same values read as the transpose: rows and columns swapped with their strides (any view
+// that extends StridedMatrix; where the matrix starts is unchanged).
+template <class MatrixView>
+MatrixView transposed_view(MatrixView view) {
+  std::swap(view.rows, view.cols);
+  std::swap(view.row_stride, view.col_stride);
+  return view;
+}
+
+// A node's value as the per-op kernels address it: element (i, j) of matrix z at
+// slot + z·matrix_stride + i·row_stride + j·col_stride.
+struct View : StridedMatrix {
+  Slot slot;
+  int64_t matrix_stride = 0;
+  View transposed() const { return transposed_view(*this); }
+};
+
+// Whether the device headers store `type` (orthojit_device.cuh's oj::Bf16, oj::F16, oj::F32).
+inline bool device_storable(ScalarType type) { return type == ScalarType::BF16 || type == ScalarType::F16 || type == ScalarType::F32; }
 
 // The orthojit_device.cuh type that loads and stores `type` ("oj::Bf16", ...).
 inline const char* storage_tag(ScalarType type) {
@@ -48,11 +62,17 @@ inline std::string literal(double value) {
 
 inline std::string ll(int64_t value) { return std::to_string(value) + "LL"; }
 
-// A double constant that round-trips (std::to_string would print 1e-7 as 0.000000).
+// A double constant that round-trips (std::to_string would print 1e-7 as 0.000000), always a
+// floating literal (3 prints as 3.0).
 inline std::string f64_literal(double value) {
   char text[64];
   std::snprintf(text, sizeof text, "%.17g", value);
-  return text;
+  std::string result = text;
+  if (result.find_first_of(".eEn") == std::string::npos) result += ".0";
+  return result;
 }
+
+// A constant of the accumulator type a kernel reduces in: double (f64 norms) or float.
+inline std::string accumulator_literal(double value, bool f64) { return f64 ? f64_literal(value) : literal(value); }
 
 }  // namespace orthojit::cuda

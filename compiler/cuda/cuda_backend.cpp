@@ -131,6 +131,14 @@ void CudaRunner::enqueue_launches(CUstream) const {
   throw std::invalid_argument("only the generated CUDA variant replays its launches; this runner is " + description_);
 }
 
+bool CudaVariant::needs_sm90a() const {
+  if (kind != Kind::Generated) return false;
+  if (hopper) return true;
+  for (const std::optional<TileConfig>& product : product_tiles)
+    if (product && product->sm90a) return true;
+  return false;
+}
+
 std::string CudaVariant::label() const {
   switch (kind) {
     case Kind::Generated: {
@@ -169,6 +177,10 @@ CudaVariant CudaVariant::parse(const std::string& text) {
     return variant;
   }
   auto parse_tile = [](const std::string& label, TileConfig& tile) {
+    if (label == "sm90a") {
+      tile = sm90a_tile();
+      return true;
+    }
     return std::sscanf(label.c_str(), "%dx%dx%d/%dx%d", &tile.bm, &tile.bn, &tile.bk, &tile.warps_m, &tile.warps_n) == 5 && tile.label() == label;
   };
   if (text.rfind("generated per-product ", 0) == 0) {
@@ -184,7 +196,7 @@ CudaVariant CudaVariant::parse(const std::string& text) {
         if (const std::string reason = tile.invalid_reason(); !reason.empty()) throw std::invalid_argument("CUDA variant '" + text + "': " + item + ": " + reason);
         variant.product_tiles.emplace_back(tile);
       } else {
-        throw std::invalid_argument("CUDA variant '" + text + "': '" + item + "' is not a tile BMxBNxBK/WMxWN or '-' (the product's default)");
+        throw std::invalid_argument("CUDA variant '" + text + "': '" + item + "' is not a tile BMxBNxBK/WMxWN, 'sm90a' (the sm_90a tile) or '-' (the product's default)");
       }
       begin = end + 1;
     }
@@ -198,7 +210,7 @@ CudaVariant CudaVariant::parse(const std::string& text) {
       return variant;
     }
   }
-  throw std::invalid_argument("unknown CUDA variant '" + text + "'; valid: generated, 'generated BMxBNxBK/WMxWN' (e.g. 'generated 128x128x32/2x4'), 'generated per-product T1,T2,...' (a tile or '-' per product), each also as 'generated hopper ...' (products on the sm_90a tile where it can run them), fused-small, cublas, cublaslt");
+  throw std::invalid_argument("unknown CUDA variant '" + text + "'; valid: generated, 'generated BMxBNxBK/WMxWN' (e.g. 'generated 128x128x32/2x4'), 'generated per-product T1,T2,...' (a tile, 'sm90a' or '-' per product), each also as 'generated hopper ...' (products on the sm_90a tile where it can run them), fused-small, cublas, cublaslt");
 }
 
 std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit) {
@@ -260,7 +272,7 @@ std::unique_ptr<CudaRunner> build_cuda_runner(const dsl::Program& program, const
     throw std::invalid_argument("CUDA variant " + variant.label() + " cannot run " + scheduled.name + ": " + reason);
   if (variant.kind == CudaVariant::Kind::Cublas) return std::make_unique<CublasRunner>(program, scheduled, device_headers);
   if (variant.kind == CudaVariant::Kind::Cublaslt) return std::make_unique<CublasLtRunner>(program, scheduled, device_headers);
-  if (variant.hopper && device.info().sm != 90)
+  if (variant.needs_sm90a() && device.info().sm != 90)
     throw std::invalid_argument("CUDA variant " + variant.label() + " runs the sm_90a product tile, which needs compute capability 9.0; this device is " +
                                 device.info().describe());
   CudaProgram generated = generate_variant(scheduled, variant, shared_limit, std::max(1, device.info().multiprocessors));

@@ -30,14 +30,18 @@ struct CudaVariant {
   enum class Kind { Generated, FusedSmall, Cublas, Cublaslt } kind = Kind::Generated;
   std::optional<TileConfig> tile;  // generated: every product's tile; none = default per product
   // generated: the tile of each product in schedule order (the tuner's per-product choice; a
-  // product without a value or past the end takes its default). Exclusive with `tile`.
+  // product without a value or past the end takes its default; sm90a_tile(): that product on the
+  // sm_90a tile). Exclusive with `tile`.
   std::vector<std::optional<TileConfig>> product_tiles{};
   // generated: the products the sm_90a tile can run use it (CodegenOptions::hopper_products; CC
   // 9.0 devices only), the others the tile above. Labelled "generated hopper ...".
   bool hopper = false;
-  // "generated", "generated 128x128x32/2x4", "generated per-product 64x64x32/2x2,-,128x128x32/2x4"
-  // ('-': that product's default), each also as "generated hopper[ ...]", "fused-small", "cublas",
-  // "cublaslt"
+  // Whether a product runs on the sm_90a tile (hopper, or a product given sm90a_tile()): the
+  // program needs compute capability 9.0.
+  bool needs_sm90a() const;
+  // "generated", "generated 128x128x32/2x4", "generated per-product 64x64x32/2x2,-,sm90a"
+  // ('-': that product's default; sm90a: the sm_90a tile), each also as "generated hopper[ ...]",
+  // "fused-small", "cublas", "cublaslt"
   std::string label() const;
   // Parses label(); throws std::invalid_argument naming the valid forms.
   static CudaVariant parse(const std::string& text);

@@ -10,6 +10,7 @@
 #include "cuda/codegen_vocabulary.h"
 #include "cuda/elementwise_codegen.h"
 #include "cuda/hopper_codegen.h"
+#include "cuda/orthojit_hopper_layout.cuh"
 #include "cuda/shared_layout.h"
 #include "cuda/tile_schedule.h"
 
@@ -62,8 +63,8 @@ std::string normalize_denominator(const ir::Node& node, int64_t blocks, int64_t 
        << "  if (threadIdx.x == 0) {\n"
        << "    " << acc << " total = 0;\n"
        << "    for (int b = 0; b < " << blocks << "; ++b) total += partials[" << ll(partial_offset) << " + blockIdx.z * " << ll(blocks) << " + b];\n"
-       << "    const " << acc << " norm = sqrt(total) * (" << acc << ")" << (f64 ? f64_literal(norm.safety) : literal(norm.safety)) << ";\n"
-       << "    const " << acc << " eps = (" << acc << ")" << (f64 ? f64_literal(norm.eps) : literal(norm.eps)) << " * scale;\n"
+       << "    const " << acc << " norm = sqrt(total) * (" << acc << ")" << accumulator_literal(norm.safety, f64) << ";\n"
+       << "    const " << acc << " eps = (" << acc << ")" << accumulator_literal(norm.eps, f64) << " * scale;\n"
        << "    denominator_shared = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)") << ");\n"
        << "  }\n  __syncthreads();\n  const float denominator = denominator_shared;\n";
   return code.str();
@@ -124,10 +125,12 @@ void emit_momentum_normalize(std::ostringstream& source, CudaProgram& program, c
 }  // namespace
 
 std::string TileConfig::label() const {
+  if (sm90a) return "sm90a";
   return std::to_string(bm) + "x" + std::to_string(bn) + "x" + std::to_string(bk) + "/" + std::to_string(warps_m) + "x" + std::to_string(warps_n);
 }
 
 std::string TileConfig::invalid_reason() const {
+  if (sm90a) return bm == sm90a_tile().bm && bn == sm90a_tile().bn && bk == sm90a_tile().bk ? "" : "the sm_90a tile is 128x128x64 (sm90a_tile())";
   if (bm <= 0 || bn <= 0 || bk <= 0 || warps_m <= 0 || warps_n <= 0) return "tile sizes and warp counts must be positive";
   if (bk % 16 != 0) return "BK must be a multiple of 16 (the MMA's k)";
   if (bm % (16 * warps_m) != 0) return "BM must be a multiple of 16·warps_m (the warp tile's rows are whole 16-row MMAs)";
@@ -137,6 +140,13 @@ std::string TileConfig::invalid_reason() const {
   const int fragments = (bm / warps_m / 16) * (bn / warps_n / 8);
   if (fragments * 4 > 128) return "more than 128 accumulator registers per thread (spills)";
   return "";
+}
+
+TileConfig sm90a_tile() {
+  namespace h = oj::hopper;
+  TileConfig tile{static_cast<int>(h::kTileM), static_cast<int>(h::kTileN), static_cast<int>(h::kTileK), 3, 4};
+  tile.sm90a = true;
+  return tile;
 }
 
 std::vector<TileConfig> tile_configs() {
@@ -342,7 +352,7 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
         TileConfig tile = static_cast<size_t>(gemm_index) < options.gemm_tiles.size() ? options.gemm_tiles[static_cast<size_t>(gemm_index)].value_or(fallback) : fallback;
         const int product_index = gemm_index++;
         if (const std::string reason = tile.invalid_reason(); !reason.empty()) throw std::invalid_argument("tile " + tile.label() + ": " + reason);
-        if (options.hopper_products) {
+        if (options.hopper_products || tile.sm90a) {
           HopperProductRequest request;
           request.kernel = name;
           request.a = a;
@@ -359,13 +369,18 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
           request.alpha = node.alpha;
           request.beta = node.beta;
           request.gamma = node.gamma;
-          if (hopper_ineligible_reason(request).empty()) {
+          const std::string reason = hopper_ineligible_reason(request);
+          if (reason.empty()) {
             Launch launch = emit_hopper_product(source, request);
             launch.summary = "gemm %" + std::to_string(index) + " " + launch.summary;
             launch.product = product_index;
+            launch.tile = sm90a_tile();
             program.launches.push_back(launch);
             break;
           }
+          if (tile.sm90a)
+            throw std::invalid_argument("product " + std::to_string(product_index) + " (gemm %" + std::to_string(index) + ", " + std::to_string(m) + "x" +
+                                        std::to_string(n) + "x" + std::to_string(k) + ") was given the sm_90a tile, which cannot run it: " + reason);
         }
         if (triangular && tile.bm != tile.bn) tile = fallback;  // triangular scheduling needs square tiles
         const int64_t tiles_m = (m + tile.bm - 1) / tile.bm, tiles_n = (n + tile.bn - 1) / tile.bn;

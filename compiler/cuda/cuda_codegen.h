@@ -35,11 +35,17 @@ namespace orthojit::cuda {
 // the warp tile (bm/warps_m) x (bn/warps_n) must be a multiple of 16 x 8.
 struct TileConfig {
   int bm = 128, bn = 128, bk = 32, warps_m = 2, warps_n = 4;
+  // The product runs on the sm_90a tile (hopper_codegen.h: TMA + wgmma, 128x128x64, a producer
+  // and two consumer warpgroups), not the mma.sync kernel; only sm90a_tile() sets it.
+  bool sm90a = false;
   int threads() const { return warps_m * warps_n * 32; }
-  std::string label() const;        // "128x128x32/2x4"
+  std::string label() const;        // "128x128x32/2x4", or "sm90a"
   std::string invalid_reason() const;  // empty when valid
   int shared_bytes() const { return (bm + bn) * (bk + 8) * 2; }  // 16-bit A and B tiles, padded rows
 };
+// The sm_90a tile as a per-product choice (CodegenOptions::gemm_tiles, the tuner's classes): its
+// shape (128x128x64; 12 warps: 4 of them the producer) with sm90a set. Labelled "sm90a".
+TileConfig sm90a_tile();
 
 // The configurations the tests compile and the tuner searches.
 std::vector<TileConfig> tile_configs();
@@ -116,7 +122,8 @@ struct CudaProgram {
 
 struct CodegenOptions {
   // Per-product tile override (the tuner's choice), by product in schedule order; a product past
-  // the end or without a value takes default_tile_config.
+  // the end or without a value takes default_tile_config. sm90a_tile() puts that product on the
+  // sm_90a tile (generate_cuda throws, with the reason, for a product the tile cannot run).
   std::vector<std::optional<TileConfig>> gemm_tiles;
   // The target's multiprocessors, for the default tiles (132: H100 SXM and H200).
   int multiprocessors = 132;
@@ -124,8 +131,9 @@ struct CodegenOptions {
   // 16-bit D with N and the strides multiples of 8, not triangular, no fused update); false: the
   // scalar epilogue everywhere (the tests compare the two bit for bit).
   bool vector_epilogue = true;
-  // The products the sm_90a tile can run (hopper_ineligible_reason) run on it: TMA into swizzled
-  // stages, wgmma, a producer and two consumer warpgroups; the others keep the mma.sync kernels.
+  // Every product the sm_90a tile can run (hopper_ineligible_reason) runs on it: TMA into swizzled
+  // stages, wgmma, a producer and two consumer warpgroups; the others keep the mma.sync kernels
+  // (their tiles from gemm_tiles).
   bool hopper_products = false;
 };
 

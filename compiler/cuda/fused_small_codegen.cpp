@@ -1,6 +1,7 @@
 // The fully fused small-matrix kernel (see fused_small_codegen.h).
 #include "cuda/fused_small_codegen.h"
 
+#include "cuda/codegen_vocabulary.h"
 #include "cuda/elementwise_codegen.h"
 #include "ir/muon_step.h"
 
@@ -27,47 +28,26 @@ int64_t shared_pitch(int64_t cols) { return cols + ((8 - cols % 16) + 16) % 16; 
 // A node's value as the fused kernel addresses it: element (i, j) at base[i·row_stride + j·col_stride],
 // `base` a per-matrix pointer declared at the top of the kernel (global pointers already offset by
 // the matrix index, shared ones pointing into the dynamic shared memory).
-struct View {
+struct View : StridedMatrix {
   std::string base;
-  ScalarType type = ScalarType::F32;
-  int64_t rows = 0, cols = 0, row_stride = 0, col_stride = 1;
   bool even_base = true;          // base is 4-byte aligned for 16-bit values (pairs may be one load)
   bool exactly_symmetric = false;  // stored bit-for-bit symmetric (a mirrored product): Vᵀ reads as V
   bool momentum = false;           // a Muon step's U: computed from g (this view) and M (laid out like g)
-  View transposed() const {
-    View view = *this;
-    std::swap(view.rows, view.cols);
-    std::swap(view.row_stride, view.col_stride);
-    return view;
-  }
+  View transposed() const { return transposed_view(*this); }
   std::string at(const std::string& i, const std::string& j) const {
     return base + "[" + i + " * " + std::to_string(row_stride) + " + " + j + " * " + std::to_string(col_stride) + "]";
   }
 };
 
-const char* storage_tag(ScalarType type) {
-  switch (type) {
-    case ScalarType::BF16: return "oj::Bf16";
-    case ScalarType::F16: return "oj::F16";
-    case ScalarType::F32: return "oj::F32";
-    default: return nullptr;
-  }
-}
-
-std::string f32_literal(double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.9gf", static_cast<double>(static_cast<float>(value)));
-  std::string result = text;
-  if (result.find_first_of(".eEn") == std::string::npos) result.insert(result.size() - 1, ".0");
-  return result;
-}
-
-std::string f64_literal(double value) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.17g", value);
-  std::string result = text;
-  if (result.find_first_of(".eEn") == std::string::npos) result += ".0";
-  return result;
+// A row-major rows x cols matrix of `type` at the per-matrix pointer `base`.
+View row_major(const std::string& base, ScalarType type, int64_t rows, int64_t cols) {
+  View view;
+  view.base = base;
+  view.type = type;
+  view.rows = rows;
+  view.cols = cols;
+  view.row_stride = cols;
+  return view;
 }
 
 std::string kernel_name(const std::string& program) {
@@ -145,7 +125,7 @@ std::string make_plan(const ir::Function& function, const FusedSmallOptions& opt
     if (node.shape.elements() >= (int64_t{1} << 31)) return where + " has 2^31 or more elements per matrix";
     const bool stores = node.kind != ir::OpKind::Input && node.kind != ir::OpKind::Output && node.kind != ir::OpKind::Transpose &&
                         node.kind != ir::OpKind::Momentum && node.kind != ir::OpKind::Update;
-    if (stores && !storage_tag(node.type))
+    if (stores && !device_storable(node.type))
       return where + " stores " + std::string(to_string(node.type)) + "; the fused kernel stores bf16, f16 or f32 values";
     if (node.kind == ir::OpKind::Normalize && node.norm_type != ScalarType::F32 && node.norm_type != ScalarType::F64)
       return where + " reduces its norm in " + std::string(to_string(node.norm_type)) + " (f32 or f64 only)";
@@ -280,7 +260,7 @@ class Generator {
       switch (node.kind) {
         case ir::OpKind::Input:
           // A Muon step's input is the gradient (read by the momentum's normalize only).
-          out = View{muon ? "g" : "in", muon ? muon->grad : ScalarType::F32, out.rows, out.cols, out.cols, 1, true, false};
+          out = row_major(muon ? "g" : "in", muon ? muon->grad : ScalarType::F32, out.rows, out.cols);
           break;
         case ir::OpKind::Momentum:
           out = operand(node, 0);
@@ -301,7 +281,7 @@ class Generator {
           body << gemm(node, label, out, carries_update_[index]);
           break;
         case ir::OpKind::Output:
-          out = View{"out", ScalarType::F32, out.rows, out.cols, out.cols, 1, true, false};
+          out = row_major("out", ScalarType::F32, out.rows, out.cols);
           program.output_elements = out.rows * out.cols;
           pointers << "  float* const out = output + z * " << out.rows * out.cols << "LL;\n";
           body << elementwise("output " + label, out, [&] { return "    " + out.at("i", "j") + " = " + load(operand(node, 0)) + ";\n"; });
@@ -386,7 +366,6 @@ class Generator {
     const View& x = operand(node, 0);
     const bool f64 = node.norm_type == ScalarType::F64;
     const char* acc = f64 ? "double" : "float";
-    auto literal = [&](double value) { return f64 ? f64_literal(value) : f32_literal(value); };
     const dsl::Normalization& norm = node.normalization;
     const std::string loop = "    for (int e = static_cast<int>(threadIdx.x); e < " + std::to_string(x.rows * x.cols) + "; e += THREADS) {\n" +
                              "      const int i = e / " + std::to_string(x.cols) + ", j = e % " + std::to_string(x.cols) + ";\n" + momentum_offset(x);
@@ -400,8 +379,8 @@ class Generator {
          << "    " << acc << " sum = 0;\n"
          << loop << "      const " << acc << " v = oj_update_value(gi, m[off], beta) * scale;\n      sum += v * v;\n    }\n"
          << "    sum = oj::block_sum<" << acc << ", THREADS>(sum, reinterpret_cast<" << acc << "*>(shared_memory));\n"
-         << "    const " << acc << " norm = sqrt(sum) * (" << acc << ")" << literal(norm.safety) << ";\n"
-         << "    const " << acc << " eps = (" << acc << ")" << literal(norm.eps) << " * scale;\n"
+         << "    const " << acc << " norm = sqrt(sum) * (" << acc << ")" << accumulator_literal(norm.safety, f64) << ";\n"
+         << "    const " << acc << " eps = (" << acc << ")" << accumulator_literal(norm.eps, f64) << " * scale;\n"
          << "    const float denominator = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)")
          << ");\n"
          << loop << "      " << out.at("i", "j") << " = " << storage_tag(out.type) << "::store(oj_update_value(gi, m[off], beta) * scale / denominator);\n    }\n"
@@ -414,7 +393,6 @@ class Generator {
     if (x.momentum) return momentum_normalize(node, label, out);
     const bool f64 = node.norm_type == ScalarType::F64;
     const char* acc = f64 ? "double" : "float";
-    auto literal = [&](double value) { return f64 ? f64_literal(value) : f32_literal(value); };
     const dsl::Normalization& norm = node.normalization;
     std::ostringstream code;
     // Same arithmetic as generate_cuda: sum of squares in `acc`, norm·safety, then + eps or
@@ -433,8 +411,8 @@ class Generator {
          << "      const int i = e / " << x.cols << ", j = e % " << x.cols << ";\n"
          << "      const " << acc << " v = " << load(x) << " * scale;\n      sum += v * v;\n    }\n"
          << "    sum = oj::block_sum<" << acc << ", THREADS>(sum, reinterpret_cast<" << acc << "*>(shared_memory));\n"
-         << "    const " << acc << " norm = sqrt(sum) * (" << acc << ")" << literal(norm.safety) << ";\n"
-         << "    const " << acc << " eps = (" << acc << ")" << literal(norm.eps) << " * scale;\n"
+         << "    const " << acc << " norm = sqrt(sum) * (" << acc << ")" << accumulator_literal(norm.safety, f64) << ";\n"
+         << "    const " << acc << " eps = (" << acc << ")" << accumulator_literal(norm.eps, f64) << " * scale;\n"
          << "    const float denominator = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)")
          << ");\n"
          << "    for (int e = static_cast<int>(threadIdx.x); e < " << out.rows * out.cols << "; e += THREADS) {\n"
@@ -446,8 +424,8 @@ class Generator {
 
   std::string lincomb(const ir::Node& node, const std::string& label, const View& out, bool carries_update) const {
     return elementwise(std::string(carries_update ? "lincomb + Muon update " : "lincomb ") + label, out, [&] {
-      std::string inner = "    float v = i == j ? " + f32_literal(node.gamma) + " : 0.0f;\n";
-      for (size_t k = 0; k < node.operands.size(); ++k) inner += "    v += " + f32_literal(node.coefficients[k]) + " * " + load(operand(node, k)) + ";\n";
+      std::string inner = "    float v = i == j ? " + literal(node.gamma) + " : 0.0f;\n";
+      for (size_t k = 0; k < node.operands.size(); ++k) inner += "    v += " + literal(node.coefficients[k]) + " * " + load(operand(node, k)) + ";\n";
       if (carries_update) return inner + update_store(out.type, "    ");
       return inner + "    " + out.at("i", "j") + " = " + storage_tag(out.type) + "::store(v);\n";
     });
@@ -479,9 +457,9 @@ class Generator {
          << "      " << fragment_source(a) << ",\n"
          << "      " << fragment_source(b.transposed()) << ",\n"
          << "      [&](int i, int j, float acc) {\n"
-         << "        float v = " << f32_literal(node.alpha) << " * acc;\n";
-    if (has_c) code << "        v += " << f32_literal(node.beta) << " * " << load(operand(node, 2)) << ";\n";
-    if (node.gamma != 0) code << "        if (i == j) v += " << f32_literal(node.gamma) << ";\n";
+         << "        float v = " << literal(node.alpha) << " * acc;\n";
+    if (has_c) code << "        v += " << literal(node.beta) << " * " << load(operand(node, 2)) << ";\n";
+    if (node.gamma != 0) code << "        if (i == j) v += " << literal(node.gamma) << ";\n";
     if (carries_update) {  // the last X goes into the parameter, not into a buffer
       if (upper) throw std::logic_error("fused-small: a Muon update on a triangular product");
       code << update_store(out.type, "        ");

@@ -107,7 +107,7 @@ Launch emit_hopper_product(std::ostream& source, const HopperProductRequest& pro
                                                   : view_map(product.b, false, product.k, product.n, product.batch, h::kTileN)}};
   if (product.has_c) launch.tensor_maps.push_back({product.c.slot, view_map(product.c, true, product.n, product.m, product.batch, h::kTileM)});
   launch.tensor_maps.push_back({product.d.slot, view_map(product.d, true, product.n, product.m, product.batch, h::kTileM)});
-  launch.summary = std::to_string(product.m) + "x" + std::to_string(product.n) + "x" + std::to_string(product.k) + " sm_90a tile 128x128x64 (TMA + wgmma, " +
+  launch.summary = std::to_string(product.m) + "x" + std::to_string(product.n) + "x" + std::to_string(product.k) + " tile sm90a 128x128x64 (TMA + wgmma, " +
                    std::to_string(plan.stages) + " stages, persistent, TMA-stored epilogue, B " + (mn_major ? "MN" : "K") + "-major)" +
                    (product.triangular ? " triangular" : "");
   launch.m = product.m;

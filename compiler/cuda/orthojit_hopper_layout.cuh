@@ -103,6 +103,40 @@ OJ_HD constexpr u32 epilogue_offset(u32 row, u32 col, u32 element_bytes) {
   return (col / epilogue_columns_per_box(element_bytes)) * kTileM * kSwizzleBytes + row * kSwizzleBytes + (col % epilogue_columns_per_box(element_bytes)) * element_bytes;
 }
 
+// The epilogue's shared accesses, per consumer thread `local` (0..127) of warpgroup `consumer`:
+// in instruction r (even, 0..62) of each step the thread moves the accumulator pair (reg, reg + 1),
+// elements (row, col) and (row, col + 1) of the CTA's tile (for the mirror: of its transpose).
+// tests/cuda_bank_conflict_test.cpp counts the wavefronts of each from these same functions.
+struct EpiloguePair {
+  u32 reg, row, col;
+};
+// Step 1, C's bf16 pair (4 bytes): register r where the accumulator has it. The 8 rows of an
+// instruction start 128 bytes apart, their 16-byte chunks XOR-swizzled by row: 32 distinct banks.
+OJ_HD EpiloguePair epilogue_c_pair(u32 consumer, u32 local, u32 r) {
+  const Coordinate at = accumulator_coordinate(local, r);
+  return {r, consumer * 64 + at.row, at.col};
+}
+// Step 2, D's pair (4 bytes for bf16, 8 for f32). For f32 the 4 lanes of a row cover two chunks,
+// c and c ^ 1, so rows r and r ^ 1 (which the swizzle XORs by the same chunk pair) would meet in
+// the same banks inside a half-warp (2 wavefronts where 1 does): the lanes of odd rows store the
+// pair 16 columns away (register r ^ 8) in the same instruction instead, which moves their chunk
+// pair by 2 and gives the 4 rows of each half-warp distinct ones. Every register is still stored
+// once (r ^ 8 runs over the same set); the index stays a compile-time constant for each choice.
+OJ_HD EpiloguePair epilogue_d_pair(u32 consumer, u32 local, u32 r, u32 element_bytes) {
+  const u32 reg = element_bytes == 4 ? r ^ (8 * ((local % 32) / 4 % 2)) : r;
+  const Coordinate at = accumulator_coordinate(local, reg);
+  return {reg, consumer * 64 + at.row, at.col};
+}
+// Step 3, a triangular tile's transpose: lanes l and l ^ 4 (rows 2q and 2q + 1) swap halves of
+// their pairs (one shuffle), so that the even row's lane holds column c of both rows and the odd
+// row's column c + 1: mirror element (row, col) = D (col, row), pairs along the mirror's rows.
+OJ_HD EpiloguePair epilogue_mirror_pair(u32 consumer, u32 local, u32 r) {
+  const bool even = (local % 32) / 4 % 2 == 0;
+  const Coordinate at = accumulator_coordinate(local, r);
+  const u32 row = consumer * 64 + at.row;
+  return {r, even ? at.col : at.col + 1, even ? row : row - 1};
+}
+
 // The shared window of a tile kernel, from its 1024-byte aligned start: the pipeline's stages; the
 // epilogue's D tile; for a triangular product its mirror (the tile's transpose, stored at (tj, ti));
 // then the barriers full[stages], empty[stages] and c_full (the TMA loads of C), 8 bytes each. As

@@ -176,15 +176,14 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
     if (kHasC) barrier_wait(c_full, done % 2);
 #pragma unroll
     for (u32 r = 0; r < 64; r += 2) {
-      const Coordinate at = accumulator_coordinate(local, r);
-      const u32 row = consumer * 64 + at.row;
+      const EpiloguePair at = epilogue_c_pair(consumer, local, r);
       float value0 = alpha * accumulator[r], value1 = alpha * accumulator[r + 1];
       if (kHasC) {
-        const u32 bits = *reinterpret_cast<const u32*>(d_tile + swizzle_128b(epilogue_offset(row, at.col, 2)));
+        const u32 bits = *reinterpret_cast<const u32*>(d_tile + swizzle_128b(epilogue_offset(at.row, at.col, 2)));
         value0 += beta * bf16_to_f32(static_cast<u16>(bits & 0xffffu));
         value1 += beta * bf16_to_f32(static_cast<u16>(bits >> 16));
       }
-      const int global_row = m0 + static_cast<int>(row), global_col = n0 + static_cast<int>(at.col);
+      const int global_row = m0 + static_cast<int>(at.row), global_col = n0 + static_cast<int>(at.col);
       if (global_row == global_col) value0 += gamma;
       if (global_row == global_col + 1) value1 += gamma;
       accumulator[r] = value0;
@@ -195,9 +194,15 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
     consumer_barrier();
 #pragma unroll
     for (u32 r = 0; r < 64; r += 2) {
-      const Coordinate at = accumulator_coordinate(local, r);
-      store_shared_pair<kD>(d_tile + swizzle_128b(epilogue_offset(consumer * 64 + at.row, at.col, kD)), stored_bits<TD>(accumulator[r]),
-                            stored_bits<TD>(accumulator[r + 1]));
+      // The pair is register r or (f32, odd rows) r ^ 8: a select between two values read at
+      // constant indices. (Values, not `moved ? accumulator[a] : accumulator[b]`: that is an
+      // lvalue, one load from a selected address, which puts the accumulators on the stack.)
+      const EpiloguePair at = epilogue_d_pair(consumer, local, r, kD);
+      const bool moved = at.reg != r;
+      const float own0 = accumulator[r], own1 = accumulator[r + 1];
+      const float other0 = accumulator[r ^ 8], other1 = accumulator[(r ^ 8) + 1];
+      store_shared_pair<kD>(d_tile + swizzle_128b(epilogue_offset(at.row, at.col, kD)), stored_bits<TD>(moved ? other0 : own0),
+                            stored_bits<TD>(moved ? other1 : own1));
     }
     // 3. The transpose: the lane of the even row takes the pair's first column (its own element
     // and the odd row's below it), the lane of the odd row the second (the even row's and its own).
@@ -208,15 +213,13 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
       unsigned char* const target = diagonal ? d_tile : mirror_tile;
 #pragma unroll
       for (u32 r = 0; r < 64; r += 2) {
-        const Coordinate at = accumulator_coordinate(local, r);
+        const EpiloguePair at = epilogue_mirror_pair(consumer, local, r);
         const u32 first = stored_bits<TD>(accumulator[r]), second = stored_bits<TD>(accumulator[r + 1]);
         const u32 got = shfl_xor(even ? second : first, 4);
-        const u32 row = consumer * 64 + at.row;
-        const u32 mirror_row = even ? at.col : at.col + 1, mirror_col = even ? row : row - 1;
         // On the diagonal only the strict lower triangle (the pair's first column left of the
         // row; its second is then on or left of the diagonal, whose value it repeats).
-        if (!diagonal || mirror_col < mirror_row)
-          store_shared_pair<kD>(target + swizzle_128b(epilogue_offset(mirror_row, mirror_col, kD)), even ? first : got, even ? got : second);
+        if (!diagonal || at.col < at.row)
+          store_shared_pair<kD>(target + swizzle_128b(epilogue_offset(at.row, at.col, kD)), even ? first : got, even ? got : second);
       }
     }
     fence_proxy_async_shared();
