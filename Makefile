@@ -54,9 +54,10 @@ test-minimal: deps $(MINIMAL)/build.ninja
 
 # Sanitizer builds (docs/testing.md gives what runs where, the cost and the suppressions), each in
 # its own build folder, -O1 with line tables (the CPU backend's hot host loops keep their -O3).
-# ASan + UBSan: every test of the main build but the benchmarks (not tests; not built), the same
-# optional parts otherwise, the Python tests included (tests/CMakeLists.txt preloads libasan into
-# the interpreter). Leak checking is on, with tests/sanitizers/lsan.supp naming the third-party
+# ASan + UBSan: every test of the main build but the benchmarks (not tests; not built) and the
+# suites that compile and emulate the generated GPU code (ORTHOJIT_TEST_GPU_CODE=OFF: NVRTC and
+# emulated kernels, which the sanitizers do not instrument, and CI's time), the same optional parts
+# otherwise, the Python tests included (tests/CMakeLists.txt preloads libasan into the interpreter). Leak checking is on, with tests/sanitizers/lsan.supp naming the third-party
 # allocations that live until exit by design; a UB report fails its test (-fno-sanitize-recover).
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
@@ -79,7 +80,7 @@ TSAN_TESTS := GemmDriver\.ResultDoesNotDependOnThreadCount|CpuBackend\.Identical
 TSAN_TARGETS := gemm_driver_test cpu_backend_test amx_test f64_products_test kernel_cache_test cuda_program_cache_test autotune_test
 
 $(ASAN_BUILD)/build.ninja: | deps
-	@cmake -S . -B $(ASAN_BUILD) $(SANITIZE_CONFIGURE) -DORTHOJIT_SANITIZE=address,undefined -DORTHOJIT_WITH_MPI=ON \
+	@cmake -S . -B $(ASAN_BUILD) $(SANITIZE_CONFIGURE) -DORTHOJIT_SANITIZE=address,undefined -DORTHOJIT_TEST_GPU_CODE=OFF -DORTHOJIT_WITH_MPI=ON \
 	  -DORTHOJIT_BUILD_PYTHON=ON > $(ASAN_BUILD).configure.log 2>&1 || { cat $(ASAN_BUILD).configure.log; exit 1; }
 
 $(TSAN_BUILD)/build.ninja: | deps
