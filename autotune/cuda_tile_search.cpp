@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "cuda/cuda_backend.h"
+#include "cuda/hopper_codegen.h"
 
 namespace orthojit::autotune {
 
@@ -32,11 +33,23 @@ std::vector<ProductClass> product_classes(const ir::Function& scheduled, const c
   cuda::CodegenOptions on_tile;
   on_tile.multiprocessors = multiprocessors;
   on_tile.hopper_products = true;
+  // (Split-K is tried up to 4 splits: each split costs a workspace pass, and beyond 4 the partial
+  // sums' traffic outweighs the SMs gained for the shapes that need it.)
+  constexpr int kSearchedSplits = 4;
   std::vector<int> eligible;
+  std::vector<int64_t> items;
   for (const cuda::Launch& launch : cuda::generate_cuda(scheduled, on_tile).launches)
-    if (launch.hopper_tile()) eligible.push_back(launch.product);
-  for (ProductClass& c : classes)
+    if (launch.hopper_tile()) {
+      eligible.push_back(launch.product);
+      items.push_back(launch.grid[0]);
+    }
+  for (ProductClass& c : classes) {
     c.sm90a_eligible = std::all_of(c.products.begin(), c.products.end(), [&](int product) { return std::count(eligible.begin(), eligible.end(), product) > 0; });
+    if (!c.sm90a_eligible) continue;
+    const int64_t unsplit = items[static_cast<size_t>(std::find(eligible.begin(), eligible.end(), c.products.front()) - eligible.begin())];
+    for (int splits = 2; splits <= kSearchedSplits; ++splits)
+      if (cuda::split_k_valid(c.k, splits) && unsplit * (splits - 1) < multiprocessors) c.sm90a_splits.push_back(splits);
+  }
   // Most work first; equal work in schedule order (stable).
   std::stable_sort(classes.begin(), classes.end(), [](const ProductClass& a, const ProductClass& b) { return a.flops() > b.flops(); });
   return classes;
@@ -56,7 +69,10 @@ std::vector<CudaCandidate> class_candidates(const CudaSearchSpace& space, ir::St
   std::vector<CudaCandidate> candidates;
   const ProductClass& target = classes.at(which);
   std::vector<cuda::TileConfig> tiles = space.tiles;
-  if (space.hopper && target.sm90a_eligible) tiles.push_back(cuda::sm90a_tile());
+  if (space.hopper && target.sm90a_eligible) {
+    tiles.push_back(cuda::sm90a_tile());
+    for (int splits : target.sm90a_splits) tiles.push_back(cuda::sm90a_tile(splits));
+  }
   for (const cuda::TileConfig& tile : tiles) {
     if (tile.label() == target.tile.label()) continue;
     if (target.triangular && tile.bm != tile.bn) continue;  // the upper-tile schedule needs square tiles

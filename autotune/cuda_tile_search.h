@@ -27,6 +27,10 @@ struct ProductClass {
   std::vector<int> products;  // indices among the schedule's products (CodegenOptions::gemm_tiles)
   cuda::TileConfig tile;      // the tile the class runs with under the variant it was read from
   bool sm90a_eligible = false;  // the sm_90a tile can run its products (hopper_ineligible_reason)
+  // Split-K on the sm_90a tile worth trying (2 to kSearchedSplits): a split count s where K has
+  // s non-empty parts and the unsplit product leaves SMs idle (its work items times s - 1 fewer
+  // than the device's multiprocessors), so that the splits run in otherwise idle SMs.
+  std::vector<int> sm90a_splits{};
   std::string label() const;  // "1024x1024x1024 triangular (x14)"
   double flops() const { return 2.0 * static_cast<double>(m * n * k) * (triangular ? 0.5 : 1.0) * static_cast<double>(products.size()); }
 };
@@ -42,7 +46,8 @@ cuda::CudaVariant per_product_variant(const std::vector<ProductClass>& classes);
 // least twice the class's product in both dimensions). With space.hopper, the sm_90a tile is one
 // of them for a class it can run: so each product chooses between the wgmma tile and the
 // mma.sync tiles (a 1024x1024 triangular product fills 36 SMs of 132 with the 128-wide sm_90a
-// tile, 136 CTAs with a 64x64 mma.sync tile). The tuner clears space.hopper on other devices.
+// tile, 136 CTAs with a 64x64 mma.sync tile; or with K in 2 to 4 splits, 72 to 144 work items).
+// The tuner clears space.hopper on other devices.
 std::vector<CudaCandidate> class_candidates(const CudaSearchSpace& space, ir::StrategyKind strategy, const std::vector<ProductClass>& classes, size_t which);
 
 // Round one of the search (the tuning loop's first candidates): per strategy with a schedule, every

@@ -225,6 +225,72 @@ TEST(HopperCodegen, WholeProgramCompilesForSm90aAndTheTileKernelsHaveHgmmaWithou
   }
 }
 
+// Split-K on the tile (TileConfig::splits): the partial kernel's launch over batch x splits x
+// tiles work items into one f32 workspace (rows padded to 16 bytes), then the reduction's launch
+// reading it and writing the product's destination; an explicit split that leaves a split without
+// K tiles is refused with the product and the numbers. Values: the emulation's split-K cases.
+TEST(HopperCodegen, SplitKRunsPartialsIntoAnF32WorkspaceAndAReduction) {
+  // gram_polar_express5 would do as well; jordan_ns5 at 256 x 1000: X·Xᵀ (256², k 1000 = 16 K
+  // tiles, triangular: 3 upper tiles), A·A (k 256 = 4 K tiles), B·X (256 x 1000, k 256).
+  const ir::Function function = schedule("jordan_ns5", 256, 1000, 2, ir::StrategyKind::Standard, ScalarType::BF16);
+  CodegenOptions options;
+  size_t products_seen = 0;
+  for (const ir::Node& node : function.nodes)
+    if (node.kind == ir::OpKind::Gemm) options.gemm_tiles.push_back(sm90a_tile(products_seen++ % 3 == 0 ? 4 : 1));
+  const CudaProgram program = generate_cuda(function, options);
+  int partials = 0, reductions = 0;
+  for (size_t i = 0; i < program.launches.size(); ++i) {
+    const Launch& launch = program.launches[i];
+    if (!launch.kernel.ends_with("_splitk_partial")) continue;
+    ++partials;
+    SCOPED_TRACE(launch.summary);
+    EXPECT_EQ(launch.tile.splits, 4);
+    EXPECT_TRUE(launch.hopper_tile());
+    EXPECT_TRUE(launch.triangular) << "every third product is X·Xᵀ";
+    // 2 matrices x 4 splits x 3 upper tiles of 128 x 128, over at most that many CTAs.
+    EXPECT_LE(launch.grid[0], 24);
+    EXPECT_NE(launch.summary.find("persistent over 24 work items"), std::string::npos);
+    const Slot& workspace = launch.destination();
+    ASSERT_EQ(workspace.kind, Slot::Kind::Buffer);
+    EXPECT_GE(program.buffer_bytes[static_cast<size_t>(workspace.buffer)], 2 * 4 * 256 * 256 * 4) << "f32 partials of every split";
+    ASSERT_LT(i + 1, program.launches.size());
+    const Launch& reduction = program.launches[i + 1];
+    EXPECT_FALSE(reduction.hopper_tile());
+    EXPECT_EQ(reduction.args.front().kind, Slot::Kind::Buffer);
+    EXPECT_EQ(reduction.args.front().buffer, workspace.buffer) << "the reduction reads the partials";
+    EXPECT_EQ(reduction.grid[2], 2) << "one grid.z per matrix";
+    EXPECT_NE(reduction.summary.find("the sum of 4 partial products"), std::string::npos) << reduction.summary;
+    ++reductions;
+  }
+  EXPECT_EQ(partials, 5) << "X·Xᵀ of each of the 5 steps";
+  EXPECT_EQ(reductions, partials);
+  // The reductions (and the partial kernels) through NVRTC: the emulation compiles them as C++.
+  const NvrtcOutput compiled = compile_cuda(program.source, kernels::cuda_device_headers(), "sm_90a");
+  for (const Launch& launch : program.launches) {
+    const auto found = compiled.resources.find(launch.kernel);
+    ASSERT_NE(found, compiled.resources.end()) << launch.kernel;
+    EXPECT_EQ(found->second.spill_store_bytes + found->second.spill_load_bytes + found->second.stack_bytes, 0) << launch.kernel << "\n" << compiled.log;
+  }
+  // 3 splits of K = 256 (4 K tiles of 64: 2, 2 and nothing) are refused, naming the product.
+  CodegenOptions bad;
+  for (const ir::Node& node : function.nodes)
+    if (node.kind == ir::OpKind::Gemm) bad.gemm_tiles.push_back(sm90a_tile(3));
+  try {
+    (void)generate_cuda(function, bad);
+    ADD_FAILURE() << "3 splits of K = 256 were accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("3 splits of K = 256 (4 K tiles of 64) would leave a split without K tiles"), std::string::npos) << error.what();
+  }
+  EXPECT_TRUE(split_k_valid(1000, 4));
+  EXPECT_TRUE(split_k_valid(256, 2));
+  EXPECT_FALSE(split_k_valid(256, 3));
+  EXPECT_FALSE(split_k_valid(64, 2));
+  EXPECT_FALSE(split_k_valid(4096, kMaxSplits + 1));
+  EXPECT_EQ(sm90a_tile(3).label(), "sm90a/k3");
+  EXPECT_NE(sm90a_tile(0).invalid_reason(), "");
+  EXPECT_EQ(CudaVariant::parse("generated per-product sm90a/k2,-").label(), "generated per-product sm90a/k2,-");
+}
+
 TEST(HopperCodegen, VariantLabelsRoundTrip) {
   for (const char* label : {"generated hopper", "generated hopper 64x64x32/2x2", "generated hopper per-product -,128x128x32/2x4"}) {
     const CudaVariant variant = CudaVariant::parse(label);

@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <regex>
 #include <set>
 
 #include "autotune/cuda_search_space.h"
 #include "autotune/cuda_tile_search.h"
 #include "autotune/tuning_loop.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/hopper_codegen.h"
 #include "kernels/program_library.h"
 #include "test_support.h"
 
@@ -168,7 +170,7 @@ TEST(CudaTileSearch, TheSm90aTileIsAPerProductChoiceWhereItRuns) {
   space.hopper = true;
   const ir::Function gram = gram_schedule(1024, 4096);
   const auto classes = product_classes(gram, {}, 132);
-  int offered = 0;
+  int offered = 0, split_offered = 0;
   for (size_t which = 0; which < classes.size(); ++which) {
     const ProductClass& target = classes[which];
     for (const CudaCandidate& candidate : class_candidates(space, ir::StrategyKind::Gram, classes, which)) {
@@ -179,6 +181,19 @@ TEST(CudaTileSearch, TheSm90aTileIsAPerProductChoiceWhereItRuns) {
         continue;
       }
       ++offered;
+      // The class's tile: "sm90a", or "sm90a/kS" where the class's products leave SMs idle.
+      std::smatch token;
+      ASSERT_TRUE(std::regex_search(candidate.variant, token, std::regex("sm90a(/k([0-9]+))?"))) << candidate.variant;
+      split_offered += token[1].matched;
+      if (token[1].matched) {
+        const int splits = std::stoi(token[2].str());
+        EXPECT_TRUE(splits >= 2 && splits <= 4) << candidate.variant;
+        // The unsplit product's 128x128 work items, counted here from the class's shape.
+        const int64_t tiles_m = (target.m + 127) / 128, tiles_n = (target.n + 127) / 128;
+        const int64_t items = target.triangular ? tiles_m * (tiles_m + 1) / 2 : tiles_m * tiles_n;
+        EXPECT_LT(items * (splits - 1), 132) << candidate.variant << ": split only while SMs would idle";
+        EXPECT_TRUE(cuda::split_k_valid(target.k, splits)) << candidate.variant;
+      }
       EXPECT_TRUE(target.sm90a_eligible) << target.label();
       EXPECT_TRUE(variant.needs_sm90a());
       const cuda::CudaProgram program = cuda::generate_variant(gram, variant);
@@ -187,7 +202,7 @@ TEST(CudaTileSearch, TheSm90aTileIsAPerProductChoiceWhereItRuns) {
         if (launch.product < 0) continue;
         const bool in_class = std::count(target.products.begin(), target.products.end(), launch.product) > 0;
         EXPECT_EQ(launch.hopper_tile(), in_class) << candidate.variant << ": " << launch.summary;
-        EXPECT_EQ(launch.tile.label(), in_class ? "sm90a" : launch.tile.label());
+        EXPECT_EQ(launch.tile.label(), in_class ? token[0].str() : launch.tile.label());
         if (in_class) {
           EXPECT_NE(launch.summary.find("tile sm90a"), std::string::npos) << launch.summary;
         }
@@ -205,6 +220,8 @@ TEST(CudaTileSearch, TheSm90aTileIsAPerProductChoiceWhereItRuns) {
     }
   }
   EXPECT_GE(offered, 2);  // Gram's bf16 products at 1024x4096: R = X·Xᵀ, the m x m chain, Q·X
+  // The 1024 x 1024 products are 36 upper tiles on 132 SMs: 2, 3 and 4 splits are offered.
+  EXPECT_GE(split_offered, 3);
   EXPECT_EQ(cuda::CudaVariant::parse("generated per-product sm90a,-").label(), "generated per-product sm90a,-");
   // f16 storage: the tile reads bf16 only. No class is offered it, and given it anyway the
   // product is refused with the reason.

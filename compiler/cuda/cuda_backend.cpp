@@ -181,6 +181,11 @@ CudaVariant CudaVariant::parse(const std::string& text) {
       tile = sm90a_tile();
       return true;
     }
+    int splits = 0;
+    if (std::sscanf(label.c_str(), "sm90a/k%d", &splits) == 1) {
+      tile = sm90a_tile(splits);
+      return tile.label() == label;
+    }
     return std::sscanf(label.c_str(), "%dx%dx%d/%dx%d", &tile.bm, &tile.bn, &tile.bk, &tile.warps_m, &tile.warps_n) == 5 && tile.label() == label;
   };
   if (text.rfind("generated per-product ", 0) == 0) {
@@ -196,7 +201,7 @@ CudaVariant CudaVariant::parse(const std::string& text) {
         if (const std::string reason = tile.invalid_reason(); !reason.empty()) throw std::invalid_argument("CUDA variant '" + text + "': " + item + ": " + reason);
         variant.product_tiles.emplace_back(tile);
       } else {
-        throw std::invalid_argument("CUDA variant '" + text + "': '" + item + "' is not a tile BMxBNxBK/WMxWN, 'sm90a' (the sm_90a tile) or '-' (the product's default)");
+        throw std::invalid_argument("CUDA variant '" + text + "': '" + item + "' is not a tile BMxBNxBK/WMxWN, 'sm90a' (the sm_90a tile), 'sm90a/kS' (it, K in S splits) or '-' (the product's default)");
       }
       begin = end + 1;
     }
@@ -210,7 +215,7 @@ CudaVariant CudaVariant::parse(const std::string& text) {
       return variant;
     }
   }
-  throw std::invalid_argument("unknown CUDA variant '" + text + "'; valid: generated, 'generated BMxBNxBK/WMxWN' (e.g. 'generated 128x128x32/2x4'), 'generated per-product T1,T2,...' (a tile, 'sm90a' or '-' per product), each also as 'generated hopper ...' (products on the sm_90a tile where it can run them), fused-small, cublas, cublaslt");
+  throw std::invalid_argument("unknown CUDA variant '" + text + "'; valid: generated, 'generated BMxBNxBK/WMxWN' (e.g. 'generated 128x128x32/2x4'), 'generated per-product T1,T2,...' (a tile, 'sm90a', 'sm90a/kS' or '-' per product), each also as 'generated hopper ...' (products on the sm_90a tile where it can run them), fused-small, cublas, cublaslt");
 }
 
 std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit) {

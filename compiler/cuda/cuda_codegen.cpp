@@ -125,12 +125,17 @@ void emit_momentum_normalize(std::ostringstream& source, CudaProgram& program, c
 }  // namespace
 
 std::string TileConfig::label() const {
-  if (sm90a) return "sm90a";
+  if (sm90a) return splits > 1 ? "sm90a/k" + std::to_string(splits) : "sm90a";
   return std::to_string(bm) + "x" + std::to_string(bn) + "x" + std::to_string(bk) + "/" + std::to_string(warps_m) + "x" + std::to_string(warps_n);
 }
 
 std::string TileConfig::invalid_reason() const {
-  if (sm90a) return bm == sm90a_tile().bm && bn == sm90a_tile().bn && bk == sm90a_tile().bk ? "" : "the sm_90a tile is 128x128x64 (sm90a_tile())";
+  if (sm90a) {
+    if (bm != sm90a_tile().bm || bn != sm90a_tile().bn || bk != sm90a_tile().bk) return "the sm_90a tile is 128x128x64 (sm90a_tile())";
+    if (splits < 1 || splits > kMaxSplits) return "split-K takes 1 to " + std::to_string(kMaxSplits) + " splits, not " + std::to_string(splits);
+    return "";
+  }
+  if (splits != 1) return "split-K runs on the sm_90a tile only";
   if (bm <= 0 || bn <= 0 || bk <= 0 || warps_m <= 0 || warps_n <= 0) return "tile sizes and warp counts must be positive";
   if (bk % 16 != 0) return "BK must be a multiple of 16 (the MMA's k)";
   if (bm % (16 * warps_m) != 0) return "BM must be a multiple of 16·warps_m (the warp tile's rows are whole 16-row MMAs)";
@@ -142,10 +147,11 @@ std::string TileConfig::invalid_reason() const {
   return "";
 }
 
-TileConfig sm90a_tile() {
+TileConfig sm90a_tile(int splits) {
   namespace h = oj::hopper;
   TileConfig tile{static_cast<int>(h::kTileM), static_cast<int>(h::kTileN), static_cast<int>(h::kTileK), 3, 4};
   tile.sm90a = true;
+  tile.splits = splits;
   return tile;
 }
 
@@ -213,6 +219,7 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
   std::vector<View> views(function.nodes.size());
   int gemm_index = 0;
   int64_t partials = 0;
+  int workspace_buffer = -1;  // split-K's f32 partials (one buffer, as large as the largest product needs)
   for (size_t index = 0; index < function.nodes.size(); ++index) {
     const ir::Node& node = function.nodes[index];
     const int64_t rows = node.shape.rows.size, cols = node.shape.cols.size;
@@ -370,6 +377,62 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
           request.beta = node.beta;
           request.gamma = node.gamma;
           const std::string reason = hopper_ineligible_reason(request);
+          if (reason.empty() && tile.splits > 1) {
+            // Split-K: each split's partial product on the tile into the f32 workspace (rows padded
+            // to 16 bytes for TMA), then one element-wise kernel sums the splits in order and applies
+            // α, β·C and γ·I. A triangular product's partials are mirrored, so the sum is exactly
+            // symmetric too.
+            const int splits = tile.splits;
+            if (!split_k_valid(k, splits))
+              throw std::invalid_argument("product " + std::to_string(product_index) + " (gemm %" + std::to_string(index) + "): " + std::to_string(splits) +
+                                          " splits of K = " + std::to_string(k) + " (" + std::to_string((k + 63) / 64) +
+                                          " K tiles of 64) would leave a split without K tiles");
+            const int64_t pitch = (n + 3) / 4 * 4;
+            if (workspace_buffer < 0) {
+              workspace_buffer = static_cast<int>(program.buffer_bytes.size());
+              program.buffer_bytes.push_back(0);
+            }
+            int64_t& workspace_bytes = program.buffer_bytes[static_cast<size_t>(workspace_buffer)];
+            workspace_bytes = std::max(workspace_bytes, function.batch * splits * m * pitch * 4);
+            View split_partials;
+            split_partials.col_stride = 1;
+            split_partials.type = ScalarType::F32;
+            split_partials.rows = m;
+            split_partials.cols = n;
+            split_partials.row_stride = pitch;
+            split_partials.matrix_stride = m * pitch;
+            split_partials.slot = {Slot::Kind::Buffer, workspace_buffer};
+            HopperProductRequest partial = request;
+            partial.kernel = name + "_splitk_partial";
+            partial.d = split_partials;
+            partial.has_c = false;
+            partial.alpha = 1;
+            partial.beta = 0;
+            partial.gamma = 0;
+            partial.splits = splits;
+            Launch launch = emit_hopper_product(source, partial);
+            launch.summary = "gemm %" + std::to_string(index) + " " + launch.summary;
+            launch.product = product_index;
+            launch.tile = tile;
+            program.launches.push_back(launch);
+            source << "// " << name << ": the sum of " << splits << " split-K partial products, then alpha, beta*C and gamma*I\n"
+                   << "extern \"C\" __global__ void __launch_bounds__(256) " << name << "(const float* __restrict__ w, "
+                   << (has_c ? pointer_type(operand(2)) + " __restrict__ c, " : std::string()) << storage_tag(out.type) << "::storage* __restrict__ out) {\n"
+                   << elementwise_loop(m, n) << "    float sum = 0.0f;\n#pragma unroll\n"
+                   << "    for (int s = 0; s < " << splits << "; ++s) sum += w[(z * " << splits << " + s) * " << ll(m * pitch) << " + i * " << ll(pitch) << " + j];\n"
+                   << "    float v = " << literal(node.alpha) << " * sum;\n";
+            std::vector<Slot> args = {split_partials.slot};
+            if (has_c) {
+              source << "    v += " << literal(node.beta) << " * " << storage_tag(operand(2).type) << "::load(" << element(operand(2), "c") << ");\n";
+              args.push_back(operand(2).slot);
+            }
+            if (node.gamma != 0) source << "    if (i == j) v += " << literal(node.gamma) << ";\n";
+            source << "    " << element(out, "out") << " = " << storage_tag(out.type) << "::store(v);\n  }\n}\n\n";
+            args.push_back(out.slot);
+            program.launches.push_back({name, {elementwise_blocks(m * n), 1, function.batch}, 256, 0, args,
+                                        "gemm %" + std::to_string(index) + " split-K: the sum of " + std::to_string(splits) + " partial products and the epilogue"});
+            break;
+          }
           if (reason.empty()) {
             Launch launch = emit_hopper_product(source, request);
             launch.summary = "gemm %" + std::to_string(index) + " " + launch.summary;

@@ -36,16 +36,21 @@ namespace orthojit::cuda {
 struct TileConfig {
   int bm = 128, bn = 128, bk = 32, warps_m = 2, warps_n = 4;
   // The product runs on the sm_90a tile (hopper_codegen.h: TMA + wgmma, 128x128x64, a producer
-  // and two consumer warpgroups), not the mma.sync kernel; only sm90a_tile() sets it.
+  // and two consumer warpgroups), not the mma.sync kernel; only sm90a_tile() sets it. `splits`
+  // > 1 (the sm_90a tile only): split-K, each split's partial product on the tile into an f32
+  // workspace, then one element-wise kernel sums them in split order and applies the epilogue.
   bool sm90a = false;
+  int splits = 1;
   int threads() const { return warps_m * warps_n * 32; }
-  std::string label() const;        // "128x128x32/2x4", or "sm90a"
+  std::string label() const;        // "128x128x32/2x4", "sm90a", "sm90a/k3" (3 splits of K)
   std::string invalid_reason() const;  // empty when valid
   int shared_bytes() const { return (bm + bn) * (bk + 8) * 2; }  // 16-bit A and B tiles, padded rows
 };
 // The sm_90a tile as a per-product choice (CodegenOptions::gemm_tiles, the tuner's classes): its
-// shape (128x128x64; 12 warps: 4 of them the producer) with sm90a set. Labelled "sm90a".
-TileConfig sm90a_tile();
+// shape (128x128x64; 12 warps: 4 of them the producer) with sm90a set, K in `splits` splits
+// (at most kMaxSplits). Labelled "sm90a" or "sm90a/kS".
+constexpr int kMaxSplits = 16;
+TileConfig sm90a_tile(int splits = 1);
 
 // The configurations the tests compile and the tuner searches.
 std::vector<TileConfig> tile_configs();

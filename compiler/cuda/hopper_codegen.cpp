@@ -43,7 +43,21 @@ TensorMapRequest view_map(const View& view, bool inner_is_cols, int64_t inner, i
 
 }  // namespace
 
+bool split_k_valid(int64_t k, int splits) {
+  const int64_t k_tiles = (k + oj::hopper::kTileK - 1) / oj::hopper::kTileK;
+  if (splits < 1 || splits > kMaxSplits || k_tiles < 1) return false;
+  const int64_t per_split = (k_tiles + splits - 1) / splits;
+  return (splits - 1) * per_split < k_tiles;
+}
+
 std::string hopper_ineligible_reason(const HopperProductRequest& product) {
+  if (product.splits != 1) {
+    if (!split_k_valid(product.k, product.splits))
+      return std::to_string(product.splits) + " splits of K = " + std::to_string(product.k) + " would leave a split without K tiles of 64";
+    if (product.has_c || product.alpha != 1 || product.gamma != 0 || product.d.type != ScalarType::F32)
+      return "split-K partials are the plain product into f32 (alpha 1, no C or gamma: the reduction applies them)";
+    if (product.batch * product.splits > 65535) return "a batch of " + std::to_string(product.batch) + " in " + std::to_string(product.splits) + " splits (more than 65535 slices)";
+  }
   if (product.batch < 1 || product.batch > 65535) return "a batch of " + std::to_string(product.batch) + " matrices (at most 65535: the tensor maps' third dimension is checked as grid.z was)";
   if (product.fused_update) return "the product carries a Muon step's fused update";
   if (product.m < 1 || product.n < 1 || product.k < 1) return "an empty product";
@@ -71,7 +85,7 @@ Launch emit_hopper_product(std::ostream& source, const HopperProductRequest& pro
   const bool mn_major = b_mn_major(product.b);
   const int64_t tiles_m = (product.m + h::kTileM - 1) / h::kTileM, tiles_n = (product.n + h::kTileN - 1) / h::kTileN;
   const int64_t per_matrix = product.triangular ? tiles_m * (tiles_m + 1) / 2 : tiles_m * tiles_n;
-  const int64_t items = per_matrix * product.batch;
+  const int64_t items = per_matrix * product.batch * product.splits;
   if (items >= (int64_t{1} << 31)) throw std::invalid_argument(product.kernel + ": " + std::to_string(items) + " tiles exceed the grid limits");
   // Bands of about √(wave) tile rows (triangular), or of 8 (Triton's GROUP_SIZE_M): the CTAs
   // running at once share A and B panels in L2. 132: the SMs of an H100/H200 SXM, the wave the
@@ -91,7 +105,7 @@ Launch emit_hopper_product(std::ostream& source, const HopperProductRequest& pro
          << "  oj::hopper::product_tile<" << (mn_major ? "true" : "false") << ", " << (product.triangular ? "true" : "false") << ", "
          << (product.has_c ? "true" : "false") << ", " << d_tag << ">(a_map, b_map, " << (product.has_c ? "&c_map" : "nullptr") << ", d_map, " << product.k << ", "
          << literal(product.alpha) << ", " << literal(product.has_c ? product.beta : 0.0) << ", " << literal(product.gamma) << ", " << tiles_m << ", "
-         << tiles_n << ", " << group << ", " << items << ");\n}\n\n";
+         << tiles_n << ", " << group << ", " << items << ", " << product.splits << ");\n}\n\n";
 
   Launch launch;
   launch.kernel = product.kernel;
@@ -106,10 +120,10 @@ Launch emit_hopper_product(std::ostream& source, const HopperProductRequest& pro
                         {product.b.slot, mn_major ? view_map(product.b, true, product.n, product.k, product.batch, h::kTileK)
                                                   : view_map(product.b, false, product.k, product.n, product.batch, h::kTileN)}};
   if (product.has_c) launch.tensor_maps.push_back({product.c.slot, view_map(product.c, true, product.n, product.m, product.batch, h::kTileM)});
-  launch.tensor_maps.push_back({product.d.slot, view_map(product.d, true, product.n, product.m, product.batch, h::kTileM)});
-  launch.summary = std::to_string(product.m) + "x" + std::to_string(product.n) + "x" + std::to_string(product.k) + " tile sm90a 128x128x64 (TMA + wgmma, " +
-                   std::to_string(plan.stages) + " stages, persistent, TMA-stored epilogue, B " + (mn_major ? "MN" : "K") + "-major)" +
-                   (product.triangular ? " triangular" : "");
+  launch.tensor_maps.push_back({product.d.slot, view_map(product.d, true, product.n, product.m, product.batch * product.splits, h::kTileM)});
+  launch.summary = std::to_string(product.m) + "x" + std::to_string(product.n) + "x" + std::to_string(product.k) + " tile " + sm90a_tile(product.splits).label() + " 128x128x64 (TMA + wgmma, " +
+                   std::to_string(plan.stages) + " stages, persistent over " + std::to_string(items) + " work items, TMA-stored epilogue, B " + (mn_major ? "MN" : "K") + "-major)" +
+                   (product.triangular ? " triangular" : "") + (product.splits > 1 ? ", split-K partials into f32" : "");
   launch.m = product.m;
   launch.n = product.n;
   launch.k = product.k;

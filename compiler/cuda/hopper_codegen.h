@@ -26,7 +26,14 @@ struct HopperProductRequest {
   bool triangular = false;    // D symmetric: the upper tiles only, each value stored twice
   bool fused_update = false;  // a Muon step's update in the epilogue (not on this tile)
   double alpha = 1, beta = 0, gamma = 0;
+  // Split-K partials: split s of matrix z is matrix z·splits + s of D (an f32 workspace), with
+  // α = 1 and no C or γ (the reduction kernel applies them). 1: the whole product.
+  int splits = 1;
 };
+
+// Whether K splits into `splits` parts of ceil(K tiles / splits) tiles of 64 with none empty
+// (the kernel's split s takes tiles [s·q, min((s + 1)·q, K tiles))), at most kMaxSplits.
+bool split_k_valid(int64_t k, int splits);
 
 // Empty when the tile runs the product; else why not, in words.
 std::string hopper_ineligible_reason(const HopperProductRequest& product);

@@ -23,7 +23,7 @@ std::string hopper_product_source(const HopperProductSpec& spec) {
          "d_map,\n    int k, int tiles_m, int tiles_n, int items, float alpha, float beta, float gamma) {\n"
          "  oj::hopper::product_tile<" +
          (spec.b_mn_major ? "true" : "false") + ", false, " + (spec.has_c ? "true" : "false") + ", " + (f32 ? "oj::F32" : "oj::Bf16") + ">(a_map, b_map, " +
-         (spec.has_c ? "&c_map" : "nullptr") + ", d_map, k, alpha, beta, gamma, tiles_m, tiles_n, 8, items);\n}\n";
+         (spec.has_c ? "&c_map" : "nullptr") + ", d_map, k, alpha, beta, gamma, tiles_m, tiles_n, 8, items, 1);\n}\n";
 }
 
 std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int64_t m, int64_t n, int64_t k, int device_sm) {

@@ -64,10 +64,11 @@ __device__ __forceinline__ void store_shared_pair(unsigned char* at, u32 first, 
   else *reinterpret_cast<float2*>(at) = make_float2(__uint_as_float(first), __uint_as_float(second));
 }
 
-// Work item `item` of the schedule: matrix z of the batch, tile (ti, tj).
+// Work item `item` of the schedule: slice `slice` (= z·splits + the split of K) of the batch,
+// tile (ti, tj). Without split-K a slice is a matrix.
 template <bool kTriangular>
-__device__ __forceinline__ void work_item(int item, int per_matrix, int tiles_m, int tiles_n, int group, int& z, int& ti, int& tj) {
-  z = item / per_matrix;
+__device__ __forceinline__ void work_item(int item, int per_matrix, int tiles_m, int tiles_n, int group, int& slice, int& ti, int& tj) {
+  slice = item / per_matrix;
   const int index = item % per_matrix;
   if constexpr (kTriangular) {
     grouped_upper_tile(index, tiles_m, group, ti, tj);
@@ -79,12 +80,15 @@ __device__ __forceinline__ void work_item(int item, int per_matrix, int tiles_m,
   }
 }
 
-// The whole persistent kernel body: `items` work items (batch x tiles per matrix) of a product
-// with tiles_m x tiles_n tiles of D (square for a triangular one), K = k, bands of `group` tile
-// rows. c_map is null without C (kHasC false).
+// The whole persistent kernel body: `items` work items (batch x splits x tiles per matrix) of a
+// product with tiles_m x tiles_n tiles of D (square for a triangular one), K = k, bands of `group`
+// tile rows. c_map is null without C (kHasC false). Split-K (splits > 1): split s of matrix z
+// takes K tiles [s·q, min((s + 1)·q, K tiles)), q = ceil(K tiles / splits), every split non-empty
+// (the host checks it: split_k_valid), and stores its partial product as matrix z·splits + s of
+// D's map (an f32 workspace, α = 1, no C, no γ; a reduction kernel adds the splits).
 template <bool kBMnMajor, bool kTriangular, bool kHasC, typename TD>
 __device__ __forceinline__ void product_tile(const TensorMap& a_map, const TensorMap& b_map, const TensorMap* c_map, const TensorMap& d_map, int k,
-                                             float alpha, float beta, float gamma, int tiles_m, int tiles_n, int group, int items) {
+                                             float alpha, float beta, float gamma, int tiles_m, int tiles_n, int group, int items, int splits) {
   constexpr u32 kD = sizeof(typename TD::storage);
   constexpr SharedPlan kPlan = shared_plan(kD, kTriangular);
   constexpr u32 kStages = kPlan.stages, kBoxBytes = kTileM * kSwizzleBytes, kBoxColumns = epilogue_columns_per_box(kD);
@@ -99,7 +103,7 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
   u64* const empty = full + kStages;
   u64* const c_full = empty + kStages;
   const u32 thread = threadIdx.x, group_index = thread / 128;
-  const int k_tiles = (k + static_cast<int>(kTileK) - 1) / static_cast<int>(kTileK);
+  const int k_tiles = (k + static_cast<int>(kTileK) - 1) / static_cast<int>(kTileK), per_split = (k_tiles + splits - 1) / splits;
   const int per_matrix = kTriangular ? tiles_m * (tiles_m + 1) / 2 : tiles_m * tiles_n;
   if (thread == 0) {
     for (u32 s = 0; s < kStages; ++s) {
@@ -116,10 +120,11 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
     if (thread != 0) return;
     u32 g = 0;
     for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
-      int z, ti, tj;
-      work_item<kTriangular>(item, per_matrix, tiles_m, tiles_n, group, z, ti, tj);
+      int slice, ti, tj;
+      work_item<kTriangular>(item, per_matrix, tiles_m, tiles_n, group, slice, ti, tj);
+      const int z = slice / splits, t_begin = slice % splits * per_split, t_end = t_begin + per_split < k_tiles ? t_begin + per_split : k_tiles;
       const int m0 = ti * static_cast<int>(kTileM), n0 = tj * static_cast<int>(kTileN);
-      for (int t = 0; t < k_tiles; ++t, ++g) {
+      for (int t = t_begin; t < t_end; ++t, ++g) {
         const u32 s = g % kStages, round = g / kStages;
         barrier_wait(&empty[s], (round + 1) % 2);
         barrier_arrive_expect_bytes(&full[s], kStageBytes);
@@ -143,10 +148,11 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
   u32 g = 0, done = 0;                // K tiles consumed, items finished
   float accumulator[64];
   for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x), ++done) {
-    int z, ti, tj;
-    work_item<kTriangular>(item, per_matrix, tiles_m, tiles_n, group, z, ti, tj);
+    int slice, ti, tj;
+    work_item<kTriangular>(item, per_matrix, tiles_m, tiles_n, group, slice, ti, tj);
+    const int z = slice / splits, t_begin = slice % splits * per_split, t_end = t_begin + per_split < k_tiles ? t_begin + per_split : k_tiles;
     const int m0 = ti * static_cast<int>(kTileM), n0 = tj * static_cast<int>(kTileN);
-    for (int t = 0; t < k_tiles; ++t, ++g) {
+    for (int t = t_begin; t < t_end; ++t, ++g) {
       const u32 s = g % kStages, round = g / kStages;
       barrier_wait(&full[s], round % 2);
       const u32 a = shared_address(shared + s * kStageBytes), b = a + kStageABytes;
@@ -154,9 +160,9 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
 #pragma unroll
       for (u32 j = 0; j < kTileK / 16; ++j)
         wgmma_m64n128k16_bf16<kBMnMajor>(accumulator, a_descriptor(a, consumer, j), kBMnMajor ? b_descriptor_mn_major(b, j) : b_descriptor_k_major(b, j),
-                                         (t > 0 || j > 0) ? 1 : 0);
+                                         (t > t_begin || j > 0) ? 1 : 0);
       wgmma_commit();
-      if (kHasC && t == 0 && leader) {
+      if (kHasC && t == t_begin && leader) {
         // C's tile into the epilogue tile, once the previous item's store has read it (issued
         // after the first products, so the wait overlaps them).
         bulk_wait_read<0>();
@@ -167,7 +173,7 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
       // The previous K tile's products have completed once at most this tile's group is running:
       // its stage may be overwritten.
       wgmma_wait<1>();
-      if (t > 0 && local == 0) barrier_arrive(&empty[(g - 1) % kStages]);
+      if (t > t_begin && local == 0) barrier_arrive(&empty[(g - 1) % kStages]);
     }
     wgmma_wait<0>();
     if (local == 0) barrier_arrive(&empty[(g - 1) % kStages]);
@@ -226,11 +232,11 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
     consumer_barrier();
     if (leader) {
 #pragma unroll
-      for (u32 box = 0; box < kTileN / kBoxColumns; ++box) tma_store_3d(&d_map, n0 + static_cast<int>(box * kBoxColumns), m0, z, d_tile + box * kBoxBytes);
+      for (u32 box = 0; box < kTileN / kBoxColumns; ++box) tma_store_3d(&d_map, n0 + static_cast<int>(box * kBoxColumns), m0, slice, d_tile + box * kBoxBytes);
       if (kTriangular && !diagonal) {
 #pragma unroll
         for (u32 box = 0; box < kTileM / kBoxColumns; ++box)
-          tma_store_3d(&d_map, m0 + static_cast<int>(box * kBoxColumns), n0, z, mirror_tile + box * kBoxBytes);
+          tma_store_3d(&d_map, m0 + static_cast<int>(box * kBoxColumns), n0, slice, mirror_tile + box * kBoxBytes);
       }
       bulk_commit();
     }
