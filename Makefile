@@ -92,7 +92,7 @@ $(TSAN_BUILD)/build.ninja: | deps
 	  -DORTHOJIT_BUILD_PYTHON=OFF > $(TSAN_BUILD).configure.log 2>&1 || { cat $(TSAN_BUILD).configure.log; exit 1; }
 
 # The sanitizer options are set for the build too: gtest_discover_tests runs each test binary.
-# test-sanitize runs both halves; .ci/run runs both, after `make test` (docs/testing.md: the cost).
+# test-sanitize runs both halves; .ci/run runs the thread half after `make test` (docs/testing.md: the cost).
 test-sanitize: test-sanitize-address test-sanitize-thread
 
 test-sanitize-address: deps $(ASAN_BUILD)/build.ninja
