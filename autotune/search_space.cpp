@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "cpu/bf16_engine.h"
 #include "cpu/build_status.h"
 #include "cpu/cpu_isa.h"
 #include "cpu/openblas_library.h"
@@ -52,7 +53,7 @@ Candidate Candidate::from_json(const nlohmann::json& value) {
   const auto parsed_engine = parse_product_engine(engine);
   if (!parsed_engine) throw std::invalid_argument("unknown engine '" + engine + "' (expected jit, openblas or onednn)");
   candidate.engine = *parsed_engine;
-  if (!candidate.kernel.empty() && candidate.kernel != "amx" && candidate.kernel != "bf16dot" && candidate.kernel != "fma")
+  if (!candidate.kernel.empty() && !cpu::parse_bf16_engine(candidate.kernel))
     throw std::invalid_argument("unknown kernel '" + candidate.kernel + "' (expected amx, bf16dot or fma)");
   candidate.strategy = parse_strategy_or_throw(strategy, "candidate configuration");
   if (candidate.mc < 1 || candidate.kc < 2 || candidate.nc < 1) throw std::invalid_argument("blocking must be positive (KC at least 2): " + value.dump());
@@ -70,14 +71,12 @@ cpu::GemmBlocking Candidate::blocking() const {
 
 std::optional<cpu::CpuIsa> Candidate::cpu_isa() const {
   if (engine != cpu::ProductEngine::Jit || kernel.empty()) return std::nullopt;
-  if (kernel == "amx") return cpu::CpuIsa::AmxBf16;
-  if (kernel == "bf16dot") return cpu::CpuIsa::Avx512Bf16;
-  const cpu::CpuIsa best = cpu::best_host_isa();  // fma: the default path without its AMX products
-  return best == cpu::CpuIsa::AmxBf16 ? cpu::CpuIsa::Avx512Bf16 : best;
+  return cpu::isa_for(*cpu::parse_bf16_engine(kernel));  // from_json checked the name
 }
 
 std::string default_kernel(ScalarType storage) {
-  return storage == ScalarType::BF16 && cpu::best_host_isa() == cpu::CpuIsa::AmxBf16 ? "amx" : "fma";
+  if (storage != ScalarType::BF16) return "fma";
+  return std::string(cpu::to_string(cpu::default_bf16_engine(cpu::best_host_isa())));
 }
 
 SearchSpace parse_search_space(const nlohmann::json& document) {

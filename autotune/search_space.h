@@ -66,8 +66,9 @@ std::vector<Candidate> stage_two_candidates(const SearchSpace& space, const Cand
 std::optional<std::string> prune_reason(const Candidate& candidate, int64_t rows, int64_t cols, const std::string& gram_error,
                                         const std::vector<Candidate>& earlier, ScalarType storage = ScalarType::F32);
 
-// The kernel the default path runs bf16 products on for `storage`: "amx" where the default path
-// is amx, "fma" otherwise (also for other storage types).
+// The kernel the default path runs bf16 products on for `storage`: cpu::default_bf16_engine of the
+// default path ("amx" there, "bf16dot" on an avx512bf16 path where vdpbf16ps measured faster than
+// f32 FMAs, else "fma"); "fma" for other storage types.
 std::string default_kernel(ScalarType storage);
 
 }  // namespace orthojit::autotune

@@ -30,8 +30,9 @@ over the repeats, the achieved GFLOP/s and the fraction of this machine's peak.
 
 GFLOP/s are dense-equivalent: the FLOPs of the standard strategy's products counted densely
 (2·M·N·K each; 20·m²n + 10·m³ for a 5-step quintic), whatever strategy and triangular shortcuts
-actually ran, so strategies compare by time. The peak is threads x measured clock x FLOPs per
-cycle of the ISA path (2 f32 FMA pipes, which bf16 and f16 policies run on too): docs/cpu-backend.md.
+actually ran, so strategies compare by time. The peak is threads x measured clock x the FLOPs per
+cycle that the engine of the products measured on this core: AMX tiles, the vdpbf16ps kernel, or
+f32 FMAs (which bf16 and f16 operands widened to f32 run on too): docs/cpu-backend.md.
 
 options:
   --program NAME|FILE   a shipped program or a .oj file
@@ -43,6 +44,9 @@ options:
   --restarts LIST       gram restart steps
   --precision P         override the storage type: bf16, f16, f32 or f64 (ref)
   --isa I               cpu: generic, avx2, avx512f, avx512bf16 or amx
+  --kernel K            cpu, bf16 products: fma (widened to f32), bf16dot (vdpbf16ps, avx512bf16 path)
+                        or amx (AMX tiles); default: the tuning record's, else the path's default
+                        (orthojit info names it and why)
   --threads T           cpu: worker threads (default: one per logical core)
   --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', 'generated hopper' (sm_90a tile, CC 9.0), fused-small, cublas, cublaslt
   --repeat N            timed runs after one warm-up (default 7)
@@ -59,7 +63,7 @@ within --budget seconds, default 60), prints the speedups against the faster lib
 int bench_command(const std::vector<std::string>& args) {
   for (const auto& arg : args)
     if (arg == "--model" || arg.rfind("--model=", 0) == 0 || arg == "--compare") return bench_model_command(args);
-  Arguments arguments(args, {"program", "shape", "backend", "strategy", "restarts", "precision", "isa", "threads", "repeat", "variant"}, {"json"});
+  Arguments arguments(args, {"program", "shape", "backend", "strategy", "restarts", "precision", "isa", "kernel", "threads", "repeat", "variant"}, {"json"});
   const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
   const runtime::ParsedShape shape = runtime::parse_shape(arguments.require("shape"));
   runtime::OrthogonalizeOptions options;
@@ -72,6 +76,7 @@ int bench_command(const std::vector<std::string>& args) {
     if (!options.precision) throw runtime::UsageError("unknown precision '" + *precision + "'; expected bf16, f16, f32 or f64");
   }
   if (auto isa = arguments.get("isa")) options.cpu_isa = *isa;
+  if (auto kernel = arguments.get("kernel")) options.cpu_kernel = *kernel;
   if (auto threads = arguments.get("threads")) options.threads = parse_count(*threads, "threads");
   if (auto variant = arguments.get("variant")) {
     if (options.backend != "cuda") throw runtime::UsageError("--variant is an option of --backend cuda");
@@ -97,9 +102,11 @@ int bench_command(const std::vector<std::string>& args) {
               record["storage"].get<std::string>().c_str(), median * 1e3, p20 * 1e3, p80 * 1e3, gflops, 100.0 * gflops / peak_gflops);
   std::printf("* dense-equivalent (%.2f GFLOP per call: the standard strategy's products, counted densely). JIT %.1f ms.\n", gflop, jit_s * 1e3);
   const std::string engine = record.value("engine", std::string("fma"));
-  std::printf("peak: %s (%s)\n", record["peak"].get<std::string>().c_str(),
-              engine == "amx" ? "fraction of the measured AMX-BF16 ceiling: the bf16 products ran on AMX tiles"
-                              : "fraction of the f32 FMA peak: the products ran on f32 FMAs");
+  const char* ceiling = engine == "amx"       ? "fraction of the measured AMX-BF16 ceiling: the bf16 products ran on AMX tiles"
+                        : engine == "bf16dot" ? "fraction of the measured vdpbf16ps ceiling: the bf16 products ran on the bf16 dot-product kernel"
+                        : engine == "fma"     ? "fraction of the f32 FMA ceiling: the products ran on f32 FMAs"
+                                              : "fraction of the nominal peak";
+  std::printf("peak: %s (%s)\n", record["peak"].get<std::string>().c_str(), ceiling);
   return 0;
 }
 

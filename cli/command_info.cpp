@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "runtime/records.h"
 #include "cpu/build_status.h"
+#include "cpu/bf16_engine.h"
 #include "cpu/cpu_isa.h"
 #include "dsl/coefficient_sets.h"
 #include "kernels/program_library.h"
@@ -71,6 +72,8 @@ int info_command(const std::vector<std::string>& args) {
                 cpu::best_host_isa() == cpu::CpuIsa::AmxBf16 ? ", the default" : "");
   else
     std::printf("amx:        not usable: %s\n", cpu::unsupported_reason(cpu::CpuIsa::AmxBf16).c_str());
+  if (cpu::cpu_backend_unavailable_reason().empty())
+    std::printf("bf16 kernel: %s; --kernel to force one\n", cpu::describe_default_bf16_engine().c_str());
   std::printf("cache dir:  %s\n", runtime::cache_directory().c_str());
   std::printf("tuning:     %s\n", autotune::describe_tuning_records().c_str());
   std::printf("\nshipped programs:\n");

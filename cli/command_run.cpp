@@ -29,6 +29,8 @@ options:
                         or auto (ref for f64 storage, e.g. --precision f64; cpu otherwise)
   --isa I               cpu: generic, avx2, avx512f, avx512bf16 or amx (default: amx where usable,
                         else the best this CPU runs; `orthojit info` says which and why)
+  --kernel K            cpu, bf16 products: fma (widened to f32), bf16dot (vdpbf16ps, avx512bf16 path)
+                        or amx (AMX tiles); default: the tuning record's, else the path's default
   --threads T           cpu: worker threads (default: one per logical core)
   --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', 'generated hopper' (sm_90a tile, CC 9.0), fused-small, cublas, cublaslt
   --verbose             print the strategy chosen and the time taken
@@ -37,7 +39,7 @@ exit codes: 0 ok, 2 bad input or usage, 1 internal error
 )";
 
 int run_command(const std::vector<std::string>& args) {
-  Arguments arguments(args, {"program", "input", "output", "strategy", "restarts", "precision", "backend", "isa", "threads", "variant"}, {"verbose"});
+  Arguments arguments(args, {"program", "input", "output", "strategy", "restarts", "precision", "backend", "isa", "kernel", "threads", "variant"}, {"verbose"});
   const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
   const std::string input_path = arguments.require("input");
   const std::string output_path = arguments.require("output");
@@ -53,6 +55,7 @@ int run_command(const std::vector<std::string>& args) {
   }
   if (auto backend = arguments.get("backend")) options.backend = *backend;
   if (auto isa = arguments.get("isa")) options.cpu_isa = *isa;
+  if (auto kernel = arguments.get("kernel")) options.cpu_kernel = *kernel;
   if (auto threads = arguments.get("threads")) options.threads = parse_count(*threads, "threads");
   if (auto variant = arguments.get("variant")) {
     if (options.backend != "cuda") throw runtime::UsageError("--variant is an option of --backend cuda");

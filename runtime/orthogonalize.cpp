@@ -12,6 +12,7 @@
 #ifdef ORTHOJIT_HAVE_CUDA
 #include "autotune/cuda_tuner.h"
 #endif
+#include "cpu/bf16_engine.h"
 #include "cpu/build_status.h"
 #include "cpu/cpu_executable.h"
 #include "ir/printer.h"
@@ -213,6 +214,7 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     compile.fuse_update = backend == "cuda";  // the CPU products' epilogues do not carry the parameter
   }
   std::string reason, tuned_variant;
+  bool engine_from_record = false;  // a tuning record's winner set the engine of the bf16 products
   if (auto explicit_strategy = parse_strategy_option(options.strategy)) {
     compile.strategy = *explicit_strategy;
     reason = std::string(ir::to_string(compile.strategy)) + ": requested";
@@ -243,6 +245,7 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
       compile.triangular_products = winner.triangular;
       if (tuned.gram_restarts) compile.gram_restarts = tuned.gram_restarts;  // the restarts it was tuned with
       if (!blocking_from_environment) {
+        engine_from_record = true;
         cpu_options.blocking = winner.blocking();
         cpu_options.engine = winner.engine;
         // The ISA path the winner's kernel needs (amx, the vdpbf16ps kernel, FMAs), unless the
@@ -260,12 +263,35 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
       reason = choice.reason + " (" + tuned.reason + "; heuristic)";
     }
   }
+  // The engine of the bf16 products: --kernel, else the tuning record's winner (above), else the
+  // default of the path (cpu::default_bf16_engine: the vdpbf16ps kernel where it measured faster).
+  if (!options.cpu_kernel.empty()) {
+    const auto engine = cpu::parse_bf16_engine(options.cpu_kernel);
+    if (!engine) throw UsageError("unknown kernel '" + options.cpu_kernel + "'; expected fma, bf16dot or amx");
+    const cpu::CpuIsa needed = cpu::isa_for(*engine);
+    if (!cpu::host_supports(needed)) throw UsageError("--kernel " + options.cpu_kernel + ": " + cpu::unsupported_reason(needed));
+    const bool fma_on_forced_path = *engine == cpu::Bf16Engine::Fma && cpu_options.isa != cpu::CpuIsa::AmxBf16;
+    if (!options.cpu_isa.empty() && cpu_options.isa != needed && !fma_on_forced_path)
+      throw UsageError("--kernel " + options.cpu_kernel + " runs on the " + std::string(cpu::to_string(needed)) + " path; --isa " +
+                       options.cpu_isa + " names another (" +
+                       (cpu_options.isa == cpu::CpuIsa::AmxBf16 ? "its bf16 products run on AMX tiles)" : "it has no such kernel)"));
+    if (!fma_on_forced_path) cpu_options.isa = needed;
+    cpu_options.blocking.bf16_dot = *engine == cpu::Bf16Engine::Bf16Dot;
+  } else if (!engine_from_record) {
+    cpu_options.blocking.bf16_dot = cpu::default_bf16_engine(cpu_options.isa) == cpu::Bf16Engine::Bf16Dot;
+  }
   ir::Function function = passes::compile_program(program, compile);
   std::shared_ptr<CompiledOrthogonalizer> compiled;
   double jit_seconds = 0;
   if (backend == "cpu") {
     compiled = std::make_shared<CpuOrthogonalizer>(cached_executable(function, cpu_options, jit_seconds));
     compiled->target_ = "cpu " + cpu_options.describe();
+    compiled->isa_ = cpu_options.isa;
+    const bool bf16 = function.policy.storage == ScalarType::BF16;
+    compiled->engine_ = !bf16 ? cpu::Bf16Engine::Fma
+                        : cpu_options.isa == cpu::CpuIsa::AmxBf16 ? cpu::Bf16Engine::Amx
+                        : cpu_options.isa == cpu::CpuIsa::Avx512Bf16 && cpu_options.blocking.bf16_dot ? cpu::Bf16Engine::Bf16Dot
+                                                                                                      : cpu::Bf16Engine::Fma;
 #ifdef ORTHOJIT_HAVE_CUDA
   } else if (backend == "cuda") {
     cuda::CudaVariant variant;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/bf16_engine.h"
 #include "dsl/ast.h"
 #include "ir/function.h"
 #include "runtime/errors.h"  // UsageError: bad input from the user; UnavailableError: a backend that cannot run here
@@ -25,7 +26,10 @@ struct OrthogonalizeOptions {
   // cuda backend: "" (generated, default tiles), "generated BMxBNxBK/WMxWN", "fused-small", "cublas", "cublaslt"
   std::string cuda_variant;
   // cpu backend
-  std::string cpu_isa;  // "" = the best this machine runs; generic | avx2 | avx512f | avx512bf16
+  std::string cpu_isa;  // "" = the best this machine runs; generic | avx2 | avx512f | avx512bf16 | amx
+  // The engine of bf16 x bf16 products (cpu/bf16_engine.h): "" = the tuning record's, else the
+  // path's default; fma | bf16dot (the avx512bf16 path) | amx (the amx path).
+  std::string cpu_kernel;
   int threads = 0;      // 0 = one per logical core
   // Under strategy "auto": use this device's tuning record for the shape when there is one
   // (autotune/record_lookup.h), else the heuristic.
@@ -60,10 +64,15 @@ class CompiledOrthogonalizer {
   const std::string& backend() const { return backend_; }
   double jit_seconds() const { return jit_seconds_; }
   std::string describe_target() const { return target_; }  // "ref" or "cpu avx512bf16 threads=2 ..."
+  // cpu: the unit the products ran on (bf16 storage: fma, bf16dot or amx; other storage: fma).
+  std::optional<cpu::Bf16Engine> cpu_engine() const { return engine_; }
+  cpu::CpuIsa cpu_isa() const { return isa_; }  // cpu: the ISA path it runs on (a tuning record or --kernel may pick it)
 
  protected:
   ir::Function function_;
   std::string strategy_reason_, backend_, target_;
+  std::optional<cpu::Bf16Engine> engine_;
+  cpu::CpuIsa isa_ = cpu::CpuIsa::Generic;
   double jit_seconds_ = 0;
   friend std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Program&, int64_t, int64_t, int64_t,
                                                                         const OrthogonalizeOptions&);

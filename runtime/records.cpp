@@ -18,6 +18,7 @@
 #include "cuda/cuda_driver.h"
 #endif
 #include "cpu/build_status.h"
+#include "cpu/bf16_engine.h"
 #include "cpu/cpu_isa.h"
 #include "cpu/vendor_gemm.h"
 #include "kernels/program_library.h"
@@ -100,6 +101,9 @@ nlohmann::json info_record() {
                         {"avx512f", cpu.avx512f}, {"avx512bf16", cpu.avx512bf16}, {"best_isa", cpu.best_isa()}}},
           {"cpu_paths", paths},
           {"cpu_default_path", std::string(cpu::to_string(cpu::best_host_isa()))},
+          {"bf16_kernel", {{"default", std::string(cpu::to_string(cpu::default_bf16_engine(cpu::best_host_isa())))},
+                           {"vdpbf16ps_over_f32_fma", cpu::bf16_dot_rates().ratio()},
+                           {"reason", cpu::describe_default_bf16_engine()}}},
           {"amx", {{"amx_tile", cpu.amx_tile}, {"amx_bf16", cpu.amx_bf16}, {"amx_fp16", cpu.amx_fp16}, {"xcr0_tile_state", cpu.xcr0_tile_state},
                    {"usable", cpu::host_supports(cpu::CpuIsa::AmxBf16)}, {"reason", cpu::host_supports(cpu::CpuIsa::AmxBf16) ? amx_availability().reason
                                                                                                                         : cpu::unsupported_reason(cpu::CpuIsa::AmxBf16)}}},
@@ -302,17 +306,17 @@ nlohmann::json bench_record(const BenchRequest& request, bool report) {
   const double gflops = flops / median * 1e-9;
 
   const std::string& backend = compiled->backend();  // "auto" resolved
-  const std::string isa = backend == "cpu" ? std::string(cpu::to_string(options.cpu_isa.empty() ? cpu::best_host_isa()
-                                                                                                          : *cpu::parse_cpu_isa(options.cpu_isa)))
-                                            : "generic";
+  const std::string isa = backend == "cpu" ? std::string(cpu::to_string(compiled->cpu_isa())) : "generic";
   const int threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const PeakEstimate peak = estimate_peak(isa, backend == "cpu" ? threads : 1);
-  // The ceiling of the engine the products ran on: bf16 products on the amx path run on AMX tiles
-  // (the measured TDPBF16PS rate); every other policy runs on f32 FMAs (bf16/f16 operands are
-  // widened while packing): the f32 peak.
-  const bool on_amx = isa == "amx" && compiled->function().policy.storage == ScalarType::BF16 && peak.amx_measured_flops_per_cycle > 0;
-  const std::string engine = backend != "cpu" ? backend : on_amx ? "amx" : "fma";
-  const double peak_gflops = on_amx ? peak.amx_gflops() : peak.f32_gflops();
+  // The ceiling of the engine the products ran on, each measured on this core: AMX tiles (the
+  // TDPBF16PS rate), the vdpbf16ps kernel (its instruction's rate), else f32 FMAs (bf16/f16
+  // operands widened while packing run on them too).
+  const cpu::Bf16Engine ran_on = compiled->cpu_engine().value_or(cpu::Bf16Engine::Fma);
+  const bool on_amx = ran_on == cpu::Bf16Engine::Amx && peak.amx_measured_flops_per_cycle > 0;
+  const bool on_bf16_dot = ran_on == cpu::Bf16Engine::Bf16Dot && peak.bf16_measured_flops_per_cycle > 0;
+  const std::string engine = backend != "cpu" ? backend : std::string(cpu::to_string(ran_on));
+  const double peak_gflops = on_amx ? peak.amx_gflops() : on_bf16_dot ? peak.bf16_dot_gflops() : peak.f32_gflops();
   return {{"program", program.name},
           {"shape", {shape.rows, shape.cols, shape.batch}},
           {"backend", backend},

@@ -23,6 +23,7 @@
 #include "autotune/search_space.h"
 #include "cpu/amx_codegen.h"
 #include "cpu/amx_packing.h"
+#include "cpu/bf16_engine.h"
 #include "cpu/cpu_isa.h"
 #include "cpu/element_types.h"
 #include "cpu/epilogue_codegen.h"
@@ -615,7 +616,10 @@ TEST(AmxTuning, TheEngineIsASearchAxisAndTheDefaultPicksAmxWherePresent) {
     EXPECT_TRUE(autotune::prune_reason(with_amx, 1024, 4096, "", {with_fma}, ScalarType::F32).has_value()) << "f32 products stay on FMAs";
     EXPECT_FALSE(autotune::prune_reason(with_amx, 1024, 4096, "", {with_fma}, ScalarType::BF16).has_value());
   }
-  EXPECT_EQ(autotune::default_kernel(ScalarType::BF16), best_host_isa() == CpuIsa::AmxBf16 ? "amx" : "fma");
+  // amx where it is the default path; elsewhere the vdpbf16ps kernel where it measured faster
+  // than f32 FMAs on the avx512bf16 path (cpu/bf16_engine.h), else fma.
+  const bool dot_faster = best_host_isa() == CpuIsa::Avx512Bf16 && bf16_dot_rates().ratio() >= kBf16DotPreferredRatio;
+  EXPECT_EQ(autotune::default_kernel(ScalarType::BF16), best_host_isa() == CpuIsa::AmxBf16 ? "amx" : dot_faster ? "bf16dot" : "fma");
   EXPECT_EQ(autotune::default_kernel(ScalarType::F32), "fma");
 }
 

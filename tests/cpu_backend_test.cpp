@@ -16,6 +16,7 @@
 #include <limits>
 #include <thread>
 
+#include "cpu/bf16_engine.h"
 #include "cpu/cpu_isa.h"
 #include "kernels/program_library.h"
 #include "reference/random_matrix.h"
@@ -27,6 +28,14 @@ namespace orthojit {
 namespace {
 
 using testing::relative_error;
+
+// The engines of bf16 products this machine runs (cpu/bf16_engine.h).
+std::vector<cpu::Bf16Engine> host_bf16_engines() {
+  std::vector<cpu::Bf16Engine> engines;
+  for (cpu::Bf16Engine engine : {cpu::Bf16Engine::Fma, cpu::Bf16Engine::Bf16Dot, cpu::Bf16Engine::Amx})
+    if (cpu::host_supports(cpu::isa_for(engine))) engines.push_back(engine);
+  return engines;
+}
 
 std::vector<double> run_cpu(const dsl::Program& program, const std::vector<double>& input, int64_t batch, int64_t rows, int64_t cols,
                             runtime::OrthogonalizeOptions options) {
@@ -59,9 +68,14 @@ TEST(CpuBackend, MatchesTheReferenceInterpreter) {
         for (const Shape& shape : shapes) {
           SCOPED_TRACE(std::string(shipped.name) + " " + std::string(to_string(precision)) + " " + strategy + " " +
                        std::to_string(shape.batch) + "x" + std::to_string(shape.rows) + "x" + std::to_string(shape.cols));
+          // bf16: every engine of the bf16 products this machine runs, each forced (results differ
+          // in summation order only, so each must meet the same bound).
+          for (const cpu::Bf16Engine engine : precision == ScalarType::BF16 ? host_bf16_engines() : std::vector<cpu::Bf16Engine>{cpu::Bf16Engine::Fma}) {
+          SCOPED_TRACE(std::string(cpu::to_string(engine)));
           runtime::OrthogonalizeOptions options;
           options.strategy = strategy;
           options.precision = precision;
+          if (precision == ScalarType::BF16) options.cpu_kernel = std::string(cpu::to_string(engine));
           const auto input = reference::gaussian_values(shape.batch * shape.rows * shape.cols, static_cast<uint64_t>(shape.rows * 7 + shape.cols));
           const auto cpu = run_cpu(program, input, shape.batch, shape.rows, shape.cols, options);
           for (double v : cpu) ASSERT_TRUE(std::isfinite(v)) << "unwritten or non-finite output";
@@ -85,9 +99,72 @@ TEST(CpuBackend, MatchesTheReferenceInterpreter) {
           if (shape.rows * shape.cols > 1) {
             EXPECT_LT(relative_error(cpu, exact), 1.5 * relative_error(reference, exact) + 1e-3);
           }
+          }
         }
       }
     }
+  }
+}
+
+TEST(CpuBackend, TheBf16KernelIsTheMeasuredFasterOneAndCanBeForced) {
+  using cpu::Bf16Engine;
+  // The rule (cpu/bf16_engine.h): AMX tiles on the amx path; the vdpbf16ps kernel on the
+  // avx512bf16 path only where the instruction measured at least 1.25x the f32 FMA's FLOP rate;
+  // widened f32 FMAs everywhere else.
+  EXPECT_EQ(cpu::default_bf16_engine(cpu::CpuIsa::AmxBf16), Bf16Engine::Amx);
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::Generic, cpu::CpuIsa::Avx2Fma, cpu::CpuIsa::Avx512f}) EXPECT_EQ(cpu::default_bf16_engine(isa), Bf16Engine::Fma);
+  const cpu::Bf16DotRates& rates = cpu::bf16_dot_rates();
+  if (cpu::host_supports(cpu::CpuIsa::Avx512Bf16)) {
+    ASSERT_GT(rates.bf16_dot_flops_per_cycle, 0);
+    ASSERT_GT(rates.f32_fma_flops_per_cycle, 0);
+    EXPECT_EQ(cpu::default_bf16_engine(cpu::CpuIsa::Avx512Bf16) == Bf16Engine::Bf16Dot, rates.ratio() >= cpu::kBf16DotPreferredRatio) << rates.ratio();
+  } else {
+    EXPECT_EQ(rates.ratio(), 0);
+    EXPECT_EQ(cpu::default_bf16_engine(cpu::CpuIsa::Avx512Bf16), Bf16Engine::Fma);
+  }
+  const auto program = kernels::load_program_by_name_or_path("jordan_ns5");  // bf16 storage
+  auto compile = [&](const std::string& isa, const std::string& kernel, std::optional<ScalarType> precision = std::nullopt) {
+    runtime::OrthogonalizeOptions options;
+    options.backend = "cpu";
+    options.strategy = "standard";
+    options.cpu_isa = isa;
+    options.cpu_kernel = kernel;
+    options.precision = precision;
+    options.use_tuning_records = false;
+    return runtime::compile_orthogonalizer(program, 1, 24, 40, options);
+  };
+  // The untuned default is the rule's, on the default path; f32 storage always reports FMAs.
+  EXPECT_EQ(compile("", "")->cpu_engine(), cpu::default_bf16_engine(cpu::best_host_isa()));
+  EXPECT_EQ(compile("", "", ScalarType::F32)->cpu_engine(), Bf16Engine::Fma);
+  // Forcing: every engine this machine runs, with its path; the others refused with the reason.
+  for (Bf16Engine engine : {Bf16Engine::Fma, Bf16Engine::Bf16Dot, Bf16Engine::Amx}) {
+    const std::string name(cpu::to_string(engine));
+    SCOPED_TRACE(name);
+    const cpu::CpuIsa needed = cpu::isa_for(engine);
+    if (cpu::host_supports(needed)) {
+      const auto compiled = compile("", name);
+      EXPECT_EQ(compiled->cpu_engine(), engine);
+      EXPECT_EQ(compiled->cpu_isa(), needed);
+      EXPECT_EQ(compiled->describe_target().find("bf16dot") != std::string::npos, engine == Bf16Engine::Bf16Dot) << compiled->describe_target();
+    } else {
+      try {
+        compile("", name);
+        ADD_FAILURE() << "--kernel " << name << " accepted on a CPU without its path";
+      } catch (const runtime::UsageError& error) {
+        EXPECT_NE(std::string(error.what()).find(cpu::unsupported_reason(needed)), std::string::npos) << error.what();
+      }
+    }
+  }
+  EXPECT_THROW(compile("", "tpu"), runtime::UsageError);
+  // A kernel of another path than the one forced with --isa is refused; fma runs on any FMA path.
+  if (cpu::host_supports(cpu::CpuIsa::Avx512Bf16)) {
+    EXPECT_THROW(compile("avx512f", "bf16dot"), runtime::UsageError);
+    EXPECT_EQ(compile("avx512f", "fma")->cpu_isa(), cpu::CpuIsa::Avx512f);
+    // --isa avx512bf16 alone takes the path's default engine.
+    EXPECT_EQ(compile("avx512bf16", "")->cpu_engine(), cpu::default_bf16_engine(cpu::CpuIsa::Avx512Bf16));
+  }
+  if (cpu::host_supports(cpu::CpuIsa::AmxBf16)) {
+    EXPECT_THROW(compile("amx", "fma"), runtime::UsageError);
   }
 }
 

@@ -50,6 +50,8 @@ TEST(GemmDriver, MatchesADoubleProductOnOddShapes) {
       {29, 29, 64, true, true, 1.5f, 0.25f, 3.0f, ScalarType::F32}, {40, 75, 1000, true, false, -1.0f, 0, 0, ScalarType::BF16},
       {64, 64, 17, false, true, 1, 1, -2.0f, ScalarType::F16},    {100, 33, 129, false, true, 0.5f, 3.0f, 0, ScalarType::BF16},
       {50, 70, 301, true, true, 1.0f, 0.5f, 0, ScalarType::F32},   // f32 transposed B with full and partial panels, odd k blocks
+      {37, 70, 259, true, true, 1.0f, 0.5f, 0, ScalarType::BF16},  // bf16 pairs from a transposed B and odd rows: an odd last K block
+      {26, 64, 131, false, false, 1.0f, 0, 0, ScalarType::BF16},   // bf16 pairs from a row-major B: full panels, odd last K block
   };
   for (bool dot : {false, true}) {  // bf16 dot products where the CPU has them (the bf16 cases)
   // Operands packed (0) and f32 operands read in place with their edge panels padded (1 GiB).

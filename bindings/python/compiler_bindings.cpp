@@ -292,7 +292,7 @@ runtime::OrthogonalizeOptions make_options(const std::string& strategy, const st
 
 std::string options_key(const runtime::OrthogonalizeOptions& options) {
   return options.strategy + "|" + (options.precision ? std::string(to_string(*options.precision)) : "-") + "|" + options.backend + "|" +
-         options.cuda_variant + "|" + options.cpu_isa + "|" + std::to_string(options.threads);
+         options.cuda_variant + "|" + options.cpu_isa + "|" + options.cpu_kernel + "|" + std::to_string(options.threads);
 }
 
 // Compiled kernels by program, shape and options (the CPU executables and CUDA programs below
@@ -515,7 +515,8 @@ std::string tune(const std::optional<std::string>& model, bool model_is_json, co
 }
 
 std::string bench(nb::handle program, int64_t rows, int64_t cols, int64_t batch, const std::string& backend, const std::string& strategy,
-                  const std::optional<std::string>& precision, int repeat, int threads, const std::string& isa, const std::string& variant) {
+                  const std::optional<std::string>& precision, int repeat, int threads, const std::string& isa, const std::string& variant,
+                  const std::string& kernel) {
   if (rows < 1 || cols < 1 || batch < 1) throw nb::value_error("shape: every size must be at least 1");
   if (repeat < 1) throw nb::value_error(("repeat must be at least 1 (got " + std::to_string(repeat) + ")").c_str());
   const ProgramPtr loaded = resolve_program(program);
@@ -524,6 +525,7 @@ std::string bench(nb::handle program, int64_t rows, int64_t cols, int64_t batch,
   request.shape = {rows, cols, batch};
   request.options = make_options(strategy, precision, backend, threads);
   request.options.cpu_isa = isa;
+  request.options.cpu_kernel = kernel;
   if (!variant.empty() && request.options.backend != "cuda") throw nb::value_error("variant is an option of backend='cuda'");
   request.options.cuda_variant = variant;
   request.repeat = repeat;
@@ -620,7 +622,7 @@ void register_compiler(nb::module_& module) {
              "candidates, phase, label) is called as it goes.");
   module.def("bench", &bench, nb::arg("program"), nb::arg("rows"), nb::arg("cols"), nb::arg("batch"), nb::arg("backend"), nb::arg("strategy"),
              nb::arg("precision").none(), nb::arg("repeat"), nb::arg("threads"), nb::arg("isa"), nb::arg("variant"),
-             "`orthojit bench --json`: times one program on one shape; returns JSON text.");
+             nb::arg("kernel") = "", "`orthojit bench --json`: times one program on one shape; returns JSON text.");
   module.def("bench_model", &bench_model, nb::arg("model").none(), nb::arg("model_is_json"), nb::arg("shape").none(), nb::arg("program"),
              nb::arg("precision").none(), nb::arg("budget"), nb::arg("threads"), nb::arg("per_head"),
              "`orthojit bench --model/--compare --json`: standard vs gram vs OpenBLAS per shape; returns JSON text.");

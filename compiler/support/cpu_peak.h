@@ -1,13 +1,14 @@
-// This machine's arithmetic peak, for "fraction of peak" in `orthojit bench`:
-//   peak = cores x measured clock x FLOPs per cycle per core of the ISA path.
+// This machine's arithmetic ceilings, for "fraction of peak" in `orthojit bench`:
+//   ceiling = cores x measured clock x FLOPs per cycle per core that the engine's instruction
+//   really retires here (measured, in registers, no memory operands).
 // The clock is measured, not read from /proc (which shows the base or a stale value on VMs): a
 // chain of dependent register-register adds retires one per cycle on x86 cores, so adds per second
-// is the clock the code really runs at (with turbo). FLOPs per cycle assume two
-// FMA pipes per core, true of the server and desktop AVX2/AVX-512 parts since Haswell/Zen 4:
-// f32: 2 pipes x lanes x 2 (multiply + add). The CPU backend runs bf16 policies on the same f32
-// FMAs (operands widened while packing), so this is their peak too. The bf16 dot-product figure
-// (vdpbf16ps: 2 pairs per lane) is the instruction's nominal rate: 2x f32 if it had two pipes;
-// measured at 1/2 of the f32 rate on the development machine (bench/RESULTS.md).
+// is the clock the code really runs at (with turbo). The FLOPs per cycle are measured too, since
+// the nominal figures differ between cores of the same ISA: AVX-512 f32 FMAs retire 64 FLOP per
+// cycle on Sapphire Rapids (two 512-bit pipes) but 32 on Zen 4 (two 256-bit pipes, a zmm
+// instruction taking both); vdpbf16ps retires at half the f32 FMA rate on Sapphire Rapids and at
+// twice it on Zen 4 (bench/RESULTS.md). The nominal figure (two pipes x lanes x 2) is kept for
+// the description.
 #pragma once
 
 #include <string>
@@ -23,6 +24,11 @@ double measure_clock_ghz();  // about 50 ms of one core
 // the CPU has AVX512-BF16 (cpu::host_supports); about 30 ms.
 double measure_bf16_dot_flops_per_cycle(double clock_ghz);
 
+// The rate f32 FMAs (vfmadd231ps) of `lanes` (16: zmm, 8: ymm) really retire on this core, the
+// same way (24 independent chains in registers). 0 where the CPU lacks the vector width or for
+// other lane counts; about 10 ms.
+double measure_f32_fma_flops_per_cycle(double clock_ghz, int lanes);
+
 // The rate TDPBF16PS really retires on this core: 4 independent 16x16 f32 accumulator tiles
 // (tmm0-3) fed by 2 A and 2 B tiles loaded once (no memory operands in the loop), FLOPs per cycle
 // at the measured clock (16·16·32 multiply-adds = 16384 FLOPs per instruction; nominal 1024 per
@@ -33,14 +39,16 @@ double measure_amx_bf16_flops_per_cycle(double clock_ghz);
 struct PeakEstimate {
   double clock_ghz = 0;
   int cores = 1;
-  double f32_flops_per_cycle = 0;   // per core
+  double f32_flops_per_cycle = 0;   // per core, nominal: two FMA pipes x lanes x 2
+  double f32_measured_flops_per_cycle = 0;  // per core, measure_f32_fma_flops_per_cycle (0: not measured)
   double bf16_flops_per_cycle = 0;  // per core, nominal (0 when the ISA has no bf16 dot product)
   double bf16_measured_flops_per_cycle = 0;  // per core, measure_bf16_dot_flops_per_cycle
   double amx_flops_per_cycle = 0;            // per core, nominal (0 without the amx path)
   double amx_measured_flops_per_cycle = 0;   // per core, measure_amx_bf16_flops_per_cycle
   double amx_gflops() const { return clock_ghz * cores * amx_measured_flops_per_cycle; }
   double bf16_dot_gflops() const { return clock_ghz * cores * bf16_measured_flops_per_cycle; }
-  double f32_gflops() const { return clock_ghz * cores * f32_flops_per_cycle; }
+  // The measured f32 rate where there is one, else the nominal.
+  double f32_gflops() const { return clock_ghz * cores * (f32_measured_flops_per_cycle > 0 ? f32_measured_flops_per_cycle : f32_flops_per_cycle); }
   double bf16_gflops() const { return clock_ghz * cores * bf16_flops_per_cycle; }
   std::string describe() const;
 };

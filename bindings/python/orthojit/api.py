@@ -375,18 +375,20 @@ def tune(model_config=None, budget: float = 90, backend: str = "cpu", program: P
 
 
 def bench(program: ProgramLike, shape, backend: str = "cpu", strategy: str = "auto", precision: Optional[str] = None, repeat: int = 7, *,
-          threads: int = 0, isa: str = "", variant: str = "") -> Dict[str, Any]:
+          threads: int = 0, isa: str = "", variant: str = "", kernel: str = "") -> Dict[str, Any]:
     """Times ``program`` on a random Gaussian input of ``shape`` ((rows, cols), (batch, rows, cols) or
-    "MxN[xB]"): one warm-up, then ``repeat`` runs. Returns the ``orthojit bench --json`` record:
-    program, shape [rows, cols, batch], backend, target, strategy, storage, median_s, p20_s, p80_s,
-    repeat, jit_s, dense_equivalent_gflop, gflops, peak_gflops, fraction_of_peak, peak; plus
-    median_ms, p20_ms and p80_ms."""
+    "MxN[xB]"): one warm-up, then ``repeat`` runs. ``kernel`` (cpu, bf16 products): "fma", "bf16dot"
+    or "amx"; "" is the tuning record's, else the path's default. Returns the ``orthojit bench
+    --json`` record: program, shape [rows, cols, batch], backend, target, strategy, storage,
+    median_s, p20_s, p80_s, repeat, jit_s, dense_equivalent_gflop, gflops, engine, peak_gflops,
+    fraction_of_peak, peak; plus median_ms, p20_ms and p80_ms."""
     _check_choice("backend", backend, ("cpu", "ref", "cuda"))
     _check_choice("strategy", strategy, ("auto", "standard", "gram"))
+    _check_choice("kernel", kernel, ("", "fma", "bf16dot", "amx"))
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be a positive integer, got {repeat!r}")
     rows, cols, batch = _triple(shape)
-    record = _json.loads(_core.bench(_program(program), rows, cols, batch, backend, strategy, _precision(precision), repeat, int(threads), isa, variant))
+    record = _json.loads(_core.bench(_program(program), rows, cols, batch, backend, strategy, _precision(precision), repeat, int(threads), isa, variant, kernel))
     for name in ("median", "p20", "p80"):
         record[name + "_ms"] = record[name + "_s"] * 1e3
     return record
