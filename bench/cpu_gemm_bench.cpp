@@ -69,6 +69,13 @@ void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread, 
   driver.run(problem, pool);  // JIT outside the timing
   for (auto _ : state) driver.run(problem, pool);
   set_flops(state, static_cast<double>(size), static_cast<double>(size), static_cast<double>(size));
+  if (cpu::uses_bf16_dot(isa, blocking.bf16_dot, problem.a, problem.b)) {
+    // The fraction of the measured vdpbf16ps ceiling of the threads that ran (cpu_peak.h).
+    const double ghz = measure_clock_ghz();
+    const double ceiling = ghz * measure_bf16_dot_flops_per_cycle(ghz) * (pool ? pool->size() : 1) * 1e9;
+    state.counters["of_bf16_dot_ceiling"] = benchmark::Counter(2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size) / ceiling,
+                                                               benchmark::Counter::kIsIterationInvariantRate);
+  }
   if (cpu::uses_amx(isa, problem.a, problem.b)) {
     // The fraction of the measured TDPBF16PS ceiling of the threads that ran (cpu_peak.h).
     const double ghz = measure_clock_ghz();
@@ -92,6 +99,7 @@ void BM_OpenBlasSgemm(benchmark::State& state, bool one_thread) {
 BENCHMARK_CAPTURE(BM_OrthojitGemm, f32, ScalarType::F32, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_operands, ScalarType::BF16, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_dot_products, ScalarType::BF16, false, true)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_dot_products_1thread, ScalarType::BF16, true, true)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 // AMX-BF16 tiles (the amx path; skipped where AMX is not usable): the 2048³ targets are
 // >= 60% of the measured ceiling on one thread, >= 55% on two.
 BENCHMARK_CAPTURE(BM_OrthojitGemm, amx, ScalarType::BF16, false, false, cpu::CpuIsa::AmxBf16)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -206,7 +214,10 @@ void BM_MeasuredClock(benchmark::State& state) {
   double ghz = 0;
   for (auto _ : state) ghz = orthojit::measure_clock_ghz();
   state.counters["GHz"] = ghz;
-  state.counters["core_peak_f32_GFLOP/s"] = ghz * 64;
+  state.counters["core_nominal_f32_GFLOP/s"] = ghz * 64;  // two 512-bit FMA pipes
+  // The f32 FMA ceiling as measured (Zen 4 retires zmm FMAs at half the nominal rate).
+  if (const double measured = orthojit::measure_f32_fma_flops_per_cycle(ghz, 16); measured > 0)
+    state.counters["core_f32_fma_measured_GFLOP/s"] = ghz * measured;
   // The bf16 dot-product ceiling: vdpbf16ps alone, in registers (cpu_peak.h); compare
   // BM_MicrokernelAlone/bf16_dot with it.
   if (orthojit::cpu::host_supports(orthojit::cpu::CpuIsa::Avx512Bf16))
