@@ -286,12 +286,13 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
   if (backend == "cpu") {
     compiled = std::make_shared<CpuOrthogonalizer>(cached_executable(function, cpu_options, jit_seconds));
     compiled->target_ = "cpu " + cpu_options.describe();
-    compiled->isa_ = cpu_options.isa;
+    compiled->isa_ = std::string(cpu::to_string(cpu_options.isa));
     const bool bf16 = function.policy.storage == ScalarType::BF16;
-    compiled->engine_ = !bf16 ? cpu::Bf16Engine::Fma
-                        : cpu_options.isa == cpu::CpuIsa::AmxBf16 ? cpu::Bf16Engine::Amx
-                        : cpu_options.isa == cpu::CpuIsa::Avx512Bf16 && cpu_options.blocking.bf16_dot ? cpu::Bf16Engine::Bf16Dot
-                                                                                                      : cpu::Bf16Engine::Fma;
+    compiled->engine_ = std::string(cpu::to_string(!bf16 ? cpu::Bf16Engine::Fma
+                                                   : cpu_options.isa == cpu::CpuIsa::AmxBf16 ? cpu::Bf16Engine::Amx
+                                                   : cpu_options.isa == cpu::CpuIsa::Avx512Bf16 && cpu_options.blocking.bf16_dot
+                                                       ? cpu::Bf16Engine::Bf16Dot
+                                                       : cpu::Bf16Engine::Fma));
 #ifdef ORTHOJIT_HAVE_CUDA
   } else if (backend == "cuda") {
     cuda::CudaVariant variant;

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "cpu/bf16_engine.h"
 #include "dsl/ast.h"
 #include "ir/function.h"
 #include "runtime/errors.h"  // UsageError: bad input from the user; UnavailableError: a backend that cannot run here
@@ -64,15 +63,16 @@ class CompiledOrthogonalizer {
   const std::string& backend() const { return backend_; }
   double jit_seconds() const { return jit_seconds_; }
   std::string describe_target() const { return target_; }  // "ref" or "cpu avx512bf16 threads=2 ..."
-  // cpu: the unit the products ran on (bf16 storage: fma, bf16dot or amx; other storage: fma).
-  std::optional<cpu::Bf16Engine> cpu_engine() const { return engine_; }
-  cpu::CpuIsa cpu_isa() const { return isa_; }  // cpu: the ISA path it runs on (a tuning record or --kernel may pick it)
+  // cpu: the engine of the bf16 products ("fma", "bf16dot" or "amx"; "fma" for other storage:
+  // compiler/cpu/bf16_engine.h) and the ISA path it runs on ("avx512bf16", ...: a tuning record or
+  // the kernel may pick it); "" on the other backends.
+  const std::string& cpu_engine() const { return engine_; }
+  const std::string& cpu_path() const { return isa_; }
 
  protected:
   ir::Function function_;
   std::string strategy_reason_, backend_, target_;
-  std::optional<cpu::Bf16Engine> engine_;
-  cpu::CpuIsa isa_ = cpu::CpuIsa::Generic;
+  std::string engine_, isa_;
   double jit_seconds_ = 0;
   friend std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Program&, int64_t, int64_t, int64_t,
                                                                         const OrthogonalizeOptions&);

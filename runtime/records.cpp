@@ -306,16 +306,16 @@ nlohmann::json bench_record(const BenchRequest& request, bool report) {
   const double gflops = flops / median * 1e-9;
 
   const std::string& backend = compiled->backend();  // "auto" resolved
-  const std::string isa = backend == "cpu" ? std::string(cpu::to_string(compiled->cpu_isa())) : "generic";
+  const std::string isa = backend == "cpu" ? compiled->cpu_path() : "generic";
   const int threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const PeakEstimate peak = estimate_peak(isa, backend == "cpu" ? threads : 1);
   // The ceiling of the engine the products ran on, each measured on this core: AMX tiles (the
   // TDPBF16PS rate), the vdpbf16ps kernel (its instruction's rate), else f32 FMAs (bf16/f16
   // operands widened while packing run on them too).
-  const cpu::Bf16Engine ran_on = compiled->cpu_engine().value_or(cpu::Bf16Engine::Fma);
-  const bool on_amx = ran_on == cpu::Bf16Engine::Amx && peak.amx_measured_flops_per_cycle > 0;
-  const bool on_bf16_dot = ran_on == cpu::Bf16Engine::Bf16Dot && peak.bf16_measured_flops_per_cycle > 0;
-  const std::string engine = backend != "cpu" ? backend : std::string(cpu::to_string(ran_on));
+  const std::string& ran_on = compiled->cpu_engine();
+  const bool on_amx = ran_on == "amx" && peak.amx_measured_flops_per_cycle > 0;
+  const bool on_bf16_dot = ran_on == "bf16dot" && peak.bf16_measured_flops_per_cycle > 0;
+  const std::string engine = backend != "cpu" ? backend : ran_on;
   const double peak_gflops = on_amx ? peak.amx_gflops() : on_bf16_dot ? peak.bf16_dot_gflops() : peak.f32_gflops();
   return {{"program", program.name},
           {"shape", {shape.rows, shape.cols, shape.batch}},

@@ -72,6 +72,10 @@ expect 2 "$work/xtx.oj:4:5: error: the gram strategy needs every step in the for
 expect 0 "dense-equivalent" -- "$orthojit" bench --program jordan_ns5 --shape 16x64 --repeat 2
 expect 0 '"fraction_of_peak"' -- "$orthojit" bench --program jordan_ns5 --shape 16x64x3 --repeat 2 --json --strategy gram
 expect 0 "ref" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat 1 --backend ref --precision f64
+# The engine of the bf16 products: named by info, forced by --kernel and reported by bench; a bad name refused.
+expect 0 "bf16 kernel: " -- "$orthojit" info
+expect 0 '"engine": "fma"' -- "$orthojit" bench --program jordan_ns5 --shape 16x64 --repeat 1 --kernel fma --json
+expect 2 "unknown kernel 'tpu'; expected fma, bf16dot or amx" -- "$orthojit" bench --program jordan_ns5 --shape 16x64 --repeat 1 --kernel tpu
 # --backend auto (bench's default) runs f64 on the reference interpreter; cpu refuses it, saying why.
 expect 0 '"backend": "ref"' -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat 1 --precision f64 --json
 expect 0 '"backend": "cpu"' -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat 1 --json

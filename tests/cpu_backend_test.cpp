@@ -134,8 +134,8 @@ TEST(CpuBackend, TheBf16KernelIsTheMeasuredFasterOneAndCanBeForced) {
     return runtime::compile_orthogonalizer(program, 1, 24, 40, options);
   };
   // The untuned default is the rule's, on the default path; f32 storage always reports FMAs.
-  EXPECT_EQ(compile("", "")->cpu_engine(), cpu::default_bf16_engine(cpu::best_host_isa()));
-  EXPECT_EQ(compile("", "", ScalarType::F32)->cpu_engine(), Bf16Engine::Fma);
+  EXPECT_EQ(compile("", "")->cpu_engine(), cpu::to_string(cpu::default_bf16_engine(cpu::best_host_isa())));
+  EXPECT_EQ(compile("", "", ScalarType::F32)->cpu_engine(), "fma");
   // Forcing: every engine this machine runs, with its path; the others refused with the reason.
   for (Bf16Engine engine : {Bf16Engine::Fma, Bf16Engine::Bf16Dot, Bf16Engine::Amx}) {
     const std::string name(cpu::to_string(engine));
@@ -143,8 +143,8 @@ TEST(CpuBackend, TheBf16KernelIsTheMeasuredFasterOneAndCanBeForced) {
     const cpu::CpuIsa needed = cpu::isa_for(engine);
     if (cpu::host_supports(needed)) {
       const auto compiled = compile("", name);
-      EXPECT_EQ(compiled->cpu_engine(), engine);
-      EXPECT_EQ(compiled->cpu_isa(), needed);
+      EXPECT_EQ(compiled->cpu_engine(), name);
+      EXPECT_EQ(compiled->cpu_path(), cpu::to_string(needed));
       EXPECT_EQ(compiled->describe_target().find("bf16dot") != std::string::npos, engine == Bf16Engine::Bf16Dot) << compiled->describe_target();
     } else {
       try {
@@ -159,9 +159,9 @@ TEST(CpuBackend, TheBf16KernelIsTheMeasuredFasterOneAndCanBeForced) {
   // A kernel of another path than the one forced with --isa is refused; fma runs on any FMA path.
   if (cpu::host_supports(cpu::CpuIsa::Avx512Bf16)) {
     EXPECT_THROW(compile("avx512f", "bf16dot"), runtime::UsageError);
-    EXPECT_EQ(compile("avx512f", "fma")->cpu_isa(), cpu::CpuIsa::Avx512f);
+    EXPECT_EQ(compile("avx512f", "fma")->cpu_path(), "avx512f");
     // --isa avx512bf16 alone takes the path's default engine.
-    EXPECT_EQ(compile("avx512bf16", "")->cpu_engine(), cpu::default_bf16_engine(cpu::CpuIsa::Avx512Bf16));
+    EXPECT_EQ(compile("avx512bf16", "")->cpu_engine(), cpu::to_string(cpu::default_bf16_engine(cpu::CpuIsa::Avx512Bf16)));
   }
   if (cpu::host_supports(cpu::CpuIsa::AmxBf16)) {
     EXPECT_THROW(compile("amx", "fma"), runtime::UsageError);

@@ -546,6 +546,16 @@ def test_bench_returns_positive_times():
     assert ref["shape"] == [8, 16, 2] and ref["storage"] == "f64" and ref["median_s"] > 0
 
 
+def test_bench_kernel_forces_the_engine_of_bf16_products():
+    # The default engine is the one info names; kernel="fma" forces widened f32 FMAs everywhere.
+    default = orthojit.bench("jordan_ns5", (32, 128), repeat=1, strategy="standard")
+    assert default["engine"] == orthojit.info()["bf16_kernel"]["default"]
+    forced = orthojit.bench("jordan_ns5", (32, 128), repeat=1, strategy="standard", kernel="fma")
+    assert forced["engine"] == "fma" and "bf16dot" not in forced["target"]
+    with pytest.raises(ValueError, match="kernel"):
+        orthojit.bench("jordan_ns5", (32, 128), repeat=1, kernel="tpu")
+
+
 def test_bench_model_compares_strategies():
     result = orthojit.bench_model(shape=(32, 128), budget=1)
     [row] = result["shapes"]

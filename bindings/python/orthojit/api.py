@@ -461,6 +461,7 @@ def plan(model_config, world: int, stage: int, mode: str = "deepspeed", alignmen
 
 def info() -> Dict[str, Any]:
     """What ``orthojit info`` prints: version, backends, cuda ({"available", "reason" or "device"}),
-    host_cpu (model, logical_cores and ISA features), cpu_paths, cpu_default_path, cache_dir,
+    host_cpu (model, logical_cores and ISA features), cpu_paths, cpu_default_path, bf16_kernel
+    ({"default": fma, bf16dot or amx, "vdpbf16ps_over_f32_fma": the measured ratio, "reason"}), cache_dir,
     tuning (where this device's records are) and the shipped programs."""
     return _json.loads(_core.info())
