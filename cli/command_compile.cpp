@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "cli/arguments.h"
+#include "cpu/bf16_engine.h"
 #include "cpu/build_status.h"
 #include "cpu/cpu_executable.h"
 #include "cpu/kernel_cache.h"
@@ -143,6 +144,8 @@ int compile_command(const std::vector<std::string>& args) {
     if (!cpu::host_supports(*parsed)) throw runtime::UsageError("this CPU cannot run the " + *isa + " code path");
     cpu_options.isa = *parsed;
   }
+  // The kernels an untuned run uses on this path: the vdpbf16ps kernel where it is the default.
+  cpu_options.blocking.bf16_dot = cpu::default_bf16_engine(cpu_options.isa) == cpu::Bf16Engine::Bf16Dot;
   std::string dump_after = arguments.get("dump-after").value_or("");
   if (!dump_after.empty() && dump_after != "all") {
     bool known = false;

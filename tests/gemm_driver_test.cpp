@@ -98,11 +98,15 @@ TEST(GemmDriver, MatchesADoubleProductOnOddShapes) {
 }
 
 TEST(GemmDriver, TriangularProductIsExactlySymmetricAndEqualsTheDenseUpperTriangle) {
+  // f32 and bf16 results: the mirror moves 4x4 and 8x8 blocks below the diagonal, elements near it
+  // (sizes around and between the block edges; 130 leaves remainder rows of both).
+  for (ScalarType type : {ScalarType::F32, ScalarType::BF16})
   for (CpuIsa isa : supported_isas()) {
-    for (int64_t m : {1, 5, 47, 130}) {
+    for (int64_t m : {1, 5, 8, 17, 47, 130}) {
+      SCOPED_TRACE(std::string(to_string(type)) + " " + std::string(to_string(isa)) + " m=" + std::to_string(m));
       const int64_t k = 77;
-      Storage x(ScalarType::F32, reference::gaussian_values(m * k, 9), m, k);
-      Storage dense(ScalarType::F32, std::vector<double>(static_cast<size_t>(m * m), std::nan("")), m, m);
+      Storage x(type, reference::gaussian_values(m * k, 9), m, k);
+      Storage dense(type, std::vector<double>(static_cast<size_t>(m * m), std::nan("")), m, m);
       Storage triangular = dense;
       GemmProblem problem;
       problem.a = x.view();
