@@ -33,6 +33,36 @@ TEST(Rounding, Float32MatchesTheHardwareCast) {
   EXPECT_TRUE(std::isinf(round_to(ScalarType::F32, 4e38)));
 }
 
+// Every binade of the double range, random significands, both signs, and the values halfway
+// between neighbours of the target (ties) at each exponent: the bit rounding of the normal range,
+// its carry into the next binade, the scaled path of the target's subnormals and the overflow
+// threshold, each against the hardware's or the compiler's own conversion.
+std::vector<double> every_binade() {
+  std::vector<double> values;
+  const auto significands = reference::gaussian_values(2 * 2046, 11);
+  for (int e = -1074; e <= 1023; ++e) {
+    const double unit = std::ldexp(1.0, e);
+    values.push_back(unit);
+    values.push_back(-unit * (1.0 + std::fabs(significands[static_cast<size_t>(e + 1074) % significands.size()]) / 4));
+    values.push_back(unit * (2.0 - 0x1p-52));                         // rounds up into the next binade
+    values.push_back(unit * (1.0 + 0x1p-24) * (e % 2 == 0 ? 1 : -1));  // f32 tie at this binade
+    values.push_back(unit * (1.0 + 0x1p-11));                          // f16 tie, even below
+    values.push_back(unit * (1.0 + 3 * 0x1p-11));                      // f16 tie, odd below
+    values.push_back(unit * (1.0 + 3 * 0x1p-24));                      // f32 tie, odd below
+  }
+  return values;
+}
+
+TEST(Rounding, Float32MatchesTheHardwareCastOverTheWholeDoubleRange) {
+  for (double v : every_binade()) ASSERT_EQ(round_to(ScalarType::F32, v), static_cast<double>(static_cast<float>(v))) << v;
+}
+
+#if defined(__FLT16_MAX__)
+TEST(Rounding, Float16MatchesTheCompilersConversionOverTheWholeDoubleRange) {
+  for (double v : every_binade()) ASSERT_EQ(round_to(ScalarType::F16, v), static_cast<double>(static_cast<_Float16>(v))) << v;
+}
+#endif
+
 TEST(Rounding, Bfloat16MatchesTheBitRecipeOnFloat32Values) {
   for (double v : probes()) {
     const float f = static_cast<float>(v);  // the recipe converts from f32; one rounding from f32 is exact here

@@ -2,11 +2,14 @@
 //
 // Why not (float)x then to bf16: rounding twice (f64 -> f32 -> bf16) can differ from one correct
 // rounding; hardware that converts f32 accumulators to bf16 rounds once from f32, and the
-// interpreter rounds once from the exact f64 value. So this scales by the quantum of x's binade and
-// uses nearbyint (ties-to-even in the default rounding mode).
+// interpreter rounds once from the exact f64 value. So this rounds the significand bits to nearest
+// even where the target is normal, and for its subnormals scales by the fixed quantum and uses
+// nearbyint (ties-to-even in the default rounding mode).
 #include "support/rounding.h"
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 namespace orthojit {
@@ -33,6 +36,21 @@ BinaryFormat format_of(ScalarType type) {
 double round_to(ScalarType type, double x) {
   if (type == ScalarType::F64 || x == 0.0 || !std::isfinite(x)) return x;
   const BinaryFormat format = format_of(type);
+  // In the target's normal range the quantum is x's own, 2^(e - (p - 1)): round-to-nearest-even
+  // on the bits, dropping the low 53 - p significand bits (a carry into the exponent is the
+  // rounding up to the next binade). The same value as the scaling below, without its ilogb,
+  // three ldexp and nearbyint calls: those were 16% of tuning a 1024x4096 shape (the f64
+  // reference of every candidate's check rounds every element it stores).
+  uint64_t bits = std::bit_cast<uint64_t>(x);
+  const int biased_exponent = static_cast<int>((bits >> 52) & 0x7ff);
+  if (biased_exponent != 0 && biased_exponent - 1023 >= format.min_exponent) {
+    const int dropped = 53 - format.significand_bits;
+    if (dropped == 0) return x;
+    bits += (uint64_t{1} << (dropped - 1)) - 1 + ((bits >> dropped) & 1);
+    bits &= ~((uint64_t{1} << dropped) - 1);
+    if (static_cast<int>((bits >> 52) & 0x7ff) - 1023 > format.max_exponent) return std::copysign(std::numeric_limits<double>::infinity(), x);
+    return std::bit_cast<double>(bits);
+  }
   int exponent = std::ilogb(x);  // |x| in [2^e, 2^(e+1))
   if (exponent < format.min_exponent) exponent = format.min_exponent;  // subnormal: fixed quantum
   const int quantum_exponent = exponent - (format.significand_bits - 1);
