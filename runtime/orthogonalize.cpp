@@ -265,7 +265,11 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
   }
   // The engine of the bf16 products: --kernel, else the tuning record's winner (above), else the
   // default of the path (cpu::default_bf16_engine: the vdpbf16ps kernel where it measured faster).
-  if (!options.cpu_kernel.empty()) {
+  if (!options.cpu_kernel.empty() && backend != "cpu")
+    throw UsageError("--kernel " + options.cpu_kernel + " is an option of the cpu backend (this run is on " + backend + ")");
+  if (backend != "cpu") {
+    // no CPU kernels to choose
+  } else if (!options.cpu_kernel.empty()) {
     const auto engine = cpu::parse_bf16_engine(options.cpu_kernel);
     if (!engine) throw UsageError("unknown kernel '" + options.cpu_kernel + "'; expected fma, bf16dot or amx");
     const cpu::CpuIsa needed = cpu::isa_for(*engine);
@@ -287,12 +291,8 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     compiled = std::make_shared<CpuOrthogonalizer>(cached_executable(function, cpu_options, jit_seconds));
     compiled->target_ = "cpu " + cpu_options.describe();
     compiled->isa_ = std::string(cpu::to_string(cpu_options.isa));
-    const bool bf16 = function.policy.storage == ScalarType::BF16;
-    compiled->engine_ = std::string(cpu::to_string(!bf16 ? cpu::Bf16Engine::Fma
-                                                   : cpu_options.isa == cpu::CpuIsa::AmxBf16 ? cpu::Bf16Engine::Amx
-                                                   : cpu_options.isa == cpu::CpuIsa::Avx512Bf16 && cpu_options.blocking.bf16_dot
-                                                       ? cpu::Bf16Engine::Bf16Dot
-                                                       : cpu::Bf16Engine::Fma));
+    const bool bf16 = function.policy.storage == ScalarType::BF16;  // other storage: always f32 FMAs
+    compiled->engine_ = std::string(cpu::to_string(bf16 ? cpu::engine_on(cpu_options.isa, cpu_options.blocking.bf16_dot) : cpu::Bf16Engine::Fma));
 #ifdef ORTHOJIT_HAVE_CUDA
   } else if (backend == "cuda") {
     cuda::CudaVariant variant;

@@ -156,6 +156,12 @@ TEST(CpuBackend, TheBf16KernelIsTheMeasuredFasterOneAndCanBeForced) {
     }
   }
   EXPECT_THROW(compile("", "tpu"), runtime::UsageError);
+  {
+    runtime::OrthogonalizeOptions options;  // a CPU kernel for the reference interpreter
+    options.backend = "ref";
+    options.cpu_kernel = "fma";
+    EXPECT_THROW(runtime::compile_orthogonalizer(program, 1, 24, 40, options), runtime::UsageError);
+  }
   // A kernel of another path than the one forced with --isa is refused; fma runs on any FMA path.
   if (cpu::host_supports(cpu::CpuIsa::Avx512Bf16)) {
     EXPECT_THROW(compile("avx512f", "bf16dot"), runtime::UsageError);

@@ -24,6 +24,13 @@ std::optional<Bf16Engine> parse_bf16_engine(std::string_view text);
 // default path without its AMX products.
 CpuIsa isa_for(Bf16Engine engine);
 
+// The engine bf16 x bf16 products run on, on path `isa` with the vdpbf16ps kernel enabled or not
+// (GemmBlocking::bf16_dot): the driver's own rule (uses_amx, uses_bf16_dot in gemm_driver.h).
+inline Bf16Engine engine_on(CpuIsa isa, bool bf16_dot) {
+  if (isa == CpuIsa::AmxBf16) return Bf16Engine::Amx;
+  return isa == CpuIsa::Avx512Bf16 && bf16_dot ? Bf16Engine::Bf16Dot : Bf16Engine::Fma;
+}
+
 // The measured rates behind the default (per core, same clock, so only their ratio matters).
 struct Bf16DotRates {
   double bf16_dot_flops_per_cycle = 0;  // vdpbf16ps zmm
