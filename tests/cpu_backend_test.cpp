@@ -50,6 +50,7 @@ std::vector<double> run_cpu(const dsl::Program& program, const std::vector<doubl
 std::vector<double> run_reference(const dsl::Program& program, const std::vector<double>& input, int64_t batch, int64_t rows, int64_t cols,
                                   runtime::OrthogonalizeOptions options) {
   options.backend = "ref";
+  options.cpu_kernel.clear();  // the interpreter has no CPU kernels to choose (refused there)
   std::vector<double> as_f32;
   for (double v : input) as_f32.push_back(static_cast<float>(v));  // both sides see the same f32 input
   return runtime::orthogonalize(program, as_f32, batch, rows, cols, options).values;
