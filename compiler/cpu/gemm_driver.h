@@ -29,8 +29,8 @@ struct GemmBlocking {
   // B (48 KiB) near L1. Chosen by measurement on the development machine (5% faster than
   // 192/256/1024 on Newton–Schulz 1024x4096, bench/RESULTS.md); the autotuner will choose per shape
   // (ORTHOJIT_CPU_BLOCKING=MC,KC,NC overrides it meanwhile).
-  int64_t mc = 144, kc = 384, nc = 1024;
-  bool bf16_dot = false;  // see uses_bf16_dot  // multiples of MR / any / multiples of NR (rounded up)
+  int64_t mc = 144, kc = 384, nc = 1024;  // multiples of MR / any / multiples of NR (rounded up)
+  bool bf16_dot = false;  // the vdpbf16ps kernel for bf16 x bf16 products: see uses_bf16_dot
   // f32 row-major operands up to this size are read in place by the microkernel instead of
   // being packed (0: always pack). 512 KiB: both operands of a per-head product stay in L2.
   int64_t direct_operand_bytes = 512 * 1024;
@@ -68,9 +68,9 @@ inline int64_t accumulator_stride(int64_t n) { return (n + 15) / 16 * 16 + 16; }
 std::vector<int64_t> k_block_lengths(int64_t k, const GemmBlocking& blocking, bool bf16_dot = false);
 
 // Whether a product may run on bf16 dot products (vdpbf16ps): both operands stored as bf16 on the
-// avx512bf16 path. Off by default (GemmBlocking::bf16_dot): on the development machine the
-// instruction retires at a quarter of the f32 FMA's FLOP rate (bench/RESULTS.md), so widening bf16
-// to f32 while packing is faster there; the autotuner will decide per machine.
+// avx512bf16 path, with GemmBlocking::bf16_dot set. The driver's default is off; the runtime sets it
+// where the instruction measured faster than f32 FMAs (cpu/bf16_engine.h: 2x on Zen 4, 0.5x on
+// Sapphire Rapids), a tuning record where its winner used it.
 inline bool uses_bf16_dot(CpuIsa isa, bool enabled, const MatrixView& a, const MatrixView& b) {
   return enabled && isa == CpuIsa::Avx512Bf16 && a.type == ScalarType::BF16 && b.type == ScalarType::BF16;
 }
