@@ -72,9 +72,8 @@ class CpuTuningBackend : public TuningBackend {
     std::vector<Candidate> first = stage_one_candidates(space_);
     // The untuned default goes first (it is always timed, and it wins ties), then the other
     // triangular strategy on the default engine of the bf16 products, the vendor libraries (so
-    // that "vs best vendor" is against every library, even when the budget runs out: a Llama-3
-    // tune on 2 cores once compared 1024x4096 against OpenBLAS alone, 3.52x, where oneDNN, never
-    // timed, made it 1.59x), the other engines' triangular candidates (measured slower per
+    // that "vs best vendor" is against every library even when the budget runs out; measured in
+    // docs/autotuning.md), the other engines' triangular candidates (measured slower per
     // instruction: cpu/bf16_engine.h), and the dense variants: when the budget runs out on a
     // large shape, what was skipped is what mattered least.
     auto priority = [&](const Candidate& candidate) {

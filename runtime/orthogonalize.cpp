@@ -109,6 +109,27 @@ std::string cuda_unavailable_reason() {
 #endif
 }
 
+// The engine of the bf16 products (cpu/bf16_engine.h) into `cpu_options`: --kernel (with the ISA
+// path it needs, checked against a forced --isa), else the tuning record's winner (already in
+// cpu_options when `engine_from_record`), else the path's default (the vdpbf16ps kernel where it
+// measured faster than f32 FMAs).
+void choose_bf16_engine(const OrthogonalizeOptions& options, bool engine_from_record, cpu::CpuOptions& cpu_options) {
+  if (options.cpu_kernel.empty()) {
+    if (!engine_from_record) cpu_options.blocking.bf16_dot = cpu::default_bf16_engine(cpu_options.isa) == cpu::Bf16Engine::Bf16Dot;
+    return;
+  }
+  const auto engine = cpu::parse_bf16_engine(options.cpu_kernel);
+  if (!engine) throw UsageError("unknown kernel '" + options.cpu_kernel + "'; expected fma, bf16dot or amx");
+  const cpu::CpuIsa needed = cpu::isa_for(*engine);
+  if (!cpu::host_supports(needed)) throw UsageError("--kernel " + options.cpu_kernel + ": " + cpu::unsupported_reason(needed));
+  const bool fma_on_forced_path = *engine == cpu::Bf16Engine::Fma && cpu_options.isa != cpu::CpuIsa::AmxBf16;
+  if (!options.cpu_isa.empty() && cpu_options.isa != needed && !fma_on_forced_path)
+    throw UsageError("--kernel " + options.cpu_kernel + " runs on the " + std::string(cpu::to_string(needed)) + " path; --isa " + options.cpu_isa +
+                     " names another (" + (cpu_options.isa == cpu::CpuIsa::AmxBf16 ? "its bf16 products run on AMX tiles)" : "it has no such kernel)"));
+  if (!fma_on_forced_path) cpu_options.isa = needed;
+  cpu_options.blocking.bf16_dot = *engine == cpu::Bf16Engine::Bf16Dot;
+}
+
 // Executables keyed by the scheduled IR's text and the CPU options: the IR text holds the shape,
 // strategy, types and coefficients; the microkernels below carry their own key
 // (docs/cpu-backend.md, "Caches").
@@ -263,27 +284,9 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
       reason = choice.reason + " (" + tuned.reason + "; heuristic)";
     }
   }
-  // The engine of the bf16 products: --kernel, else the tuning record's winner (above), else the
-  // default of the path (cpu::default_bf16_engine: the vdpbf16ps kernel where it measured faster).
   if (!options.cpu_kernel.empty() && backend != "cpu")
     throw UsageError("--kernel " + options.cpu_kernel + " is an option of the cpu backend (this run is on " + backend + ")");
-  if (backend != "cpu") {
-    // no CPU kernels to choose
-  } else if (!options.cpu_kernel.empty()) {
-    const auto engine = cpu::parse_bf16_engine(options.cpu_kernel);
-    if (!engine) throw UsageError("unknown kernel '" + options.cpu_kernel + "'; expected fma, bf16dot or amx");
-    const cpu::CpuIsa needed = cpu::isa_for(*engine);
-    if (!cpu::host_supports(needed)) throw UsageError("--kernel " + options.cpu_kernel + ": " + cpu::unsupported_reason(needed));
-    const bool fma_on_forced_path = *engine == cpu::Bf16Engine::Fma && cpu_options.isa != cpu::CpuIsa::AmxBf16;
-    if (!options.cpu_isa.empty() && cpu_options.isa != needed && !fma_on_forced_path)
-      throw UsageError("--kernel " + options.cpu_kernel + " runs on the " + std::string(cpu::to_string(needed)) + " path; --isa " +
-                       options.cpu_isa + " names another (" +
-                       (cpu_options.isa == cpu::CpuIsa::AmxBf16 ? "its bf16 products run on AMX tiles)" : "it has no such kernel)"));
-    if (!fma_on_forced_path) cpu_options.isa = needed;
-    cpu_options.blocking.bf16_dot = *engine == cpu::Bf16Engine::Bf16Dot;
-  } else if (!engine_from_record) {
-    cpu_options.blocking.bf16_dot = cpu::default_bf16_engine(cpu_options.isa) == cpu::Bf16Engine::Bf16Dot;
-  }
+  if (backend == "cpu") choose_bf16_engine(options, engine_from_record, cpu_options);
   ir::Function function = passes::compile_program(program, compile);
   std::shared_ptr<CompiledOrthogonalizer> compiled;
   double jit_seconds = 0;
