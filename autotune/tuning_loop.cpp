@@ -76,6 +76,33 @@ double schedule_flops(const ir::Function& function) {
   return flops * static_cast<double>(function.batch);
 }
 
+ProxyShape proxy_shape(int64_t rows, int64_t cols, int64_t batch, double max_step_flops) {
+  auto step_flops = [](int64_t r, int64_t c, int64_t b) {
+    const double m = static_cast<double>(std::min(r, c)), n = static_cast<double>(std::max(r, c));
+    return (4 * m * m * n + 2 * m * m * m) * static_cast<double>(b);
+  };
+  ProxyShape shape{rows, cols, batch};
+  if (!(max_step_flops > 0) || step_flops(rows, cols, batch) <= max_step_flops) return shape;
+  // Fewer matrices first (each costs the same): down to the smallest batch that still fills the
+  // batch's split, kProxyMinBatch.
+  if (batch > kProxyMinBatch) {
+    const double per_matrix = step_flops(rows, cols, 1);
+    shape.batch = std::clamp<int64_t>(static_cast<int64_t>(max_step_flops / per_matrix), kProxyMinBatch, batch);
+  }
+  const double cost = step_flops(rows, cols, shape.batch);
+  if (cost <= max_step_flops) return shape;
+  // Then both sides by the same factor (the cost is cubic in it), keeping the aspect ratio, in
+  // whole 32-row/column microtiles and no smaller than kProxyMinSide.
+  const double factor = std::cbrt(max_step_flops / cost);
+  auto side = [&](int64_t extent) {
+    const int64_t scaled = static_cast<int64_t>(std::llround(static_cast<double>(extent) * factor / 32.0)) * 32;
+    return std::min(extent, std::max<int64_t>(scaled, kProxyMinSide));
+  };
+  shape.rows = side(rows);
+  shape.cols = side(cols);
+  return shape;
+}
+
 dsl::Program first_steps(const dsl::Program& program, int steps) {
   dsl::Program reduced = program;
   if (steps > 0 && static_cast<size_t>(steps) < reduced.steps.size()) reduced.steps.resize(static_cast<size_t>(steps));
@@ -102,9 +129,15 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
   const bool use_proxy = settings.proxy_timing && loop.proxy_steps > 0 && static_cast<int>(program.steps.size()) > loop.proxy_steps &&
                          iteration_cost >= loop.proxy_min_flops;
   const dsl::Program proxy_program = use_proxy ? first_steps(program, loop.proxy_steps) : program;
+  const ProxyShape proxy_at = use_proxy ? proxy_shape(problem.rows, problem.cols, problem.batch, loop.proxy_step_max_flops)
+                                        : ProxyShape{problem.rows, problem.cols, problem.batch};
+  const bool proxy_reduced = proxy_at.rows != problem.rows || proxy_at.cols != problem.cols || proxy_at.batch != problem.batch;
 
   const std::vector<float> input = gaussian_input(problem.rows * problem.cols * problem.batch, loop.input_seed);
   std::vector<float> output(input.size());
+  // The proxy's own input when it runs on a smaller shape than the problem's.
+  const std::vector<float> proxy_input = proxy_reduced ? gaussian_input(proxy_at.rows * proxy_at.cols * proxy_at.batch, loop.input_seed) : std::vector<float>();
+  std::vector<float> proxy_output(proxy_input.size());
   int64_t small_rows = 0, small_cols = 0;
   reduced_check_shape(problem.rows, problem.cols, small_rows, small_cols);
   std::vector<float> reduced_input;  // made when a candidate first needs it
@@ -112,6 +145,19 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
   // candidate of a strategy, so computed once).
   std::map<ir::StrategyKind, Reference> references, reduced_references;
   std::optional<ErrorBounds> bounds;  // those the candidates were checked against, for the record
+  // Where the shape's tuning time went, by phase (the record's bench.seconds): what to make cheaper
+  // when a budget leaves candidates untimed.
+  std::map<std::string, double> phase_ms;
+  auto timed_phase = [&](const char* phase, auto&& body) {
+    const auto phase_started = Clock::now();
+    struct Add {
+      std::map<std::string, double>& totals;
+      const char* phase;
+      Clock::time_point started;
+      ~Add() { totals[phase] += std::chrono::duration<double, std::milli>(Clock::now() - started).count(); }
+    } add{phase_ms, phase, phase_started};
+    return body();
+  };
 
   const double budget_ms = settings.budget_seconds * 1000;
   auto elapsed_ms = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - started).count(); };
@@ -126,18 +172,20 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
   // One run of `built` on the full input into a poisoned output, which must be finite (what a
   // shape checked on its reduced form is asked of at full size). Returns the run's time, or
   // nullopt after marking the trial wrong_result.
-  auto finite_full_run = [&](Trial& trial, BuiltCandidate& built, const char* what) -> std::optional<double> {
-    std::fill(output.begin(), output.end(), std::numeric_limits<float>::quiet_NaN());
+  auto finite_run = [&](Trial& trial, BuiltCandidate& built, const std::vector<float>& in, std::vector<float>& out, bool full_shape,
+                        const char* what) -> std::optional<double> {
+    std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
     const auto run_started = Clock::now();
-    built.run(input, output);
+    built.run(in, out);
     const double run_ms = std::chrono::duration<double, std::milli>(Clock::now() - run_started).count();
-    if (settings.tamper_output) settings.tamper_output(trial, output.data(), output.size(), true);
-    if (!all_finite(output)) {
+    if (settings.tamper_output) settings.tamper_output(trial, out.data(), out.size(), full_shape);
+    if (!all_finite(out)) {
       fail(trial, TrialStatus::WrongResult, std::string("non-finite or unwritten output of ") + what);
       return std::nullopt;
     }
     return run_ms;
   };
+  auto finite_full_run = [&](Trial& trial, BuiltCandidate& built, const char* what) { return finite_run(trial, built, input, output, true, what); };
 
   auto judge = [&](size_t index) {
     Trial& trial = trials[index];
@@ -147,13 +195,13 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
     ir::Function function;
     std::unique_ptr<BuiltCandidate> full;
     try {
-      function = backend.schedule(trial.id, program, problem.rows, problem.cols, problem.batch);
+      function = timed_phase("build", [&] { return backend.schedule(trial.id, program, problem.rows, problem.cols, problem.batch); });
     } catch (const std::exception& error) {
       return fail(trial, TrialStatus::CompileFailed, error.what());
     }
     const bool check_full_shape = iteration_flops(function) <= kFullCheckFlops;
     try {
-      if (check_full_shape || !use_proxy) full = backend.build(trial.id, program, function);
+      if (check_full_shape || !use_proxy) full = timed_phase("build", [&] { return backend.build(trial.id, program, function); });
     } catch (const std::exception& error) {
       return fail(trial, TrialStatus::CompileFailed, error.what());
     }
@@ -162,12 +210,13 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
       if (check_full_shape) {
         std::fill(output.begin(), output.end(), std::numeric_limits<float>::quiet_NaN());
         const auto check_started = Clock::now();
-        full->run(input, output);
+        timed_phase("check", [&] { full->run(input, output); });
         const double check_ms = std::chrono::duration<double, std::milli>(Clock::now() - check_started).count();
         if (settings.tamper_output) settings.tamper_output(trial, output.data(), output.size(), false);
         auto cached = references.find(trial.strategy);
-        if (cached == references.end()) cached = references.emplace(trial.strategy, reference_of(function, input)).first;
-        const CheckResult check = compare(output, cached->second);  // non-finite anywhere in the batch fails too
+        if (cached == references.end())
+          cached = timed_phase("reference", [&] { return references.emplace(trial.strategy, reference_of(function, input)).first; });
+        const CheckResult check = timed_phase("check", [&] { return compare(output, cached->second); });  // non-finite anywhere in the batch fails too
         if (!bounds) bounds = cached->second.bounds;
         trial.error = check.error;
         if (!check.ok) return fail(trial, TrialStatus::WrongResult, check.message);
@@ -175,15 +224,16 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
       } else {
         // The same configuration, batch included (the batch's split over threads or the grid is
         // part of it), on a reduced shape of the same aspect class; checked like a full one.
-        const ir::Function reduced = backend.schedule(trial.id, program, small_rows, small_cols, problem.batch);
-        const auto small = backend.build(trial.id, program, reduced);
+        const ir::Function reduced = timed_phase("build", [&] { return backend.schedule(trial.id, program, small_rows, small_cols, problem.batch); });
+        const auto small = timed_phase("build", [&] { return backend.build(trial.id, program, reduced); });
         if (reduced_input.empty()) reduced_input = gaussian_input(small_rows * small_cols * problem.batch, loop.reduced_input_seed);
         std::vector<float> reduced_output(reduced_input.size(), std::numeric_limits<float>::quiet_NaN());
-        small->run(reduced_input, reduced_output);
+        timed_phase("check", [&] { small->run(reduced_input, reduced_output); });
         if (settings.tamper_output) settings.tamper_output(trial, reduced_output.data(), reduced_output.size(), false);
         auto cached = reduced_references.find(trial.strategy);
-        if (cached == reduced_references.end()) cached = reduced_references.emplace(trial.strategy, reference_of(reduced, reduced_input)).first;
-        CheckResult check = compare(reduced_output, cached->second);
+        if (cached == reduced_references.end())
+          cached = timed_phase("reference", [&] { return reduced_references.emplace(trial.strategy, reference_of(reduced, reduced_input)).first; });
+        CheckResult check = timed_phase("check", [&] { return compare(reduced_output, cached->second); });
         if (!bounds) bounds = cached->second.bounds;
         trial.error = check.error;
         if (!check.ok)
@@ -192,16 +242,19 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
       }
       std::unique_ptr<BuiltCandidate> timed;
       if (use_proxy) {
-        const ir::Function proxy = backend.schedule(trial.id, proxy_program, problem.rows, problem.cols, problem.batch);
-        timed = backend.build(trial.id, proxy_program, proxy);
+        const ir::Function proxy = timed_phase("build", [&] { return backend.schedule(trial.id, proxy_program, proxy_at.rows, proxy_at.cols, proxy_at.batch); });
+        timed = timed_phase("build", [&] { return backend.build(trial.id, proxy_program, proxy); });
         trial.proxy_scale = schedule_flops(function) / std::max(schedule_flops(proxy), 1.0);
-        const auto run_ms = finite_full_run(trial, *timed, "the proxy (the first steps at the full shape)");
+        const auto run_ms = timed_phase("time", [&] {
+          return proxy_reduced ? finite_run(trial, *timed, proxy_input, proxy_output, false, "the proxy (the first steps at the proxy's shape)")
+                               : finite_full_run(trial, *timed, "the proxy (the first steps at the full shape)");
+        });
         if (!run_ms) return;
         first_run_ms = *run_ms;
       } else {
         timed = std::move(full);
         if (!check_full_shape) {
-          const auto run_ms = finite_full_run(trial, *timed, "the full shape");
+          const auto run_ms = timed_phase("time", [&] { return finite_full_run(trial, *timed, "the full shape"); });
           if (!run_ms) return;
           first_run_ms = *run_ms;
         }
@@ -209,9 +262,12 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
       report(index, "time");
       const auto pending = std::count_if(trials.begin(), trials.end(), [](const Trial& t) { return t.status == TrialStatus::Pending; });
       TimingSettings timing;
-      timing.budget_seconds = std::max(0.05, (budget_ms - elapsed_ms()) / 1000.0 / static_cast<double>(std::max<int64_t>(pending, 1) + 1));
+      // An even share of what is left; with the proxy, of the part of the budget that ranking may
+      // use (the rest is the finalists' full iterations).
+      const double ranking_left_ms = use_proxy ? loop.proxy_ranking_share * budget_ms - elapsed_ms() : budget_ms - elapsed_ms();
+      timing.budget_seconds = std::max(0.05, ranking_left_ms / 1000.0 / static_cast<double>(std::max<int64_t>(pending, 1) + 1));
       timing.initial_run_ms = first_run_ms;
-      const Timing measured = timed->time(input, timing);
+      const Timing measured = timed_phase("time", [&] { return timed->time(proxy_reduced ? proxy_input : input, timing); });
       if (use_proxy) {
         trial.proxy_ranked = true;
         trial.proxy_timing = measured;
@@ -246,14 +302,14 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
       Trial& trial = trials[index];
       report(index, "retime");
       try {
-        const ir::Function function = backend.schedule(trial.id, program, problem.rows, problem.cols, problem.batch);
-        const auto built = backend.build(trial.id, program, function);
-        const auto run_ms = finite_full_run(trial, *built, "the full iteration at the full shape");
+        const ir::Function function = timed_phase("build", [&] { return backend.schedule(trial.id, program, problem.rows, problem.cols, problem.batch); });
+        const auto built = timed_phase("build", [&] { return backend.build(trial.id, program, function); });
+        const auto run_ms = timed_phase("retime", [&] { return finite_full_run(trial, *built, "the full iteration at the full shape"); });
         if (!run_ms) return false;
         TimingSettings timing;
         timing.budget_seconds = std::max(0.05, (budget_ms - elapsed_ms()) / 1000.0 / static_cast<double>(std::max<size_t>(remaining_finalists, 1)));
         timing.initial_run_ms = *run_ms;
-        trial.timing = built->time(input, timing);
+        trial.timing = timed_phase("retime", [&] { return built->time(input, timing); });
         trial.finalist = true;
         return true;
       } catch (const std::exception& error) {
@@ -281,11 +337,11 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
       if (remaining_ms < trial.timing.p50_ms * 2) break;  // keep the first timing
       report(ranked[r], "retime");
       try {
-        const ir::Function function = backend.schedule(trial.id, program, problem.rows, problem.cols, problem.batch);
-        const auto built = backend.build(trial.id, program, function);
+        const ir::Function function = timed_phase("build", [&] { return backend.schedule(trial.id, program, problem.rows, problem.cols, problem.batch); });
+        const auto built = timed_phase("build", [&] { return backend.build(trial.id, program, function); });
         TimingSettings timing;
         timing.budget_seconds = std::max(0.05, remaining_ms / 1000.0 / static_cast<double>(top));
-        const Timing again = built->time(input, timing);
+        const Timing again = timed_phase("retime", [&] { return built->time(input, timing); });
         trial.timing.samples_ms.insert(trial.timing.samples_ms.end(), again.samples_ms.begin(), again.samples_ms.end());
         summarize(trial.timing);
         trial.finalist = true;
@@ -298,9 +354,12 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
   nlohmann::json bench = backend.bench_fields();
   bench["budget_s"] = settings.budget_seconds;
   bench["elapsed_s"] = elapsed_ms() / 1000;
-  bench["timing"] = use_proxy ? "proxy: candidates ranked by their first " + std::to_string(loop.proxy_steps) +
-                                    " step(s) at the full shape scaled by the FLOP ratio; finalists timed on the full iteration"
+  for (const auto& [phase, ms] : phase_ms) bench["seconds"][phase] = ms / 1000;
+  bench["timing"] = use_proxy ? "proxy: candidates ranked by their first " + std::to_string(loop.proxy_steps) + " step(s) at " +
+                                    (proxy_reduced ? "the proxy shape" : std::string("the full shape")) +
+                                    " scaled by the FLOP ratio; finalists timed on the full iteration"
                               : std::string("full iteration");
+  if (use_proxy) bench["proxy_shape"] = {{"rows", proxy_at.rows}, {"cols", proxy_at.cols}, {"batch", proxy_at.batch}};
   if (bounds) bench["tolerance"] = tolerance_json(*bounds);
   return make_tuning_entry(problem, key, std::move(bench), trials, loop.tie_tolerance, default_label, default_reason, loop.proxy_steps);
 }

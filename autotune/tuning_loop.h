@@ -12,12 +12,15 @@
 //      kFullCheckFlops per matrix, else the same configuration on the reduced shape
 //      (reduced_check_shape); a failing output is wrong_result with the measure and never wins;
 //   3. time it: the full iteration, or, for a shape whose iteration costs at least
-//      LoopSettings::proxy_min_flops, a proxy: the same configuration on the same full shape with
-//      only the program's first `proxy_steps` steps. Newton–Schulz repeats the same products
-//      every step, so the proxy's time scaled by the FLOP ratio of the two schedules (which also
-//      counts gram's once-per-iteration products R = X·Xᵀ and Q·X right) ranks candidates at a
-//      fraction of the cost. The proxy's full-shape output must be finite (it runs every kernel of
-//      the full shape, edge tiles and thread splits included);
+//      LoopSettings::proxy_min_flops, a proxy: the same configuration with only the program's
+//      first `proxy_steps` steps, on the full shape, or on a smaller one of the same aspect ratio
+//      where one step of the full shape is expensive (proxy_shape: one step of 4096x14336 is
+//      seconds). Newton–Schulz repeats the same products every step, so the proxy's time scaled
+//      by the FLOP ratio of the two schedules (which also counts gram's once-per-iteration
+//      products R = X·Xᵀ and Q·X right) ranks candidates at a fraction of the cost. The proxy's
+//      output must be finite (at the full shape it runs every kernel of it, edge tiles and thread
+//      splits included). Ranking spends at most LoopSettings::proxy_ranking_share of the budget
+//      on repeats, so that the finalists' full iterations fit after every candidate is judged;
 //   4. the finalists (the `retime_top` fastest) are timed again on the full iteration: a
 //      proxy-ranked finalist's first full run is checked for being finite (a run that is not
 //      makes it wrong_result, and the next in rank takes its place), and only full-iteration
@@ -156,6 +159,15 @@ struct LoopSettings {
   // about a tenth of a second on two cores: below it a full run costs little more than the proxy's
   // timer resolution and warm-up.
   double proxy_min_flops = 1e10;
+  // The proxy runs on a smaller shape when one step of the full one costs more than this (dense
+  // FLOPs of a standard step, times the batch): proxy_shape. 4e10 is about 0.2 s on two Zen 4
+  // cores (bf16 on vdpbf16ps); one step of 4096x14336 is 1.1e12, 5 s there: twenty candidates
+  // ranked on it would take the model's whole budget.
+  double proxy_step_max_flops = 4e10;
+  // With the proxy, the fraction of the shape's budget that ranking may spend on repeated timings
+  // before the finalists' full iterations (each candidate gets an even share of it, at least the
+  // harness's minimum of repeats).
+  double proxy_ranking_share = 0.4;
   // Seeds of the check inputs (fixed: every candidate of a shape sees the same matrices).
   uint64_t input_seed = 20261201, reduced_input_seed = 7;
 };
@@ -174,6 +186,19 @@ nlohmann::json make_tuning_entry(const TuneProblem& problem, const ProblemKey& k
 // Dense-equivalent FLOPs of a schedule's products (2·m·n·k per gemm, times the batch): what the
 // proxy's time is scaled by.
 double schedule_flops(const ir::Function& function);
+
+// The shape the proxy runs on: the problem's own while one step of it costs at most
+// `max_step_flops`; above, fewer matrices of a batch (not below kProxyMinBatch), then both sides
+// scaled by one factor (the aspect ratio kept: the same strategy trade-off and the same kernels'
+// edge classes) in multiples of 32, no smaller than kProxyMinSide. Candidates are ranked on it by
+// their time scaled with the FLOP ratio; only the finalists run the problem's shape, where a
+// kernel that fails there (an edge tile, a thread split) is caught by their finite check and the
+// winner is always one of them.
+struct ProxyShape {
+  int64_t rows = 0, cols = 0, batch = 1;
+};
+inline constexpr int64_t kProxyMinBatch = 4, kProxyMinSide = 256;
+ProxyShape proxy_shape(int64_t rows, int64_t cols, int64_t batch, double max_step_flops);
 
 // The program reduced to its first `steps` steps (gram restarts beyond them dropped): the proxy.
 dsl::Program first_steps(const dsl::Program& program, int steps);

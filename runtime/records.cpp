@@ -151,8 +151,6 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
   const auto& shapes = request.shapes;
   const auto& existing = target.existing;
   const bool interactive = report && ::isatty(::fileno(stderr)) != 0;
-  double total_cost = 0;
-  for (const auto& shape : shapes) total_cost += shape_cost(shape);
   const auto started = std::chrono::steady_clock::now();
   TuneOutcome outcome;
   // The restarts every shape is tuned with. The search depends on the program's polynomials and
@@ -207,10 +205,16 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
       settings.threads = request.threads;
       settings.proxy_timing = request.proxy_timing;
       // Every shape gets a floor of a quarter of an even split (cheap shapes are cheap to tune and
-      // would otherwise get only their default timed); the rest goes in proportion to cost.
+      // would otherwise get only their default timed); the rest of what is left goes to this and
+      // the later shapes in proportion to cost, so that what an earlier shape did not use (or a
+      // cached one) goes to the later ones.
       const double budget = request.budget;
       const double floor = budget / (4.0 * static_cast<double>(shapes.size()));
-      settings.budget_seconds = floor + (budget - floor * static_cast<double>(shapes.size())) * shape_cost(shape) / total_cost;
+      double remaining_cost = 0;
+      for (size_t later = index; later < shapes.size(); ++later) remaining_cost += shape_cost(shapes[later]);
+      const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const double shared = std::max(0.0, budget - spent - floor * static_cast<double>(shapes.size() - index));
+      settings.budget_seconds = floor + shared * shape_cost(shape) / remaining_cost;
       const std::string label = "[" + std::to_string(index + 1) + "/" + std::to_string(shapes.size()) + "] " + shape_text(shape.rows, shape.cols, shape.batch);
       settings.progress = [&](const autotune::TuneProgress& progress) {
         if (request.on_progress) request.on_progress(index, shapes.size(), shape_text(shape.rows, shape.cols, shape.batch), progress);

@@ -38,6 +38,7 @@ struct FakeCandidate {
 
 struct FakeLog {
   std::map<std::string, int> full_builds, proxy_builds, full_timings, proxy_timings;
+  std::map<std::string, std::vector<int64_t>> proxy_build_batches, full_build_batches;  // the batch of each build
 };
 
 class FakeBuilt : public BuiltCandidate {
@@ -101,6 +102,7 @@ class FakeBackend : public TuningBackend {
     const bool proxy = program.steps.size() < problem_.program->steps.size();
     int& builds = (proxy ? log.proxy_builds : log.full_builds)[candidate.label];
     ++builds;
+    (proxy ? log.proxy_build_batches : log.full_build_batches)[candidate.label].push_back(schedule.batch);
     return std::make_unique<FakeBuilt>(candidate, schedule, proxy, !proxy && candidate.nan_on_second_full_build && builds >= 2, log);
   }
   nlohmann::json bench_fields() override { return {{"timer", "fake"}}; }
@@ -234,6 +236,73 @@ TEST_F(TuningLoop, AProxyRankingNeverSelectsACandidateThatFailsACheck) {
   EXPECT_TRUE(candidate(entry, "b").value("finalist", false));
   EXPECT_TRUE(candidate(entry, "c").value("finalist", false));
   EXPECT_TRUE(candidate(entry, "a").value("finalist", false));  // the default, always
+  EXPECT_EQ(entry["winner"]["label"], "b");
+}
+
+// One standard step's dense FLOPs (the measure proxy_shape bounds).
+double step_flops(int64_t rows, int64_t cols, int64_t batch) {
+  const double m = static_cast<double>(std::min(rows, cols)), n = static_cast<double>(std::max(rows, cols));
+  return (4 * m * m * n + 2 * m * m * m) * static_cast<double>(batch);
+}
+
+TEST(ProxyShape, AnExpensiveStepIsScaledDownKeepingTheAspectRatio) {
+  // Cheap enough: the problem's own shape.
+  const ProxyShape same = proxy_shape(1024, 4096, 1, 4e10);
+  EXPECT_EQ(same.rows, 1024);
+  EXPECT_EQ(same.cols, 4096);
+  EXPECT_EQ(same.batch, 1);
+  // One step of 4096x14336 is 1.1e12: both sides shrink by one factor, in whole microtiles, to
+  // about the bound (rounding to 32 moves the cost by a few percent).
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{4096, 14336}, {14336, 4096}, {4096, 4096}, {8192, 28672}}) {
+    const ProxyShape shape = proxy_shape(rows, cols, 1, 4e10);
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + " -> " + std::to_string(shape.rows) + "x" + std::to_string(shape.cols));
+    EXPECT_EQ(shape.rows % 32, 0);
+    EXPECT_EQ(shape.cols % 32, 0);
+    EXPECT_EQ(shape.batch, 1);
+    EXPECT_LT(shape.rows, rows);
+    EXPECT_NEAR(static_cast<double>(shape.cols) / static_cast<double>(shape.rows), static_cast<double>(cols) / static_cast<double>(rows),
+                0.05 * static_cast<double>(cols) / static_cast<double>(rows));
+    EXPECT_NEAR(step_flops(shape.rows, shape.cols, 1), 4e10, 0.1 * 4e10);
+  }
+  // A batch loses matrices first, down to kProxyMinBatch; then the sides, not below kProxyMinSide
+  // (a side already smaller stays).
+  const ProxyShape fewer = proxy_shape(128, 512, 64, step_flops(128, 512, 8));
+  EXPECT_EQ(fewer.batch, 8);
+  EXPECT_EQ(fewer.rows, 128);
+  EXPECT_EQ(fewer.cols, 512);
+  const ProxyShape tiny = proxy_shape(128, 512, 64, 1);
+  EXPECT_EQ(tiny.batch, kProxyMinBatch);
+  EXPECT_EQ(tiny.rows, 128);
+  EXPECT_EQ(tiny.cols, kProxyMinSide);
+}
+
+TEST_F(TuningLoop, AnExpensiveShapeIsRankedOnTheProxyShapeAndOnlyFinalistsRunTheFullShape) {
+  // A batch of 16 whose step is over the (lowered) bound: the proxy runs 4 matrices, its time
+  // scaled by 5 steps x 16/4 matrices; the finalists run all 16 on the full iteration, and a
+  // candidate whose full shape writes a NaN (an edge the proxy shape does not have) cannot win.
+  problem_.batch = 16;
+  LoopSettings loop = proxy_;
+  loop.proxy_step_max_flops = step_flops(problem_.rows, problem_.cols, 4);
+  loop.retime_top = 2;
+  FakeBackend backend(problem_, {{"a", ir::StrategyKind::Standard, 1.0},
+                                 {"nan at full", ir::StrategyKind::Standard, 0.2, 0, false, true},
+                                 {"b", ir::StrategyKind::Standard, 0.5},
+                                 {"c", ir::StrategyKind::Standard, 0.8}});
+  // Only the full shape's second build writes a NaN in this fake: so that it is caught at the
+  // finalists' run, every candidate must be built at full size once (its check) before it.
+  const nlohmann::json entry = tune(backend, loop);
+  EXPECT_EQ(entry["bench"]["proxy_shape"]["batch"], 4);
+  EXPECT_EQ(entry["bench"]["proxy_shape"]["rows"], problem_.rows);
+  for (const std::string label : {"a", "nan at full", "b", "c"}) {
+    SCOPED_TRACE(label);
+    EXPECT_EQ(backend.log.proxy_build_batches[label], std::vector<int64_t>{4});
+    for (int64_t batch : backend.log.full_build_batches[label]) EXPECT_EQ(batch, 16);
+    EXPECT_DOUBLE_EQ(candidate(entry, label)["proxy"]["scale"].get<double>(), 20.0);
+  }
+  EXPECT_EQ(candidate(entry, "nan at full")["status"], "wrong_result");
+  EXPECT_TRUE(candidate(entry, "b").value("finalist", false));
+  EXPECT_TRUE(candidate(entry, "c").value("finalist", false));
+  EXPECT_TRUE(candidate(entry, "a").value("finalist", false));
   EXPECT_EQ(entry["winner"]["label"], "b");
 }
 
