@@ -213,6 +213,9 @@ nlohmann::json tune_shape_cuda(const TuneProblem& problem, const TuneSettings& s
   // A GPU runs a large shape's iteration in milliseconds: the proxy pays only from about 1e13
   // FLOPs (tens of milliseconds a run on a current data-centre GPU) up.
   loop.proxy_min_flops = 1e13;
+  // And a GPU's efficiency falls steeply below a few waves of tiles: its proxy stays at the full
+  // shape (one step of it is already milliseconds), never a smaller one.
+  loop.proxy_step_max_flops = 0;
   return run_tuning_loop(problem, settings, loop, backend, fallback.label(), default_reason);
 }
 

@@ -163,6 +163,7 @@ struct LoopSettings {
   // FLOPs of a standard step, times the batch): proxy_shape. 4e10 is about 0.2 s on two Zen 4
   // cores (bf16 on vdpbf16ps); one step of 4096x14336 is 1.1e12, 5 s there: twenty candidates
   // ranked on it would take the model's whole budget.
+  // 0: always the full shape (the CUDA tuner's choice).
   double proxy_step_max_flops = 4e10;
   // With the proxy, the fraction of the shape's budget that ranking may spend on repeated timings
   // before the finalists' full iterations (each candidate gets an even share of it, at least the
