@@ -76,7 +76,7 @@ void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread, 
     state.counters["of_bf16_dot_ceiling"] = benchmark::Counter(2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size) / ceiling,
                                                                benchmark::Counter::kIsIterationInvariantRate);
   }
-  if (cpu::uses_amx(isa, problem.a, problem.b)) {
+  if (cpu::uses_amx(isa, blocking.amx_fp16, problem.a, problem.b)) {
     // The fraction of the measured TDPBF16PS ceiling of the threads that ran (cpu_peak.h).
     const double ghz = measure_clock_ghz();
     const double ceiling = ghz * measure_amx_bf16_flops_per_cycle(ghz) * (pool ? pool->size() : 1) * 1e9;

@@ -68,8 +68,9 @@ int info_command(const std::vector<std::string>& args) {
   }
   // AMX: CPUID, XCR0 and the OS's answer to the tile-data permission request (support/host_cpu.h).
   if (cpu::host_supports(cpu::CpuIsa::AmxBf16))
-    std::printf("amx:        usable (%s): bf16 products on AMX tiles with --isa amx%s\n", amx_availability().reason.c_str(),
-                cpu::best_host_isa() == cpu::CpuIsa::AmxBf16 ? ", the default" : "");
+    std::printf("amx:        usable (%s): bf16 products on AMX tiles with --isa amx%s; f16 products %s\n", amx_availability().reason.c_str(),
+                cpu::best_host_isa() == cpu::CpuIsa::AmxBf16 ? ", the default" : "",
+                cpu.amx_fp16 ? "too (AMX-FP16)" : "on FMAs (no AMX-FP16 on this CPU)");
   else
     std::printf("amx:        not usable: %s\n", cpu::unsupported_reason(cpu::CpuIsa::AmxBf16).c_str());
   if (cpu::cpu_backend_unavailable_reason().empty())

@@ -13,6 +13,7 @@
 #include "autotune/cuda_tuner.h"
 #endif
 #include "cpu/bf16_engine.h"
+#include "support/host_cpu.h"
 #include "cpu/build_status.h"
 #include "cpu/cpu_executable.h"
 #include "ir/printer.h"
@@ -294,8 +295,13 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     compiled = std::make_shared<CpuOrthogonalizer>(cached_executable(function, cpu_options, jit_seconds));
     compiled->target_ = "cpu " + cpu_options.describe();
     compiled->isa_ = std::string(cpu::to_string(cpu_options.isa));
-    const bool bf16 = function.policy.storage == ScalarType::BF16;  // other storage: always f32 FMAs
-    compiled->engine_ = std::string(cpu::to_string(bf16 ? cpu::engine_on(cpu_options.isa, cpu_options.blocking.bf16_dot) : cpu::Bf16Engine::Fma));
+    // f32 storage: always f32 FMAs; f16: the tiles where the CPU has AMX-FP16 (the executable's
+    // GemmBlocking::amx_fp16), else FMAs.
+    const ScalarType stored = function.policy.storage;
+    cpu::Bf16Engine engine = cpu::Bf16Engine::Fma;
+    if (stored == ScalarType::BF16) engine = cpu::engine_on(cpu_options.isa, cpu_options.blocking.bf16_dot);
+    if (stored == ScalarType::F16 && cpu_options.isa == cpu::CpuIsa::AmxBf16 && host_cpu().amx_fp16) engine = cpu::Bf16Engine::Amx;
+    compiled->engine_ = std::string(cpu::to_string(engine));
 #ifdef ORTHOJIT_HAVE_CUDA
   } else if (backend == "cuda") {
     cuda::CudaVariant variant;

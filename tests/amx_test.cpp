@@ -22,6 +22,7 @@
 #include "autotune/error_measure.h"
 #include "autotune/search_space.h"
 #include "cpu/amx_codegen.h"
+#include "cpu/amx_emulator.h"
 #include "cpu/amx_packing.h"
 #include "cpu/bf16_engine.h"
 #include "cpu/cpu_isa.h"
@@ -132,8 +133,9 @@ TEST(AmxDetection, InfoSaysWhetherAmxIsUsableAndTheEnvironmentForcesOtherPaths) 
 
 // ---- the generated kernel ------------------------------------------------------------------------
 
-MicrokernelSpec amx_kernel(int64_t kc, int m_valid, int n_valid, bool emulated) {
+MicrokernelSpec amx_kernel(int64_t kc, int m_valid, int n_valid, bool emulated, bool fp16 = false) {
   MicrokernelSpec spec;
+  spec.amx_fp16 = fp16;
   spec.isa = CpuIsa::AmxBf16;
   spec.kc = kc;
   spec.amx = true;
@@ -230,13 +232,17 @@ GemmBlocking small_blocks(int64_t mc, int64_t kc, int64_t nc) {
 
 uint64_t fresh_seed() { return (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}(); }
 
-std::vector<uint16_t> random_bf16(int64_t count, std::mt19937_64& random) {
+// 16-bit storage values (bf16, or f16 for the AMX-FP16 kernel) as their bits.
+uint16_t bits_of(float value, ScalarType type) { return type == ScalarType::F16 ? from_float<F16>(value).bits : from_float<Bf16>(value).bits; }
+double value_of(uint16_t bits, ScalarType type = ScalarType::BF16) {
+  return type == ScalarType::F16 ? to_float(F16{bits}) : to_float(Bf16{bits});
+}
+std::vector<uint16_t> random_16(int64_t count, std::mt19937_64& random, ScalarType type = ScalarType::BF16) {
   std::normal_distribution<float> normal;
   std::vector<uint16_t> values(static_cast<size_t>(count));
-  for (auto& value : values) value = from_float<Bf16>(normal(random)).bits;
+  for (auto& value : values) value = bits_of(normal(random), type);
   return values;
 }
-double value_of(uint16_t bits) { return to_float(Bf16{bits}); }
 
 struct Product {
   int64_t m, n, k;
@@ -269,29 +275,30 @@ struct Result {
   std::string where;
 };
 
+// operands: BF16, or F16 (AMX-FP16: blocking.amx_fp16 must be set).
 Result run_product(const Product& p, const GemmBlocking& blocking, bool emulated, ThreadPool* pool, uint64_t seed, EpilogueFunction epilogue,
-                   ScalarType d_type = ScalarType::F32) {
+                   ScalarType d_type = ScalarType::F32, ScalarType operands = ScalarType::BF16) {
   std::mt19937_64 random(seed);
   const int64_t n = p.triangular ? p.m : p.n;
-  const std::vector<uint16_t> a = random_bf16(p.m * p.k, random);
-  const std::vector<uint16_t> b_values = p.triangular ? std::vector<uint16_t>() : random_bf16(p.k * n, random);
+  const std::vector<uint16_t> a = random_16(p.m * p.k, random, operands);
+  const std::vector<uint16_t> b_values = p.triangular ? std::vector<uint16_t>() : random_16(p.k * n, random, operands);
   std::vector<float> c(static_cast<size_t>(p.m * n));
   std::normal_distribution<float> normal;
   for (auto& value : c) value = normal(random);
   if (p.triangular)  // a symmetric C, as the symmetric products' C is
     for (int64_t i = 0; i < p.m; ++i)
       for (int64_t j = 0; j < i; ++j) c[static_cast<size_t>(i * n + j)] = c[static_cast<size_t>(j * n + i)];
-  auto a_at = [&](int64_t i, int64_t kk) { return value_of(a[static_cast<size_t>(i * p.k + kk)]); };
-  auto b_at = [&](int64_t kk, int64_t j) { return p.triangular ? a_at(j, kk) : value_of(b_values[static_cast<size_t>(kk * n + j)]); };
+  auto a_at = [&](int64_t i, int64_t kk) { return value_of(a[static_cast<size_t>(i * p.k + kk)], operands); };
+  auto b_at = [&](int64_t kk, int64_t j) { return p.triangular ? a_at(j, kk) : value_of(b_values[static_cast<size_t>(kk * n + j)], operands); };
   // Storage in the requested forms.
   std::vector<uint16_t> a_store(a.size()), b_store(static_cast<size_t>(p.k * n));
   for (int64_t i = 0; i < p.m; ++i)
     for (int64_t kk = 0; kk < p.k; ++kk) a_store[static_cast<size_t>(p.transpose_a ? kk * p.m + i : i * p.k + kk)] = a[static_cast<size_t>(i * p.k + kk)];
   for (int64_t kk = 0; kk < p.k; ++kk)
-    for (int64_t j = 0; j < n; ++j) b_store[static_cast<size_t>(p.transpose_b ? j * p.k + kk : kk * n + j)] = from_float<Bf16>(static_cast<float>(b_at(kk, j))).bits;
+    for (int64_t j = 0; j < n; ++j) b_store[static_cast<size_t>(p.transpose_b ? j * p.k + kk : kk * n + j)] = bits_of(static_cast<float>(b_at(kk, j)), operands);
   GemmProblem problem;
-  problem.a = p.transpose_a ? MatrixView{a_store.data(), ScalarType::BF16, p.k, p.m, p.m, 1}.transposed() : MatrixView{a_store.data(), ScalarType::BF16, p.m, p.k, p.k, 1};
-  problem.b = p.transpose_b ? MatrixView{b_store.data(), ScalarType::BF16, n, p.k, p.k, 1}.transposed() : MatrixView{b_store.data(), ScalarType::BF16, p.k, n, n, 1};
+  problem.a = p.transpose_a ? MatrixView{a_store.data(), operands, p.k, p.m, p.m, 1}.transposed() : MatrixView{a_store.data(), operands, p.m, p.k, p.k, 1};
+  problem.b = p.transpose_b ? MatrixView{b_store.data(), operands, n, p.k, p.k, 1}.transposed() : MatrixView{b_store.data(), operands, p.k, n, n, 1};
   if (p.with_c) problem.c = MatrixView{c.data(), ScalarType::F32, p.m, n, n, 1};
   Result result;
   result.d.assign(static_cast<size_t>(p.m * n), std::nanf(""));  // poisoned
@@ -305,7 +312,7 @@ Result run_product(const Product& p, const GemmBlocking& blocking, bool emulated
   KernelSource source{emulated, microkernels_for(CpuIsa::AmxBf16, blocking, problem.a, problem.b)};
   source.driver(blocking).run(problem, pool);
   if (d_type != ScalarType::F32)
-    for (size_t i = 0; i < d16.size(); ++i) result.d[i] = to_float(Bf16{d16[i]});
+    for (size_t i = 0; i < d16.size(); ++i) result.d[i] = static_cast<float>(value_of(d16[i], d_type));
   // The double product of the same bf16 values, with the epilogue in double.
   std::vector<double> reference(static_cast<size_t>(p.m * n));
   for (int64_t i = 0; i < p.m; ++i)
@@ -346,13 +353,13 @@ const Product kProducts[] = {
 constexpr double kF32OutputTileBound = 2e-5;
 double f32_output_tile_bound(int64_t k) { return kF32OutputTileBound * std::max(1.0, static_cast<double>(k) / 1000.0); }
 
-void check_all_products(bool emulated, const GemmBlocking& blocking, ThreadPool* pool) {
+void check_all_products(bool emulated, const GemmBlocking& blocking, ThreadPool* pool, ScalarType operands = ScalarType::BF16) {
   const uint64_t seed = fresh_seed();
   for (const Product& p : kProducts) {
-    SCOPED_TRACE((emulated ? "emulated " : "native ") + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) +
+    SCOPED_TRACE((emulated ? "emulated " : "native ") + std::string(to_string(operands)) + " " + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) +
                  (p.triangular ? " triangular" : "") + " seed " + std::to_string(seed) + " blocking " + std::to_string(blocking.mc) + "/" +
                  std::to_string(blocking.kc) + "/" + std::to_string(blocking.nc));
-    const Result result = run_product(p, blocking, emulated, pool, seed, nullptr);
+    const Result result = run_product(p, blocking, emulated, pool, seed, nullptr, ScalarType::F32, operands);
     EXPECT_LT(result.tile_error, f32_output_tile_bound(p.k)) << "worst tile at " << result.where << ", Frobenius " << result.frobenius;
   }
 }
@@ -426,15 +433,27 @@ TEST(AmxGemm, IdenticalBitsForOneAndTwoThreadsAndConcurrentBatches) {
 TEST(AmxGemm, OtherPathsNeverUseTheTileKernels) {
   std::vector<uint16_t> a(64 * 64, 0x3f80), b(64 * 64, 0x3f80);
   const MatrixView av{a.data(), ScalarType::BF16, 64, 64, 64, 1}, bv{b.data(), ScalarType::BF16, 64, 64, 64, 1};
+  std::vector<uint16_t> h(64 * 64, 0x3c00);  // f16 ones
+  const MatrixView hv{h.data(), ScalarType::F16, 64, 64, 64, 1};
   for (CpuIsa isa : {CpuIsa::Generic, CpuIsa::Avx2Fma, CpuIsa::Avx512f, CpuIsa::Avx512Bf16}) {
-    EXPECT_FALSE(uses_amx(isa, av, bv));
+    EXPECT_FALSE(uses_amx(isa, true, av, bv));
+    EXPECT_FALSE(uses_amx(isa, true, hv, hv));
     for (const MicrokernelSpec& spec : microkernels_for(isa, GemmBlocking{}, av, bv)) EXPECT_FALSE(spec.amx);
   }
-  EXPECT_TRUE(uses_amx(CpuIsa::AmxBf16, av, bv));
+  EXPECT_TRUE(uses_amx(CpuIsa::AmxBf16, false, av, bv));
   std::vector<float> f(64 * 64);
   const MatrixView fv{f.data(), ScalarType::F32, 64, 64, 64, 1};
-  EXPECT_FALSE(uses_amx(CpuIsa::AmxBf16, fv, bv)) << "f32 stays on FMAs";
+  EXPECT_FALSE(uses_amx(CpuIsa::AmxBf16, true, fv, bv)) << "f32 stays on FMAs";
   for (const MicrokernelSpec& spec : microkernels_for(CpuIsa::AmxBf16, GemmBlocking{}, fv, fv)) EXPECT_FALSE(spec.amx);
+  // f16 goes on the tiles only with AMX-FP16 (TDPFP16PS), never mixed with bf16.
+  EXPECT_FALSE(uses_amx(CpuIsa::AmxBf16, false, hv, hv)) << "f16 without AMX-FP16 stays on FMAs";
+  EXPECT_TRUE(uses_amx(CpuIsa::AmxBf16, true, hv, hv));
+  EXPECT_FALSE(uses_amx(CpuIsa::AmxBf16, true, hv, bv));
+  for (const MicrokernelSpec& spec : microkernels_for(CpuIsa::AmxBf16, GemmBlocking{}, hv, hv)) EXPECT_FALSE(spec.amx);
+  GemmBlocking fp16;
+  fp16.amx_fp16 = true;
+  for (const MicrokernelSpec& spec : microkernels_for(CpuIsa::AmxBf16, fp16, hv, hv)) EXPECT_TRUE(spec.amx && spec.amx_fp16) << spec.name();
+  for (const MicrokernelSpec& spec : microkernels_for(CpuIsa::AmxBf16, fp16, av, bv)) EXPECT_TRUE(spec.amx && !spec.amx_fp16) << spec.name();
   // On a host without AMX, the best path runs the same bf16 product on FMAs.
   const CpuIsa best = best_host_isa();
   std::vector<float> d(64 * 64, -1);
@@ -447,22 +466,65 @@ TEST(AmxGemm, OtherPathsNeverUseTheTileKernels) {
   EXPECT_EQ(d[64 * 64 - 1], 64.0f);
 }
 
+// AMX-FP16: the same driver and kernels on f16 pairs (TDPFP16PS), emulated on any machine and
+// natively where the CPU has AMX-FP16; f16 operands are exact in f32 like bf16 ones, so the bound
+// is the same f32-accumulation bound.
+TEST(AmxFp16Gemm, EmulatedKernelsMatchADoubleProductOnEveryRemainder) {
+  GemmBlocking small = small_blocks(64, 64, 64), defaults;
+  small.amx_fp16 = defaults.amx_fp16 = true;
+  check_all_products(true, small, nullptr, ScalarType::F16);
+  ThreadPool pool(2);
+  check_all_products(true, defaults, &pool, ScalarType::F16);
+}
+
+TEST(AmxFp16Gemm, NativeKernelsMatchADoubleProductOnEveryRemainder) {
+  if (!host_supports(CpuIsa::AmxBf16) || !host_cpu().amx_fp16) GTEST_SKIP() << "AMX-FP16 not usable here";
+  GemmBlocking small = small_blocks(64, 64, 64), defaults;
+  small.amx_fp16 = defaults.amx_fp16 = true;
+  check_all_products(false, small, nullptr, ScalarType::F16);
+  ThreadPool pool(2);
+  check_all_products(false, defaults, &pool, ScalarType::F16);
+}
+
+TEST(AmxFp16Kernel, CompilesToTdpfp16psAndItsEmulationKeepsDenormalInputs) {
+  const std::string assembly = amx_kernel_assembly(amx_kernel(128, 32, 32, false, true));
+  EXPECT_GE(count_of(assembly, "\\btdpfp16ps\\b"), 2 * 4 * 4) << assembly;
+  EXPECT_EQ(count_of(assembly, "\\btdpbf16ps\\b"), 0);
+  EXPECT_EQ(count_of(assembly, "tilestored\\s+%tmm[0-7], [-0-9]*\\(%rsp"), 0) << assembly;
+  EXPECT_NE(amx_kernel(128, 32, 32, false, true).name(), amx_kernel(128, 32, 32, false).name());
+  // One row, one pair: the smallest f16 denormal (2^-24) times 1, plus the smallest normal
+  // (2^-14) times 2^-10: 2^-23 when denormal inputs are kept, as TDPFP16PS does (2^-24 if they
+  // were treated as zero, TDPBF16PS's rule; anything else if the pairs were read as bf16).
+  EmulatedTile c, a, b;
+  orthojit_amx_emulated_tilezero(&c, 1, 4);
+  const uint16_t a_bits[2] = {0x0001, 0x0400}, b_bits[2] = {0x3c00, 0x1400};  // 2^-24, 2^-14; 1, 2^-10
+  orthojit_amx_emulated_tileloadd(&a, 1, 4, a_bits, 4);
+  orthojit_amx_emulated_tileloadd(&b, 1, 4, b_bits, 4);
+  orthojit_amx_emulated_tdpfp16ps(&c, &a, &b, 1, 4, 4);
+  float out = 0;
+  orthojit_amx_emulated_tilestored(&c, 1, 4, &out, 4);
+  EXPECT_EQ(out, 0x1.0p-23f);
+}
+
 // One Newton–Schulz step as the executable runs it on the amx path, bf16 storage throughout:
 // A = X·Xᵀ (triangular, B operand a transposed view), B = c·A·A + b·A (triangular, C = A in bf16),
 // X' = B·X + a·X (C = X in bf16); against the same step in double with the bf16 roundings at the
 // same points. Emulated kernels here, native ones on AMX machines.
-TEST(AmxGemm, ANewtonSchulzStepWithBf16OperandsEverywhere) {
-  const bool emulated = !host_supports(CpuIsa::AmxBf16);
+// `storage`: BF16, or F16 on AMX-FP16 (emulated unless the CPU has it).
+void newton_schulz_step_on_tiles(ScalarType storage) {
+  const bool fp16 = storage == ScalarType::F16;
+  const bool emulated = !host_supports(CpuIsa::AmxBf16) || (fp16 && !host_cpu().amx_fp16);
   const int64_t m = 70, n = 300;
   const double ca = 3.4445, cb = -4.7750, cc = 2.0315;
   const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  SCOPED_TRACE(std::string(to_string(storage)) + " seed " + std::to_string(seed));
   std::mt19937_64 random(seed);
-  std::vector<uint16_t> x = random_bf16(m * n, random);
-  for (auto& bits : x) bits = from_float<Bf16>(to_float(Bf16{bits}) / std::sqrt(static_cast<float>(n))).bits;  // about unit rows
+  std::vector<uint16_t> x = random_16(m * n, random, storage);
+  for (auto& bits : x) bits = bits_of(static_cast<float>(value_of(bits, storage)) / std::sqrt(static_cast<float>(n)), storage);  // about unit rows
   std::vector<uint16_t> a(static_cast<size_t>(m * m)), b(a.size()), x_next(x.size());
   ThreadPool pool(2);
-  const GemmBlocking blocking = small_blocks(64, 128, 64);
+  GemmBlocking blocking = small_blocks(64, 128, 64);
+  blocking.amx_fp16 = fp16;
   auto run = [&](MatrixView left, MatrixView right, std::optional<MatrixView> c, MatrixView d, float alpha, float beta, bool triangular) {
     GemmProblem problem;
     problem.a = left;
@@ -473,16 +535,17 @@ TEST(AmxGemm, ANewtonSchulzStepWithBf16OperandsEverywhere) {
     problem.beta = c ? beta : 0.0f;
     problem.triangular = triangular;
     KernelSource source{emulated, microkernels_for(CpuIsa::AmxBf16, blocking, left, right)};
+    EXPECT_TRUE(uses_amx(CpuIsa::AmxBf16, blocking.amx_fp16, left, right));
     source.driver(blocking).run(problem, &pool);
   };
-  const MatrixView xv{x.data(), ScalarType::BF16, m, n, n, 1};
-  const MatrixView av{a.data(), ScalarType::BF16, m, m, m, 1}, bv{b.data(), ScalarType::BF16, m, m, m, 1};
+  const MatrixView xv{x.data(), storage, m, n, n, 1};
+  const MatrixView av{a.data(), storage, m, m, m, 1}, bv{b.data(), storage, m, m, m, 1};
   run(xv, xv.transposed(), std::nullopt, av, 1.0f, 0.0f, true);
   run(av, av, av, bv, static_cast<float>(cc), static_cast<float>(cb), true);
-  run(bv, xv, xv, {x_next.data(), ScalarType::BF16, m, n, n, 1}, 1.0f, static_cast<float>(ca), false);
-  // The double step with the stored values rounded to bf16 where the program stores them.
-  auto round16 = [](double value) { return static_cast<double>(to_float(from_float<Bf16>(static_cast<float>(value)))); };
-  auto xd = [&](int64_t i, int64_t j) { return static_cast<double>(to_float(Bf16{x[static_cast<size_t>(i * n + j)]})); };
+  run(bv, xv, xv, {x_next.data(), storage, m, n, n, 1}, 1.0f, static_cast<float>(ca), false);
+  // The double step with the stored values rounded to the storage type where the program stores them.
+  auto round16 = [&](double value) { return value_of(bits_of(static_cast<float>(value), storage), storage); };
+  auto xd = [&](int64_t i, int64_t j) { return value_of(x[static_cast<size_t>(i * n + j)], storage); };
   std::vector<double> ar(static_cast<size_t>(m * m)), br(ar.size()), xr(static_cast<size_t>(m * n));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < m; ++j) {
@@ -503,14 +566,22 @@ TEST(AmxGemm, ANewtonSchulzStepWithBf16OperandsEverywhere) {
       xr[static_cast<size_t>(i * n + j)] = sum + ca * xd(i, j);
     }
   std::vector<float> got(x_next.size());
-  for (size_t i = 0; i < got.size(); ++i) got[i] = to_float(Bf16{x_next[i]});
+  for (size_t i = 0; i < got.size(); ++i) got[i] = static_cast<float>(value_of(x_next[i], storage));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < m; ++j) ASSERT_EQ(a[static_cast<size_t>(i * m + j)], a[static_cast<size_t>(j * m + i)]) << "A is exactly symmetric";
   const autotune::ErrorMeasure measure = autotune::measure_error(got.data(), xr.data(), m, n, 1);
-  // A flipped bf16 rounding of A or B (f32 vs double sums) moves X' by a few bf16 units at most.
-  EXPECT_LT(measure.tile, 0.03) << "rows " << measure.tile_row << ", cols " << measure.tile_col;
-  EXPECT_LT(measure.frobenius, 0.01);
+  // A flipped rounding of A or B (f32 vs double sums) moves X' by a few units of the storage type
+  // at most: 0.03 and 0.01 for bf16 (unit 2^-8), an eighth for f16 (2^-11).
+  const double unit_ratio = fp16 ? 0.125 : 1.0;
+  EXPECT_LT(measure.tile, 0.03 * unit_ratio) << "rows " << measure.tile_row << ", cols " << measure.tile_col;
+  EXPECT_LT(measure.frobenius, 0.01 * unit_ratio);
 }
+
+TEST(AmxGemm, ANewtonSchulzStepWithBf16OperandsEverywhere) { newton_schulz_step_on_tiles(ScalarType::BF16); }
+
+TEST(AmxFp16Gemm, ANewtonSchulzStepWithF16OperandsEverywhere) { newton_schulz_step_on_tiles(ScalarType::F16); }
+
+
 
 // ---- whole programs on the amx path ------------------------------------------------------------
 

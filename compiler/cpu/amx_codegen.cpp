@@ -36,7 +36,8 @@ constexpr int kBTile = 6;  // B(j) in tmm(6 + j)
 // misaligned benchmark buffers.)
 class TileOps {
  public:
-  TileOps(llvm::Module& module, llvm::IRBuilder<>& builder, bool emulated) : module_(module), builder_(builder), emulated_(emulated) {
+  TileOps(llvm::Module& module, llvm::IRBuilder<>& builder, bool emulated, bool fp16)
+      : module_(module), builder_(builder), emulated_(emulated), fp16_(fp16) {
     llvm::Type* i64 = builder.getInt64Ty();
     llvm::Type* ptr = builder.getPtrTy();
     llvm::Type* void_type = builder.getVoidTy();
@@ -47,7 +48,7 @@ class TileOps {
       zero_ = declare("orthojit_amx_emulated_tilezero", {ptr, i64, i64});
       load_ = declare("orthojit_amx_emulated_tileloadd", {ptr, i64, i64, ptr, i64});
       store_ = declare("orthojit_amx_emulated_tilestored", {ptr, i64, i64, ptr, i64});
-      dot_ = declare("orthojit_amx_emulated_tdpbf16ps", {ptr, ptr, ptr, i64, i64, i64});
+      dot_ = declare(fp16 ? "orthojit_amx_emulated_tdpfp16ps" : "orthojit_amx_emulated_tdpbf16ps", {ptr, ptr, ptr, i64, i64, i64});
     }
   }
 
@@ -111,7 +112,7 @@ class TileOps {
       builder_.CreateCall(dot_, {slot(c), slot(a), slot(b), i64(m), i64(n), i64(k)});
       return;
     }
-    builder_.CreateIntrinsic(llvm::Intrinsic::x86_tdpbf16ps, {}, {i8(c), i8(a), i8(b)});
+    builder_.CreateIntrinsic(fp16_ ? llvm::Intrinsic::x86_tdpfp16ps : llvm::Intrinsic::x86_tdpbf16ps, {}, {i8(c), i8(a), i8(b)});
   }
 
  private:
@@ -120,7 +121,7 @@ class TileOps {
   llvm::Value* i64(int64_t value) { return builder_.getInt64(static_cast<uint64_t>(value)); }
   llvm::Module& module_;
   llvm::IRBuilder<>& builder_;
-  bool emulated_;
+  bool emulated_, fp16_;
   llvm::Value* slots_[8] = {};
   llvm::FunctionCallee zero_, load_, store_, dot_;
 };
@@ -157,7 +158,7 @@ std::unique_ptr<llvm::Module> emit_amx_microkernel(const MicrokernelSpec& spec, 
 
   auto* entry = llvm::BasicBlock::Create(context, "entry", function);
   auto* exit = llvm::BasicBlock::Create(context, "exit", function);
-  TileOps tiles(*module, builder, spec.amx_emulated);
+  TileOps tiles(*module, builder, spec.amx_emulated, spec.amx_fp16);
 
   // Tile shapes: row tiles of A/C (16 and m_valid - 16 rows), column tiles of B/C (bytes).
   std::vector<int> tile_rows, tile_colsb;
@@ -306,7 +307,8 @@ std::string amx_kernel_assembly(MicrokernelSpec spec) {
   spec.amx_emulated = false;
   llvm::LLVMContext context;
   auto module = emit_amx_microkernel(spec, context);
-  return assembly_for_cpu(*module, "sapphirerapids");
+  // AMX-FP16 arrived with Granite Rapids (Intel ISA Extensions Programming Reference).
+  return assembly_for_cpu(*module, spec.amx_fp16 ? "graniterapids" : "sapphirerapids");
 }
 
 }  // namespace orthojit::cpu

@@ -1,4 +1,5 @@
-// Emits the AMX-BF16 microkernel as LLVM IR (MicrokernelSpec::amx):
+// Emits the AMX-BF16 microkernel as LLVM IR (MicrokernelSpec::amx; with amx_fp16 the same kernel
+// on f16 pairs, TDPFP16PS for TDPBF16PS):
 //
 //   void NAME(const uint16* a_panel,    // one packed A panel: 32 rows x kc   (amx_packing.h)
 //             const uint16* b_panels,   // `panels` consecutive packed B panels: kc x 32 columns each
@@ -38,7 +39,8 @@ namespace orthojit::cpu {
 
 std::unique_ptr<llvm::Module> emit_amx_microkernel(const MicrokernelSpec& spec, llvm::LLVMContext& context);
 
-// The native kernel's x86 assembly for a Sapphire Rapids CPU, on any machine (tests check the
+// The native kernel's x86 assembly for a Sapphire Rapids CPU (Granite Rapids with amx_fp16), on
+// any machine (tests check the
 // tile instructions, the configuration and the absence of tile spills where AMX cannot run).
 std::string amx_kernel_assembly(MicrokernelSpec spec);
 

@@ -1,5 +1,6 @@
-// A host emulation of the four AMX instructions the AMX kernel uses, following the operation
-// sections of the Intel SDM (vol. 2, TILELOADD, TILESTORED, TILEZERO, TDPBF16PS): the kernels
+// A host emulation of the AMX instructions the AMX kernel uses, following the operation sections
+// of the Intel SDM (vol. 2, TILELOADD, TILESTORED, TILEZERO, TDPBF16PS) and of the Intel ISA
+// Extensions Programming Reference (TDPFP16PS, AMX-FP16): the kernels
 // compiled with MicrokernelSpec::amx_emulated call these instead, so the driver's AMX path (packing,
 // tile shapes, remainders, accumulation) runs and is tested on CPUs without AMX. An emulated tile is
 // an EmulatedTile in the kernel's stack frame; its shape is checked on every use the way the
@@ -26,6 +27,8 @@ void orthojit_amx_emulated_tileloadd(EmulatedTile* tile, int64_t rows, int64_t c
 void orthojit_amx_emulated_tilestored(const EmulatedTile* tile, int64_t rows, int64_t colsb, void* base, int64_t stride);
 // c += a·b with c (m x n/4 f32), a (m x k/2 bf16), b (k/4 pair rows x n/4 pairs); n, k in bytes.
 void orthojit_amx_emulated_tdpbf16ps(EmulatedTile* c, const EmulatedTile* a, const EmulatedTile* b, int64_t m, int64_t n, int64_t k);
+// The same with f16 pairs (input denormals kept, where TDPBF16PS treats them as zero).
+void orthojit_amx_emulated_tdpfp16ps(EmulatedTile* c, const EmulatedTile* a, const EmulatedTile* b, int64_t m, int64_t n, int64_t k);
 }
 
 // (symbol name, address) of each function above, for the JIT's symbol table.

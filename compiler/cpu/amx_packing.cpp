@@ -14,11 +14,17 @@
 namespace orthojit::cpu {
 namespace {
 
-inline uint16_t bf16_bits(float value) { return from_float<Bf16>(value).bits; }
-inline uint16_t bf16_bits(Bf16 value) { return value.bits; }  // already bf16: the bits
-inline uint16_t bf16_bits(F16 value) { return from_float<Bf16>(to_float(value)).bits; }
+// The bits of `value` in the panel's element type (Bf16, or F16 for AMX-FP16), rounded to
+// nearest even from f32 and f16 sources; a source already of that type is copied.
+template <typename Pair>
+inline uint16_t pair_bits(float value) { return from_float<Pair>(value).bits; }
+template <typename Pair, typename T>
+inline uint16_t pair_bits(T value) {
+  if constexpr (std::is_same_v<T, Pair>) return value.bits;
+  else return from_float<Pair>(to_float(value)).bits;
+}
 
-template <typename T>
+template <typename T, typename Pair>
 void pack_a(const MatrixView& a, int64_t k0, int64_t k_valid, int64_t kc_padded, int64_t first_panel, int64_t panels, uint16_t* out) {
   const T* base = static_cast<const T*>(a.data);
   const int64_t steps = kc_padded / kAmxKStep;
@@ -36,20 +42,20 @@ void pack_a(const MatrixView& a, int64_t k0, int64_t k_valid, int64_t kc_padded,
       for (int64_t s = 0; s < steps; ++s) {
         uint16_t* __restrict step_target = target + s * kAmxTileBytes;  // 2 tiles of 512 values per step
         const int64_t k_begin = s * kAmxKStep, count = std::clamp<int64_t>(k_valid - k_begin, 0, kAmxKStep);
-        if constexpr (std::is_same_v<T, Bf16>) {
+        if constexpr (std::is_same_v<T, Pair>) {
           if (a.col_stride == 1 && count == kAmxKStep) {
             std::memcpy(step_target, source + k_begin, kAmxKStep * 2);
             continue;
           }
         }
-        for (int64_t k = 0; k < count; ++k) step_target[k] = bf16_bits(source[(k_begin + k) * a.col_stride]);
+        for (int64_t k = 0; k < count; ++k) step_target[k] = pair_bits<Pair>(source[(k_begin + k) * a.col_stride]);
         for (int64_t k = count; k < kAmxKStep; ++k) step_target[k] = 0;
       }
     }
   }
 }
 
-template <typename T>
+template <typename T, typename Pair>
 void pack_b(const MatrixView& b, int64_t k0, int64_t k_valid, int64_t kc_padded, int64_t col0, int64_t cols, int64_t first_panel, int64_t panels,
             uint16_t* out) {
   const T* base = static_cast<const T*>(b.data);
@@ -66,9 +72,9 @@ void pack_b(const MatrixView& b, int64_t k0, int64_t k_valid, int64_t kc_padded,
         if (valid_cols < kAmxTile || valid_k < kAmxKStep) std::memset(tile, 0, kAmxTileBytes);
         const T* origin = base + (k0 + k_begin) * b.row_stride + (col0 + first_col) * b.col_stride;
 #if defined(__SSE2__)
-        if constexpr (std::is_same_v<T, Bf16>) {
+        if constexpr (std::is_same_v<T, Pair>) {
           if (valid_cols == kAmxTile && valid_k == kAmxKStep && b.col_stride == 1) {
-            // Row-major bf16 B, a full tile: each pair row interleaves rows 2p and 2p+1 (SSE2
+            // Row-major B already of the pair type, a full tile: each pair row interleaves rows 2p and 2p+1 (SSE2
             // unpack of 16-bit lanes: 8 columns per instruction pair).
             const uint16_t* source = reinterpret_cast<const uint16_t*>(origin);
             for (int pair = 0; pair < kAmxTile; ++pair) {
@@ -85,7 +91,7 @@ void pack_b(const MatrixView& b, int64_t k0, int64_t k_valid, int64_t kc_padded,
             continue;
           }
           if (valid_cols == kAmxTile && valid_k == kAmxKStep && b.row_stride == 1) {
-            // Transposed bf16 B (Xᵀ): column j's pairs are 16 consecutive 32-bit values, so the
+            // Transposed B (Xᵀ) already of the pair type: column j's pairs are 16 consecutive 32-bit values, so the
             // tile is a 16x16 transposition of 32-bit elements, done as 4x4 blocks in SSE registers.
             const uint16_t* source = reinterpret_cast<const uint16_t*>(origin);
             for (int j0 = 0; j0 < kAmxTile; j0 += 4)
@@ -109,14 +115,14 @@ void pack_b(const MatrixView& b, int64_t k0, int64_t k_valid, int64_t kc_padded,
           for (int k = 0; k < valid_k; ++k) {
             const T* __restrict source = origin + k * b.row_stride;
             uint16_t* __restrict target = tile + (k / 2) * 32 + (k % 2);
-            for (int j = 0; j < valid_cols; ++j) target[2 * j] = bf16_bits(source[j]);
+            for (int j = 0; j < valid_cols; ++j) target[2 * j] = pair_bits<Pair>(source[j]);
           }
         } else {
           // Transposed B (the Xᵀ of X·Xᵀ): a column is contiguous along k, so its pairs are too.
           for (int j = 0; j < valid_cols; ++j) {
             const T* __restrict source = origin + j * b.col_stride;
             uint16_t* __restrict target = tile + 2 * j;
-            for (int k = 0; k < valid_k; ++k) target[(k / 2) * 32 + (k % 2)] = bf16_bits(source[k * b.row_stride]);
+            for (int k = 0; k < valid_k; ++k) target[(k / 2) * 32 + (k % 2)] = pair_bits<Pair>(source[k * b.row_stride]);
           }
         }
       }
@@ -125,13 +131,20 @@ void pack_b(const MatrixView& b, int64_t k0, int64_t k_valid, int64_t kc_padded,
 
 }  // namespace
 
-void pack_amx_a(const MatrixView& a, int64_t k0, int64_t k_valid, int64_t kc_padded, int64_t first_panel, int64_t panels, uint16_t* out) {
-  dispatch_storage_type(a.type, [&](auto tag) { pack_a<decltype(tag)>(a, k0, k_valid, kc_padded, first_panel, panels, out); });
+void pack_amx_a(const MatrixView& a, int64_t k0, int64_t k_valid, int64_t kc_padded, int64_t first_panel, int64_t panels, uint16_t* out,
+                bool f16_pairs) {
+  dispatch_storage_type(a.type, [&](auto tag) {
+    if (f16_pairs) pack_a<decltype(tag), F16>(a, k0, k_valid, kc_padded, first_panel, panels, out);
+    else pack_a<decltype(tag), Bf16>(a, k0, k_valid, kc_padded, first_panel, panels, out);
+  });
 }
 
 void pack_amx_b(const MatrixView& b, int64_t k0, int64_t k_valid, int64_t kc_padded, int64_t col0, int64_t cols, int64_t first_panel,
-                int64_t panels, uint16_t* out) {
-  dispatch_storage_type(b.type, [&](auto tag) { pack_b<decltype(tag)>(b, k0, k_valid, kc_padded, col0, cols, first_panel, panels, out); });
+                int64_t panels, uint16_t* out, bool f16_pairs) {
+  dispatch_storage_type(b.type, [&](auto tag) {
+    if (f16_pairs) pack_b<decltype(tag), F16>(b, k0, k_valid, kc_padded, col0, cols, first_panel, panels, out);
+    else pack_b<decltype(tag), Bf16>(b, k0, k_valid, kc_padded, col0, cols, first_panel, panels, out);
+  });
 }
 
 }  // namespace orthojit::cpu

@@ -1,5 +1,6 @@
 // Packing for the AMX-BF16 kernel (amx_codegen.h): bf16 panels in the layout the tiles load with
-// one contiguous 1 KiB TILELOADD each, fused with the rounding of f32/f16 sources to bf16.
+// one contiguous 1 KiB TILELOADD each, fused with the rounding of f32/f16 sources to bf16 (f16
+// panels, of f16 or f32 sources, for the AMX-FP16 kernel: the same layout, 16-bit elements).
 //
 // A tile of TDPBF16PS's A operand is 16 rows x 32 bf16 (64 bytes a row, K along the row); its B
 // operand is 16 rows of K pairs x 16 columns, each 32-bit element the pair (B[2p][j], B[2p+1][j])
@@ -32,10 +33,12 @@ inline int64_t amx_panel_elements(int64_t kc_padded) { return kc_padded * kAmxMi
 
 // Rows [row0, row0 + 32·panels) of `a` (32-row panels from first_panel on, rows >= a.rows zero) x
 // k in [k0, k0 + k_valid), padded to kc_padded; `out` is the start of panel 0.
-void pack_amx_a(const MatrixView& a, int64_t k0, int64_t k_valid, int64_t kc_padded, int64_t first_panel, int64_t panels, uint16_t* out);
+// f16_pairs: the panels hold f16 (AMX-FP16's TDPFP16PS) instead of bf16, in the same layout.
+void pack_amx_a(const MatrixView& a, int64_t k0, int64_t k_valid, int64_t kc_padded, int64_t first_panel, int64_t panels, uint16_t* out,
+                bool f16_pairs = false);
 // Columns [col0 + 32·p, ...) of `b` for p in [first_panel, first_panel + panels), columns >= col0 +
 // cols zero, k rows [k0, k0 + k_valid) padded to kc_padded.
 void pack_amx_b(const MatrixView& b, int64_t k0, int64_t k_valid, int64_t kc_padded, int64_t col0, int64_t cols, int64_t first_panel,
-                int64_t panels, uint16_t* out);
+                int64_t panels, uint16_t* out, bool f16_pairs = false);
 
 }  // namespace orthojit::cpu

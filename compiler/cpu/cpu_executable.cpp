@@ -17,6 +17,7 @@
 #include "cpu/build_status.h"
 #include "cpu/element_types.h"
 #include "cpu/kernel_cache.h"
+#include "support/host_cpu.h"
 #include "support/rounding.h"
 
 namespace orthojit::cpu {
@@ -265,6 +266,9 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
   }
   if (!host_supports(options_.isa))
     throw std::invalid_argument("this CPU cannot run the " + std::string(to_string(options_.isa)) + " code path");
+  // f16 products on the tiles where the CPU has AMX-FP16 (the amx path is usable, so its
+  // permission is granted; AMX-FP16 needs no other).
+  options_.blocking.amx_fp16 = options_.isa == CpuIsa::AmxBf16 && host_cpu().amx_fp16;
   driver_ = std::make_unique<GemmDriver>(options_.isa, options_.blocking, [this](const MicrokernelSpec& wanted) -> MicrokernelFunction {
     for (const auto& [spec, function] : kernels_)
       if (spec.name() == wanted.name()) return function;

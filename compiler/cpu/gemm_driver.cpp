@@ -380,20 +380,22 @@ std::vector<int> amx_edge_lengths(int64_t extent) {
   if (extent % kAmxMicrotile != 0) lengths.push_back(static_cast<int>(extent % kAmxMicrotile));
   return lengths;
 }
-MicrokernelSpec amx_spec(CpuIsa isa, int64_t kc_padded, int m_valid, int n_valid) {
+MicrokernelSpec amx_spec(CpuIsa isa, int64_t kc_padded, int m_valid, int n_valid, bool fp16) {
   MicrokernelSpec spec;
   spec.isa = isa;
   spec.kc = kc_padded;
   spec.amx = true;
   spec.m_valid = m_valid;
   spec.n_valid = n_valid;
+  spec.amx_fp16 = fp16;
   return spec;
 }
 
 }  // namespace
 
 std::vector<MicrokernelSpec> microkernels_for(CpuIsa isa, const GemmBlocking& blocking, const MatrixView& a, const MatrixView& b) {
-  if (uses_amx(isa, a, b)) {
+  if (uses_amx(isa, blocking.amx_fp16, a, b)) {
+    const bool fp16 = a.type == ScalarType::F16;
     std::vector<MicrokernelSpec> specs;
     const int64_t block_k = amx_block_k(blocking);
     std::vector<int64_t> lengths;
@@ -401,7 +403,7 @@ std::vector<MicrokernelSpec> microkernels_for(CpuIsa isa, const GemmBlocking& bl
     if (a.cols % block_k != 0) lengths.push_back(amx_padded_k(a.cols % block_k));
     for (int64_t kc : lengths)
       for (int m_valid : amx_edge_lengths(a.rows))
-        for (int n_valid : amx_edge_lengths(b.cols)) specs.push_back(amx_spec(isa, kc, m_valid, n_valid));
+        for (int n_valid : amx_edge_lengths(b.cols)) specs.push_back(amx_spec(isa, kc, m_valid, n_valid, fp16));
     return specs;
   }
   const bool dot = uses_bf16_dot(isa, blocking.bf16_dot, a, b);
@@ -472,6 +474,7 @@ void GemmDriver::run_amx(const GemmProblem& problem, ThreadPool* pool) const {
     else for (int64_t task = 0; task < count; ++task) body(task, 0);
   };
   const int m_edge = static_cast<int>(m % tile), n_edge = static_cast<int>(n % tile);
+  const bool fp16 = problem.a.type == ScalarType::F16;  // f16 pairs on TDPFP16PS (uses_amx)
 
   struct KBlock {
     int64_t k0, k_valid, kc;
@@ -485,7 +488,7 @@ void GemmDriver::run_amx(const GemmProblem& problem, ThreadPool* pool) const {
       for (int j = 0; j < 2; ++j) {
         const int m_valid = i ? m_edge : tile, n_valid = j ? n_edge : tile;
         if ((i && m_valid == 0) || (j && n_valid == 0) || (!i && m < tile) || (!j && n < tile)) continue;
-        block.kernels[i][j] = kernel_for_(amx_spec(isa_, block.kc, m_valid, n_valid));
+        block.kernels[i][j] = kernel_for_(amx_spec(isa_, block.kc, m_valid, n_valid, fp16));
       }
     blocks.push_back(block);
   }
@@ -508,7 +511,7 @@ void GemmDriver::run_amx(const GemmProblem& problem, ThreadPool* pool) const {
     parallel(chunks * k_blocks, [&](int64_t task, int) {
       const KBlock& block = blocks[static_cast<size_t>(task / chunks)];
       const int64_t first_panel = task % chunks * a_chunk, count = std::min(a_chunk, a_panels - first_panel);
-      pack_amx_a(problem.a, block.k0, block.k_valid, block.kc, first_panel, count, packed_a + a_panels * tile * block.k0);
+      pack_amx_a(problem.a, block.k0, block.k_valid, block.kc, first_panel, count, packed_a + a_panels * tile * block.k0, fp16);
     });
   }
   const int64_t row_blocks = (m + mc - 1) / mc;
@@ -528,7 +531,7 @@ void GemmDriver::run_amx(const GemmProblem& problem, ThreadPool* pool) const {
       const int64_t first_panel = task % b_chunks * b_chunk, count = std::min(b_chunk, b_panels - first_panel);
       if (count <= 0) return;
       pack_amx_b(problem.b, block.k0, block.k_valid, block.kc, col0, cols, first_panel, count,
-                 packed_b + (column_block - first_block) * b_block_elements + (nc / tile) * tile * block.k0);
+                 packed_b + (column_block - first_block) * b_block_elements + (nc / tile) * tile * block.k0, fp16);
     });
     parallel(sweep_blocks * row_blocks * column_groups, [&](int64_t task, int) {
       const int64_t column_block = first_block + task / (row_blocks * column_groups);
@@ -590,7 +593,7 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   if (problem.b.rows != k_total || problem.d.rows != m || problem.d.cols != n || (problem.c && (problem.c->rows != m || problem.c->cols != n)))
     throw std::logic_error("gemm: operand shapes disagree");
   if (problem.triangular && m != n) throw std::logic_error("gemm: a triangular product must be square");
-  if (uses_amx(isa_, problem.a, problem.b) && m > 0 && n > 0 && k_total > 0) {
+  if (uses_amx(isa_, blocking_.amx_fp16, problem.a, problem.b) && m > 0 && n > 0 && k_total > 0) {
     run_amx(problem, pool);
     return mirror_if_triangular(problem, pool);
   }

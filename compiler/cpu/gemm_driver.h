@@ -42,6 +42,9 @@ struct GemmBlocking {
   int64_t amx_kc = 512;
   // The AMX path packs B in sweeps of column blocks of at most this many bytes (docs/cpu-backend.md).
   int64_t amx_sweep_bytes = int64_t{64} << 20;
+  // f16 x f16 products on the tiles too (TDPFP16PS), on the amx path: set by the executable where
+  // the CPU reports AMX-FP16 (Granite Rapids on; HostCpu::amx_fp16), by tests with emulated kernels.
+  bool amx_fp16 = false;
 };
 
 // void kernel(const float* a_panel, const float* b_panel, float* c, int64 ldc, int32 accumulate,
@@ -76,10 +79,12 @@ inline bool uses_bf16_dot(CpuIsa isa, bool enabled, const MatrixView& a, const M
 }
 
 // Whether a product runs on the AMX tile unit (amx_codegen.h): both operands stored as bf16 on
-// the amx path. Its result is the same product (bf16 operands, f32 accumulation) as the FMA
-// kernels', in a different summation order. f32 and f16 products stay on FMAs.
-inline bool uses_amx(CpuIsa isa, const MatrixView& a, const MatrixView& b) {
-  return isa == CpuIsa::AmxBf16 && a.type == ScalarType::BF16 && b.type == ScalarType::BF16;
+// the amx path, or both as f16 with `fp16` (GemmBlocking::amx_fp16: the CPU has AMX-FP16). Its
+// result is the same product (16-bit operands, f32 accumulation) as the FMA kernels', in a
+// different summation order. f32 products, and f16 ones without AMX-FP16, stay on FMAs.
+inline bool uses_amx(CpuIsa isa, bool fp16, const MatrixView& a, const MatrixView& b) {
+  if (isa != CpuIsa::AmxBf16 || a.type != b.type) return false;
+  return a.type == ScalarType::BF16 || (fp16 && a.type == ScalarType::F16);
 }
 
 // Which operands a product reads in place ("direct", see microkernel_codegen.h) instead of packing:

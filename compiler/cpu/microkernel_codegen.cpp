@@ -18,7 +18,7 @@ namespace orthojit::cpu {
 
 std::string MicrokernelSpec::name() const {
   if (amx)
-    return "orthojit_ukernel_amx_bf16_" + std::to_string(m_valid) + "x" + std::to_string(n_valid) + "_k" + std::to_string(kc) +
+    return std::string(amx_fp16 ? "orthojit_ukernel_amx_fp16_" : "orthojit_ukernel_amx_bf16_") + std::to_string(m_valid) + "x" + std::to_string(n_valid) + "_k" + std::to_string(kc) +
            (amx_emulated ? "_emulated" : "");
   const IsaTraits t = traits_of(isa);
   return "orthojit_ukernel_" + std::string(to_string(isa)) + "_" + std::to_string(t.mr) + "x" + std::to_string(t.nr) + "_k" +

@@ -47,6 +47,9 @@ struct MicrokernelSpec {
   bool amx = false;
   int m_valid = 32, n_valid = 32;
   bool amx_emulated = false;
+  // amx_fp16: the panels hold f16 pairs and each step is TDPFP16PS (AMX-FP16) instead of
+  // TDPBF16PS: f16 x f16 products on the tiles where the CPU has AMX-FP16 (GemmBlocking::amx_fp16).
+  bool amx_fp16 = false;
   std::string name() const;  // e.g. "orthojit_ukernel_avx512f_12x32_k256"
 };
 
