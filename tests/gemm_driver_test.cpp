@@ -128,6 +128,42 @@ TEST(GemmDriver, TriangularProductIsExactlySymmetricAndEqualsTheDenseUpperTriang
   }
 }
 
+// The double-buffered stages: in every phase (stage s's products with stage s+1's packing), no
+// buffer stage s reads is one the packing writes, and every stage reads the operands packed for
+// it (its K block's A, its own B), for any number of K and column blocks. A race here would only
+// show on a loaded machine now and then; the rule is checked exactly.
+TEST(GemmDriver, PipelinedStagesNeverPackIntoABufferInUse) {
+  for (int64_t k_blocks : {1, 2, 3, 7})
+    for (int64_t column_blocks : {1, 2, 3, 5}) {
+      SCOPED_TRACE(std::to_string(k_blocks) + " K blocks, " + std::to_string(column_blocks) + " column blocks");
+      const int64_t stages = k_blocks * column_blocks;
+      int64_t a_content[2] = {-1, -1}, b_content[2] = {-1, -1};  // which K block's A / which stage's B a buffer holds
+      auto pack = [&](int64_t index) {
+        const PipelineStage stage = pipeline_stage(index, column_blocks);
+        if (stage.packs_a) a_content[stage.a_buffer] = stage.k_block;
+        b_content[stage.b_buffer] = index;
+      };
+      pack(0);
+      int64_t previous_k_block = -1;
+      for (int64_t index = 0; index < stages; ++index) {
+        const PipelineStage stage = pipeline_stage(index, column_blocks);
+        ASSERT_EQ(stage.k_block, index / column_blocks);
+        ASSERT_EQ(stage.packs_a, stage.k_block != previous_k_block) << "A is packed exactly when a K block starts";
+        previous_k_block = stage.k_block;
+        ASSERT_EQ(a_content[stage.a_buffer], stage.k_block) << "stage " << index << " reads another K block's A";
+        ASSERT_EQ(b_content[stage.b_buffer], index) << "stage " << index << " reads another stage's B";
+        if (index + 1 < stages) {
+          const PipelineStage next = pipeline_stage(index + 1, column_blocks);
+          if (next.packs_a) {
+            ASSERT_NE(next.a_buffer, stage.a_buffer) << "stage " << index + 1 << " packs A into the buffer stage " << index << " reads";
+          }
+          ASSERT_NE(next.b_buffer, stage.b_buffer) << "stage " << index + 1 << " packs B into the buffer stage " << index << " reads";
+          pack(index + 1);
+        }
+      }
+    }
+}
+
 TEST(GemmDriver, TileMapSkipsOnlyTilesBelowTheDiagonal) {
   // Host test of the triangular tile map: a microtile is skipped iff all its rows are below all its columns.
   const int mr = 12, nr = 32;

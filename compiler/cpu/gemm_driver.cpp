@@ -588,6 +588,16 @@ void GemmDriver::run_amx(const GemmProblem& problem, ThreadPool* pool) const {
   }
 }
 
+PipelineStage pipeline_stage(int64_t index, int64_t column_blocks) {
+  PipelineStage stage;
+  stage.k_block = index / column_blocks;
+  stage.column_block = index % column_blocks;
+  stage.a_buffer = static_cast<int>(stage.k_block % 2);
+  stage.b_buffer = static_cast<int>(index % 2);
+  stage.packs_a = stage.column_block == 0;
+  return stage;
+}
+
 void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   const int64_t m = problem.a.rows, k_total = problem.a.cols, n = problem.b.cols;
   if (problem.b.rows != k_total || problem.d.rows != m || problem.d.cols != n || (problem.c && (problem.c->rows != m || problem.c->cols != n)))
@@ -607,118 +617,179 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   const int64_t mc = blocking_.mc;
   thread_local AlignedBuffer a_scratch, b_scratch, accumulator_scratch;
   // Direct operands need no packed copy, only their zero-padded edge panel (in direct layout:
-  // A's last rows with lda = kc, B's last columns with ldb = NR).
-  float* const packed_a = a_scratch.floats(layouts.a_direct ? mr * kc_max : a_panels * mr * kc_max);
-  float* const packed_b = b_scratch.floats(layouts.b_direct ? nr * kc_max : (nc / nr) * nr * kc_max);
+  // A's last rows with lda = kc, B's last columns with ldb = NR). Two of each buffer: the next
+  // stage's operands are packed while this stage's products run (below).
+  const int64_t a_floats = layouts.a_direct ? mr * kc_max : a_panels * mr * kc_max;
+  const int64_t b_floats = layouts.b_direct ? nr * kc_max : (nc / nr) * nr * kc_max;
+  float* const a_buffers = a_scratch.floats(2 * a_floats);
+  float* const b_buffers = b_scratch.floats(2 * b_floats);
   const int64_t ldacc = accumulator_stride(n);
   float* const accumulator = accumulator_scratch.floats(m * ldacc);
   const bool generated_epilogue = problem.epilogue && problem.d.col_stride == 1 && (!problem.c || problem.c->col_stride == 1);
   const int workers = pool ? pool->size() : 1;
+  const float* const a_data = static_cast<const float*>(problem.a.data);
+  const float* const b_data = static_cast<const float*>(problem.b.data);
+  // Offsets into the packed buffers count f32 slots; a bf16 pair panel takes half the bytes.
+  const int64_t slot = dot ? 2 : 1;
+  const int64_t a_chunk = std::max<int64_t>(1, a_panels / (4 * workers));
+  const int64_t row_blocks = (m + mc - 1) / mc;
+  // A triangular product's tasks differ widely in cost (rows far below the diagonal have little
+  // to do), so it is cut finer, which keeps both workers busy to the end of each stage.
+  const int64_t tasks_wanted = (problem.triangular ? 32 : 8) * workers;
+
+  // The product runs in stages, one per (K block, column block of nc columns), K blocks outer.
+  // A stage needs A packed for its K block (all rows) and B for its K block and columns. Stage s
+  // runs as one parallel phase whose tasks are its products followed by the packing of stage s+1's
+  // operands into the other buffers (A only when s+1 starts a K block), so each stage costs one
+  // barrier instead of a packing barrier and a product barrier, and the small packing tasks at
+  // the end of the task list fill what would be the wait for the slowest product task.
+  // Measured (2048³ f32 GEMM, two Zen 4 cores): docs/cpu-backend.md, "Blocking, threads".
+  struct Stage {
+    int64_t k0 = 0, k_valid = 0, kc = 0, col0 = 0, cols = 0, b_panels = 0, b_chunk = 1, column_groups = 1, panels_per_group = 1;
+    bool first = false, last = false, packs_a = false;
+    float* packed_a = nullptr;
+    float* packed_b = nullptr;
+  };
+  const int64_t k_blocks = (k_total + block_k - 1) / block_k, column_blocks = (n + nc - 1) / nc;
+  const int64_t stages = k_blocks * column_blocks;
+  auto stage_at = [&](int64_t index) {
+    Stage stage;
+    const PipelineStage order = pipeline_stage(index, column_blocks);
+    const int64_t k_block = order.k_block, column_block = order.column_block;
+    stage.k0 = k_block * block_k;
+    stage.k_valid = std::min(block_k, k_total - stage.k0);
+    stage.kc = dot ? (stage.k_valid + 1) / 2 * 2 : stage.k_valid;  // the kernel's (padded) k length
+    stage.first = k_block == 0;
+    stage.last = k_block == k_blocks - 1;
+    stage.packs_a = order.packs_a;
+    stage.col0 = column_block * nc;
+    stage.cols = std::min(nc, n - stage.col0);
+    stage.b_panels = (stage.cols + nr - 1) / nr;
+    stage.b_chunk = std::max<int64_t>(1, stage.b_panels / (4 * workers));
+    // Products: MC-row blocks x groups of B panels, enough of them to keep every worker busy.
+    stage.column_groups = std::max<int64_t>(1, std::min(stage.b_panels, (tasks_wanted + row_blocks - 1) / row_blocks));
+    stage.panels_per_group = (stage.b_panels + stage.column_groups - 1) / stage.column_groups;
+    stage.packed_a = a_buffers + order.a_buffer * a_floats;
+    stage.packed_b = b_buffers + order.b_buffer * b_floats;
+    return stage;
+  };
+  // The packing tasks of a stage: its A panels in chunks (or the partial row panel of a direct A),
+  // when it starts a K block, then its B panels in chunks (or the partial column panel).
+  auto a_pack_tasks = [&](const Stage& stage) -> int64_t {
+    if (!stage.packs_a) return 0;
+    if (layouts.a_direct) return m % mr != 0 ? 1 : 0;
+    return (a_panels + a_chunk - 1) / a_chunk;
+  };
+  auto b_pack_tasks = [&](const Stage& stage) -> int64_t {
+    if (layouts.b_direct) return stage.cols % nr != 0 ? 1 : 0;
+    return (stage.b_panels + stage.b_chunk - 1) / stage.b_chunk;
+  };
+  auto pack_task = [&](const Stage& stage, int64_t task) {
+    const int64_t a_tasks = a_pack_tasks(stage);
+    if (task < a_tasks) {
+      float* const packed_a = stage.packed_a;
+      if (layouts.a_direct) {  // the last, partial row panel, zero-padded to MR rows
+        const int64_t first_row = m / mr * mr;
+        for (int64_t i = 0; i < mr; ++i)
+          for (int64_t k = 0; k < stage.kc; ++k)
+            packed_a[i * stage.kc + k] = first_row + i < m ? a_data[(first_row + i) * problem.a.row_stride + stage.k0 + k] : 0.0f;
+        return;
+      }
+      const int64_t first_panel = task * a_chunk, count = std::min(a_chunk, a_panels - first_panel);
+      if (dot) return pack_a_pairs(problem.a, m, stage.k0, stage.k_valid, k_total, mr, first_panel, count, reinterpret_cast<uint16_t*>(packed_a));
+      return dispatch_storage_type(problem.a.type, [&](auto tag) {
+        pack_a_panels<decltype(tag)>(problem.a, 0, m, stage.k0, stage.kc, mr, first_panel, count, packed_a);
+      });
+    }
+    task -= a_tasks;
+    float* const packed_b = stage.packed_b;
+    if (layouts.b_direct) {  // the last, partial column panel, zero-padded to NR
+      const int64_t first_col = stage.col0 + stage.cols / nr * nr;
+      for (int64_t k = 0; k < stage.kc; ++k)
+        for (int64_t j = 0; j < nr; ++j) packed_b[k * nr + j] = first_col + j < n ? b_data[(stage.k0 + k) * problem.b.row_stride + first_col + j] : 0.0f;
+      return;
+    }
+    const int64_t first_panel = task * stage.b_chunk, count = std::min(stage.b_chunk, stage.b_panels - first_panel);
+    if (dot) return pack_b_pairs(problem.b, stage.k0, stage.k_valid, stage.col0, stage.cols, nr, first_panel, count, reinterpret_cast<uint16_t*>(packed_b));
+    dispatch_storage_type(problem.b.type, [&](auto tag) {
+      pack_b_panels<decltype(tag)>(problem.b, stage.k0, stage.kc, stage.col0, stage.cols, nr, first_panel, count, packed_b);
+    });
+  };
+  // One product task of a stage: a block of MC rows x a group of B panels.
+  auto product_task = [&](const Stage& stage, MicrokernelFunction kernel, int64_t task) {
+    const int64_t row_block = task / stage.column_groups, group = task % stage.column_groups;
+    const int64_t k0 = stage.k0, kc = stage.kc;
+    const bool first = stage.first, last = stage.last;
+    alignas(64) float edge_tile[16 * 64];
+    for (int64_t ap = row_block * mc / mr; ap < std::min(a_panels, (row_block + 1) * mc / mr); ++ap) {
+      const int64_t tile_row = ap * mr, tile_rows = std::min<int64_t>(mr, m - tile_row);
+      for (int64_t bp = group * stage.panels_per_group; bp < std::min(stage.b_panels, (group + 1) * stage.panels_per_group); ++bp) {
+        const int64_t tile_col = stage.col0 + bp * nr, tile_cols = std::min<int64_t>(nr, n - tile_col);
+        if (!microtile_needed(tile_row, tile_col, nr, problem.triangular)) continue;
+        const float* a_panel = stage.packed_a + ap * kc * mr / slot;
+        int64_t lda = 0, ldb = 0;
+        if (layouts.a_direct) {
+          const bool edge = tile_rows < mr;
+          a_panel = edge ? stage.packed_a : a_data + tile_row * problem.a.row_stride + k0;
+          lda = edge ? kc : problem.a.row_stride;
+        }
+        const float* b_panel = stage.packed_b + bp * kc * nr / slot;
+        if (layouts.b_direct) {
+          const bool edge = tile_cols < nr;
+          b_panel = edge ? stage.packed_b : b_data + k0 * problem.b.row_stride + tile_col;
+          ldb = edge ? nr : problem.b.row_stride;
+        }
+        float* acc = accumulator + tile_row * ldacc + tile_col;
+        if (tile_rows == mr && tile_cols == nr) {
+          kernel(a_panel, b_panel, acc, ldacc, first ? 0 : 1, lda, ldb);
+        } else {  // an edge tile: run on a full-size scratch tile, keep the valid part
+          for (int64_t i = 0; i < tile_rows; ++i)
+            for (int64_t j = 0; j < tile_cols; ++j) edge_tile[i * nr + j] = first ? 0.0f : acc[i * ldacc + j];
+          kernel(a_panel, b_panel, edge_tile, nr, first ? 0 : 1, lda, ldb);
+          for (int64_t i = 0; i < tile_rows; ++i)
+            for (int64_t j = 0; j < tile_cols; ++j) acc[i * ldacc + j] = edge_tile[i * nr + j];
+        }
+        // The accumulator is always separate from D: the last K block's epilogue writes D.
+        if (last && generated_epilogue) {
+          const void* c_tile = nullptr;
+          int64_t c_stride = 0;
+          if (problem.c) {
+            c_tile = static_cast<const char*>(problem.c->data) + (tile_row * problem.c->row_stride + tile_col) * size_in_bytes(problem.c->type);
+            c_stride = problem.c->row_stride;
+          }
+          void* d_tile = static_cast<char*>(problem.d.data) + (tile_row * problem.d.row_stride + tile_col) * size_in_bytes(problem.d.type);
+          problem.epilogue(acc, ldacc, c_tile, c_stride, d_tile, problem.d.row_stride, tile_rows, tile_cols, tile_row - tile_col);
+        } else if (last) {
+          dispatch_storage_type(problem.d.type, [&](auto d_tag) {
+            using TD = decltype(d_tag);
+            if (!problem.c) return epilogue_tile<TD, float>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
+            dispatch_storage_type(problem.c->type, [&](auto c_tag) {
+              epilogue_tile<TD, decltype(c_tag)>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
+            });
+          });
+        }
+      }
+    }
+  };
   auto parallel = [&](int64_t count, const std::function<void(int64_t, int)>& body) {
     if (pool) pool->parallel_for(count, body);
     else for (int64_t task = 0; task < count; ++task) body(task, 0);
   };
 
-  for (int64_t k0 = 0; k0 < k_total; k0 += block_k) {
-    const int64_t k_valid = std::min(block_k, k_total - k0);
-    const int64_t kc = dot ? (k_valid + 1) / 2 * 2 : k_valid;  // the kernel's (padded) k length
-    const bool first = k0 == 0, last = k0 + k_valid >= k_total;
-    const MicrokernelFunction kernel = kernel_for_({isa_, kc, dot, layouts.a_direct, layouts.b_direct, blocking_.b_prefetch});
-    // Offsets into the packed buffers count f32 slots; a bf16 pair panel takes half the bytes.
-    const int64_t slot = dot ? 2 : 1;
-    // Pack all of A's rows for this K block, in chunks of panels.
-    const int64_t a_chunk = std::max<int64_t>(1, a_panels / (4 * workers));
-    const float* const a_data = static_cast<const float*>(problem.a.data);
-    const float* const b_data = static_cast<const float*>(problem.b.data);
-    if (layouts.a_direct && m % mr != 0) {  // the last, partial row panel, zero-padded to MR rows
-      const int64_t first_row = m / mr * mr;
-      for (int64_t i = 0; i < mr; ++i)
-        for (int64_t k = 0; k < kc; ++k) packed_a[i * kc + k] = first_row + i < m ? a_data[(first_row + i) * problem.a.row_stride + k0 + k] : 0.0f;
-    }
-    if (!layouts.a_direct) parallel((a_panels + a_chunk - 1) / a_chunk, [&](int64_t task, int) {
-      const int64_t first_panel = task * a_chunk, count = std::min(a_chunk, a_panels - first_panel);
-      if (dot) return pack_a_pairs(problem.a, m, k0, k_valid, k_total, mr, first_panel, count, reinterpret_cast<uint16_t*>(packed_a));
-      dispatch_storage_type(problem.a.type, [&](auto tag) {
-        pack_a_panels<decltype(tag)>(problem.a, 0, m, k0, kc, mr, first_panel, count, packed_a);
-      });
+  if (stages > 0) {  // the first stage's operands
+    const Stage stage = stage_at(0);
+    parallel(a_pack_tasks(stage) + b_pack_tasks(stage), [&](int64_t task, int) { pack_task(stage, task); });
+  }
+  for (int64_t index = 0; index < stages; ++index) {
+    const Stage stage = stage_at(index);
+    const std::optional<Stage> next = index + 1 < stages ? std::optional<Stage>(stage_at(index + 1)) : std::nullopt;
+    const MicrokernelFunction kernel = kernel_for_({isa_, stage.kc, dot, layouts.a_direct, layouts.b_direct, blocking_.b_prefetch});
+    const int64_t products = row_blocks * stage.column_groups;
+    const int64_t packs = next ? a_pack_tasks(*next) + b_pack_tasks(*next) : 0;
+    parallel(products + packs, [&](int64_t task, int) {
+      if (task < products) return product_task(stage, kernel, task);
+      pack_task(*next, task - products);
     });
-    for (int64_t col0 = 0; col0 < n; col0 += nc) {
-      const int64_t cols = std::min(nc, n - col0);
-      const int64_t b_panels = (cols + nr - 1) / nr;
-      const int64_t b_chunk = std::max<int64_t>(1, b_panels / (4 * workers));
-      if (layouts.b_direct && cols % nr != 0) {  // the last, partial column panel, zero-padded to NR
-        const int64_t first_col = col0 + cols / nr * nr;
-        for (int64_t k = 0; k < kc; ++k)
-          for (int64_t j = 0; j < nr; ++j) packed_b[k * nr + j] = first_col + j < n ? b_data[(k0 + k) * problem.b.row_stride + first_col + j] : 0.0f;
-      }
-      if (!layouts.b_direct) parallel((b_panels + b_chunk - 1) / b_chunk, [&](int64_t task, int) {
-        const int64_t first_panel = task * b_chunk, count = std::min(b_chunk, b_panels - first_panel);
-        if (dot) return pack_b_pairs(problem.b, k0, k_valid, col0, cols, nr, first_panel, count, reinterpret_cast<uint16_t*>(packed_b));
-        dispatch_storage_type(problem.b.type, [&](auto tag) {
-          pack_b_panels<decltype(tag)>(problem.b, k0, kc, col0, cols, nr, first_panel, count, packed_b);
-        });
-      });
-      // Tasks: MC-row blocks x groups of B panels, enough of them to keep every worker busy.
-      const int64_t row_blocks = (m + mc - 1) / mc;
-      // A triangular product's tasks differ widely in cost (rows far below the diagonal have little
-      // to do), so it is cut finer, which keeps both workers busy to the end of each K block.
-      const int64_t tasks_wanted = (problem.triangular ? 32 : 8) * workers;
-      const int64_t column_groups = std::max<int64_t>(1, std::min(b_panels, (tasks_wanted + row_blocks - 1) / row_blocks));
-      const int64_t panels_per_group = (b_panels + column_groups - 1) / column_groups;
-      parallel(row_blocks * column_groups, [&](int64_t task, int) {
-        const int64_t row_block = task / column_groups, group = task % column_groups;
-        alignas(64) float edge_tile[16 * 64];
-        for (int64_t ap = row_block * mc / mr; ap < std::min(a_panels, (row_block + 1) * mc / mr); ++ap) {
-          const int64_t tile_row = ap * mr, tile_rows = std::min<int64_t>(mr, m - tile_row);
-          for (int64_t bp = group * panels_per_group; bp < std::min(b_panels, (group + 1) * panels_per_group); ++bp) {
-            const int64_t tile_col = col0 + bp * nr, tile_cols = std::min<int64_t>(nr, n - tile_col);
-            if (!microtile_needed(tile_row, tile_col, nr, problem.triangular)) continue;
-            const float* a_panel = packed_a + ap * kc * mr / slot;
-            int64_t lda = 0, ldb = 0;
-            if (layouts.a_direct) {
-              const bool edge = tile_rows < mr;
-              a_panel = edge ? packed_a : a_data + tile_row * problem.a.row_stride + k0;
-              lda = edge ? kc : problem.a.row_stride;
-            }
-            const float* b_panel = packed_b + bp * kc * nr / slot;
-            if (layouts.b_direct) {
-              const bool edge = tile_cols < nr;
-              b_panel = edge ? packed_b : b_data + k0 * problem.b.row_stride + tile_col;
-              ldb = edge ? nr : problem.b.row_stride;
-            }
-            float* acc = accumulator + tile_row * ldacc + tile_col;
-            if (tile_rows == mr && tile_cols == nr) {
-              kernel(a_panel, b_panel, acc, ldacc, first ? 0 : 1, lda, ldb);
-            } else {  // an edge tile: run on a full-size scratch tile, keep the valid part
-              for (int64_t i = 0; i < tile_rows; ++i)
-                for (int64_t j = 0; j < tile_cols; ++j) edge_tile[i * nr + j] = first ? 0.0f : acc[i * ldacc + j];
-              kernel(a_panel, b_panel, edge_tile, nr, first ? 0 : 1, lda, ldb);
-              for (int64_t i = 0; i < tile_rows; ++i)
-                for (int64_t j = 0; j < tile_cols; ++j) acc[i * ldacc + j] = edge_tile[i * nr + j];
-            }
-            // The accumulator is always separate from D: the last K block's epilogue writes D.
-            if (last && generated_epilogue) {
-              const void* c_tile = nullptr;
-              int64_t c_stride = 0;
-              if (problem.c) {
-                c_tile = static_cast<const char*>(problem.c->data) + (tile_row * problem.c->row_stride + tile_col) * size_in_bytes(problem.c->type);
-                c_stride = problem.c->row_stride;
-              }
-              void* d_tile = static_cast<char*>(problem.d.data) + (tile_row * problem.d.row_stride + tile_col) * size_in_bytes(problem.d.type);
-              problem.epilogue(acc, ldacc, c_tile, c_stride, d_tile, problem.d.row_stride, tile_rows, tile_cols, tile_row - tile_col);
-            } else if (last) {
-              dispatch_storage_type(problem.d.type, [&](auto d_tag) {
-                using TD = decltype(d_tag);
-                if (!problem.c) return epilogue_tile<TD, float>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
-                dispatch_storage_type(problem.c->type, [&](auto c_tag) {
-                  epilogue_tile<TD, decltype(c_tag)>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
-                });
-              });
-            }
-          }
-        }
-      });
-    }
   }
   mirror_if_triangular(problem, pool);
 }

@@ -103,6 +103,18 @@ std::vector<MicrokernelSpec> microkernels_for(CpuIsa isa, const GemmBlocking& bl
 // (row0 <= col0 + NR - 1). Exposed for the host tests of the tile map.
 inline bool microtile_needed(int64_t row0, int64_t col0, int nr, bool triangular) { return !triangular || row0 <= col0 + nr - 1; }
 
+// The stages of a product on the FMA kernels (GemmDriver::run): one per (K block, column block),
+// K blocks outer. Stage `index` reads packed A from buffer a_buffer (K blocks alternate) and packed
+// B from b_buffer (stages alternate); the phase that runs stage s also packs stage s+1's operands
+// (its A only when it starts a K block: packs_a), so stage s+1's buffers must differ from stage
+// s's wherever s+1 packs. Exposed for the host test of that rule.
+struct PipelineStage {
+  int64_t k_block = 0, column_block = 0;
+  int a_buffer = 0, b_buffer = 0;
+  bool packs_a = false;
+};
+PipelineStage pipeline_stage(int64_t index, int64_t column_blocks);
+
 class GemmDriver {
  public:
   // kernel_for returns the compiled microkernel of a spec (the driver fills in every field).
