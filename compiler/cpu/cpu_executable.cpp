@@ -270,9 +270,10 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
   // permission is granted; AMX-FP16 needs no other).
   options_.blocking.amx_fp16 = options_.isa == CpuIsa::AmxBf16 && host_cpu().amx_fp16;
   driver_ = std::make_unique<GemmDriver>(options_.isa, options_.blocking, [this](const MicrokernelSpec& wanted) -> MicrokernelFunction {
-    for (const auto& [spec, function] : kernels_)
-      if (spec.name() == wanted.name()) return function;
-    throw std::logic_error("cpu backend: no microkernel compiled for " + wanted.name());
+    const std::string name = wanted.name();
+    const auto found = kernel_by_name_.find(name);
+    if (found != kernel_by_name_.end()) return found->second;
+    throw std::logic_error("cpu backend: no microkernel compiled for " + name);
   });
   // The microkernels the products need (K-block lengths, operand modes), compiled now: the views
   // of every node have the shapes and strides run_one will give them.
@@ -282,10 +283,11 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
     const MatrixView& a = views[static_cast<size_t>(node.operands[0])];
     const MatrixView& b = views[static_cast<size_t>(node.operands[1])];
     for (const MicrokernelSpec& spec : microkernels_for(options_.isa, driver_->blocking(), a, b)) {
-      if (std::none_of(kernels_.begin(), kernels_.end(), [&](const auto& entry) { return entry.first.name() == spec.name(); })) {
+      if (!kernel_by_name_.contains(spec.name())) {
         const CompiledMicrokernel compiled = get_microkernel(spec);
         jit_seconds_ += compiled.jit_seconds;
         kernels_.emplace_back(spec, compiled.function);
+        kernel_by_name_.emplace(spec.name(), compiled.function);
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cpu/cpu_isa.h"
@@ -52,6 +53,9 @@ class CpuExecutable {
   ThreadPool* pool_ = nullptr;
   double jit_seconds_ = 0;
   std::vector<std::pair<MicrokernelSpec, MicrokernelFunction>> kernels_;
+  // The same kernels by name: the driver asks for a kernel per product and stage, which for a
+  // batch of small matrices is thousands of lookups a run.
+  std::unordered_map<std::string, MicrokernelFunction> kernel_by_name_;
   std::vector<EpilogueFunction> node_epilogues_;  // per node (null: not a product)
   std::vector<EpilogueSpec> epilogue_specs_;
 };
