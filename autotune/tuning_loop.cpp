@@ -199,7 +199,12 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
     } catch (const std::exception& error) {
       return fail(trial, TrialStatus::CompileFailed, error.what());
     }
-    const bool check_full_shape = iteration_flops(function) <= kFullCheckFlops;
+    // The full shape is checked here when its reference is affordable and the check's run is also
+    // the first timed one (no proxy); with the proxy, every candidate is checked on the reduced
+    // shape and the finalists on the full shape (their full runs, below): what can win is checked
+    // at full size all the same, and the candidates that only get ranked cost a reduced run.
+    const bool full_reference = iteration_flops(function) <= kFullCheckFlops;
+    const bool check_full_shape = full_reference && !use_proxy;
     try {
       if (check_full_shape || !use_proxy) full = timed_phase("build", [&] { return backend.build(trial.id, program, function); });
     } catch (const std::exception& error) {
@@ -306,6 +311,20 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
         const auto built = timed_phase("build", [&] { return backend.build(trial.id, program, function); });
         const auto run_ms = timed_phase("retime", [&] { return finite_full_run(trial, *built, "the full iteration at the full shape"); });
         if (!run_ms) return false;
+        if (iteration_flops(function) <= kFullCheckFlops) {
+          // The finalist's full run against the f64 reference of the full shape (computed once per
+          // strategy): a configuration right on the reduced shape but wrong at this one never wins.
+          auto cached = references.find(trial.strategy);
+          if (cached == references.end())
+            cached = timed_phase("reference", [&] { return references.emplace(trial.strategy, reference_of(function, input)).first; });
+          const CheckResult check = timed_phase("check", [&] { return compare(output, cached->second); });
+          if (!bounds) bounds = cached->second.bounds;
+          if (!check.ok) {
+            fail(trial, TrialStatus::WrongResult, check.message + " (the finalist's full iteration at the full shape)");
+            return false;
+          }
+          trial.error = std::max(trial.error, check.error);
+        }
         TimingSettings timing;
         timing.budget_seconds = std::max(0.05, (budget_ms - elapsed_ms()) / 1000.0 / static_cast<double>(std::max<size_t>(remaining_finalists, 1)));
         timing.initial_run_ms = *run_ms;

@@ -9,8 +9,10 @@
 // Judging a candidate, in order:
 //   1. build it (compile_failed with the compiler's message);
 //   2. check it against the reference: on the full shape while the reference costs at most
-//      kFullCheckFlops per matrix, else the same configuration on the reduced shape
-//      (reduced_check_shape); a failing output is wrong_result with the measure and never wins;
+//      kFullCheckFlops per matrix and the shape is timed in full (the check's run is then the
+//      first timed one), else the same configuration on the reduced shape (reduced_check_shape),
+//      and with the proxy the finalists on the full shape too (step 4); a failing output is
+//      wrong_result with the measure and never wins;
 //   3. time it: the full iteration, or, for a shape whose iteration costs at least
 //      LoopSettings::proxy_min_flops, a proxy: the same configuration with only the program's
 //      first `proxy_steps` steps, on the full shape, or on a smaller one of the same aspect ratio
@@ -22,8 +24,9 @@
 //      splits included). Ranking spends at most LoopSettings::proxy_ranking_share of the budget
 //      on repeats, so that the finalists' full iterations fit after every candidate is judged;
 //   4. the finalists (the `retime_top` fastest) are timed again on the full iteration: a
-//      proxy-ranked finalist's first full run is checked for being finite (a run that is not
-//      makes it wrong_result, and the next in rank takes its place), and only full-iteration
+//      proxy-ranked finalist's first full run is checked for being finite and, while the full
+//      reference costs at most kFullCheckFlops, against it (a run that fails makes it
+//      wrong_result, and the next in rank takes its place), and only full-iteration
 //      timings are compared for the winner. The best estimate is always re-timed, later ones
 //      while the budget holds twice their estimate; with the proxy, the untuned default is
 //      always a finalist as well (the winner is never slower than it on the full iteration).

@@ -34,6 +34,7 @@ struct FakeCandidate {
   bool nan_on_second_full_build = false;  // its second full-iteration build writes a NaN (the finalist run)
   double sleep_ms = 0;            // spent in each time() call (real time, for the budget)
   bool pruned = false;
+  bool skewed_on_second_full_build = false;  // its second full-iteration build is finite but wrong
 };
 
 struct FakeLog {
@@ -43,14 +44,15 @@ struct FakeLog {
 
 class FakeBuilt : public BuiltCandidate {
  public:
-  FakeBuilt(const FakeCandidate& candidate, ir::Function schedule, bool proxy, bool poison, FakeLog& log)
-      : candidate_(candidate), schedule_(std::move(schedule)), proxy_(proxy), poison_(poison), log_(log) {}
+  FakeBuilt(const FakeCandidate& candidate, ir::Function schedule, bool proxy, bool poison, FakeLog& log, bool skew = false)
+      : candidate_(candidate), schedule_(std::move(schedule)), proxy_(proxy), poison_(poison), skew_(skew), log_(log) {}
   void run(const std::vector<float>& input, std::vector<float>& output) override {
     const std::vector<double> values = reference::interpret(schedule_, std::vector<double>(input.begin(), input.end()));
     for (size_t i = 0; i < values.size(); ++i) output[i] = static_cast<float>(values[i]);
     if (candidate_.wrong)
       for (size_t i = 0; i < output.size(); i += 5) output[i] *= 1.05f;  // a diffuse error, well over the f32 bounds
     if (poison_) output[output.size() / 2] = std::nanf("");
+    if (skew_) output[output.size() / 2] += 0.5f;  // one wrong element: one bad tile
   }
   Timing time(const std::vector<float>&, const TimingSettings&) override {
     (proxy_ ? log_.proxy_timings : log_.full_timings)[candidate_.label]++;
@@ -65,7 +67,7 @@ class FakeBuilt : public BuiltCandidate {
  private:
   FakeCandidate candidate_;
   ir::Function schedule_;
-  bool proxy_, poison_;
+  bool proxy_, poison_, skew_;
   FakeLog& log_;
 };
 
@@ -103,7 +105,8 @@ class FakeBackend : public TuningBackend {
     int& builds = (proxy ? log.proxy_builds : log.full_builds)[candidate.label];
     ++builds;
     (proxy ? log.proxy_build_batches : log.full_build_batches)[candidate.label].push_back(schedule.batch);
-    return std::make_unique<FakeBuilt>(candidate, schedule, proxy, !proxy && candidate.nan_on_second_full_build && builds >= 2, log);
+    return std::make_unique<FakeBuilt>(candidate, schedule, proxy, !proxy && candidate.nan_on_second_full_build && builds >= 2, log,
+                                       !proxy && candidate.skewed_on_second_full_build && builds >= 2);
   }
   nlohmann::json bench_fields() override { return {{"timer", "fake"}}; }
 
@@ -303,6 +306,23 @@ TEST_F(TuningLoop, AnExpensiveShapeIsRankedOnTheProxyShapeAndOnlyFinalistsRunThe
   EXPECT_TRUE(candidate(entry, "b").value("finalist", false));
   EXPECT_TRUE(candidate(entry, "c").value("finalist", false));
   EXPECT_TRUE(candidate(entry, "a").value("finalist", false));
+  EXPECT_EQ(entry["winner"]["label"], "b");
+}
+
+TEST_F(TuningLoop, AFinalistWrongOnlyAtTheFullShapeIsCaughtByTheFullReference) {
+  // "skewed" passes its check (its first full build) and ranks first, but its finalist run writes
+  // one wrong, finite element: the finalist's comparison with the full shape's f64 reference
+  // rejects it, and it never wins; the next in rank takes its place.
+  FakeCandidate skewed{"skewed", ir::StrategyKind::Standard, 0.1};
+  skewed.skewed_on_second_full_build = true;
+  FakeBackend backend(problem_, {{"a", ir::StrategyKind::Standard, 1.0}, skewed, {"b", ir::StrategyKind::Standard, 0.5}});
+  LoopSettings loop = proxy_;
+  loop.retime_top = 1;
+  const nlohmann::json entry = tune(backend, loop);
+  const auto& wrong = candidate(entry, "skewed");
+  EXPECT_EQ(wrong["status"], "wrong_result") << wrong.dump();
+  EXPECT_NE(wrong.value("message", "").find("full iteration at the full shape"), std::string::npos) << wrong.dump();
+  EXPECT_TRUE(candidate(entry, "b").value("finalist", false));
   EXPECT_EQ(entry["winner"]["label"], "b");
 }
 
