@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <new>
 #include <stdexcept>
@@ -17,6 +18,7 @@
 #include "cpu/build_status.h"
 #include "cpu/element_types.h"
 #include "cpu/kernel_cache.h"
+#include "support/host_clones.h"
 #include "support/host_cpu.h"
 #include "support/rounding.h"
 
@@ -25,7 +27,7 @@ namespace {
 
 // One row of a view, converted to f32, added with weight `coefficient` into `row`.
 template <typename T>
-void accumulate_row(const MatrixView& view, int64_t i, float coefficient, float* row) {
+ORTHOJIT_HOST_CLONES void accumulate_row(const MatrixView& view, int64_t i, float coefficient, float* row) {
   const T* base = static_cast<const T*>(view.data) + i * view.row_stride;
   if (view.col_stride == 1) {  // the common case, written out so that it vectorizes
     for (int64_t j = 0; j < view.cols; ++j) row[j] += coefficient * to_float(base[j]);
@@ -35,7 +37,7 @@ void accumulate_row(const MatrixView& view, int64_t i, float coefficient, float*
 }
 
 template <typename T>
-void store_row(const MatrixView& view, int64_t i, const float* row) {
+ORTHOJIT_HOST_CLONES void store_row(const MatrixView& view, int64_t i, const float* row) {
   T* base = static_cast<T*>(view.data) + i * view.row_stride;
   if (view.col_stride == 1) {
     for (int64_t j = 0; j < view.cols; ++j) base[j] = from_float<T>(row[j]);
@@ -52,7 +54,7 @@ void store_row(const MatrixView& view, int64_t i, const float* row) {
 class SquareSum {
  public:
   SquareSum(bool in_f64, float scale) : in_f64_(in_f64), scale_(scale) {}
-  void add_row(const float* row, int64_t cols) {
+  ORTHOJIT_HOST_CLONES void add_row(const float* row, int64_t cols) {
     if (in_f64_) {
       for (int64_t j = 0; j < cols; ++j) {
         const double v = row[j] * scale_;
@@ -60,16 +62,22 @@ class SquareSum {
       }
       return;
     }
+    // The lanes in locals (registers), not through `this`, which the compiler must assume `row`
+    // may alias: only then is the 16-lane loop one vector multiply-add per 16 values.
+    float lanes[16];
+    std::memcpy(lanes, lanes_, sizeof lanes);
+    const float scale = scale_;
     int64_t j = 0;
     for (; j + 16 <= cols; j += 16)
       for (int l = 0; l < 16; ++l) {
-        const float v = row[j + l] * scale_;
-        lanes_[l] += v * v;
+        const float v = row[j + l] * scale;
+        lanes[l] += v * v;
       }
     for (; j < cols; ++j) {
-      const float v = row[j] * scale_;
-      lanes_[j % 16] += v * v;
+      const float v = row[j] * scale;
+      lanes[j % 16] += v * v;
     }
+    std::memcpy(lanes_, lanes, sizeof lanes);
   }
   double total() const {
     if (in_f64_) return sum_;
@@ -108,6 +116,12 @@ std::vector<Partial> row_block_partials(ThreadPool* pool, int64_t rows, int64_t 
   return partials;
 }
 
+// row = row·scale / denominator, element by element (a division, not a reciprocal: the rounding
+// the norm's definition gives).
+ORTHOJIT_HOST_CLONES void scale_and_divide_row(float* row, int64_t cols, float scale, float denominator) {
+  for (int64_t j = 0; j < cols; ++j) row[j] = row[j] * scale / denominator;
+}
+
 // |v| as its bits: for every float, NaN included, |a| < |b| exactly when bits(|a|) < bits(|b|) as
 // integers, and a NaN's bits are above +inf's. So the largest magnitude (or "there is a NaN") is
 // one integer max, which vectorizes without a branch per value.
@@ -118,7 +132,7 @@ constexpr int32_t kInfinityBits = 0x7f800000;
 inline double magnitude_from_bits(int32_t bits) { return bits > kInfinityBits ? NAN : static_cast<double>(std::bit_cast<float>(bits)); }
 
 template <typename T>
-int32_t largest_magnitude_bits(const MatrixView& view, int64_t begin, int64_t end) {
+ORTHOJIT_HOST_CLONES int32_t largest_magnitude_bits(const MatrixView& view, int64_t begin, int64_t end) {
   int32_t largest = 0;
   for (int64_t i = begin; i < end; ++i) {
     const T* base = static_cast<const T*>(view.data) + i * view.row_stride;
@@ -452,7 +466,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
           const float denominator = normalize_denominator(node, squares, scale);
           for_each_row(pool, rows, cols, [&](int64_t i, float* values) {
             update_row(i, values);
-            for (int64_t j = 0; j < cols; ++j) values[j] = values[j] * scale / denominator;
+            scale_and_divide_row(values, cols, scale, denominator);
             dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, values); });
           });
           break;
@@ -479,7 +493,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
         for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
           std::fill(row, row + cols, 0.0f);
           dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row); });
-          for (int64_t j = 0; j < cols; ++j) row[j] = row[j] * scale / denominator;  // in f32, before the cast to storage
+          scale_and_divide_row(row, cols, scale, denominator);  // in f32, before the cast to storage
           dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row); });
         });
         break;

@@ -21,6 +21,7 @@
 #include "cpu/aligned_buffer.h"
 #include "cpu/amx_packing.h"
 #include "cpu/element_types.h"
+#include "support/host_clones.h"
 
 namespace orthojit::cpu {
 namespace {
@@ -320,7 +321,7 @@ inline void transpose_8x8_u16(const uint16_t* src, int64_t src_stride, uint16_t*
 // (a plain column walk touched a new line per element: 7% of a per-head NS; the element loop
 // alone was 6% of a Gram iteration of 32 per-head matrices, whose every m x m product mirrors).
 template <typename TD>
-void mirror_lower_from_upper(const MatrixView& d, int64_t row_begin, int64_t row_end) {
+ORTHOJIT_HOST_CLONES void mirror_lower_from_upper(const MatrixView& d, int64_t row_begin, int64_t row_end) {
   TD* base = static_cast<TD*>(d.data);
   constexpr int64_t block = 16;
   constexpr int64_t tile = sizeof(TD) == 2 ? 8 : 4;  // the block transpose's edge
@@ -623,8 +624,13 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   const int64_t b_floats = layouts.b_direct ? nr * kc_max : (nc / nr) * nr * kc_max;
   float* const a_buffers = a_scratch.floats(2 * a_floats);
   float* const b_buffers = b_scratch.floats(2 * b_floats);
-  const int64_t ldacc = accumulator_stride(n);
-  float* const accumulator = accumulator_scratch.floats(m * ldacc);
+  // The accumulator has whole MR-row panels and a row stride of at least the last NR-column
+  // panel's end, so an edge microtile runs
+  // in place like a full one: its rows and columns past the matrix are the products of A's and
+  // B's zero padding, written and read only by the kernel, never by the epilogue. (An edge tile
+  // through a scratch tile cost two element copies of the tile: 6% of a 128³ product.)
+  const int64_t ldacc = std::max(accumulator_stride(n), round_up(n, nr));
+  float* const accumulator = accumulator_scratch.floats(a_panels * mr * ldacc);
   const bool generated_epilogue = problem.epilogue && problem.d.col_stride == 1 && (!problem.c || problem.c->col_stride == 1);
   const int workers = pool ? pool->size() : 1;
   const float* const a_data = static_cast<const float*>(problem.a.data);
@@ -720,7 +726,6 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
     const int64_t row_block = task / stage.column_groups, group = task % stage.column_groups;
     const int64_t k0 = stage.k0, kc = stage.kc;
     const bool first = stage.first, last = stage.last;
-    alignas(64) float edge_tile[16 * 64];
     for (int64_t ap = row_block * mc / mr; ap < std::min(a_panels, (row_block + 1) * mc / mr); ++ap) {
       const int64_t tile_row = ap * mr, tile_rows = std::min<int64_t>(mr, m - tile_row);
       for (int64_t bp = group * stage.panels_per_group; bp < std::min(stage.b_panels, (group + 1) * stage.panels_per_group); ++bp) {
@@ -740,15 +745,7 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
           ldb = edge ? nr : problem.b.row_stride;
         }
         float* acc = accumulator + tile_row * ldacc + tile_col;
-        if (tile_rows == mr && tile_cols == nr) {
-          kernel(a_panel, b_panel, acc, ldacc, first ? 0 : 1, lda, ldb);
-        } else {  // an edge tile: run on a full-size scratch tile, keep the valid part
-          for (int64_t i = 0; i < tile_rows; ++i)
-            for (int64_t j = 0; j < tile_cols; ++j) edge_tile[i * nr + j] = first ? 0.0f : acc[i * ldacc + j];
-          kernel(a_panel, b_panel, edge_tile, nr, first ? 0 : 1, lda, ldb);
-          for (int64_t i = 0; i < tile_rows; ++i)
-            for (int64_t j = 0; j < tile_cols; ++j) acc[i * ldacc + j] = edge_tile[i * nr + j];
-        }
+        kernel(a_panel, b_panel, acc, ldacc, first ? 0 : 1, lda, ldb);
         // The accumulator is always separate from D: the last K block's epilogue writes D.
         if (last && generated_epilogue) {
           const void* c_tile = nullptr;
