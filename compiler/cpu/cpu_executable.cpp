@@ -36,6 +36,18 @@ ORTHOJIT_HOST_CLONES void accumulate_row(const MatrixView& view, int64_t i, floa
   for (int64_t j = 0; j < view.cols; ++j) row[j] += coefficient * to_float(base[j * view.col_stride]);
 }
 
+// row = 0 + v for the view's row i: what a zeroed row accumulating 1·v holds (so -0 becomes +0
+// there as well), without the zeroing pass.
+template <typename T>
+ORTHOJIT_HOST_CLONES void load_row(const MatrixView& view, int64_t i, float* row) {
+  const T* base = static_cast<const T*>(view.data) + i * view.row_stride;
+  if (view.col_stride == 1) {
+    for (int64_t j = 0; j < view.cols; ++j) row[j] = 0.0f + to_float(base[j]);
+    return;
+  }
+  for (int64_t j = 0; j < view.cols; ++j) row[j] = 0.0f + to_float(base[j * view.col_stride]);
+}
+
 template <typename T>
 ORTHOJIT_HOST_CLONES void store_row(const MatrixView& view, int64_t i, const float* row) {
   T* base = static_cast<T*>(view.data) + i * view.row_stride;
@@ -182,8 +194,7 @@ double blocked_square_sum(ThreadPool* pool, int64_t rows, int64_t cols, bool in_
 template <typename T>
 double sum_of_squares(const MatrixView& view, bool in_f64, float scale, ThreadPool* pool) {
   return blocked_square_sum(pool, view.rows, view.cols, in_f64, scale, [&](int64_t i, float* row) {
-    std::fill(row, row + view.cols, 0.0f);
-    accumulate_row<T>(view, i, 1.0f, row);  // exact: 0 + 1·v
+    load_row<T>(view, i, row);
   });
 }
 
@@ -402,8 +413,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
       case ir::OpKind::Update: {
         const MatrixView& x = operand(0);
         for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
-          std::fill(row, row + cols, 0.0f);
-          dispatch_storage_type(x.type, [&](auto tag) { accumulate_row<decltype(tag)>(x, i, 1.0f, row); });
+          dispatch_storage_type(x.type, [&](auto tag) { load_row<decltype(tag)>(x, i, row); });
           void* param = reinterpret_cast<void*>(io->param);
           for (int64_t j = 0; j < cols; ++j) {
             const int64_t at = i * cols + j;
@@ -422,8 +432,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
           const ir::MuonStepSpec& spec = *function_.muon_step;
           float* state = reinterpret_cast<float*>(io->momentum);
           auto gradient = [&](int64_t i, float* row) {
-            std::fill(row, row + cols, 0.0f);
-            dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row); });
+            dispatch_storage_type(source.type, [&](auto tag) { load_row<decltype(tag)>(source, i, row); });
           };
           // Three passes: M (written back) and the largest |U|; the scaled Σ U² in the blocks of
           // an orthogonalizer's normalize; U recomputed, divided and stored. Each element's M is
@@ -477,8 +486,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
         if (node.normalization.kind == dsl::Normalization::Kind::Aol) {
           std::vector<float> y(static_cast<size_t>(rows * cols));
           for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
-            std::fill(row, row + cols, 0.0f);
-            dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row); });
+            dispatch_storage_type(source.type, [&](auto tag) { load_row<decltype(tag)>(source, i, row); });
             for (int64_t j = 0; j < cols; ++j) y[static_cast<size_t>(i * cols + j)] = row[j] * scale;
           });
           const std::vector<float> s = aol_row_scales(node, y, rows, cols, scale, pool);
@@ -491,8 +499,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
         dispatch_storage_type(source.type, [&](auto tag) { squares = sum_of_squares<decltype(tag)>(source, in_f64, scale, pool); });
         const float denominator = normalize_denominator(node, squares, scale);
         for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
-          std::fill(row, row + cols, 0.0f);
-          dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row); });
+          dispatch_storage_type(source.type, [&](auto tag) { load_row<decltype(tag)>(source, i, row); });
           scale_and_divide_row(row, cols, scale, denominator);  // in f32, before the cast to storage
           dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, row); });
         });
@@ -530,8 +537,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
         const MatrixView& source = operand(0);
         MatrixView target{output, ScalarType::F32, rows, cols, cols, 1};
         for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
-          std::fill(row, row + cols, 0.0f);
-          dispatch_storage_type(source.type, [&](auto tag) { accumulate_row<decltype(tag)>(source, i, 1.0f, row); });
+          dispatch_storage_type(source.type, [&](auto tag) { load_row<decltype(tag)>(source, i, row); });
           store_row<float>(target, i, row);
         });
         break;
