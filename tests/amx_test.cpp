@@ -469,21 +469,19 @@ TEST(AmxGemm, OtherPathsNeverUseTheTileKernels) {
 // AMX-FP16: the same driver and kernels on f16 pairs (TDPFP16PS), emulated on any machine and
 // natively where the CPU has AMX-FP16; f16 operands are exact in f32 like bf16 ones, so the bound
 // is the same f32-accumulation bound.
-TEST(AmxFp16Gemm, EmulatedKernelsMatchADoubleProductOnEveryRemainder) {
+void check_f16_products(bool emulated) {
   GemmBlocking small = small_blocks(64, 64, 64), defaults;
   small.amx_fp16 = defaults.amx_fp16 = true;
-  check_all_products(true, small, nullptr, ScalarType::F16);
+  check_all_products(emulated, small, nullptr, ScalarType::F16);
   ThreadPool pool(2);
-  check_all_products(true, defaults, &pool, ScalarType::F16);
+  check_all_products(emulated, defaults, &pool, ScalarType::F16);
 }
+
+TEST(AmxFp16Gemm, EmulatedKernelsMatchADoubleProductOnEveryRemainder) { check_f16_products(true); }
 
 TEST(AmxFp16Gemm, NativeKernelsMatchADoubleProductOnEveryRemainder) {
   if (!host_supports(CpuIsa::AmxBf16) || !host_cpu().amx_fp16) GTEST_SKIP() << "AMX-FP16 not usable here";
-  GemmBlocking small = small_blocks(64, 64, 64), defaults;
-  small.amx_fp16 = defaults.amx_fp16 = true;
-  check_all_products(false, small, nullptr, ScalarType::F16);
-  ThreadPool pool(2);
-  check_all_products(false, defaults, &pool, ScalarType::F16);
+  check_f16_products(false);
 }
 
 TEST(AmxFp16Kernel, CompilesToTdpfp16psAndItsEmulationKeepsDenormalInputs) {

@@ -747,24 +747,7 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
         float* acc = accumulator + tile_row * ldacc + tile_col;
         kernel(a_panel, b_panel, acc, ldacc, first ? 0 : 1, lda, ldb);
         // The accumulator is always separate from D: the last K block's epilogue writes D.
-        if (last && generated_epilogue) {
-          const void* c_tile = nullptr;
-          int64_t c_stride = 0;
-          if (problem.c) {
-            c_tile = static_cast<const char*>(problem.c->data) + (tile_row * problem.c->row_stride + tile_col) * size_in_bytes(problem.c->type);
-            c_stride = problem.c->row_stride;
-          }
-          void* d_tile = static_cast<char*>(problem.d.data) + (tile_row * problem.d.row_stride + tile_col) * size_in_bytes(problem.d.type);
-          problem.epilogue(acc, ldacc, c_tile, c_stride, d_tile, problem.d.row_stride, tile_rows, tile_cols, tile_row - tile_col);
-        } else if (last) {
-          dispatch_storage_type(problem.d.type, [&](auto d_tag) {
-            using TD = decltype(d_tag);
-            if (!problem.c) return epilogue_tile<TD, float>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
-            dispatch_storage_type(problem.c->type, [&](auto c_tag) {
-              epilogue_tile<TD, decltype(c_tag)>(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols);
-            });
-          });
-        }
+        if (last) finish_tile(problem, acc, ldacc, tile_row, tile_col, tile_rows, tile_cols, generated_epilogue);
       }
     }
   };
