@@ -65,7 +65,9 @@ cpu::GemmBlocking Candidate::blocking() const {
   result.mc = mc;
   result.kc = kc;
   result.nc = nc;
-  result.bf16_dot = kernel == "bf16dot";
+  // "" is the default path with its default engine of bf16 products (effective() names it the
+  // same way; the runtime's untuned default runs it): vdpbf16ps where it measured faster.
+  result.bf16_dot = kernel == "bf16dot" || (kernel.empty() && cpu::default_bf16_engine(cpu::best_host_isa()) == cpu::Bf16Engine::Bf16Dot);
   return result;
 }
 

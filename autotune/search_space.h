@@ -30,7 +30,7 @@ struct Candidate {
   std::string label() const;  // "jit gram tri 144/384/1024", "openblas standard syrk", "onednn gram matmul"
   nlohmann::json to_json() const;
   static Candidate from_json(const nlohmann::json& value);  // throws std::invalid_argument naming the bad field
-  cpu::GemmBlocking blocking() const;  // with bf16_dot set for kernel "bf16dot"
+  cpu::GemmBlocking blocking() const;  // with bf16_dot set for kernel "bf16dot", and for "" where the default engine is bf16dot
   // The ISA path the kernel runs on (nullopt: the default path). A tuned record's winner is
   // applied with it (and blocking()).
   std::optional<cpu::CpuIsa> cpu_isa() const;

@@ -669,6 +669,11 @@ TEST(AmxTuning, TheEngineIsASearchAxisAndTheDefaultPicksAmxWherePresent) {
   EXPECT_EQ(candidate.cpu_isa(), CpuIsa::Avx512Bf16);
   candidate.kernel = "fma";
   EXPECT_NE(candidate.cpu_isa(), CpuIsa::AmxBf16);
+  EXPECT_FALSE(candidate.blocking().bf16_dot);
+  // "" is the default path with its default engine (what `bench --model` and the untuned default
+  // run): vdpbf16ps exactly where that engine is the default.
+  candidate.kernel = "";
+  EXPECT_EQ(candidate.blocking().bf16_dot, default_bf16_engine(best_host_isa()) == Bf16Engine::Bf16Dot);
   EXPECT_THROW(Candidate::from_json({{"engine", "jit"}, {"strategy", "standard"}, {"triangular", true}, {"blocking", {144, 384, 1024}}, {"kernel", "tpu"}}),
                std::invalid_argument);
   // Pruning: AMX where the default path is not amx, with the reason; for f32 storage every kernel
