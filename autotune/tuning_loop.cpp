@@ -135,9 +135,12 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
 
   const std::vector<float> input = gaussian_input(problem.rows * problem.cols * problem.batch, loop.input_seed);
   std::vector<float> output(input.size());
-  // The proxy's own input when it runs on a smaller shape than the problem's.
-  const std::vector<float> proxy_input = proxy_reduced ? gaussian_input(proxy_at.rows * proxy_at.cols * proxy_at.batch, loop.input_seed) : std::vector<float>();
-  std::vector<float> proxy_output(proxy_input.size());
+  // The proxy's own input and output when it runs on a smaller shape than the problem's.
+  const std::vector<float> reduced_proxy_input =
+      proxy_reduced ? gaussian_input(proxy_at.rows * proxy_at.cols * proxy_at.batch, loop.input_seed) : std::vector<float>();
+  std::vector<float> reduced_proxy_output(reduced_proxy_input.size());
+  const std::vector<float>& proxy_input = proxy_reduced ? reduced_proxy_input : input;
+  std::vector<float>& proxy_output = proxy_reduced ? reduced_proxy_output : output;
   int64_t small_rows = 0, small_cols = 0;
   reduced_check_shape(problem.rows, problem.cols, small_rows, small_cols);
   std::vector<float> reduced_input;  // made when a candidate first needs it
@@ -186,6 +189,15 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
     return run_ms;
   };
   auto finite_full_run = [&](Trial& trial, BuiltCandidate& built, const char* what) { return finite_run(trial, built, input, output, true, what); };
+  // `output` (a run of `function` on `input`) against the full shape's f64 reference of the trial's
+  // strategy, computed the first time a candidate of that strategy needs it.
+  auto check_full_output = [&](const Trial& trial, const ir::Function& function) {
+    auto cached = references.find(trial.strategy);
+    if (cached == references.end())
+      cached = timed_phase("reference", [&] { return references.emplace(trial.strategy, reference_of(function, input)).first; });
+    if (!bounds) bounds = cached->second.bounds;
+    return timed_phase("check", [&] { return compare(output, cached->second); });  // non-finite anywhere in the batch fails too
+  };
 
   auto judge = [&](size_t index) {
     Trial& trial = trials[index];
@@ -203,10 +215,9 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
     // the first timed one (no proxy); with the proxy, every candidate is checked on the reduced
     // shape and the finalists on the full shape (their full runs, below): what can win is checked
     // at full size all the same, and the candidates that only get ranked cost a reduced run.
-    const bool full_reference = iteration_flops(function) <= kFullCheckFlops;
-    const bool check_full_shape = full_reference && !use_proxy;
+    const bool check_full_shape = !use_proxy && iteration_flops(function) <= kFullCheckFlops;
     try {
-      if (check_full_shape || !use_proxy) full = timed_phase("build", [&] { return backend.build(trial.id, program, function); });
+      if (!use_proxy) full = timed_phase("build", [&] { return backend.build(trial.id, program, function); });
     } catch (const std::exception& error) {
       return fail(trial, TrialStatus::CompileFailed, error.what());
     }
@@ -218,11 +229,7 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
         timed_phase("check", [&] { full->run(input, output); });
         const double check_ms = std::chrono::duration<double, std::milli>(Clock::now() - check_started).count();
         if (settings.tamper_output) settings.tamper_output(trial, output.data(), output.size(), false);
-        auto cached = references.find(trial.strategy);
-        if (cached == references.end())
-          cached = timed_phase("reference", [&] { return references.emplace(trial.strategy, reference_of(function, input)).first; });
-        const CheckResult check = timed_phase("check", [&] { return compare(output, cached->second); });  // non-finite anywhere in the batch fails too
-        if (!bounds) bounds = cached->second.bounds;
+        const CheckResult check = check_full_output(trial, function);
         trial.error = check.error;
         if (!check.ok) return fail(trial, TrialStatus::WrongResult, check.message);
         if (!use_proxy) first_run_ms = check_ms;
@@ -251,8 +258,8 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
         timed = timed_phase("build", [&] { return backend.build(trial.id, proxy_program, proxy); });
         trial.proxy_scale = schedule_flops(function) / std::max(schedule_flops(proxy), 1.0);
         const auto run_ms = timed_phase("time", [&] {
-          return proxy_reduced ? finite_run(trial, *timed, proxy_input, proxy_output, false, "the proxy (the first steps at the proxy's shape)")
-                               : finite_full_run(trial, *timed, "the proxy (the first steps at the full shape)");
+          return finite_run(trial, *timed, proxy_input, proxy_output, !proxy_reduced,
+                            proxy_reduced ? "the proxy (the first steps at the proxy's shape)" : "the proxy (the first steps at the full shape)");
         });
         if (!run_ms) return;
         first_run_ms = *run_ms;
@@ -272,7 +279,7 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
       const double ranking_left_ms = use_proxy ? loop.proxy_ranking_share * budget_ms - elapsed_ms() : budget_ms - elapsed_ms();
       timing.budget_seconds = std::max(0.05, ranking_left_ms / 1000.0 / static_cast<double>(std::max<int64_t>(pending, 1) + 1));
       timing.initial_run_ms = first_run_ms;
-      const Timing measured = timed_phase("time", [&] { return timed->time(proxy_reduced ? proxy_input : input, timing); });
+      const Timing measured = timed_phase("time", [&] { return timed->time(use_proxy ? proxy_input : input, timing); });
       if (use_proxy) {
         trial.proxy_ranked = true;
         trial.proxy_timing = measured;
@@ -314,11 +321,7 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
         if (iteration_flops(function) <= kFullCheckFlops) {
           // The finalist's full run against the f64 reference of the full shape (computed once per
           // strategy): a configuration right on the reduced shape but wrong at this one never wins.
-          auto cached = references.find(trial.strategy);
-          if (cached == references.end())
-            cached = timed_phase("reference", [&] { return references.emplace(trial.strategy, reference_of(function, input)).first; });
-          const CheckResult check = timed_phase("check", [&] { return compare(output, cached->second); });
-          if (!bounds) bounds = cached->second.bounds;
+          const CheckResult check = check_full_output(trial, function);
           if (!check.ok) {
             fail(trial, TrialStatus::WrongResult, check.message + " (the finalist's full iteration at the full shape)");
             return false;
