@@ -311,7 +311,7 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
       if (!kernel_by_name_.contains(spec.name())) {
         const CompiledMicrokernel compiled = get_microkernel(spec);
         jit_seconds_ += compiled.jit_seconds;
-        kernels_.emplace_back(spec, compiled.function);
+        kernel_specs_.push_back(spec);
         kernel_by_name_.emplace(spec.name(), compiled.function);
       }
     }
@@ -346,11 +346,7 @@ CpuExecutable::~CpuExecutable() = default;
 
 std::vector<EpilogueSpec> CpuExecutable::epilogues() const { return epilogue_specs_; }
 
-std::vector<MicrokernelSpec> CpuExecutable::microkernels() const {
-  std::vector<MicrokernelSpec> specs;
-  for (const auto& entry : kernels_) specs.push_back(entry.first);
-  return specs;
-}
+std::vector<MicrokernelSpec> CpuExecutable::microkernels() const { return kernel_specs_; }
 
 void CpuExecutable::run(const float* input, float* output) const {
   if (function_.muon_step) throw std::invalid_argument("this executable is a Muon step: run it with run_muon_step");

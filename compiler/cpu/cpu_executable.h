@@ -52,9 +52,9 @@ class CpuExecutable {
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
   double jit_seconds_ = 0;
-  std::vector<std::pair<MicrokernelSpec, MicrokernelFunction>> kernels_;
-  // The same kernels by name: the driver asks for a kernel per product and stage, which for a
-  // batch of small matrices is thousands of lookups a run.
+  std::vector<MicrokernelSpec> kernel_specs_;  // the compiled kernels, in compile order (microkernels())
+  // Their functions by name: the driver asks for a kernel per product and stage, which for a batch
+  // of small matrices is thousands of lookups a run.
   std::unordered_map<std::string, MicrokernelFunction> kernel_by_name_;
   std::vector<EpilogueFunction> node_epilogues_;  // per node (null: not a product)
   std::vector<EpilogueSpec> epilogue_specs_;

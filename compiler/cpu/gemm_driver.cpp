@@ -625,10 +625,9 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   float* const a_buffers = a_scratch.floats(2 * a_floats);
   float* const b_buffers = b_scratch.floats(2 * b_floats);
   // The accumulator has whole MR-row panels and a row stride of at least the last NR-column
-  // panel's end, so an edge microtile runs
-  // in place like a full one: its rows and columns past the matrix are the products of A's and
-  // B's zero padding, written and read only by the kernel, never by the epilogue. (An edge tile
-  // through a scratch tile cost two element copies of the tile: 6% of a 128³ product.)
+  // panel's end, so an edge microtile runs in place like a full one: its rows and columns past
+  // the matrix are the products of A's and B's zero padding, written and read only by the kernel,
+  // never by the epilogue (instead of a scratch tile copied in and out).
   const int64_t ldacc = std::max(accumulator_stride(n), round_up(n, nr));
   float* const accumulator = accumulator_scratch.floats(a_panels * mr * ldacc);
   const bool generated_epilogue = problem.epilogue && problem.d.col_stride == 1 && (!problem.c || problem.c->col_stride == 1);
