@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <stdexcept>
 
 namespace orthojit {
 namespace {
@@ -57,10 +58,21 @@ void compress(std::array<uint32_t, 8>& state, const unsigned char* block) {
 
 }  // namespace
 
-std::string sha256_hex(std::string_view data) {
+bool sha256_x86_available() { return detail::sha256_x86_supported(); }
+
+std::string sha256_hex(std::string_view data, Sha256Implementation implementation) {
+  if (implementation == Sha256Implementation::Automatic)
+    implementation = sha256_x86_available() ? Sha256Implementation::X86ShaExtensions : Sha256Implementation::Portable;
+  if (implementation == Sha256Implementation::X86ShaExtensions && !sha256_x86_available())
+    throw std::runtime_error("sha256_hex: this CPU does not report the x86 SHA extensions (CPUID.7.0:EBX bit 29, with SSSE3 and SSE4.1)");
   std::array<uint32_t, 8> state = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  size_t offset = 0;
-  for (; offset + 64 <= data.size(); offset += 64) compress(state, reinterpret_cast<const unsigned char*>(data.data()) + offset);
+  auto blocks = [&](const unsigned char* bytes, size_t count) {
+    if (implementation == Sha256Implementation::X86ShaExtensions) detail::sha256_blocks_x86(state.data(), bytes, count);
+    else
+      for (size_t block = 0; block < count; ++block) compress(state, bytes + 64 * block);
+  };
+  const size_t offset = data.size() / 64 * 64;
+  blocks(reinterpret_cast<const unsigned char*>(data.data()), data.size() / 64);
   // The tail, 0x80, zeros, and the length in bits: one or two final blocks.
   unsigned char tail[128] = {};
   const size_t rest = data.size() - offset;
@@ -69,8 +81,7 @@ std::string sha256_hex(std::string_view data) {
   const size_t tail_length = rest + 1 + 8 <= 64 ? 64 : 128;
   const uint64_t bits = static_cast<uint64_t>(data.size()) * 8;
   for (int i = 0; i < 8; ++i) tail[tail_length - 1 - static_cast<size_t>(i)] = static_cast<unsigned char>(bits >> (8 * i));
-  compress(state, tail);
-  if (tail_length == 128) compress(state, tail + 64);
+  blocks(tail, tail_length / 64);
   std::string hex;
   char digits[9];
   for (uint32_t word : state) {
