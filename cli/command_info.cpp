@@ -7,6 +7,7 @@
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "runtime/records.h"
+#include "cpu/amx_self_check.h"
 #include "cpu/build_status.h"
 #include "cpu/bf16_engine.h"
 #include "cpu/cpu_isa.h"
@@ -68,9 +69,9 @@ int info_command(const std::vector<std::string>& args) {
   }
   // AMX: CPUID, XCR0 and the OS's answer to the tile-data permission request (support/host_cpu.h).
   if (cpu::host_supports(cpu::CpuIsa::AmxBf16))
-    std::printf("amx:        usable (%s): bf16 products on AMX tiles with --isa amx%s; f16 products %s\n", amx_availability().reason.c_str(),
-                cpu::best_host_isa() == cpu::CpuIsa::AmxBf16 ? ", the default" : "",
-                cpu.amx_fp16 ? "too (AMX-FP16)" : "on FMAs (no AMX-FP16 on this CPU)");
+    std::printf("amx:        usable (%s; %s): bf16 products on AMX tiles with --isa amx%s; f16 products %s\n", amx_availability().reason.c_str(),
+                cpu::amx_self_check().detail.c_str(), cpu::best_host_isa() == cpu::CpuIsa::AmxBf16 ? ", the default" : "",
+                cpu::amx_fp16_usable() ? "too (AMX-FP16)" : cpu.amx_fp16 ? "on FMAs (the AMX-FP16 kernels failed their self-check)" : "on FMAs (no AMX-FP16 on this CPU)");
   else
     std::printf("amx:        not usable: %s\n", cpu::unsupported_reason(cpu::CpuIsa::AmxBf16).c_str());
   if (cpu::cpu_backend_unavailable_reason().empty())

@@ -12,6 +12,7 @@
 #ifdef ORTHOJIT_HAVE_CUDA
 #include "autotune/cuda_tuner.h"
 #endif
+#include "cpu/amx_self_check.h"
 #include "cpu/bf16_engine.h"
 #include "support/host_cpu.h"
 #include "cpu/build_status.h"
@@ -300,7 +301,7 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     const ScalarType stored = function.policy.storage;
     cpu::Bf16Engine engine = cpu::Bf16Engine::Fma;
     if (stored == ScalarType::BF16) engine = cpu::engine_on(cpu_options.isa, cpu_options.blocking.bf16_dot);
-    if (stored == ScalarType::F16 && cpu_options.isa == cpu::CpuIsa::AmxBf16 && host_cpu().amx_fp16) engine = cpu::Bf16Engine::Amx;
+    if (stored == ScalarType::F16 && cpu_options.isa == cpu::CpuIsa::AmxBf16 && cpu::amx_fp16_usable()) engine = cpu::Bf16Engine::Amx;
     compiled->engine_ = std::string(cpu::to_string(engine));
 #ifdef ORTHOJIT_HAVE_CUDA
   } else if (backend == "cuda") {

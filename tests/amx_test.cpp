@@ -24,6 +24,7 @@
 #include "cpu/amx_codegen.h"
 #include "cpu/amx_emulator.h"
 #include "cpu/amx_packing.h"
+#include "cpu/amx_self_check.h"
 #include "cpu/bf16_engine.h"
 #include "cpu/cpu_isa.h"
 #include "cpu/element_types.h"
@@ -482,6 +483,76 @@ TEST(AmxFp16Gemm, EmulatedKernelsMatchADoubleProductOnEveryRemainder) { check_f1
 TEST(AmxFp16Gemm, NativeKernelsMatchADoubleProductOnEveryRemainder) {
   if (!host_supports(CpuIsa::AmxBf16) || !host_cpu().amx_fp16) GTEST_SKIP() << "AMX-FP16 not usable here";
   check_f16_products(false);
+}
+
+// ---- the self-check of the tile kernels (amx_self_check.h) ---------------------------------------
+
+MicrokernelFunction emulated_kernel(MicrokernelSpec spec) {
+  spec.amx_emulated = true;
+  return get_microkernel(spec).function;
+}
+
+TEST(AmxSelfCheck, CorrectKernelsPassItInBf16AndF16) {
+  const AmxSelfCheck check = run_amx_self_check(emulated_kernel, true);
+  EXPECT_TRUE(check.ran);
+  EXPECT_TRUE(check.bf16_passed) << check.detail;
+  EXPECT_TRUE(check.fp16_checked);
+  EXPECT_TRUE(check.fp16_passed) << check.detail;
+  EXPECT_NE(check.detail.find("self-check passed"), std::string::npos) << check.detail;
+}
+
+// The faults real hardware could show if it read a tile differently from the emulator: a row of
+// each microtile lost, one wrong element in one product, f16 pairs read as bf16.
+TEST(AmxSelfCheck, WrongKernelsFailItAndSayWhere) {
+  const AmxSelfCheck dropped_row = run_amx_self_check(
+      [](const MicrokernelSpec& wanted) {
+        MicrokernelSpec spec = wanted;
+        if (spec.m_valid > 1) --spec.m_valid;
+        return emulated_kernel(spec);
+      },
+      false);
+  EXPECT_TRUE(dropped_row.ran);
+  EXPECT_FALSE(dropped_row.bf16_passed);
+  EXPECT_NE(dropped_row.detail.find("failed their self-check: bf16 56x88x150"), std::string::npos) << dropped_row.detail;
+
+  // A short K: the last 32-pair step of every call skipped (kc one step less than asked).
+  const AmxSelfCheck short_k = run_amx_self_check(
+      [](const MicrokernelSpec& wanted) {
+        MicrokernelSpec spec = wanted;
+        if (spec.kc > 32) spec.kc -= 32;
+        return emulated_kernel(spec);
+      },
+      false);
+  EXPECT_FALSE(short_k.bf16_passed) << short_k.detail;
+  EXPECT_NE(short_k.detail.find("times its f32-accumulation bound"), std::string::npos) << short_k.detail;
+
+  // Only the f16 kernels wrong: bf16 stays on the tiles, f16 products go back to FMAs.
+  const AmxSelfCheck f16_as_bf16 = run_amx_self_check(
+      [](const MicrokernelSpec& wanted) {
+        MicrokernelSpec spec = wanted;
+        spec.amx_fp16 = false;  // TDPBF16PS on f16 pairs
+        return emulated_kernel(spec);
+      },
+      true);
+  EXPECT_TRUE(f16_as_bf16.bf16_passed) << f16_as_bf16.detail;
+  EXPECT_FALSE(f16_as_bf16.fp16_passed);
+  EXPECT_NE(f16_as_bf16.detail.find("AMX-FP16 kernels failed their self-check"), std::string::npos) << f16_as_bf16.detail;
+}
+
+TEST(AmxSelfCheck, TheProcessCheckDecidesTheAmxPath) {
+  const AmxSelfCheck& check = amx_self_check();
+  EXPECT_EQ(host_supports(CpuIsa::AmxBf16), host_executes(CpuIsa::AmxBf16) && check.bf16_passed) << check.detail;
+  EXPECT_EQ(amx_fp16_usable(), host_supports(CpuIsa::AmxBf16) && host_cpu().amx_fp16 && check.fp16_passed);
+  if (!host_executes(CpuIsa::AmxBf16)) {
+    EXPECT_FALSE(check.ran);
+    EXPECT_NE(check.detail.find("not run"), std::string::npos) << check.detail;
+  } else if (std::getenv("ORTHOJIT_AMX_SELF_CHECK") == nullptr) {
+    EXPECT_TRUE(check.ran);
+    EXPECT_TRUE(check.bf16_passed) << "the native tile kernels fail on this machine: " << check.detail;
+    if (host_cpu().amx_fp16) {
+      EXPECT_TRUE(check.fp16_passed) << check.detail;
+    }
+  }
 }
 
 TEST(AmxFp16Kernel, CompilesToTdpfp16psAndItsEmulationKeepsDenormalInputs) {

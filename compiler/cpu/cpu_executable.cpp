@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "cpu/aligned_buffer.h"
+#include "cpu/amx_self_check.h"
 #include "ir/norm_scale.h"
 #include "cpu/build_status.h"
 #include "cpu/element_types.h"
@@ -292,8 +293,8 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
   if (!host_supports(options_.isa))
     throw std::invalid_argument("this CPU cannot run the " + std::string(to_string(options_.isa)) + " code path");
   // f16 products on the tiles where the CPU has AMX-FP16 (the amx path is usable, so its
-  // permission is granted; AMX-FP16 needs no other).
-  options_.blocking.amx_fp16 = options_.isa == CpuIsa::AmxBf16 && host_cpu().amx_fp16;
+  // permission is granted; AMX-FP16 needs no other) and its kernels passed the self-check.
+  options_.blocking.amx_fp16 = options_.isa == CpuIsa::AmxBf16 && amx_fp16_usable();
   driver_ = std::make_unique<GemmDriver>(options_.isa, options_.blocking, [this](const MicrokernelSpec& wanted) -> MicrokernelFunction {
     const std::string name = wanted.name();
     const auto found = kernel_by_name_.find(name);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "cpu/amx_self_check.h"
 #include "support/host_cpu.h"
 
 namespace orthojit::cpu {
@@ -25,7 +26,7 @@ std::optional<CpuIsa> parse_cpu_isa(std::string_view text) {
   return std::nullopt;
 }
 
-bool host_supports(CpuIsa isa) {
+bool host_executes(CpuIsa isa) {
   const HostCpu& cpu = host_cpu();
   switch (isa) {
     case CpuIsa::Generic: return true;
@@ -37,9 +38,17 @@ bool host_supports(CpuIsa isa) {
   return false;
 }
 
+bool host_supports(CpuIsa isa) {
+  if (!host_executes(isa)) return false;
+  return isa != CpuIsa::AmxBf16 || amx_self_check().bf16_passed;
+}
+
 std::string unsupported_reason(CpuIsa isa) {
   if (host_supports(isa)) return "";
-  if (isa == CpuIsa::AmxBf16) return amx_availability().usable ? "no AVX512-BF16" : amx_availability().reason;
+  if (isa == CpuIsa::AmxBf16) {
+    if (host_executes(isa)) return amx_self_check().detail;
+    return amx_availability().usable ? "no AVX512-BF16" : amx_availability().reason;
+  }
   return "this CPU lacks the " + std::string(to_string(isa)) + " instructions (or the OS does not save their registers)";
 }
 

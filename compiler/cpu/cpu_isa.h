@@ -16,8 +16,11 @@ enum class CpuIsa { Generic, Avx2Fma, Avx512f, Avx512Bf16, AmxBf16 };
 std::string_view to_string(CpuIsa isa);
 std::optional<CpuIsa> parse_cpu_isa(std::string_view text);  // "generic", "avx2", "avx512f", "avx512bf16", "amx"
 
-// Whether this machine runs code for `isa` (cpuid + the OS's saved-state mask; for amx also the
-// process's tile-data permission, requested on the first call: support/host_cpu.h).
+// Whether this machine executes the instructions of `isa` (cpuid + the OS's saved-state mask; for
+// amx also the process's tile-data permission, requested on the first call: support/host_cpu.h).
+bool host_executes(CpuIsa isa);
+// Whether the backend runs `isa` here: host_executes, and for amx also the tile kernels' self-check
+// (amx_self_check.h, run on the first call where AMX executes).
 bool host_supports(CpuIsa isa);
 // Why `isa` is not runnable here ("" when it is).
 std::string unsupported_reason(CpuIsa isa);

@@ -84,7 +84,8 @@ void verify_generated_module(const llvm::Module& module, const std::string& emit
 std::string llvm_version() { return std::string("LLVM ") + LLVM_VERSION_STRING; }
 
 LlvmJit::LlvmJit(CpuIsa isa) : isa_(isa) {
-  if (!host_supports(isa)) throw std::runtime_error("this CPU cannot run the " + std::string(to_string(isa)) + " code path");
+  // host_executes, not host_supports: the AMX self-check compiles its kernels through here.
+  if (!host_executes(isa)) throw std::runtime_error("this CPU cannot run the " + std::string(to_string(isa)) + " code path");
   auto builder = machine_builder_for(isa, cpu_name_, features_);
   auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(builder)).create();
   if (!jit) throw std::runtime_error("cannot create the LLVM JIT: " + error_text(jit.takeError()));
