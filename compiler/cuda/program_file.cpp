@@ -25,13 +25,15 @@ class ByteReader {
     return value;
   }
   int64_t i64() { return static_cast<int64_t>(u64()); }
-  std::string text() {
+  std::string text() { return std::string(text_view()); }
+  // The text in place (valid while the bytes are): a cubin is copied once, into its destination.
+  std::string_view text_view() {
     const uint64_t size = u64();
     if (!ok_ || size > remaining()) {
       ok_ = false;
       return {};
     }
-    return std::string(raw(static_cast<size_t>(size)));
+    return raw(static_cast<size_t>(size));
   }
   std::string_view raw(size_t size) {
     if (!take(size)) return {};
@@ -73,7 +75,7 @@ std::optional<NvrtcOutput> deserialize_payload(std::string_view payload) {
   ByteReader reader(payload);
   NvrtcOutput output;
   output.arch = reader.text();
-  const std::string image = reader.text();
+  const std::string_view image = reader.text_view();
   output.image.assign(image.begin(), image.end());
   output.log = reader.text();
   // Counts are checked against what is left (each entry takes at least 8 bytes), so a damaged
