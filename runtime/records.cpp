@@ -18,6 +18,7 @@
 #include "cuda/cuda_driver.h"
 #endif
 #include "cpu/build_status.h"
+#include "cpu/amx_self_check.h"
 #include "cpu/bf16_engine.h"
 #include "cpu/cpu_isa.h"
 #include "cpu/vendor_gemm.h"
@@ -106,7 +107,10 @@ nlohmann::json info_record() {
                            {"reason", cpu::describe_default_bf16_engine()}}},
           {"amx", {{"amx_tile", cpu.amx_tile}, {"amx_bf16", cpu.amx_bf16}, {"amx_fp16", cpu.amx_fp16}, {"xcr0_tile_state", cpu.xcr0_tile_state},
                    {"usable", cpu::host_supports(cpu::CpuIsa::AmxBf16)}, {"reason", cpu::host_supports(cpu::CpuIsa::AmxBf16) ? amx_availability().reason
-                                                                                                                        : cpu::unsupported_reason(cpu::CpuIsa::AmxBf16)}}},
+                                                                                                                        : cpu::unsupported_reason(cpu::CpuIsa::AmxBf16)},
+                   {"self_check", {{"ran", cpu::amx_self_check().ran}, {"bf16_passed", cpu::amx_self_check().bf16_passed},
+                                   {"fp16_passed", cpu::amx_self_check().fp16_passed}, {"detail", cpu::amx_self_check().detail}}},
+                   {"fp16_usable", cpu::amx_fp16_usable()}}},
           {"cache_dir", cache_directory()},
           {"tuning", autotune::describe_tuning_records()},
           {"programs", programs}};

@@ -119,6 +119,9 @@ TEST(AmxDetection, InfoSaysWhetherAmxIsUsableAndTheEnvironmentForcesOtherPaths) 
   else EXPECT_NE(info.find("amx:        not usable: "), std::string::npos) << info;
   const std::string json = run_command(std::string(ORTHOJIT_CLI_PATH) + " info --json");
   EXPECT_NE(json.find(std::string("\"usable\": ") + (host_supports(CpuIsa::AmxBf16) ? "true" : "false")), std::string::npos) << json;
+  // The self-check's outcome (amx_self_check.h): "not run" here without AMX, its detail with it.
+  EXPECT_NE(json.find("\"self_check\""), std::string::npos) << json;
+  EXPECT_NE(json.find(amx_self_check().detail), std::string::npos) << json;
   // ORTHOJIT_CPU_ISA forces the non-AMX path (generic runs everywhere).
   const std::string forced = run_command("ORTHOJIT_CPU_ISA=generic " + std::string(ORTHOJIT_CLI_PATH) + " info");
   EXPECT_NE(forced.find("(default generic;"), std::string::npos) << forced;
