@@ -35,6 +35,7 @@
 
 #include <unistd.h>
 
+#include "bench/json_text.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/nvrtc_compiler.h"
@@ -46,6 +47,7 @@
 namespace {
 
 using namespace orthojit;
+using bench::json_string;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -103,17 +105,6 @@ Row new_row(const std::string& program, const Shape& shape, ir::StrategyKind str
   row.variant = variant;
   row.target = target;
   return row;
-}
-
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (c == '\n') out += "\\n";
-    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
-    else out += c;
-  }
-  return out + "\"";
 }
 
 std::string table_text(const std::vector<Row>& rows, const std::string& device_note) {

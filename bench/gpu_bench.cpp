@@ -43,6 +43,7 @@
 
 #include "cuda/cublas_newton_schulz.h"
 #include "cuda/cublaslt_newton_schulz.h"
+#include "bench/json_text.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/hopper_product.h"
@@ -54,6 +55,7 @@
 namespace {
 
 using namespace orthojit;
+using bench::json_string;
 
 struct BenchCase {
   std::string program;
@@ -130,17 +132,6 @@ std::map<std::string, double> read_torch_results(const std::string& path) {
   double milliseconds = 0;
   while (file >> program >> shape >> milliseconds) results[program + " " + shape] = milliseconds;
   return results;
-}
-
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (c == '\n') out += "\\n";
-    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
-    else out += c;
-  }
-  return out + "\"";
 }
 
 // The first line of an error, short enough for a table cell.
