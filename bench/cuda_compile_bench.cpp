@@ -335,6 +335,10 @@ int main(int argc, char** argv) {
                 const auto start = Clock::now();
                 auto runner = cuda::build_cuda_runner(program, function, variant, headers, &warm_cache);
                 runner_times.push_back(ms_since(start));
+                // The runner generates the source again from the device's numbers; a different
+                // source would be a cold compile timed as a warm load.
+                if (runner->description().find("(disk cache)") == std::string::npos)
+                  throw std::runtime_error("the runner did not load from the disk cache: " + runner->description());
               }
               row.runner_ms = median(runner_times);
               row.runner_measured = true;
