@@ -11,6 +11,7 @@
 #include "autotune/strategy_heuristic.h"
 #ifdef ORTHOJIT_HAVE_CUDA
 #include "autotune/cuda_tuner.h"
+#include "runtime/cuda_first_use_check.h"
 #endif
 #include "cpu/amx_self_check.h"
 #include "cpu/bf16_engine.h"
@@ -324,6 +325,32 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     if (function.policy.storage != ScalarType::BF16 && function.policy.storage != ScalarType::F16)
       throw UsageError("--backend cuda runs bf16 or f16 storage (tensor-core products); " + program.name + " stores " +
                        std::string(to_string(function.policy.storage)) + ": add --precision bf16 (or f16), or use --backend cpu");
+    // Kernels nothing has judged on this device yet (not a tuned record's: the tuner checked
+    // those here) run a small probe of the same program first (cuda_first_use_check.h).
+    if (!options.cuda_variant.empty() || tuned_variant.empty()) {
+      const cuda::Device& device = cuda::Device::get();
+      const bool generated = variant.kind == cuda::CudaVariant::Kind::Generated || variant.kind == cuda::CudaVariant::Kind::FusedSmall;
+      CudaFirstUseCheck check;
+      try {
+        const cuda::CudaProgram real = generated ? cuda::generate_variant(function, variant, device.info().max_shared_per_block_optin,
+                                                                          std::max(1, device.info().multiprocessors))
+                                                 : cuda::CudaProgram{};
+        check = check_cuda_variant_on_first_use(
+          program, compile, real, variant, [&](const ir::Function& probe, const cuda::CudaVariant& kernels, const std::vector<float>& input) {
+            double probe_compile_seconds = 0;
+            const auto probe_runner = cached_cuda_runner(program, probe, kernels, probe_compile_seconds);
+            std::vector<float> output(input.size());
+            probe_runner->run(input.data(), output.data());
+            return output;
+          });
+      } catch (const std::invalid_argument& error) {  // a variant that cannot run this function: as cached_cuda_runner says
+        throw UsageError(error.what());
+      }
+      if (!check.passed)
+        throw UnavailableError("--backend cuda: the " + variant.label() + " kernels failed their first-use check on " + device.info().describe() + " (" +
+                               check.detail + "); run --variant cublaslt, tune this shape (orthojit tune --backend cuda), or use --backend cpu. "
+                               "ORTHOJIT_CUDA_FIRST_USE_CHECK=off skips the check");
+    }
     auto runner = cached_cuda_runner(program, function, variant, jit_seconds);
     compiled = std::make_shared<CudaOrthogonalizer>(runner);
     compiled->target_ = "cuda " + cuda::Device::get().info().name + ", " + runner->description();
