@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "autotune/reference_check.h"
+#include "cuda/hopper_codegen.h"
 #include "ir/printer.h"
 #include "reference/random_matrix.h"
 
@@ -50,6 +51,17 @@ cuda::CudaVariant probe_variant(const cuda::CudaProgram& real, const ir::Functio
       throw std::invalid_argument("the probe has " + std::to_string(products) + " products, the real program at least " + std::to_string(launch.product + 1));
     tiles[static_cast<size_t>(launch.product)] = launch.tile;
   }
+  // A split-K product keeps its splits where the probe's K allows them (every split non-empty),
+  // else runs on the tile unsplit: the probe's K is smaller than the real one.
+  // (Each product's K at the probe's shape from its launches with the default tiles.)
+  bool split = false;
+  for (const auto& tile : tiles) split = split || (tile && tile->sm90a && tile->splits > 1);
+  if (split)
+    for (const cuda::Launch& launch : cuda::generate_variant(probe, cuda::CudaVariant{}).launches) {
+      if (launch.product < 0) continue;
+      auto& tile = tiles[static_cast<size_t>(launch.product)];
+      if (tile && tile->sm90a && tile->splits > 1 && !cuda::split_k_valid(launch.k, tile->splits)) tile = cuda::sm90a_tile();
+    }
   cuda::CudaVariant fixed;
   fixed.product_tiles = std::move(tiles);
   return fixed;

@@ -85,6 +85,28 @@ TEST(CudaFirstUseCheck, TheProbeRunsEachProductOnTheRealShapesKernel) {
   }
 }
 
+// A split-K product keeps its splits where the probe's K has a K tile for each, else runs unsplit.
+TEST(CudaFirstUseCheck, SplitKProductsKeepTheirSplitsWhereTheProbesKAllows) {
+  const dsl::Program program = kernels::load_program_by_name_or_path("jordan_ns5");
+  const passes::CompileOptions real_options = options_for(1024, 4096, 1, ir::StrategyKind::Gram);
+  const ir::Function real_function = passes::compile_program(program, real_options);
+  const cuda::CudaProgram real = cuda::generate_variant(real_function, cuda::CudaVariant{}, 227 * 1024, 132);
+  // The real program as the tuner might choose it: product 0 (R = X·Xᵀ, K = 4096) in 16 splits,
+  // product 1 (K = 1024) in 2; the probe's K: 264 for the first (5 K tiles of 64: 16 splits
+  // cannot all get one), 200 for the second (4 tiles: 2 splits can).
+  cuda::CudaProgram tuned = real;
+  for (cuda::Launch& launch : tuned.launches) {
+    if (launch.product == 0) launch.tile = cuda::sm90a_tile(16);
+    if (launch.product == 1) launch.tile = cuda::sm90a_tile(2);
+  }
+  const ir::Function probe = passes::compile_program(program, probe_options(real_options, cuda::CudaVariant{}));
+  const cuda::CudaVariant fixed = probe_variant(tuned, probe, cuda::CudaVariant{});
+  ASSERT_TRUE(fixed.product_tiles[0].has_value() && fixed.product_tiles[1].has_value());
+  EXPECT_TRUE(fixed.product_tiles[0]->sm90a);
+  EXPECT_EQ(fixed.product_tiles[0]->splits, 1);
+  EXPECT_EQ(fixed.product_tiles[1]->splits, 2);
+}
+
 TEST(CudaFirstUseCheck, PassesCorrectKernelsRefusesAWrongTileAndRunsOnce) {
   const dsl::Program program = kernels::load_program_by_name_or_path("jordan_ns5");
   const passes::CompileOptions real_options = options_for(1024, 4096, 1, ir::StrategyKind::Gram);
