@@ -74,19 +74,34 @@ class CudaOrthogonalizer : public CompiledOrthogonalizer {
   std::shared_ptr<const cuda::CudaRunner> runner_;
 };
 
+void check_first_use(const dsl::Program& program, const ir::Function& function, const cuda::CudaVariant& variant, const passes::CompileOptions& compile);
+
 // Loaded variants keyed by the scheduled IR's text and the variant (the program cache under them
-// keeps the compiled images across processes).
+// keeps the compiled images across processes). With `first_use` (the real program's compile
+// options), a runner about to be built for the first time is first judged by the first-use check
+// (cuda_first_use_check.h), whose probe runners come from here without it; outside the lock,
+// since the probe loads its own runner.
 std::shared_ptr<const cuda::CudaRunner> cached_cuda_runner(const dsl::Program& program, const ir::Function& function, const cuda::CudaVariant& variant,
-                                                           double& compile_seconds) {
+                                                           double& compile_seconds, const passes::CompileOptions* first_use = nullptr) {
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<const cuda::CudaRunner>> cache;
   const std::string key = ir::print_function(function) + "\n" + variant.label();
-  std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = cache.find(key); it != cache.end()) {
+  auto cached = [&]() -> std::shared_ptr<const cuda::CudaRunner> {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto it = cache.find(key);
+    return it == cache.end() ? nullptr : it->second;
+  };
+  if (auto runner = cached()) {
     compile_seconds = 0;
-    return it->second;
+    return runner;
   }
   try {
+    if (first_use) check_first_use(program, function, variant, *first_use);
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) {  // another thread built it meanwhile
+      compile_seconds = 0;
+      return it->second;
+    }
     std::shared_ptr<const cuda::CudaRunner> runner = cuda::build_cuda_runner(program, function, variant, kernels::cuda_device_headers());
     compile_seconds = runner->compile_seconds();
     cache.emplace(key, runner);
@@ -94,6 +109,26 @@ std::shared_ptr<const cuda::CudaRunner> cached_cuda_runner(const dsl::Program& p
   } catch (const std::invalid_argument& error) {
     throw UsageError(error.what());
   }
+}
+
+// Kernels nothing has judged on this device yet run a small probe of the same program first;
+// wrong ones refuse the program (cuda_first_use_check.h).
+void check_first_use(const dsl::Program& program, const ir::Function& function, const cuda::CudaVariant& variant, const passes::CompileOptions& compile) {
+  if (variant.kind != cuda::CudaVariant::Kind::Generated && variant.kind != cuda::CudaVariant::Kind::FusedSmall) return;  // vendor libraries
+  const cuda::Device& device = cuda::Device::get();
+  const cuda::CudaProgram real = cuda::generate_variant(function, variant, device.info().max_shared_per_block_optin, std::max(1, device.info().multiprocessors));
+  const CudaFirstUseCheck check = check_cuda_variant_on_first_use(
+      program, compile, real, variant, [&](const ir::Function& probe, const cuda::CudaVariant& kernels, const std::vector<float>& input) {
+        double probe_compile_seconds = 0;
+        const auto probe_runner = cached_cuda_runner(program, probe, kernels, probe_compile_seconds);
+        std::vector<float> output(input.size());
+        probe_runner->run(input.data(), output.data());
+        return output;
+      });
+  if (!check.passed)
+    throw UnavailableError("--backend cuda: the " + variant.label() + " kernels failed their first-use check on " + device.info().describe() + " (" +
+                           check.detail + "); run --variant cublaslt, tune this shape (orthojit tune --backend cuda), or use --backend cpu. "
+                           "ORTHOJIT_CUDA_FIRST_USE_CHECK=off skips the check");
 }
 #endif
 
@@ -325,33 +360,10 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     if (function.policy.storage != ScalarType::BF16 && function.policy.storage != ScalarType::F16)
       throw UsageError("--backend cuda runs bf16 or f16 storage (tensor-core products); " + program.name + " stores " +
                        std::string(to_string(function.policy.storage)) + ": add --precision bf16 (or f16), or use --backend cpu");
-    // Kernels nothing has judged on this device yet (not a tuned record's: the tuner checked
-    // those here) run a small probe of the same program first (cuda_first_use_check.h).
-    if (!options.cuda_variant.empty() || tuned_variant.empty()) {
-      const cuda::Device& device = cuda::Device::get();
-      const bool generated = variant.kind == cuda::CudaVariant::Kind::Generated || variant.kind == cuda::CudaVariant::Kind::FusedSmall;
-      CudaFirstUseCheck check;
-      try {
-        const cuda::CudaProgram real = generated ? cuda::generate_variant(function, variant, device.info().max_shared_per_block_optin,
-                                                                          std::max(1, device.info().multiprocessors))
-                                                 : cuda::CudaProgram{};
-        check = check_cuda_variant_on_first_use(
-          program, compile, real, variant, [&](const ir::Function& probe, const cuda::CudaVariant& kernels, const std::vector<float>& input) {
-            double probe_compile_seconds = 0;
-            const auto probe_runner = cached_cuda_runner(program, probe, kernels, probe_compile_seconds);
-            std::vector<float> output(input.size());
-            probe_runner->run(input.data(), output.data());
-            return output;
-          });
-      } catch (const std::invalid_argument& error) {  // a variant that cannot run this function: as cached_cuda_runner says
-        throw UsageError(error.what());
-      }
-      if (!check.passed)
-        throw UnavailableError("--backend cuda: the " + variant.label() + " kernels failed their first-use check on " + device.info().describe() + " (" +
-                               check.detail + "); run --variant cublaslt, tune this shape (orthojit tune --backend cuda), or use --backend cpu. "
-                               "ORTHOJIT_CUDA_FIRST_USE_CHECK=off skips the check");
-    }
-    auto runner = cached_cuda_runner(program, function, variant, jit_seconds);
+    // Kernels a tuning record chose were checked on this device by the tuner; others are checked
+    // when their runner is first built.
+    const bool judged_by_tuner = options.cuda_variant.empty() && !tuned_variant.empty();
+    auto runner = cached_cuda_runner(program, function, variant, jit_seconds, judged_by_tuner ? nullptr : &compile);
     compiled = std::make_shared<CudaOrthogonalizer>(runner);
     compiled->target_ = "cuda " + cuda::Device::get().info().name + ", " + runner->description();
 #endif
