@@ -320,9 +320,10 @@ TEST(CudaBankConflicts, TheGeneratorPrintsThePlansFormulas) {
   const std::string source = generate_cuda(function, codegen).source;
   for (bool b_k : {true, false}) {
     const GemmSharedPlan plan = gemm_shared_plan(TileConfig{64, 64, 32, 2, 2}, true, b_k, 8, 8);
-    EXPECT_NE(source.find("[" + plan.a_read.row.code() + "][" + plan.a_read.col.code() + "]"), std::string::npos) << plan.a_read.row.code();
-    EXPECT_NE(source.find("[" + plan.b_read.row.code() + "][" + plan.b_read.col.code() + "]"), std::string::npos) << plan.b_read.row.code();
-    EXPECT_NE(source.find(definitions_code(plan.a_store.locals, "      ")), std::string::npos);
+    // The product's description returns each access's (row, col) from the plan's formulas.
+    EXPECT_NE(source.find("return {" + plan.a_read.row.code() + ", " + plan.a_read.col.code() + "};"), std::string::npos) << plan.a_read.row.code();
+    EXPECT_NE(source.find("return {" + plan.b_read.row.code() + ", " + plan.b_read.col.code() + "};"), std::string::npos) << plan.b_read.row.code();
+    EXPECT_NE(source.find(definitions_code(plan.a_store.locals, "    ")), std::string::npos);
   }
 }
 

@@ -21,6 +21,7 @@
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
 #include "reference/interpreter.h"
+#include "emulated_device_headers.h"
 #include "test_support.h"
 
 namespace orthojit::cuda {
@@ -237,15 +238,7 @@ std::optional<std::vector<double>> run_on_host_emulation(const CudaProgram& prog
   if (std::system("command -v c++ > /dev/null 2>&1") != 0) return std::nullopt;
   const std::filesystem::path directory = std::filesystem::path(::testing::TempDir()) / ("orthojit_fused_emulation_" + case_name);
   std::filesystem::create_directories(directory);
-  std::string device_header;
-  for (const auto& [name, text] : kernels::cuda_device_headers())
-    if (name == "orthojit_device.cuh") device_header = text;
-  const size_t fused_part = device_header.find("// ==== composed from the primitives above");
-  EXPECT_NE(fused_part, std::string::npos);
-  std::ofstream(directory / "fused_part.cuh") << device_header.substr(fused_part);
-  const std::filesystem::path tests = std::filesystem::path(ORTHOJIT_SOURCE_DIR) / "tests";
-  std::filesystem::copy_file(tests / "fused_small_host_emulation.h", directory / "orthojit_device.cuh", std::filesystem::copy_options::overwrite_existing);
-  std::filesystem::copy_file(tests / "cuda_host_emulation.h", directory / "cuda_host_emulation.h", std::filesystem::copy_options::overwrite_existing);
+  emulation::write_emulated_device_headers(directory, true);
   std::ofstream(directory / "kernel.cu") << program.source;
   const Launch& launch = program.launches[0];
   std::ostringstream driver;

@@ -28,6 +28,7 @@
 #include "cuda/nvrtc_compiler.h"
 #include "cuda_binutils.h"
 #include "cuda/orthojit_hopper_layout.cuh"
+#include "emulated_device_headers.h"
 #include "kernels/cuda_device_headers.h"
 
 namespace orthojit::cuda {
@@ -259,19 +260,7 @@ bool run_emulated(const EmulatedCase& c, Emulated& data, const std::string& name
   if (std::system("command -v c++ > /dev/null 2>&1") != 0) return false;
   const std::filesystem::path directory = std::filesystem::path(::testing::TempDir()) / ("orthojit_hopper_emulation_" + name);
   std::filesystem::create_directories(directory);
-  const std::filesystem::path tests = std::filesystem::path(ORTHOJIT_SOURCE_DIR) / "tests";
-  // orthojit_device.cuh: the emulated primitives and, as it is, the part of the real header
-  // composed from them (grouped_upper_tile among it), as HostEmulator arranges it.
-  std::filesystem::copy_file(tests / "cuda_host_emulation.h", directory / "cuda_host_emulation.h", std::filesystem::copy_options::overwrite_existing);
-  std::filesystem::copy_file(tests / "hopper_host_emulation.h", directory / "orthojit_hopper_primitives.cuh", std::filesystem::copy_options::overwrite_existing);
-  for (const auto& [header, text] : kernels::cuda_device_headers()) {
-    if (header == "orthojit_hopper_layout.cuh" || header == "orthojit_hopper_product.cuh") std::ofstream(directory / header) << text;
-    if (header == "orthojit_device.cuh") {
-      const size_t composed = text.find("// ==== composed from the primitives above");
-      EXPECT_NE(composed, std::string::npos);
-      std::ofstream(directory / "orthojit_device.cuh") << "#pragma once\n#include \"cuda_host_emulation.h\"\n" << text.substr(composed == std::string::npos ? 0 : composed);
-    }
-  }
+  emulation::write_emulated_device_headers(directory, true);
   const int element = c.b_mn_major ? 4 : 2;
   const int tiles_m = (c.m + 127) / 128, tiles_n = (c.n + 127) / 128;
   const HopperProductSpec& spec = spec_of(c);

@@ -1,7 +1,9 @@
 // Host emulation of the CUDA that orthojit generates, for the tests that run generated kernels on
 // the CPU (tests/cuda_fused_small_test.cpp through fused_small_host_emulation.h, and
 // tests/cuda_host_emulator.cpp for the per-op kernels of generate_cuda). Generated source compiles
-// as plain C++ against this header instead of kernels/cuda/orthojit_device.cuh:
+// as plain C++ against this header in place of kernels/cuda/orthojit_device_primitives.cuh (the
+// composed headers, orthojit_device.cuh and the product tiles, compile as they are;
+// tests/emulated_device_headers.h lays the files out):
 //
 //   * CTAs run one at a time; a CTA is one std::thread per CUDA thread, __syncthreads() a
 //     std::barrier. threadIdx and blockIdx are thread_local, gridDim and blockDim global.
@@ -115,7 +117,7 @@ inline u16 f32_to_f16(float value) {
 }
 
 // float64 arithmetic (the device's _rn intrinsics; compiled with -ffp-contract=off) and the
-// one-rounding conversions from f64, as orthojit_device.cuh computes them.
+// one-rounding conversions from f64, as orthojit_device_primitives.cuh computes them.
 inline double f64_add(double a, double b) { return a + b; }
 inline double f64_sub(double a, double b) { return a - b; }
 inline double f64_mul(double a, double b) { return a * b; }
@@ -212,7 +214,7 @@ inline void mma_16x8x16(bool bf16, float* c, const u32* a, const u32* b) {
     c[q] = sum;
   }
 }
-// ldmatrix.sync.aligned.m8n8.{x2,x4}.trans.shared.b16 (see orthojit_device.cuh): the lanes post a
+// ldmatrix.sync.aligned.m8n8.{x2,x4}.trans.shared.b16 (see orthojit_device_primitives.cuh): the lanes post a
 // row address each (lanes 8j..8j+7 matrix j's rows; 16-byte aligned, checked), then lane (g, t)
 // takes element g of rows 2t and 2t+1 of each matrix.
 template <int MATRICES>

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "kernels/cuda_device_headers.h"
+#include "emulated_device_headers.h"
 
 namespace orthojit::cuda::emulation {
 namespace {
@@ -67,30 +67,12 @@ bool host_compiler_available() { return std::system("command -v c++ > /dev/null 
 
 HostEmulator::HostEmulator(CudaProgram program, std::filesystem::path directory) : program_(std::move(program)), directory_(std::move(directory)) {
   std::filesystem::create_directories(directory_);
-  const std::filesystem::path tests = std::filesystem::path(ORTHOJIT_SOURCE_DIR) / "tests";
-  std::filesystem::copy_file(tests / "cuda_host_emulation.h", directory_ / "cuda_host_emulation.h", std::filesystem::copy_options::overwrite_existing);
-  // The generated source includes "orthojit_device.cuh": here, the emulation of its primitives and,
-  // as they are, the parts of the real header composed from them (quad_transpose, the fused
-  // small-matrix kernel's cta_product / FragmentSource). The fused kernel's only shared memory is
-  // `extern __shared__` (as tests/fused_small_host_emulation.h arranges for cuda_fused_small_test).
-  std::string device_header;
-  for (const auto& [name, text] : kernels::cuda_device_headers())
-    if (name == "orthojit_device.cuh") device_header = text;
-  const size_t composed_part = device_header.find("// ==== composed from the primitives above");
-  if (composed_part == std::string::npos) throw std::runtime_error("host emulation: the device header has no part composed from the primitives");
-  std::ofstream(directory_ / "composed_part.cuh") << device_header.substr(composed_part);
-  const bool dynamic_shared_only = program_.source.find("extern __shared__") != std::string::npos;
-  std::ofstream(directory_ / "orthojit_device.cuh") << "#pragma once\n" << (dynamic_shared_only ? "#define OJ_EMULATION_DYNAMIC_SHARED_ONLY\n" : "")
-                                                    << "#include \"cuda_host_emulation.h\"\n#include \"composed_part.cuh\"\n";
+  // The generated source includes "orthojit_device.cuh" (and the product tiles' headers): the real
+  // headers over the emulated primitives. The fused kernel's only shared memory is `extern __shared__`.
+  write_emulated_device_headers(directory_, program_.source.find("extern __shared__") != std::string::npos);
   std::ofstream(directory_ / "kernel.cu") << program_.source;
-  // Products on the sm_90a tile: its headers as they are, over tests/hopper_host_emulation.h in
-  // place of the Hopper primitives, and a function that fills an emulated tensor map.
+  // Products on the sm_90a tile get a function that fills an emulated tensor map.
   const bool hopper = program_.source.find("orthojit_hopper_product.cuh") != std::string::npos;
-  if (hopper) {
-    std::filesystem::copy_file(tests / "hopper_host_emulation.h", directory_ / "orthojit_hopper_primitives.cuh", std::filesystem::copy_options::overwrite_existing);
-    for (const auto& [name, text] : kernels::cuda_device_headers())
-      if (name == "orthojit_hopper_layout.cuh" || name == "orthojit_hopper_product.cuh") std::ofstream(directory_ / name) << text;
-  }
   std::ostringstream trampolines;
   trampolines << (hopper ? "#include <new>\n" : "") << "#include \"kernel.cu\"\n\n";
   if (hopper)

@@ -2,10 +2,10 @@
 // for tests without a GPU. Test infrastructure, not product code.
 //
 // The program's source is compiled with the host `c++` into a shared library, against
-// tests/cuda_host_emulation.h in place of the device vocabulary (one std::thread per CUDA thread,
+// tests/cuda_host_emulation.h in place of the device primitives (one std::thread per CUDA thread,
 // a std::barrier for __syncthreads, the MMA as a warp collective, conversions rounding as the PTX
-// ones do; tests/hopper_host_emulation.h for the sm_90a tile's primitives), plus one trampoline
-// per kernel:
+// ones do; tests/hopper_host_emulation.h for the sm_90a tile's primitives) and the composed device
+// headers as they are (tests/emulated_device_headers.h), plus one trampoline per kernel:
 //
 //   extern "C" int oj_emu_launch_<kernel>(void* const* args, int count, const unsigned grid[3], unsigned block)
 //

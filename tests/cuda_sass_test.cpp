@@ -4,7 +4,7 @@
 // for /usr/bin/python3). No GPU is needed. For every product kernel of a standard and a Gram
 // schedule, on sm_80 and sm_90:
 //   * tensor-core MMAs (HMMA.16816) and no local memory (LDL/STL: spills or arrays behind pointers);
-//   * a kernel whose source loads fragments with ldmatrix.trans has the transposing LDSM
+//   * a kernel whose description has an operand that is not k-contiguous (read by ldmatrix.trans) has the transposing LDSM
 //     (LDSM.16.MT88) and, when its operands move in 16-byte chunks, no 16-bit shared stores
 //     (STS.U16: the transposing stores it replaced) in its main loop; a triangular product's
 //     shared-memory mirror has its 16-bit transposing stores after the last MMA, and 16-byte
@@ -32,11 +32,12 @@
 namespace orthojit::cuda {
 namespace {
 
-// The source of one kernel: from its declaration to the next kernel's.
-std::string kernel_source(const std::string& source, const std::string& name) {
-  const size_t begin = source.find(") " + name + "(");
+// The description a product kernel instantiates orthojit_mma_product.cuh with (the generated
+// `struct <kernel>_product { ... };`), or "" when there is none.
+std::string product_description(const std::string& source, const std::string& name) {
+  const size_t begin = source.find("struct " + name + "_product {");
   if (begin == std::string::npos) return "";
-  const size_t end = source.find("extern \"C\"", begin);
+  const size_t end = source.find("\n};\n", begin);
   return source.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
 }
 
@@ -67,19 +68,21 @@ TEST(CudaSass, ProductKernelsUseTensorCoresLdmatrixAndCpAsyncWithoutLocalMemory)
         const auto found = sass.find(launch.kernel);
         ASSERT_NE(found, sass.end());
         const std::string& code = found->second;
-        const std::string source = kernel_source(program.source, launch.kernel);
+        const std::string description = product_description(program.source, launch.kernel);
+        ASSERT_FALSE(description.empty()) << "no product description";
         ++products;
         EXPECT_NE(code.find("HMMA.16816.F32"), std::string::npos);
         EXPECT_EQ(code.find("LDL"), std::string::npos) << "local memory loads";
         EXPECT_EQ(code.find("STL"), std::string::npos) << "local memory stores";
-        if (source.find("ldmatrix_x4_trans") != std::string::npos || source.find("ldmatrix_x2_trans") != std::string::npos) {
+        // An operand that is not k-contiguous is read by ldmatrix.trans.
+        if (description.find("A_K_CONTIGUOUS = false") != std::string::npos || description.find("B_K_CONTIGUOUS = false") != std::string::npos) {
           ++ldmatrix_kernels;
           EXPECT_NE(code.find("LDSM.16.MT88"), std::string::npos) << "no transposing ldmatrix";
           // With 16-byte chunks of both operands (cp.async, or uint4 registers) every shared store
           // is 16 bytes; a 16-bit one would be a transposing store left behind. (Odd shapes move
           // single elements and store them one by one, along the rows: not transposing.)
           const bool wide = launch.summary.find("cp.async") != std::string::npos ||
-                            (source.find("uint4 ra[") != std::string::npos && source.find("uint4 rb[") != std::string::npos);
+                            description.find("VA = 8, VB = 8,") != std::string::npos;
           if (wide) {
             // The shared-memory mirror of a triangular product writes the rounded tile transposed,
             // 16 bits at a time, in the epilogue: after the main loop's last MMA. None before it.

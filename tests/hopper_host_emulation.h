@@ -1,7 +1,8 @@
 // Host emulation of kernels/cuda/orthojit_hopper_primitives.cuh, for tests/cuda_hopper_product_test.cpp:
 // the sm_90a products (orthojit_hopper_product.cuh) compile unchanged as host C++ against this
 // header (under the primitives' include name) and tests/cuda_host_emulation.h (under
-// orthojit_device.cuh: one std::thread per CUDA thread, CTAs in turn, __syncthreads a barrier).
+// orthojit_device_primitives.cuh: one std::thread per CUDA thread, CTAs in turn, __syncthreads a
+// barrier); tests/emulated_device_headers.h lays the files out.
 // Test infrastructure, not product code. What is modelled, from the PTX ISA:
 //
 //   * The shared window: shared_address() of shared_memory[0] is kWindowOffset, deliberately not

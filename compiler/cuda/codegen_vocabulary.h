@@ -38,10 +38,10 @@ struct View : StridedMatrix {
   View transposed() const { return transposed_view(*this); }
 };
 
-// Whether the device headers store `type` (orthojit_device.cuh's oj::Bf16, oj::F16, oj::F32).
+// Whether the device headers store `type` (orthojit_device_primitives.cuh's oj::Bf16, oj::F16, oj::F32).
 inline bool device_storable(ScalarType type) { return type == ScalarType::BF16 || type == ScalarType::F16 || type == ScalarType::F32; }
 
-// The orthojit_device.cuh type that loads and stores `type` ("oj::Bf16", ...).
+// The device header type that loads and stores `type` ("oj::Bf16", ...).
 inline const char* storage_tag(ScalarType type) {
   switch (type) {
     case ScalarType::BF16: return "oj::Bf16";

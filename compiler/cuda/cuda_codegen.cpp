@@ -10,9 +10,8 @@
 #include "cuda/codegen_vocabulary.h"
 #include "cuda/elementwise_codegen.h"
 #include "cuda/hopper_codegen.h"
+#include "cuda/mma_product_codegen.h"
 #include "cuda/orthojit_hopper_layout.cuh"
-#include "cuda/shared_layout.h"
-#include "cuda/tile_schedule.h"
 
 namespace orthojit::cuda {
 namespace {
@@ -446,297 +445,29 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                                         std::to_string(n) + "x" + std::to_string(k) + ") was given the sm_90a tile, which cannot run it: " + reason);
         }
         if (triangular && tile.bm != tile.bn) tile = fallback;  // triangular scheduling needs square tiles
-        const int64_t tiles_m = (m + tile.bm - 1) / tile.bm, tiles_n = (n + tile.bn - 1) / tile.bn;
-        const View c = has_c ? operand(2) : View{};
-        // 32-bit index arithmetic when every per-matrix offset fits (64-bit addresses cost registers:
-        // 255 and spills for the 128x128 tile, against well under 200 with int offsets).
-        const bool narrow = std::max({a.matrix_stride, b.matrix_stride, out.matrix_stride, c.matrix_stride, m * k, k * n, m * n}) < (int64_t{1} << 31);
-        auto idx = [&](int64_t value) { return narrow ? std::to_string(value) : ll(value); };
-        const char* mma = a.type == ScalarType::BF16 ? "oj::mma_bf16" : "oj::mma_f16";
-        const bool a_k_contiguous = a.col_stride == 1;
-        const bool b_k_contiguous = b.row_stride == 1;
-        const int wm = tile.bm / tile.warps_m, wn = tile.bn / tile.warps_n;
-        // Global -> registers -> shared, written out where used (not as lambdas: arrays captured by
-        // reference end up in local memory). Each thread moves chunks of V consecutive elements
-        // along the operand's contiguous dimension: 16-byte loads (V = 8) when extents and strides
-        // allow, else pairs, else single values. A chunk is wholly inside or outside the matrix.
-        auto vector_width = [&](const View& view, bool k_contiguous, int64_t contiguous_extent) {
-          const int64_t other_stride = k_contiguous ? (view.col_stride == 1 ? view.row_stride : view.col_stride)
-                                                    : (view.row_stride == 1 ? view.col_stride : view.row_stride);
-          for (int width : {8, 2})
-            if (contiguous_extent % width == 0 && other_stride % width == 0 && view.matrix_stride % width == 0) return width;
-          return 1;
-        };
-        const int va = vector_width(a, a_k_contiguous, a_k_contiguous ? k : m);
-        const int vb = vector_width(b, b_k_contiguous, b_k_contiguous ? k : n);
-        // The shared tiles, who moves which chunk and every index formula of a shared access
-        // (shared_layout.h: the same formulas tests/cuda_bank_conflict_test.cpp checks for bank
-        // conflicts).
-        // A triangular product writes its mirrored tile through shared memory (the mirror tile of
-        // shared_layout.h) where D is 16-bit and row-major in whole 16-byte chunks and the tile
-        // reuses the cp.async stages; elsewhere each element's mirror is a 2-byte store.
-        const bool mirror_layout = triangular && options.vector_epilogue && !carries_update[index] && is_16bit(node.type) && out.col_stride == 1 &&
-                                   out.row_stride % 8 == 0 && out.matrix_stride % 8 == 0 && n % 8 == 0 && (wn / 8) % 2 == 0 && tile.bm % 16 == 0;
-        GemmSharedPlan plan = gemm_shared_plan(tile, a_k_contiguous, b_k_contiguous, va, vb, mirror_layout);
-        if (plan.mirror && !(plan.pipelined && mirror_fits(plan))) plan = gemm_shared_plan(tile, a_k_contiguous, b_k_contiguous, va, vb);
-        const bool shared_mirror = plan.mirror;
-        // The persistent schedule of a triangular product (tile_schedule.h): about one wave of
-        // CTAs, each taking work items (matrix, upper tile) in the grouped order.
-        const int64_t work_items = triangular ? tiles_m * (tiles_m + 1) / 2 * function.batch : 0;
-        // One wave: the CTAs one SM holds at once (registers estimated at 128 per thread, about
-        // what ptxas reports for these kernels; more CTAs than fit only queue behind the first).
-        const int64_t persistent_grid = triangular ? persistent_ctas(work_items, options.multiprocessors,
-                                                                     resident_ctas_per_sm(tile.threads(), plan.pipelined ? plan.stages * plan.stage_bytes : plan.stage_bytes, 128))
-                                                   : 0;
-        const TriangularOrder order{static_cast<int>(tiles_m), triangular_group(static_cast<int>(tiles_m), persistent_grid)};
-        if (work_items >= (int64_t{1} << 31)) throw std::invalid_argument("gemm %" + std::to_string(index) + ": " + std::to_string(work_items) + " tiles in one launch (at most 2^31 - 1)");
-        source << "// " << node.name << " = " << node.alpha << "·A·B" << (has_c ? " + " + std::to_string(node.beta) + "·C" : "")
-               << (node.gamma != 0 ? " + " + std::to_string(node.gamma) + "·I" : "") << ": " << m << "x" << n << "x" << k
-               << (triangular ? ", triangular (persistent, bands of " + std::to_string(order.group) + " tile rows" + (shared_mirror ? ", mirror through shared memory)" : ")") : "")
-               << ", tile " << tile.label() << "\n"
-               << "extern \"C\" __global__ void __launch_bounds__(" << tile.threads() << ") " << name << "(const oj::u16* __restrict__ a_all, const oj::u16* __restrict__ b_all, "
-               << (has_c ? pointer_type(c) : std::string("const float*")) << " __restrict__ c_all, "
-               << (carries_update[index] ? std::string("const oj::u64* __restrict__ args") : std::string(storage_tag(node.type)) + "::storage* __restrict__ d_all") << ") {\n"
-               << "  constexpr int M = " << m << ", N = " << n << ", K = " << k << ";\n"
-               << "  constexpr int BM = " << tile.bm << ", BN = " << tile.bn << ", BK = " << tile.bk << ", WM = " << wm << ", WN = " << wn
-               << ", WARPS_N = " << tile.warps_n << ", THREADS = " << tile.threads() << ";\n"
-               << "  constexpr int FM = WM / 16, FN = WN / 8;\n"
-               << "  const int tid = threadIdx.x;\n" << definitions_code(plan.thread, "  ");
-        // The per-tile part goes into `body`: once per CTA, or once per work item of the
-        // persistent loop.
-        std::ostringstream body;
-        body << "  const oj::u16* __restrict__ a = a_all + z * " << ll(a.matrix_stride) << ";\n"
-             << "  const oj::u16* __restrict__ b = b_all + z * " << ll(b.matrix_stride) << ";\n"
-             << (has_c ? "  const auto* __restrict__ c = c_all + z * " + ll(c.matrix_stride) + ";\n" : "")
-             << (carries_update[index] ? "  const oj::u64* io = args + z * " + std::to_string(ir::kMuonStepWords) + ";\n"
-                                       : "  auto* __restrict__ d = d_all + z * " + ll(out.matrix_stride) + ";\n")
-             << "  const int row0 = ti * BM, col0 = tj * BN;\n"
-             << "  float acc[FM][FN][4];\n"
-             << "#pragma unroll\n  for (int x = 0; x < FM; ++x)\n#pragma unroll\n    for (int y = 0; y < FN; ++y)\n"
-             << "#pragma unroll\n      for (int q = 0; q < 4; ++q) acc[x][y][q] = 0.0f;\n";
-        auto register_type = [](int width) { return width == 8 ? "uint4" : width == 2 ? "oj::u32" : "oj::u16"; };
-        auto zero = [](int width) { return width == 8 ? "make_uint4(0u, 0u, 0u, 0u)" : width == 2 ? "0u" : "(oj::u16)0"; };
-        // Which chunk thread-chunk e moves (row, col of the stored tile), then where that lies in
-        // the operand: rows of a k-contiguous operand run along m (A) or n (B), else along k.
-        auto chunk_position = [&](const SharedAccess& store, bool k_contiguous, const char* origin, const std::string& k0) {
-          return definitions_code(store.locals, "      ") + "      const int gr = " + origin + " + " + (k_contiguous ? "row" : "col") + ", gk = " + k0 + " + " +
-                 (k_contiguous ? "col" : "row") + ";\n";
-        };
-        auto chunk_loop = [&](const SharedAccess& store) {
-          return "#pragma unroll\n    for (int s = 0; s < " + std::to_string(store.loops.front().second.size()) + "; ++s) {\n";
-        };
-        auto operand_load = [&](const SharedAccess& store, const char* regs, const char* pointer, int width, bool k_contiguous, const char* origin,
-                                const char* extent, int64_t row_stride_of_rows, int64_t stride_of_k, const std::string& k0) {
-          return chunk_loop(store) + chunk_position(store, k_contiguous, origin, k0) + "      " + regs + "[s] = (gr < " + extent + " && gk < K) ? *reinterpret_cast<const " +
-                 register_type(width) + "*>(&" + pointer + "[gr * " + idx(row_stride_of_rows) + " + gk * " + idx(stride_of_k) + "]) : " + zero(width) + ";\n    }\n";
-        };
-        auto operand_store = [&](const SharedAccess& store, const char* regs, const char* shared, int width) {
-          return chunk_loop(store) + definitions_code(store.locals, "      ") + "      *reinterpret_cast<" + register_type(width) + "*>(&" + shared + "[" +
-                 store.row.code() + "][" + store.col.code() + "]) = " + regs + "[s];\n    }\n";
-        };
-        auto load_code = [&](const std::string& k0) {
-          return operand_load(plan.a_store, "ra", "a", va, a_k_contiguous, "row0", "M", a.row_stride, a.col_stride, k0) +
-                 operand_load(plan.b_store, "rb", "b", vb, b_k_contiguous, "col0", "N", b.col_stride, b.row_stride, k0);
-        };
-        const std::string store_code = operand_store(plan.a_store, "ra", "As", va) + operand_store(plan.b_store, "rb", "Bs", vb);
-        if ((tile.bm * tile.bk / va) % tile.threads() != 0 || (tile.bn * tile.bk / vb) % tile.threads() != 0)
-          throw std::invalid_argument("tile " + tile.label() + ": the tile's chunks do not divide evenly among its threads");
-        // Shared tiles as loaded (shared_layout.h): rows along the operand's contiguous dimension,
-        // padded by 8 halves; fragments by 32-bit loads where k runs along the rows, by
-        // ldmatrix.trans where it runs down the columns.
-        const std::string a_shape = plan.as.shape(), b_shape = plan.bs.shape();
-        const int stage_bytes = plan.stage_bytes, stages = plan.stages;
-        // The cp.async pipeline (sm_80+): 16-byte chunks go from global straight into shared
-        // memory, `stages` k-tiles in flight, one barrier per k-tile. It needs 16-byte chunks
-        // of both operands along their rows and two stages within the 48 KiB of static shared
-        // memory; otherwise registers stage one tile ahead.
-        const bool pipelined = plan.pipelined;
-        if (pipelined) {
-          auto issue = [&](const SharedAccess& store, const char* shared, bool k_contiguous, const char* pointer, const char* origin, const char* extent,
-                           int64_t row_stride_of_rows, int64_t stride_of_k) {
-            // Outside the matrix: a valid address and a source size of 0 (cp.async zero-fills).
-            return chunk_loop(store) + chunk_position(store, k_contiguous, origin, "k0") + "      const bool inside = gr < " + extent + " && gk < K;\n" +
-                   "      oj::cp_async_16(&" + shared + "[stage][" + store.row.code() + "][" + store.col.code() + "], &" + pointer + "[inside ? gr * " +
-                   idx(row_stride_of_rows) + " + gk * " + idx(stride_of_k) + " : 0], inside);\n    }\n";
-          };
-          // Written out at both places it is used (a lambda capturing the shared arrays by
-          // reference would put them behind a local-memory pointer).
-          auto issue_tile = [&](const std::string& which, const std::string& indent) {
-            return indent + "{\n" + indent + "  const int stage = (" + which + ") % STAGES, k0 = (" + which + ") * BK;\n" +
-                   issue(plan.a_store, "As_stages", a_k_contiguous, "a", "row0", "M", a.row_stride, a.col_stride) +
-                   issue(plan.b_store, "Bs_stages", b_k_contiguous, "b", "col0", "N", b.col_stride, b.row_stride) + indent + "}\n";
-          };
-          // One block of shared memory for the stages (and, after the main loop, the mirror tile).
-          const int a_elements = plan.as.rows * plan.as.pitch, b_elements = plan.bs.rows * plan.bs.pitch;
-          source << "  constexpr int STAGES = " << stages << ", TILES = (K + BK - 1) / BK;\n"
-                 << "  __shared__ __align__(128) oj::u16 shared_tiles[STAGES * " << a_elements + b_elements << "];\n"
-                 << "  auto& As_stages = *reinterpret_cast<oj::u16 (*)[STAGES]" << a_shape << ">(shared_tiles);\n"
-                 << "  auto& Bs_stages = *reinterpret_cast<oj::u16 (*)[STAGES]" << b_shape << ">(shared_tiles + STAGES * " << a_elements << ");\n";
-          body << "  // k-tile t goes into stage t % STAGES.\n"
-               << "#pragma unroll\n  for (int pre = 0; pre < STAGES - 1; ++pre) {\n    if (pre < TILES)\n" << issue_tile("pre", "    ")
-               << "    oj::cp_async_commit();\n  }\n"
-               // Unrolled by two: ptxas (NVRTC 13, sm_90) spilled a register or two here both with
-               // its own partial unrolling and with none, in some of the shipped shapes; by two it
-               // spilled in none (tests/cuda_codegen_test.cpp checks every generated kernel). Inside
-               // the persistent loop of a triangular product, by two spilled 8-12 bytes (168
-               // registers) on the 40x40x136 X·Xᵀ of a gram schedule, not unrolled none.
-               << (triangular ? "#pragma unroll 1\n" : "#pragma unroll 2\n") << "  for (int tile = 0; tile < TILES; ++tile) {\n"
-               << "    oj::cp_async_wait<STAGES - 2>();  // this thread's copies of `tile` landed\n"
-               << "    __syncthreads();  // everyone's did, and everyone finished computing tile - 1, whose stage is refilled next\n"
-               << "    if (tile + STAGES - 1 < TILES)\n" << issue_tile("tile + STAGES - 1", "    ")
-               << "    oj::cp_async_commit();  // an empty group at the end keeps the count\n"
-               << "    auto& As = As_stages[tile % STAGES];\n    auto& Bs = Bs_stages[tile % STAGES];\n";
-        } else {
-          source << "  __shared__ __align__(16) oj::u16 As" << a_shape << ";\n  __shared__ __align__(16) oj::u16 Bs" << b_shape << ";\n";
-          body << "  " << register_type(va) << " ra[BM * BK / " << va << " / THREADS];\n  " << register_type(vb) << " rb[BN * BK / " << vb << " / THREADS];\n";
-          body << "  {\n" << load_code("0") << "  }\n"
-               << "  for (int k0 = 0; k0 < K; k0 += BK) {\n"
-               << "    __syncthreads();  // everyone is done reading the previous tile\n"
-               << store_code << "    __syncthreads();\n"
-               << "    if (k0 + BK < K) {  // the next tile's loads overlap this tile's MMAs\n" << load_code("(k0 + BK)") << "    }\n";
-        }
-        const SharedAccess &ar = plan.a_read, &br = plan.b_read;
-        body << "#pragma unroll\n    for (int kk = 0; kk < BK; kk += 16) {\n"
-             << "      oj::u32 af[FM][4], bf[FN][2];\n"
-             << "#pragma unroll\n      for (int x = 0; x < FM; ++x)"
-             << (a_k_contiguous ? "\n#pragma unroll\n        for (int q = 0; q < 4; ++q) af[x][q] = *reinterpret_cast<const oj::u32*>(&As[" + ar.row.code() + "][" +
-                                      ar.col.code() + "]);\n"
-                                : " oj::ldmatrix_x4_trans(af[x], &As[" + ar.row.code() + "][" + ar.col.code() + "]);\n")
-             << (b_k_contiguous ? "#pragma unroll\n      for (int y = 0; y < FN; ++y)\n#pragma unroll\n        for (int q = 0; q < 2; ++q) bf[y][q] = *reinterpret_cast<const oj::u32*>(&Bs[" +
-                                      br.row.code() + "][" + br.col.code() + "]);\n"
-                 : plan.b_ldmatrix_x4 ? "#pragma unroll\n      for (int y = 0; y < FN; y += 2) oj::ldmatrix_x4_trans(&bf[y][0], &Bs[" + br.row.code() + "][" + br.col.code() + "]);\n"
-                                      : "#pragma unroll\n      for (int y = 0; y < FN; ++y) oj::ldmatrix_x2_trans(bf[y], &Bs[" + br.row.code() + "][" + br.col.code() + "]);\n")
-             << "#pragma unroll\n      for (int x = 0; x < FM; ++x)\n#pragma unroll\n        for (int y = 0; y < FN; ++y) " << mma << "(acc[x][y], af[x], bf[y]);\n"
-             << "    }\n  }\n";
-        // Epilogue: α·acc + β·C + γ·I, rounded once to D's type; a triangular product stores the
-        // upper element and its mirror (diagonal tiles too), so D is exactly symmetric.
-        const bool vector_d = shared_mirror || (options.vector_epilogue && !triangular && !carries_update[index] && is_16bit(node.type) && out.col_stride == 1 &&
-                                                out.row_stride % 8 == 0 && out.matrix_stride % 8 == 0 && n % 8 == 0 && (wn / 8) % 2 == 0);
-        if (vector_d) {
-          // 16-byte accesses: the accumulator gives lane (g, t) columns 2t, 2t + 1 of rows g and
-          // g + 8 of each 8-column fragment; quad_transpose swaps the quad's pairs of two
-          // fragments (slot s: fragment y + s/2, row half s%2) so that lane t holds all 8 columns
-          // of one row chunk (fragment y + t/2, row g + 8·(t%2)): one 16-byte C load and one
-          // 16-byte D store instead of eight 2-byte ones. The per-element arithmetic is the
-          // scalar epilogue's, so D's bits are the same.
-          const bool vector_c = has_c && is_16bit(c.type) && c.col_stride == 1 && c.row_stride % 8 == 0 && c.matrix_stride % 8 == 0;
-          if (shared_mirror)
-            body << "  __syncthreads();  // every warp has read its last stage: the stage memory holds the mirror tile now\n"
-                 << "  auto& Ms = *reinterpret_cast<oj::u16 (*)[BN][BM]>(shared_tiles);\n";
-          body << "#pragma unroll\n  for (int x = 0; x < FM; ++x)\n#pragma unroll\n    for (int y = 0; y < FN; y += 2) {\n"
-               << "      oj::u32 lo[4], hi[4];\n"
-               << "#pragma unroll\n      for (int s = 0; s < 4; ++s) {\n"
-               << "        lo[s] = __float_as_uint(acc[x][y + s / 2][(s % 2) * 2]);\n"
-               << "        hi[s] = __float_as_uint(acc[x][y + s / 2][(s % 2) * 2 + 1]);\n      }\n"
-               << "      oj::quad_transpose(lo);  // every lane of the warp takes part\n      oj::quad_transpose(hi);\n"
-               << "      const int i = row0 + wrow + x * 16 + g + (t % 2) * 8, j0 = col0 + wcol + (y + t / 2) * 8;\n";
-          if (shared_mirror)
-            body << "      oj::u32 dw[4] = {0u, 0u, 0u, 0u};\n"
-                 << "      if (i < M && j0 < N) {  // N % 8 == 0: a chunk is wholly inside or outside\n";
-          else
-            body << "      if (i >= M || j0 >= N) continue;  // N % 8 == 0: a chunk is wholly inside or outside\n      {\n      oj::u32 dw[4];\n";
-          if (vector_c)
-            body << "      const uint4 cv = *reinterpret_cast<const uint4*>(&c[i * " << idx(c.row_stride) << " + j0]);\n"
-                 << "      const oj::u32 cw[4] = {cv.x, cv.y, cv.z, cv.w};\n";
-          body << "#pragma unroll\n      for (int w = 0; w < 4; ++w) {\n"
-               << "        oj::u32 packed = 0;\n"
-               << "#pragma unroll\n        for (int h = 0; h < 2; ++h) {\n"
-               << "          const int j = j0 + 2 * w + h;\n"
-               << "          float v = " << literal(node.alpha) << " * __uint_as_float(h ? hi[w] : lo[w]);\n";
-          if (has_c) {
-            if (vector_c)
-              body << "          v += " << literal(node.beta) << " * " << storage_tag(c.type) << "::load(static_cast<oj::u16>(h ? cw[w] >> 16 : cw[w] & 0xffffu));\n";
-            else
-              body << "          v += " << literal(node.beta) << " * " << storage_tag(c.type) << "::load(c[i * " << idx(c.row_stride) << " + j * " << idx(c.col_stride) << "]);\n";
-          }
-          if (node.gamma != 0) body << "          if (i == j) v += " << literal(node.gamma) << ";\n";
-          else body << "          (void)j;\n";
-          body << "          packed |= static_cast<oj::u32>(" << storage_tag(node.type) << "::store(v)) << (16 * h);\n        }\n"
-               << "        dw[w] = packed;\n      }\n";
-          if (shared_mirror) {
-            // The upper triangle: whole chunks off the diagonal tile or at or above the diagonal,
-            // element by element where a chunk crosses it (the diagonal tile's lower half is the
-            // mirror's).
-            body << "      if (ti != tj || j0 >= i) {\n"
-                 << "        *reinterpret_cast<uint4*>(&d[i * " << idx(out.row_stride) << " + j0]) = make_uint4(dw[0], dw[1], dw[2], dw[3]);\n"
-                 << "      } else if (j0 + 7 >= i) {\n"
-                 << "#pragma unroll\n        for (int w = 0; w < 8; ++w)\n"
-                 << "          if (j0 + w >= i) d[i * " << idx(out.row_stride) << " + j0 + w] = static_cast<oj::u16>(dw[w / 2] >> (16 * (w % 2)));\n"
-                 << "      }\n      }\n";
-            const SharedAccess& ms = plan.mirror_store;
-            body << "      // Ms[jl][il] = D[row0 + il][col0 + jl] (the swizzled mirror tile, shared_layout.h)\n"
-                 << "#pragma unroll\n      for (int w = 0; w < 8; ++w) {\n" << definitions_code(ms.locals, "        ")
-                 << "        Ms[" << ms.row.code() << "][" << ms.col.code() << "] = static_cast<oj::u16>(dw[w / 2] >> (16 * (w % 2)));\n      }\n    }\n";
-            const SharedAccess& mr = plan.mirror_read;
-            body << "  __syncthreads();  // the mirror tile is complete\n"
-                 << "  // The lower triangle: row col0 + mr of D takes columns row0 + mc .. + 7 from Ms's row mr.\n"
-                 << "#pragma unroll\n  for (int s = 0; s < " << mr.loops.front().second.size() << "; ++s) {\n" << definitions_code(mr.locals, "    ")
-                 << "    const int jr = col0 + mr, ic = row0 + mc;\n"
-                 << "    if (jr >= N || ic >= M) continue;\n"
-                 << "    const uint4 chunk = *reinterpret_cast<const uint4*>(&Ms[" << mr.row.code() << "][" << mr.col.code() << "]);\n"
-                 << "    if (ti != tj || ic + 7 < jr) {\n"
-                 << "      *reinterpret_cast<uint4*>(&d[jr * " << idx(out.row_stride) << " + ic]) = chunk;\n"
-                 << "    } else {\n"
-                 << "      const oj::u32 words[4] = {chunk.x, chunk.y, chunk.z, chunk.w};\n"
-                 << "#pragma unroll\n      for (int h = 0; h < 8; ++h)\n"
-                 << "        if (ic + h < jr) d[jr * " << idx(out.row_stride) << " + ic + h] = static_cast<oj::u16>(words[h / 2] >> (16 * (h % 2)));\n"
-                 << "    }\n  }\n";
-          } else {
-            body << "      *reinterpret_cast<uint4*>(&d[i * " << idx(out.row_stride) << " + j0]) = make_uint4(dw[0], dw[1], dw[2], dw[3]);\n"
-                 << "      }\n    }\n";
-          }
-        } else {
-          body << "#pragma unroll\n  for (int x = 0; x < FM; ++x)\n#pragma unroll\n    for (int y = 0; y < FN; ++y)\n#pragma unroll\n      for (int q = 0; q < 4; ++q) {\n"
-               << "        const int i = row0 + wrow + x * 16 + g + (q / 2) * 8, j = col0 + wcol + y * 8 + 2 * t + (q % 2);\n"
-               << "        if (i >= M || j >= N" << (triangular ? " || i > j" : "") << ") continue;\n"
-               << "        float v = " << literal(node.alpha) << " * acc[x][y][q];\n"
-               << (has_c ? "        v += " + literal(node.beta) + " * " + storage_tag(c.type) + "::load(c[i * " + idx(c.row_stride) + " + j * " + idx(c.col_stride) + "]);\n" : "")
-               << (node.gamma != 0 ? "        if (i == j) v += " + literal(node.gamma) + ";\n" : "");
-          if (carries_update[index]) {
-            if (triangular) throw std::logic_error("cuda codegen: a fused Muon update on a triangular product");
-            body << update_store(node, "        ") << "      }\n";
-          } else {
-            body << "        const auto stored = " << storage_tag(node.type) << "::store(v);\n"
-                 << "        d[i * " << idx(out.row_stride) << " + j * " << idx(out.col_stride) << "] = stored;\n"
-                 << (triangular ? "        if (i != j) d[j * " + idx(out.row_stride) + " + i * " + idx(out.col_stride) + "] = stored;\n" : "")
-                 << "      }\n";
-          }
-        }
-        if (triangular) {
-          // Indented one level into the work loop.
-          std::string indented;
-          std::istringstream lines(body.str());
-          for (std::string line; std::getline(lines, line);) indented += (line.empty() || line[0] == '#' ? "" : "  ") + line + "\n";
-          source << "  constexpr int TILES_T = " << order.tiles << ", GROUP = " << order.group << ", UPPER = " << order.upper_tiles()
-                 << ", WORK = " << work_items << ";\n"
-                 << "  for (int work = blockIdx.x; work < WORK; work += gridDim.x) {\n"
-                 << "    const long long z = work / UPPER;\n"
-                 << "    int ti, tj;\n    oj::grouped_upper_tile(work % UPPER, TILES_T, GROUP, ti, tj);\n"
-                 << indented
-                 << "    __syncthreads();  // the next work item's loads reuse the shared memory\n  }\n}\n\n";
-        } else {
-          source << "  const long long z = blockIdx.z;\n  const int ti = blockIdx.y, tj = blockIdx.x;\n" << body.str() << "}\n\n";
-        }
-        Launch launch;
-        launch.kernel = name;
-        if (triangular) {
-          launch.grid[0] = persistent_grid;
-        } else {
-          launch.grid[0] = tiles_n;
-          launch.grid[1] = tiles_m;
-          launch.grid[2] = function.batch;
-        }
-        launch.block = tile.threads();
-        launch.shared_bytes = pipelined ? stages * stage_bytes : stage_bytes;
-        launch.args = {a.slot, b.slot, has_c ? c.slot : Slot{Slot::Kind::Buffer, -1}, carries_update[index] ? Slot{Slot::Kind::StepArgs, -1} : out.slot};
-        launch.summary = "gemm %" + std::to_string(index) + " " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " tile " + tile.label() +
-                         (triangular ? std::string(" triangular, persistent") + (shared_mirror ? ", shared-memory mirror" : "") : std::string()) + (pipelined ? ", cp.async x" + std::to_string(stages) : ", register-staged");
+        MmaProductRequest request;
+        request.kernel = name;
+        request.a = a;
+        request.b = b;
+        request.has_c = has_c;
+        if (has_c) request.c = operand(2);
+        request.d = out;
+        request.m = m;
+        request.n = n;
+        request.k = k;
+        request.batch = function.batch;
+        request.triangular = triangular;
+        request.alpha = node.alpha;
+        request.beta = node.beta;
+        request.gamma = node.gamma;
+        request.tile = tile;
+        request.fused_update = carries_update[index];
+        if (request.fused_update) request.update_statements = update_store(node, "    ");
+        request.vector_epilogue = options.vector_epilogue;
+        request.multiprocessors = options.multiprocessors;
+        Launch launch = emit_mma_product(source, request);
+        launch.summary = "gemm %" + std::to_string(index) + " " + launch.summary;
         launch.product = product_index;
-        launch.m = m;
-        launch.n = n;
-        launch.k = k;
-        launch.triangular = triangular;
-        launch.tile = tile;
         program.launches.push_back(launch);
         break;
       }

@@ -206,7 +206,7 @@ GemmSharedPlan gemm_shared_plan(const TileConfig& tile, bool a_k_contiguous, boo
   ar.tile = plan.as;
   if (a_k_contiguous) {
     // af[x][q] = A[r + 8·(q % 2)][kk + 2t + 8·(q / 2)], r = wrow + 16x + g: the m16n8k16 A
-    // fragment (orthojit_device.cuh), one 32-bit pair per register.
+    // fragment (orthojit_device_primitives.cuh), one 32-bit pair per register.
     ar.what = "A fragment loads (32-bit)";
     ar.loops = {{"kk", k_steps}, {"x", xs}, {"q", {0, 1, 2, 3}}};
     ar.row = E::var("wrow") + x * E(16) + g + q % E(2) * E(8);

@@ -1,8 +1,10 @@
-// The shared-memory layout of a generated product kernel (cuda_codegen.cpp), as data: the index
-// formulas of every shared access, each written once as an IndexExpr that the generator prints
-// into the CUDA source and that tests/cuda_bank_conflict_test.cpp evaluates on the host for every
-// thread of every warp, counting the wavefronts each warp instruction needs. One formula, two
-// uses: a layout change that brings a bank conflict fails the test.
+// The shared-memory layout of a generated product kernel (mma_product_codegen.cpp and the device
+// template kernels/cuda/orthojit_mma_product.cuh), as data: the index formulas of every shared
+// access, each written once as an IndexExpr that the generator prints into the product's
+// description (the functions the template calls) and that tests/cuda_bank_conflict_test.cpp
+// evaluates on the host for every thread of every warp, counting the wavefronts each warp
+// instruction needs. One formula, two uses: a layout change that brings a bank conflict fails the
+// test.
 //
 // Layout (gemm_shared_plan): each operand's tile is stored as loaded, its contiguous dimension
 // along rows padded by 8 halves (16 bytes):
