@@ -49,6 +49,21 @@ std::vector<ProductClass> product_classes(const ir::Function& scheduled, const c
     const int64_t unsplit = items[static_cast<size_t>(std::find(eligible.begin(), eligible.end(), c.products.front()) - eligible.begin())];
     for (int splits = 2; splits <= kSearchedSplits; ++splits)
       if (cuda::split_k_valid(c.k, splits) && unsplit * (splits - 1) < multiprocessors) c.sm90a_splits.push_back(splits);
+    // The wide tile: asked of the generator itself, which refuses (with the reason) a product the
+    // tile cannot run (a triangular one, a D other than bf16).
+    if (c.triangular || c.n < 2 * static_cast<int64_t>(cuda::sm90a_tile().bn)) continue;
+    cuda::CodegenOptions wide;
+    wide.multiprocessors = multiprocessors;
+    for (int product : c.products) {
+      if (wide.gemm_tiles.size() <= static_cast<size_t>(product)) wide.gemm_tiles.resize(static_cast<size_t>(product) + 1);
+      wide.gemm_tiles[static_cast<size_t>(product)] = cuda::sm90a_wide_tile();
+    }
+    try {
+      cuda::generate_cuda(scheduled, wide);
+      c.sm90a_wide_eligible = true;
+    } catch (const std::invalid_argument&) {
+      c.sm90a_wide_eligible = false;
+    }
   }
   // Most work first; equal work in schedule order (stable).
   std::stable_sort(classes.begin(), classes.end(), [](const ProductClass& a, const ProductClass& b) { return a.flops() > b.flops(); });
@@ -72,6 +87,7 @@ std::vector<CudaCandidate> class_candidates(const CudaSearchSpace& space, ir::St
   if (space.hopper && target.sm90a_eligible) {
     tiles.push_back(cuda::sm90a_tile());
     for (int splits : target.sm90a_splits) tiles.push_back(cuda::sm90a_tile(splits));
+    if (target.sm90a_wide_eligible) tiles.push_back(cuda::sm90a_wide_tile());
   }
   for (const cuda::TileConfig& tile : tiles) {
     if (tile.label() == target.tile.label()) continue;

@@ -31,6 +31,9 @@ struct ProductClass {
   // s non-empty parts and the unsplit product leaves SMs idle (its work items times s - 1 fewer
   // than the device's multiprocessors), so that the splits run in otherwise idle SMs.
   std::vector<int> sm90a_splits{};
+  // The 128x256 sm_90a tile can run its products too (dense, bf16 D) and they are at least two
+  // tiles of 128 wide (narrower ones would mostly compute padding).
+  bool sm90a_wide_eligible = false;
   std::string label() const;  // "1024x1024x1024 triangular (x14)"
   double flops() const { return 2.0 * static_cast<double>(m * n * k) * (triangular ? 0.5 : 1.0) * static_cast<double>(products.size()); }
 };

@@ -154,8 +154,9 @@ struct Report {
   std::string device, device_error;  // device_error: why nothing ran
   double cublas_tflops = 0;
   std::string cublas_error;  // why there is no cuBLAS rate
-  // The sm_90a product tile alone at 8192^3 (bf16 in, bf16 D, K-major and MN-major B): TFLOP/s.
-  double hopper_k_tflops = 0, hopper_mn_tflops = 0;
+  // The sm_90a product tile alone at 8192^3 (bf16 in, bf16 D, K-major and MN-major B): TFLOP/s,
+  // 128x128 and 128x256 (wide).
+  double hopper_k_tflops = 0, hopper_mn_tflops = 0, hopper_wide_k_tflops = 0, hopper_wide_mn_tflops = 0;
   std::string hopper_error;  // why it was not measured (not a 9.0 device, a failure)
   int repeats = 0;
   bool complete = false;
@@ -164,8 +165,8 @@ struct Report {
 
 // The sm_90a product tile's rate at n^3 (median of `repeats`, random bf16 operands as cuBLAS's
 // rate is measured on), in the same run as cuBLAS's; throws when the device cannot run it.
-double hopper_product_tflops(bool b_mn_major, int64_t n, int repeats) {
-  const cuda::HopperProductSpec spec{b_mn_major, ScalarType::BF16, false};  // D = A·B, no C
+double hopper_product_tflops(bool b_mn_major, bool wide, int64_t n, int repeats) {
+  const cuda::HopperProductSpec spec{b_mn_major, ScalarType::BF16, false, wide};  // D = A·B, no C
   const std::string reason = cuda::hopper_product_unsupported_reason(spec, n, n, n, cuda::Device::get().info().sm);
   if (!reason.empty()) throw std::runtime_error(reason);
   const cuda::HopperProduct kernel(spec, kernels::cuda_device_headers());
@@ -201,6 +202,13 @@ std::string table_text(const Report& report) {
     table << line;
     if (report.cublas_tflops > 0) {
       std::snprintf(line, sizeof line, " (%.0f%% and %.0f%% of cuBLAS)", 100.0 * report.hopper_k_tflops / report.cublas_tflops, 100.0 * report.hopper_mn_tflops / report.cublas_tflops);
+      table << line;
+    }
+    std::snprintf(line, sizeof line, "\nsm_90a 128x256 tile (8192^3): K-major B %.1f TFLOP/s, MN-major B %.1f TFLOP/s", report.hopper_wide_k_tflops, report.hopper_wide_mn_tflops);
+    table << line;
+    if (report.cublas_tflops > 0) {
+      std::snprintf(line, sizeof line, " (%.0f%% and %.0f%% of cuBLAS)", 100.0 * report.hopper_wide_k_tflops / report.cublas_tflops,
+                    100.0 * report.hopper_wide_mn_tflops / report.cublas_tflops);
       table << line;
     }
     table << "\n";
@@ -258,6 +266,8 @@ void write_outputs(const std::string& out_dir, const Report& report) {
   json << "{\n  \"device\": " << json_string(report.device) << ",\n  \"device_error\": " << json_string(report.device_error)
        << ",\n  \"cublas_gemm_tflops_8192\": " << report.cublas_tflops << ",\n  \"cublas_error\": " << json_string(report.cublas_error)
        << ",\n  \"hopper_product_kmajor_tflops_8192\": " << report.hopper_k_tflops << ",\n  \"hopper_product_mnmajor_tflops_8192\": " << report.hopper_mn_tflops
+       << ",\n  \"hopper_product_wide_kmajor_tflops_8192\": " << report.hopper_wide_k_tflops
+       << ",\n  \"hopper_product_wide_mnmajor_tflops_8192\": " << report.hopper_wide_mn_tflops
        << ",\n  \"hopper_product_error\": " << json_string(report.hopper_error)
        << ",\n  \"repeats\": " << report.repeats << ",\n  \"complete\": " << (report.complete ? "true" : "false") << ",\n  \"cases\": [\n";
   for (size_t r = 0; r < report.rows.size(); ++r) {
@@ -347,9 +357,12 @@ int main(int argc, char** argv) {
     }
   if (!report.cublas_error.empty()) std::printf("cuBLAS bf16 GEMM rate not measured: %s\n\n", report.cublas_error.c_str());
   try {
-    report.hopper_k_tflops = hopper_product_tflops(false, 8192, 10);
-    report.hopper_mn_tflops = hopper_product_tflops(true, 8192, 10);
-    std::printf("sm_90a product tile 8192^3: K-major B %.1f, MN-major B %.1f TFLOP/s (medians of 10)\n\n", report.hopper_k_tflops, report.hopper_mn_tflops);
+    report.hopper_k_tflops = hopper_product_tflops(false, false, 8192, 10);
+    report.hopper_mn_tflops = hopper_product_tflops(true, false, 8192, 10);
+    std::printf("sm_90a product tile 8192^3: K-major B %.1f, MN-major B %.1f TFLOP/s (medians of 10)\n", report.hopper_k_tflops, report.hopper_mn_tflops);
+    report.hopper_wide_k_tflops = hopper_product_tflops(false, true, 8192, 10);
+    report.hopper_wide_mn_tflops = hopper_product_tflops(true, true, 8192, 10);
+    std::printf("sm_90a 128x256 tile 8192^3: K-major B %.1f, MN-major B %.1f TFLOP/s (medians of 10)\n\n", report.hopper_wide_k_tflops, report.hopper_wide_mn_tflops);
   } catch (const std::exception& error) {
     report.hopper_error = error.what();
     std::printf("sm_90a product tile not measured: %s\n\n", report.hopper_error.c_str());

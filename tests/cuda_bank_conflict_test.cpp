@@ -20,6 +20,7 @@
 // The stores must also cover the tile exactly once (the chunk placement is a bijection).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
@@ -199,7 +200,9 @@ TEST(CudaBankConflicts, TheMirrorTileIsConflictFreeAndTheSwizzleIsWhy) {
 // pair of a thread stored exactly once, at the coordinates the accumulator layout gives it.
 enum class HopperEpilogueAccess { CRead, DStore, MirrorStore, DiagonalMirrorStore };
 
-Count count_hopper_epilogue(HopperEpilogueAccess kind, uint32_t element_bytes, bool plain_register_order, std::vector<int>& coverage) {
+// `tile_n`: the tile's width, 128 or (the 128x256 tile, dense and bf16 only) 256.
+Count count_hopper_epilogue(HopperEpilogueAccess kind, uint32_t element_bytes, bool plain_register_order, std::vector<int>& coverage,
+                            uint32_t tile_n = oj::hopper::kTileN) {
   namespace hopper = oj::hopper;
   Count count;
   SharedAccess access;
@@ -209,7 +212,7 @@ Count count_hopper_epilogue(HopperEpilogueAccess kind, uint32_t element_bytes, b
   for (uint32_t consumer = 0; consumer < hopper::kConsumerGroups; ++consumer)
     for (uint32_t warp = 0; warp < 4; ++warp) {
       std::set<uint32_t> registers[32];
-      for (uint32_t r = 0; r < 64; r += 2) {
+      for (uint32_t r = 0; r < tile_n / 2; r += 2) {
         std::vector<int64_t> address(32, -1);
         std::ostringstream where;
         where << "sm_90a epilogue " << names[static_cast<int>(kind)] << " (" << element_bytes << "-byte D" << (plain_register_order ? ", plain register order" : "") << "): consumer " << consumer
@@ -239,17 +242,17 @@ Count count_hopper_epilogue(HopperEpilogueAccess kind, uint32_t element_bytes, b
           EXPECT_EQ(pair.reg % 2, 0u);
           EXPECT_TRUE(registers[lane].insert(pair.reg).second) << where.str() << ", lane " << lane << ": register " << pair.reg << " a second time";
           EXPECT_LT(pair.row, hopper::kTileM);
-          EXPECT_LT(pair.col + 1, hopper::kTileN);
-          if (pair.row >= hopper::kTileM || pair.col + 1 >= hopper::kTileN) return count;
+          EXPECT_LT(pair.col + 1, tile_n);
+          if (pair.row >= hopper::kTileM || pair.col + 1 >= tile_n) return count;
           const uint32_t byte = hopper::swizzle_128b(hopper::epilogue_offset(pair.row, pair.col, offset_bytes));
           EXPECT_EQ(byte % static_cast<uint32_t>(access.bytes), 0u) << where.str() << ", lane " << lane << ": misaligned";
           address[lane] = byte;
-          for (uint32_t e = 0; e < 2; ++e) ++coverage[pair.row * hopper::kTileN + pair.col + e];
+          for (uint32_t e = 0; e < 2; ++e) ++coverage[pair.row * tile_n + pair.col + e];
         }
         count_instruction(access, address, where.str(), count);
       }
       if (kind != HopperEpilogueAccess::DiagonalMirrorStore) {
-        for (const std::set<uint32_t>& each : registers) EXPECT_EQ(each.size(), 32u);
+        for (const std::set<uint32_t>& each : registers) EXPECT_EQ(each.size(), tile_n / 4);
       }
     }
   return count;
@@ -281,6 +284,15 @@ TEST(CudaBankConflicts, TheHopperTileEpilogueIsConflictFreeAndCoversItsTiles) {
   std::fill(coverage.begin(), coverage.end(), 0);
   const Count plain_bf16 = count_hopper_epilogue(HopperEpilogueAccess::DStore, 2, true, coverage);
   EXPECT_EQ(plain_bf16.wavefronts, plain_bf16.minimum) << plain_bf16.first_conflict;
+  // The 128x256 tile (bf16 D, dense): C's reads and D's stores over 128 registers per thread, the
+  // four 64-column boxes of its epilogue tile, conflict-free and each element once.
+  for (HopperEpilogueAccess kind : {HopperEpilogueAccess::CRead, HopperEpilogueAccess::DStore}) {
+    std::vector<int> wide(hopper::kTileM * hopper::kWideTileN, 0);
+    const Count count = count_hopper_epilogue(kind, 2, false, wide, hopper::kWideTileN);
+    EXPECT_EQ(count.instructions, 2 * 4 * 64);
+    EXPECT_EQ(count.wavefronts, count.minimum) << count.first_conflict;
+    EXPECT_EQ(std::count(wide.begin(), wide.end(), 1), static_cast<int64_t>(wide.size())) << static_cast<int>(kind);
+  }
 }
 
 // The counter finds what it is there to find: the placement the generator used before (chunk e

@@ -588,24 +588,26 @@ TEST(CudaGeneratedEmulation, HopperTileProductsMatchTheReference) {
   // Split-K per product, mixed with unsplit products in each program (a split of 1, or one that
   // does not fit the product's K, keeps the unsplit tile): K = 200 is 4 K tiles of 64 (2 splits of
   // 2, 4 of 1; 3 would leave an empty split: not offered), K = 136 is 3 (3 splits of 1; 2 splits of
-  // 2 and 1: a shorter last split); the batch of 3 splits too. One program per form keeps the
-  // emulation's compile time to three programs.
-  auto split = [](const ir::Function& function, std::vector<int> splits) {
+  // 2 and 1: a shorter last split); the batch of 3 splits too. In the standard programs the dense
+  // B·X runs on the 128x256 tile (its N of 200 and 136 ragged inside one tile column). One
+  // program per form keeps the emulation's compile time to three programs.
+  auto split = [](const ir::Function& function, std::vector<int> splits, bool wide_dense) {
     CodegenOptions options;
     size_t next = 0;
     for (const ir::Node& node : function.nodes)
       if (node.kind == ir::OpKind::Gemm) {
         const int s = splits[next++ % splits.size()];
-        options.gemm_tiles.push_back(split_k_valid(function.node(node.operands[0]).shape.cols.size, s) ? sm90a_tile(s) : sm90a_tile());
+        if (wide_dense && !node.symmetric) options.gemm_tiles.push_back(sm90a_wide_tile());
+        else options.gemm_tiles.push_back(split_k_valid(function.node(node.operands[0]).shape.cols.size, s) ? sm90a_tile(s) : sm90a_tile());
       }
     return options;
   };
   const ir::Function standard = schedule(shipped("jordan_ns5"), 136, 200, 1, kStandard, ScalarType::BF16);
   const ir::Function gram = schedule(shipped("jordan_ns5"), 136, 200, 1, kGram, ScalarType::BF16);
   const ir::Function batched = schedule(shipped("jordan_ns5"), 72, 136, 3, kStandard, ScalarType::BF16);
-  cases.push_back(make_case("jordan_ns5 bf16 standard 136x200 sm_90a tile", standard, split(standard, {2, 3, 4, 1})));
-  cases.push_back(make_case("jordan_ns5 bf16 gram 136x200 sm_90a tile", gram, split(gram, {3, 2, 1})));
-  cases.push_back(make_case("jordan_ns5 bf16 standard 72x136x3 sm_90a tile", batched, split(batched, {2, 1})));
+  cases.push_back(make_case("jordan_ns5 bf16 standard 136x200 sm_90a tile", standard, split(standard, {2, 3, 4, 1}, true)));
+  cases.push_back(make_case("jordan_ns5 bf16 gram 136x200 sm_90a tile", gram, split(gram, {3, 2, 1}, false)));
+  cases.push_back(make_case("jordan_ns5 bf16 standard 72x136x3 sm_90a tile", batched, split(batched, {2, 1}, true)));
   for (const Case& c : cases) {
     int tile_launches = 0, products = 0, triangular_tiles = 0;
     for (const Launch& launch : c.program.launches) {
@@ -621,6 +623,9 @@ TEST(CudaGeneratedEmulation, HopperTileProductsMatchTheReference) {
       if (!launch.tensor_maps.empty()) (launch.tile.splits > 1 ? split_launches : unsplit_launches) += 1;
     EXPECT_GT(split_launches, 0) << c.name << ": some products split K";
     EXPECT_GT(unsplit_launches, 0) << c.name << ": some products keep the unsplit tile";
+    int wide_launches = 0;
+    for (const Launch& launch : c.program.launches) wide_launches += launch.hopper_tile() && launch.tile.label() == sm90a_wide_tile().label();
+    EXPECT_EQ(wide_launches > 0, c.name.find("standard") != std::string::npos) << c.name << ": the dense products of the standard programs take the 128x256 tile";
   }
   run_cases(cases);
 }

@@ -13,6 +13,7 @@
 //     (tests/cuda_device_test.cpp).
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <sstream>
 #include <tuple>
 #include <string>
@@ -22,6 +23,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_codegen.h"
 #include "cuda/hopper_codegen.h"
+#include "cuda/orthojit_hopper_layout.cuh"
 #include "cuda/nvrtc_compiler.h"
 #include "cuda_binutils.h"
 #include "kernels/cuda_device_headers.h"
@@ -289,6 +291,69 @@ TEST(HopperCodegen, SplitKRunsPartialsIntoAnF32WorkspaceAndAReduction) {
   EXPECT_EQ(sm90a_tile(3).label(), "sm90a/k3");
   EXPECT_NE(sm90a_tile(0).invalid_reason(), "");
   EXPECT_EQ(CudaVariant::parse("generated per-product sm90a/k2,-").label(), "generated per-product sm90a/k2,-");
+}
+
+// The 128x256 tile (sm90a_wide_tile) as a per-product choice: B·X of a standard step runs on it
+// (one launch per product, persistent over batch x 128-row x 256-column tiles, 3 stages of 48 KiB
+// beside the 64 KiB epilogue tile, B's box 256 rows when K-major), compiles for sm_90a without
+// spills into HGMMA.64x256x16; the products it cannot run (X·Xᵀ and A·A, triangular) are
+// refused with the reason; the label round-trips and split-K is not a wide-tile option.
+TEST(HopperCodegen, TheWideTileRunsDenseProductsAndRefusesTriangularOnes) {
+  const ir::Function function = schedule("jordan_ns5", 256, 1000, 2, ir::StrategyKind::Standard, ScalarType::BF16);
+  CodegenOptions options;
+  for (const ir::Node& node : function.nodes)
+    if (node.kind == ir::OpKind::Gemm) options.gemm_tiles.push_back(node.symmetric ? std::optional<TileConfig>() : std::optional<TileConfig>(sm90a_wide_tile()));
+  const CudaProgram program = generate_cuda(function, options);
+  int wide = 0;
+  for (const Launch& launch : program.launches) {
+    if (!launch.hopper_tile()) continue;
+    SCOPED_TRACE(launch.summary);
+    ++wide;
+    EXPECT_EQ(launch.tile.label(), "sm90a/n256");
+    EXPECT_FALSE(launch.triangular);
+    EXPECT_NE(launch.summary.find("128x256x64"), std::string::npos);
+    // 2 matrices x 2 tile rows x 4 tile columns (1000 / 256, rounded up).
+    EXPECT_NE(launch.summary.find("persistent over 16 work items"), std::string::npos);
+    EXPECT_EQ(launch.dynamic_shared_bytes, static_cast<int>(oj::hopper::dynamic_shared_bytes(2, false, oj::hopper::kWideTileN)));
+    EXPECT_GT(launch.dynamic_shared_bytes, 200 * 1024);
+  }
+  EXPECT_EQ(wide, 5) << "B·X of each of the 5 steps";
+  const NvrtcOutput compiled = compile_cuda(program.source, kernels::cuda_device_headers(), "sm_90a");
+  for (const Launch& launch : program.launches) {
+    const auto found = compiled.resources.find(launch.kernel);
+    ASSERT_NE(found, compiled.resources.end()) << launch.kernel;
+    EXPECT_EQ(found->second.spill_store_bytes + found->second.spill_load_bytes + found->second.stack_bytes, 0) << launch.kernel << "\n" << compiled.log;
+  }
+  EXPECT_EQ(compiled.log.find("C7514"), std::string::npos) << "ptxas serialized the wgmma pipeline:\n" << compiled.log;
+  std::string looked;
+  const std::string folder = binutils(looked);
+  if (!folder.empty()) {
+    const auto sass = sass_by_function(folder, compiled);
+    for (const Launch& launch : program.launches)
+      if (launch.hopper_tile()) {
+        ASSERT_NE(sass.find(launch.kernel), sass.end()) << launch.kernel;
+        const std::string& code = sass.at(launch.kernel);
+        EXPECT_NE(code.find("HGMMA.64x256x16.F32.BF16"), std::string::npos) << launch.kernel;
+        EXPECT_EQ(code.find("LDL"), std::string::npos) << launch.kernel << ": local memory";
+        EXPECT_EQ(code.find("STL"), std::string::npos) << launch.kernel << ": local memory";
+      }
+  }
+  // Every product on the wide tile: X·Xᵀ (the first) is triangular and refused, saying why.
+  CodegenOptions all_wide;
+  for (const ir::Node& node : function.nodes)
+    if (node.kind == ir::OpKind::Gemm) all_wide.gemm_tiles.push_back(sm90a_wide_tile());
+  try {
+    (void)generate_cuda(function, all_wide);
+    ADD_FAILURE() << "a triangular product ran on the 128x256 tile";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("a triangular product on the 128x256 tile"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(sm90a_wide_tile().label(), "sm90a/n256");
+  EXPECT_EQ(sm90a_wide_tile().invalid_reason(), "");
+  TileConfig split_wide = sm90a_wide_tile();
+  split_wide.splits = 2;
+  EXPECT_NE(split_wide.invalid_reason(), "");
+  EXPECT_EQ(CudaVariant::parse("generated per-product -,-,sm90a/n256").label(), "generated per-product -,-,sm90a/n256");
 }
 
 TEST(HopperCodegen, VariantLabelsRoundTrip) {

@@ -67,15 +67,17 @@ TEST(HopperLayout, Swizzle128PermutesTheChunksOfEachRowByTheRow) {
 }
 
 TEST(HopperLayout, AccumulatorFragmentCoversTheTileOnce) {
-  std::set<std::pair<u32, u32>> seen;
-  for (u32 t = 0; t < 128; ++t)
-    for (u32 r = 0; r < 64; ++r) {
-      const Coordinate at = accumulator_coordinate(t, r);
-      EXPECT_LT(at.row, 64u);
-      EXPECT_LT(at.col, 128u);
-      seen.insert({at.row, at.col});
-    }
-  EXPECT_EQ(seen.size(), 64u * 128u);
+  for (u32 n : {kTileN, kWideTileN}) {  // m64n128k16 (64 registers) and m64n256k16 (128)
+    std::set<std::pair<u32, u32>> seen;
+    for (u32 t = 0; t < 128; ++t)
+      for (u32 r = 0; r < n / 2; ++r) {
+        const Coordinate at = accumulator_coordinate(t, r);
+        EXPECT_LT(at.row, 64u);
+        EXPECT_LT(at.col, n);
+        seen.insert({at.row, at.col});
+      }
+    EXPECT_EQ(seen.size(), 64u * n);
+  }
   // The PTX ISA's figure for .m64nNk16 .f32: lane 5 of warp 0 holds rows 1 and 9, columns 2-3 of
   // each 8-column block; warp 3 starts at row 48.
   EXPECT_EQ(accumulator_coordinate(5, 0).row, 1u);
@@ -95,9 +97,9 @@ TEST(HopperLayout, StepDescriptorsAddressWhatTheTmaBoxesWrote) {
       for (u32 g = 0; g < kConsumerGroups; ++g)
         for (u32 row = 0; row < 64; ++row)
           ASSERT_EQ(swizzle_128b(k_major_address(decode_descriptor(a_descriptor(a, g, j)), row, k)), swizzle_128b(a + (64 * g + row) * 128 + (16 * j + k) * 2));
-      for (u32 n = 0; n < kTileN; ++n) {
-        // K-major B: one box of 128 N rows x 64 k. MN-major: boxes of 64 K rows x 64 n, the second
-        // 64 rows of 128 bytes after the first.
+      for (u32 n = 0; n < kWideTileN; ++n) {
+        // K-major B: one box of 128 (or, the wide tile, 256) N rows x 64 k. MN-major: boxes of 64
+        // K rows x 64 n, each next one 64 rows of 128 bytes after the one before (2 or 4 of them).
         ASSERT_EQ(swizzle_128b(k_major_address(decode_descriptor(b_descriptor_k_major(b, j)), n, k)), swizzle_128b(b + n * 128 + (16 * j + k) * 2));
         ASSERT_EQ(swizzle_128b(mn_major_address(decode_descriptor(b_descriptor_mn_major(b, j)), n, k)),
                   swizzle_128b(b + (n / 64) * 64 * 128 + (16 * j + k) * 128 + (n % 64) * 2));
@@ -108,7 +110,14 @@ TEST(HopperLayout, StepDescriptorsAddressWhatTheTmaBoxesWrote) {
 // The kernels the tests instantiate, as the host side writes them: B K-major with bf16 D, with and
 // without C, and B MN-major with f32 D and C (C bf16).
 const HopperProductSpec kKMajor{false, ScalarType::BF16, true}, kKMajorNoC{false, ScalarType::BF16, false}, kMnMajor{true, ScalarType::F32, true};
-std::string entry_source() { return hopper_product_source(kKMajor) + hopper_product_source(kKMajorNoC) + hopper_product_source(kMnMajor); }
+// The 128 x 256 tile (bf16 D): K-major B with C, MN-major B without.
+const HopperProductSpec kKMajorWide{false, ScalarType::BF16, true, true}, kMnMajorWideNoC{true, ScalarType::BF16, false, true};
+const HopperProductSpec* const kEntrySpecs[] = {&kKMajor, &kKMajorNoC, &kMnMajor, &kKMajorWide, &kMnMajorWideNoC};
+std::string entry_source() {
+  std::string source;
+  for (const HopperProductSpec* spec : kEntrySpecs) source += hopper_product_source(*spec);
+  return source;
+}
 
 TEST(HopperProduct, HostSideSaysWhatItCannotRunAndAsksForTheBoxesTheKernelReads) {
   EXPECT_EQ(kKMajor.kernel_name(), "orthojit_hopper_product_kmajor_bf16_c");
@@ -120,6 +129,7 @@ TEST(HopperProduct, HostSideSaysWhatItCannotRunAndAsksForTheBoxesTheKernelReads)
   EXPECT_EQ(hopper_product_unsupported_reason(kKMajor, 1024, 1001, 1024, 90), "");  // a K-major B's rows are K long
   EXPECT_NE(hopper_product_unsupported_reason(kMnMajor, 1024, 1001, 1024, 90).find("n = 1001"), std::string::npos);
   EXPECT_THROW(hopper_product_source({false, ScalarType::F16}), std::invalid_argument);
+  EXPECT_THROW(hopper_product_source({false, ScalarType::F32, true, true}), std::invalid_argument);  // the wide tile writes bf16
   // The boxes: A 64 k x 128 rows; K-major B 64 k x 128 rows of Bᵀ; MN-major B 64 n x 64 k (two
   // per stage): each one row of 128 bytes wide, as the 128-byte swizzle requires, and together
   // the stage's bytes, which the producer's expect_tx announces.
@@ -136,6 +146,13 @@ TEST(HopperProduct, HostSideSaysWhatItCannotRunAndAsksForTheBoxesTheKernelReads)
   EXPECT_EQ(a.box[0] * a.box[1] * 2, kStageABytes);
   EXPECT_EQ(bk.box[0] * bk.box[1] * 2, kStageBBytes);
   EXPECT_EQ(2 * bm.box[0] * bm.box[1] * 2, kStageBBytes);
+  // The 128 x 256 tile: K-major B in one box of 256 rows (TMA's largest), MN-major in four of 64
+  // columns, 32 KiB of B per stage either way.
+  const TensorMapRequest wide_k = hopper_b_map(kKMajorWide, 300, 200), wide_mn = hopper_b_map(kMnMajorWideNoC, 300, 200);
+  EXPECT_EQ(wide_k.box[1], kWideTileN);
+  EXPECT_LE(wide_k.box[1], 256u);
+  EXPECT_EQ(wide_k.box[0] * wide_k.box[1] * 2, stage_bytes(kWideTileN) - kStageABytes);
+  EXPECT_EQ(kWideTileN / 64 * wide_mn.box[0] * wide_mn.box[1] * 2, stage_bytes(kWideTileN) - kStageABytes);
   // C and D: boxes of one 128-byte row (64 bf16 or 32 f32 columns) x 128 rows, what the epilogue
   // tile holds per box; D's element size is its type's.
   const TensorMapRequest cm = hopper_c_map(300, 136, 144), dk = hopper_d_map(kKMajor, 300, 136, 144), dm = hopper_d_map(kMnMajor, 300, 136, 144);
@@ -166,6 +183,13 @@ TEST(HopperLayout, SharedPlanFitsTheStagesBesideTheEpilogueTiles) {
       EXPECT_EQ(plan.bytes, plan.barriers + (2 * plan.stages + 1) * 8);
       EXPECT_LE(dynamic_shared_bytes(bytes, triangular), kMaxDynamicSharedBytes);
     }
+  // The 128 x 256 tile (dense, bf16 D): three 48 KiB stages beside its 64 KiB epilogue tile.
+  const SharedPlan wide = shared_plan(2, false, kWideTileN);
+  EXPECT_EQ(wide.stages, 3u);
+  EXPECT_EQ(wide.d_tile, 3 * stage_bytes(kWideTileN));
+  EXPECT_EQ(wide.d_tile % kSwizzleAtomBytes, 0u);
+  EXPECT_EQ(wide.barriers, wide.d_tile + kTileM * kWideTileN * 2);
+  EXPECT_LE(dynamic_shared_bytes(2, false, kWideTileN), kMaxDynamicSharedBytes);
   // The epilogue tile's element offsets cover its bytes once (a permutation after the swizzle too).
   for (u32 bytes : {2u, 4u}) {
     std::set<u32> seen;
@@ -194,7 +218,7 @@ TEST(HopperLayout, GroupedTileOrderVisitsEveryTileOnce) {
 
 TEST(HopperProduct, CompilesForSm90aWithoutSpillsAndNotForSm90) {
   const NvrtcOutput output = compile_cuda(entry_source(), kernels::cuda_device_headers(), "sm_90a");
-  ASSERT_EQ(output.resources.size(), 3u) << output.log;
+  ASSERT_EQ(output.resources.size(), std::size(kEntrySpecs)) << output.log;
   for (const auto& [name, resources] : output.resources) {
     SCOPED_TRACE(name);
     EXPECT_EQ(resources.spill_store_bytes, 0) << output.log;
@@ -217,12 +241,13 @@ TEST(HopperProduct, SassHasHgmmaTmaBarrierWaitsAndRegisterReallocationWithoutLoc
   const std::string folder = binutils(looked);
   if (folder.empty()) GTEST_SKIP() << "cuobjdump and nvdisasm not found in:" << looked << " (scripts/install-deps.sh installs them from PyPI)";
   const auto sass = sass_by_function(folder, compile_cuda(entry_source(), kernels::cuda_device_headers(), "sm_90a"));
-  for (const std::string& kernel : {kKMajor.kernel_name(), kKMajorNoC.kernel_name(), kMnMajor.kernel_name()}) {
+  for (const HopperProductSpec* spec : kEntrySpecs) {
+    const std::string kernel = spec->kernel_name();
     SCOPED_TRACE(kernel);
     const auto found = sass.find(kernel);
     ASSERT_NE(found, sass.end());
     const std::string& code = found->second;
-    EXPECT_NE(code.find("HGMMA.64x128x16.F32.BF16"), std::string::npos);
+    EXPECT_NE(code.find(spec->wide ? "HGMMA.64x256x16.F32.BF16" : "HGMMA.64x128x16.F32.BF16"), std::string::npos);
     EXPECT_NE(code.find("UTMALDG.3D"), std::string::npos);
     EXPECT_NE(code.find("UTMASTG.3D"), std::string::npos) << "D leaves through TMA stores";
     EXPECT_NE(code.find("SYNCS.PHASECHK.TRANS64.TRYWAIT"), std::string::npos);
@@ -241,9 +266,10 @@ TEST(HopperProduct, SassHasHgmmaTmaBarrierWaitsAndRegisterReallocationWithoutLoc
 
 struct EmulatedCase {
   int m, n, k;
-  bool b_mn_major;  // the f32-output kernel; the others have bf16 D
+  bool b_mn_major;  // 128 x 128: the f32-output kernel; the others have bf16 D
   float alpha, beta, gamma;  // beta 0: the kernel without C
   int ctas;                  // the persistent grid (fewer than the tiles: CTAs run several)
+  bool wide = false;         // the 128 x 256 tile (bf16 D; with C when K-major, without when MN-major)
 };
 
 // Compiles the kernels against the emulation and runs one case; returns D (m x ldd) or nothing
@@ -254,16 +280,20 @@ struct Emulated {
   int ldc = 0, ldd = 0;
 };
 
-const HopperProductSpec& spec_of(const EmulatedCase& c) { return c.b_mn_major ? kMnMajor : c.beta != 0 ? kKMajor : kKMajorNoC; }
+const HopperProductSpec& spec_of(const EmulatedCase& c) {
+  if (c.wide) return c.b_mn_major ? kMnMajorWideNoC : kKMajorWide;
+  return c.b_mn_major ? kMnMajor : c.beta != 0 ? kKMajor : kKMajorNoC;
+}
+bool f32_d(const EmulatedCase& c) { return spec_of(c).d_type == ScalarType::F32; }
 
 bool run_emulated(const EmulatedCase& c, Emulated& data, const std::string& name) {
   if (std::system("command -v c++ > /dev/null 2>&1") != 0) return false;
   const std::filesystem::path directory = std::filesystem::path(::testing::TempDir()) / ("orthojit_hopper_emulation_" + name);
   std::filesystem::create_directories(directory);
   emulation::write_emulated_device_headers(directory, true);
-  const int element = c.b_mn_major ? 4 : 2;
-  const int tiles_m = (c.m + 127) / 128, tiles_n = (c.n + 127) / 128;
   const HopperProductSpec& spec = spec_of(c);
+  const int element = f32_d(c) ? 4 : 2, tile_n = static_cast<int>(spec.tile_n());
+  const int tiles_m = (c.m + 127) / 128, tiles_n = (c.n + tile_n - 1) / tile_n;
   std::ostringstream driver;
   driver << "#define OJ_EMULATION_DYNAMIC_SHARED_ONLY\n#include <cstdio>\n#include <vector>\n#include \"kernel.cu\"\n"
          << "template <class T> std::vector<T> read(const char* path, size_t count) {\n"
@@ -279,7 +309,7 @@ bool run_emulated(const EmulatedCase& c, Emulated& data, const std::string& name
          << "  std::vector<unsigned char> d(size_t(m) * ldd * " << element << ", 0xff);\n"
          << "  oj::hopper::TensorMap a_map, b_map, c_map, d_map;\n"
          << "  rows(a_map, a.data(), 2, k, m, k, 128);\n"
-         << (c.b_mn_major ? "  rows(b_map, b.data(), 2, n, k, n, 64);\n" : "  rows(b_map, b.data(), 2, k, n, k, 128);\n")
+         << (c.b_mn_major ? "  rows(b_map, b.data(), 2, n, k, n, 64);\n" : "  rows(b_map, b.data(), 2, k, n, k, " + std::to_string(tile_n) + ");\n")
          << "  rows(c_map, c.data(), 2, n, m, ldc, 128);\n"
          << "  rows(d_map, d.data(), " << element << ", n, m, ldd, 128);\n"
          << "  const unsigned grid[3] = {" << c.ctas << ", 1, 1};\n"
@@ -314,11 +344,16 @@ TEST(HopperProduct, HostEmulationMatchesAnF64ProductOnEveryEdgeAndStageRound) {
       {130, 248, 320, true, 1.0f, 0.5f, 0.0f, 3},      // MN-major B, f32 D, a ragged second tile column
       {300, 390, 136, false, 1.0f, 0.0f, 0.5f, 2},     // 12 tiles on 2 persistent CTAs: stage phases across items, no C
       {260, 300, 72, false, -1.0f, 2.0f, 0.0f, 2},     // 9 tiles on 2 CTAs with C: C's loads and stores on one tile
+      // The 128 x 256 tile: K-major B with C and γ over 6 tiles (a ragged third tile row and
+      // second tile column: its last two C boxes and D boxes partly or wholly outside), 3 stage
+      // rounds on one item; MN-major B without C, four 64-column blocks per stage.
+      {300, 440, 200, false, 0.5f, 1.5f, 0.75f, 2, true},
+      {136, 264, 64 * 7, true, 1.0f, 0.0f, 0.0f, 1, true},
   };
   std::mt19937 random(20261203);
   std::normal_distribution<float> gaussian;
   for (const EmulatedCase& c : cases) {
-    const std::string name = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + (c.b_mn_major ? "_mn" : "_k");
+    const std::string name = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + (c.b_mn_major ? "_mn" : "_k") + (c.wide ? "_n256" : "");
     SCOPED_TRACE(name);
     Emulated data;
     data.ldc = (c.n + 7) / 8 * 8;  // 16-byte aligned rows (TMA)
@@ -342,7 +377,7 @@ TEST(HopperProduct, HostEmulationMatchesAnF64ProductOnEveryEdgeAndStageRound) {
         const size_t at = static_cast<size_t>(i) * static_cast<size_t>(data.ldd) + static_cast<size_t>(j);
         double got;
         uint32_t raw;
-        if (c.b_mn_major) {
+        if (f32_d(c)) {
           float value;
           std::memcpy(&value, &data.d[at * 4], 4);
           std::memcpy(&raw, &data.d[at * 4], 4);
@@ -366,7 +401,7 @@ TEST(HopperProduct, HostEmulationMatchesAnF64ProductOnEveryEdgeAndStageRound) {
         const double cij = c.beta != 0 ? bf16_value(data.c[static_cast<size_t>(i) * static_cast<size_t>(data.ldc) + static_cast<size_t>(j)]) : 0.0;
         const double reference = c.alpha * exact + c.beta * cij + (i == j ? c.gamma : 0.0);
         const double bound = 2.0 * c.k * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * magnitude + std::fabs(c.beta * cij) + std::fabs(c.gamma)) +
-                             (c.b_mn_major ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8)) * std::fabs(reference) + 1e-30;
+                             (f32_d(c) ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8)) * std::fabs(reference) + 1e-30;
         const double error = std::isnan(got) ? INFINITY : std::fabs(got - reference);
         worst = std::max(worst, error / bound);
         if (error > bound && ++bad <= 5) ADD_FAILURE() << "D(" << i << ", " << j << ") = " << got << ", f64 reference " << reference << " (bound " << bound << ")";

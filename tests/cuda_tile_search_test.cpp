@@ -170,7 +170,7 @@ TEST(CudaTileSearch, TheSm90aTileIsAPerProductChoiceWhereItRuns) {
   space.hopper = true;
   const ir::Function gram = gram_schedule(1024, 4096);
   const auto classes = product_classes(gram, {}, 132);
-  int offered = 0, split_offered = 0;
+  int offered = 0, split_offered = 0, wide_offered = 0;
   for (size_t which = 0; which < classes.size(); ++which) {
     const ProductClass& target = classes[which];
     for (const CudaCandidate& candidate : class_candidates(space, ir::StrategyKind::Gram, classes, which)) {
@@ -181,11 +181,18 @@ TEST(CudaTileSearch, TheSm90aTileIsAPerProductChoiceWhereItRuns) {
         continue;
       }
       ++offered;
-      // The class's tile: "sm90a", or "sm90a/kS" where the class's products leave SMs idle.
+      // The class's tile: "sm90a", "sm90a/kS" where the class's products leave SMs idle, or
+      // "sm90a/n256" (128x256) for dense classes at least two 128-column tiles wide.
       std::smatch token;
-      ASSERT_TRUE(std::regex_search(candidate.variant, token, std::regex("sm90a(/k([0-9]+))?"))) << candidate.variant;
-      split_offered += token[1].matched;
-      if (token[1].matched) {
+      ASSERT_TRUE(std::regex_search(candidate.variant, token, std::regex("sm90a(/k([0-9]+)|/n256)?"))) << candidate.variant;
+      if (token[0].str() == "sm90a/n256") {
+        ++wide_offered;
+        EXPECT_FALSE(target.triangular) << target.label();
+        EXPECT_TRUE(target.sm90a_wide_eligible) << target.label();
+        EXPECT_GE(target.n, 256) << target.label();
+      }
+      split_offered += token[2].matched;
+      if (token[2].matched) {
         const int splits = std::stoi(token[2].str());
         EXPECT_TRUE(splits >= 2 && splits <= 4) << candidate.variant;
         // The unsplit product's 128x128 work items, counted here from the class's shape.
@@ -222,6 +229,8 @@ TEST(CudaTileSearch, TheSm90aTileIsAPerProductChoiceWhereItRuns) {
   EXPECT_GE(offered, 2);  // Gram's bf16 products at 1024x4096: R = X·Xᵀ, the m x m chain, Q·X
   // The 1024 x 1024 products are 36 upper tiles on 132 SMs: 2, 3 and 4 splits are offered.
   EXPECT_GE(split_offered, 3);
+  EXPECT_GE(wide_offered, 1);  // Q·X, 1024x4096x1024, dense
+  EXPECT_EQ(cuda::CudaVariant::parse("generated per-product -,sm90a/n256").label(), "generated per-product -,sm90a/n256");
   EXPECT_EQ(cuda::CudaVariant::parse("generated per-product sm90a,-").label(), "generated per-product sm90a,-");
   // f16 storage: the tile reads bf16 only. No class is offered it, and given it anyway the
   // product is refused with the reason.

@@ -257,7 +257,8 @@ struct PendingProduct {
   u64 a, b;
   int accumulate;
   bool b_mn_major;
-  u32 thread;  // within the warpgroup
+  u32 thread;     // within the warpgroup
+  u32 registers;  // N / 2: the instruction's accumulator registers per thread (m64nNk16)
 };
 struct CommittedGroup {
   std::vector<PendingProduct> products;
@@ -283,7 +284,7 @@ inline void run_product(const PendingProduct& p) {
   const Descriptor a = decode_descriptor(p.a), b = decode_descriptor(p.b);
   if (a.swizzle != Swizzle::Bytes128 || b.swizzle != Swizzle::Bytes128 || a.base_offset != 0 || b.base_offset != 0)
     emulation_failure("only base-offset-0 128-byte-swizzled descriptors are modelled");
-  for (u32 r = 0; r < 64; ++r) {
+  for (u32 r = 0; r < p.registers; ++r) {
     const Coordinate at = accumulator_coordinate(p.thread, r);
     float sum = 0.0f;
     for (u32 k = 0; k < 16; ++k) {
@@ -334,7 +335,18 @@ inline void wgmma_wait() {
 template <bool kBMnMajor>
 inline void wgmma_m64n128k16_bf16(float (&d)[64], u64 a, u64 b, int accumulate) {
   start_cta_products();
-  open_group.push_back({d, a, b, accumulate, kBMnMajor, threadIdx.x % 128});
+  open_group.push_back({d, a, b, accumulate, kBMnMajor, threadIdx.x % 128, 64});
+}
+template <bool kBMnMajor>
+inline void wgmma_m64n256k16_bf16(float (&d)[128], u64 a, u64 b, int accumulate) {
+  start_cta_products();
+  open_group.push_back({d, a, b, accumulate, kBMnMajor, threadIdx.x % 128, 128});
+}
+template <u32 kN, bool kBMnMajor>
+inline void wgmma_bf16(float (&d)[kN / 2], u64 a, u64 b, int accumulate) {
+  static_assert(kN == 128 || kN == 256, "the tile is 128 or 256 columns wide");
+  if constexpr (kN == 128) wgmma_m64n128k16_bf16<kBMnMajor>(d, a, b, accumulate);
+  else wgmma_m64n256k16_bf16<kBMnMajor>(d, a, b, accumulate);
 }
 
 }  // namespace oj::hopper

@@ -181,6 +181,10 @@ CudaVariant CudaVariant::parse(const std::string& text) {
       tile = sm90a_tile();
       return true;
     }
+    if (label == "sm90a/n256") {
+      tile = sm90a_wide_tile();
+      return true;
+    }
     int splits = 0;
     if (std::sscanf(label.c_str(), "sm90a/k%d", &splits) == 1) {
       tile = sm90a_tile(splits);

@@ -124,13 +124,15 @@ void emit_momentum_normalize(std::ostringstream& source, CudaProgram& program, c
 }  // namespace
 
 std::string TileConfig::label() const {
-  if (sm90a) return splits > 1 ? "sm90a/k" + std::to_string(splits) : "sm90a";
+  if (sm90a) return bn == sm90a_wide_tile().bn ? "sm90a/n256" : splits > 1 ? "sm90a/k" + std::to_string(splits) : "sm90a";
   return std::to_string(bm) + "x" + std::to_string(bn) + "x" + std::to_string(bk) + "/" + std::to_string(warps_m) + "x" + std::to_string(warps_n);
 }
 
 std::string TileConfig::invalid_reason() const {
   if (sm90a) {
-    if (bm != sm90a_tile().bm || bn != sm90a_tile().bn || bk != sm90a_tile().bk) return "the sm_90a tile is 128x128x64 (sm90a_tile())";
+    if (bm != sm90a_tile().bm || (bn != sm90a_tile().bn && bn != sm90a_wide_tile().bn) || bk != sm90a_tile().bk)
+      return "the sm_90a tile is 128x128x64 (sm90a_tile()) or 128x256x64 (sm90a_wide_tile())";
+    if (bn == sm90a_wide_tile().bn && splits != 1) return "the 128x256 sm_90a tile does not split K";
     if (splits < 1 || splits > kMaxSplits) return "split-K takes 1 to " + std::to_string(kMaxSplits) + " splits, not " + std::to_string(splits);
     return "";
   }
@@ -144,6 +146,12 @@ std::string TileConfig::invalid_reason() const {
   const int fragments = (bm / warps_m / 16) * (bn / warps_n / 8);
   if (fragments * 4 > 128) return "more than 128 accumulator registers per thread (spills)";
   return "";
+}
+
+TileConfig sm90a_wide_tile() {
+  TileConfig tile = sm90a_tile();
+  tile.bn = static_cast<int>(oj::hopper::kWideTileN);
+  return tile;
 }
 
 TileConfig sm90a_tile(int splits) {
@@ -375,6 +383,7 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
           request.alpha = node.alpha;
           request.beta = node.beta;
           request.gamma = node.gamma;
+          request.tile_n = tile.sm90a ? tile.bn : static_cast<int>(oj::hopper::kTileN);
           const std::string reason = hopper_ineligible_reason(request);
           if (reason.empty() && tile.splits > 1) {
             // Split-K: each split's partial product on the tile into the f32 workspace (rows padded
@@ -436,7 +445,7 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
             Launch launch = emit_hopper_product(source, request);
             launch.summary = "gemm %" + std::to_string(index) + " " + launch.summary;
             launch.product = product_index;
-            launch.tile = sm90a_tile();
+            launch.tile = tile.sm90a ? tile : sm90a_tile();
             program.launches.push_back(launch);
             break;
           }

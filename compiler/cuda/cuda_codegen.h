@@ -35,14 +35,15 @@ namespace orthojit::cuda {
 // the warp tile (bm/warps_m) x (bn/warps_n) must be a multiple of 16 x 8.
 struct TileConfig {
   int bm = 128, bn = 128, bk = 32, warps_m = 2, warps_n = 4;
-  // The product runs on the sm_90a tile (hopper_codegen.h: TMA + wgmma, 128x128x64, a producer
-  // and two consumer warpgroups), not the mma.sync kernel; only sm90a_tile() sets it. `splits`
+  // The product runs on the sm_90a tile (hopper_codegen.h: TMA + wgmma, 128x128x64 or, from
+  // sm90a_wide_tile(), 128x256x64, a producer and two consumer warpgroups), not the mma.sync
+  // kernel; only sm90a_tile() and sm90a_wide_tile() set it. `splits`
   // > 1 (the sm_90a tile only): split-K, each split's partial product on the tile into an f32
   // workspace, then one element-wise kernel sums them in split order and applies the epilogue.
   bool sm90a = false;
   int splits = 1;
   int threads() const { return warps_m * warps_n * 32; }
-  std::string label() const;        // "128x128x32/2x4", "sm90a", "sm90a/k3" (3 splits of K)
+  std::string label() const;        // "128x128x32/2x4", "sm90a", "sm90a/k3" (3 splits of K), "sm90a/n256"
   std::string invalid_reason() const;  // empty when valid
   int shared_bytes() const { return (bm + bn) * (bk + 8) * 2; }  // 16-bit A and B tiles, padded rows
 };
@@ -51,6 +52,9 @@ struct TileConfig {
 // (at most kMaxSplits). Labelled "sm90a" or "sm90a/kS".
 constexpr int kMaxSplits = 16;
 TileConfig sm90a_tile(int splits = 1);
+// The sm_90a tile 128 x 256 (wgmma m64n256k16): dense products with a bf16 D, no split-K.
+// Labelled "sm90a/n256".
+TileConfig sm90a_wide_tile();
 
 // The configurations the tests compile and the tuner searches.
 std::vector<TileConfig> tile_configs();

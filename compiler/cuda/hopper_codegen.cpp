@@ -51,6 +51,12 @@ bool split_k_valid(int64_t k, int splits) {
 }
 
 std::string hopper_ineligible_reason(const HopperProductRequest& product) {
+  if (product.tile_n != static_cast<int>(oj::hopper::kTileN)) {
+    if (product.tile_n != static_cast<int>(oj::hopper::kWideTileN)) return "a tile " + std::to_string(product.tile_n) + " columns wide (128 or 256)";
+    if (product.triangular) return "a triangular product on the 128x256 tile (the upper-tile schedule needs square tiles)";
+    if (product.splits != 1) return "split-K on the 128x256 tile";
+    if (product.d.type != ScalarType::BF16) return "D is stored as " + std::string(to_string(product.d.type)) + " (the 128x256 tile writes bf16)";
+  }
   if (product.splits != 1) {
     if (!split_k_valid(product.k, product.splits))
       return std::to_string(product.splits) + " splits of K = " + std::to_string(product.k) + " would leave a split without K tiles of 64";
@@ -83,7 +89,8 @@ Launch emit_hopper_product(std::ostream& source, const HopperProductRequest& pro
     throw std::invalid_argument(product.kernel + " cannot run on the sm_90a tile: " + reason);
   namespace h = oj::hopper;
   const bool mn_major = b_mn_major(product.b);
-  const int64_t tiles_m = (product.m + h::kTileM - 1) / h::kTileM, tiles_n = (product.n + h::kTileN - 1) / h::kTileN;
+  const int64_t tile_n = product.tile_n;
+  const int64_t tiles_m = (product.m + h::kTileM - 1) / h::kTileM, tiles_n = (product.n + tile_n - 1) / tile_n;
   const int64_t per_matrix = product.triangular ? tiles_m * (tiles_m + 1) / 2 : tiles_m * tiles_n;
   const int64_t items = per_matrix * product.batch * product.splits;
   if (items >= (int64_t{1} << 31)) throw std::invalid_argument(product.kernel + ": " + std::to_string(items) + " tiles exceed the grid limits");
@@ -92,18 +99,18 @@ Launch emit_hopper_product(std::ostream& source, const HopperProductRequest& pro
   // bands are sized for (any other count runs the same items).
   const int group = product.triangular ? triangular_group(static_cast<int>(tiles_m), std::min<int64_t>(per_matrix, 132)) : 8;
   const ScalarType d_type = product.d.type;
-  const h::SharedPlan plan = h::shared_plan(static_cast<h::u32>(size_in_bytes(d_type)), product.triangular);
+  const h::SharedPlan plan = h::shared_plan(static_cast<h::u32>(size_in_bytes(d_type)), product.triangular, static_cast<h::u32>(tile_n));
   const char* d_tag = storage_tag(d_type);
   source << "// " << product.kernel << " = " << product.alpha << "·A·B" << (product.has_c ? " + " + std::to_string(product.beta) + "·C" : "")
          << (product.gamma != 0 ? " + " + std::to_string(product.gamma) + "·I" : "") << ": " << product.m << "x" << product.n << "x" << product.k
-         << " on the sm_90a tile (TMA, wgmma, " << plan.stages << " stages, persistent over " << items << " tiles), B " << (mn_major ? "MN" : "K") << "-major"
+         << " on the sm_90a tile 128x" << tile_n << " (TMA, wgmma, " << plan.stages << " stages, persistent over " << items << " tiles), B " << (mn_major ? "MN" : "K") << "-major"
          << (product.triangular ? ", triangular (upper tiles in bands of " + std::to_string(group) + ")" : "") << "\n"
          << "#include \"orthojit_hopper_product.cuh\"\n"
          << "extern \"C\" __global__ void __launch_bounds__(" << h::kThreads << ", 1) " << product.kernel
          << "(const __grid_constant__ oj::hopper::TensorMap a_map, const __grid_constant__ oj::hopper::TensorMap b_map, "
          << (product.has_c ? "const __grid_constant__ oj::hopper::TensorMap c_map, " : "") << "const __grid_constant__ oj::hopper::TensorMap d_map) {\n"
          << "  oj::hopper::product_tile<" << (mn_major ? "true" : "false") << ", " << (product.triangular ? "true" : "false") << ", "
-         << (product.has_c ? "true" : "false") << ", " << d_tag << ">(a_map, b_map, " << (product.has_c ? "&c_map" : "nullptr") << ", d_map, " << product.k << ", "
+         << (product.has_c ? "true" : "false") << ", " << d_tag << ", " << tile_n << ">(a_map, b_map, " << (product.has_c ? "&c_map" : "nullptr") << ", d_map, " << product.k << ", "
          << literal(product.alpha) << ", " << literal(product.has_c ? product.beta : 0.0) << ", " << literal(product.gamma) << ", " << tiles_m << ", "
          << tiles_n << ", " << group << ", " << items << ", " << product.splits << ");\n}\n\n";
 
@@ -112,16 +119,16 @@ Launch emit_hopper_product(std::ostream& source, const HopperProductRequest& pro
   launch.grid[0] = items;
   launch.persistent = true;
   launch.block = static_cast<int>(h::kThreads);
-  launch.dynamic_shared_bytes = static_cast<int>(h::dynamic_shared_bytes(static_cast<h::u32>(size_in_bytes(d_type)), product.triangular));
+  launch.dynamic_shared_bytes = static_cast<int>(h::dynamic_shared_bytes(static_cast<h::u32>(size_in_bytes(d_type)), product.triangular, static_cast<h::u32>(tile_n)));
   // A: m rows of K in boxes of 64 k x 128 rows. B: MN-major, K rows of N in boxes of 64 columns
   // x 64 rows (two per stage); K-major, N rows of K (Bᵀ) in one box of 64 k x 128 rows. C and D:
   // m rows of N in boxes of 128 bytes x 128 rows (what the epilogue tile holds per box).
   launch.tensor_maps = {{product.a.slot, view_map(product.a, true, product.k, product.m, product.batch, h::kTileM)},
                         {product.b.slot, mn_major ? view_map(product.b, true, product.n, product.k, product.batch, h::kTileK)
-                                                  : view_map(product.b, false, product.k, product.n, product.batch, h::kTileN)}};
+                                                  : view_map(product.b, false, product.k, product.n, product.batch, static_cast<uint32_t>(tile_n))}};
   if (product.has_c) launch.tensor_maps.push_back({product.c.slot, view_map(product.c, true, product.n, product.m, product.batch, h::kTileM)});
   launch.tensor_maps.push_back({product.d.slot, view_map(product.d, true, product.n, product.m, product.batch * product.splits, h::kTileM)});
-  launch.summary = std::to_string(product.m) + "x" + std::to_string(product.n) + "x" + std::to_string(product.k) + " tile " + sm90a_tile(product.splits).label() + " 128x128x64 (TMA + wgmma, " +
+  launch.summary = std::to_string(product.m) + "x" + std::to_string(product.n) + "x" + std::to_string(product.k) + " tile " + (tile_n == oj::hopper::kWideTileN ? sm90a_wide_tile() : sm90a_tile(product.splits)).label() + " 128x" + std::to_string(tile_n) + "x64 (TMA + wgmma, " +
                    std::to_string(plan.stages) + " stages, persistent over " + std::to_string(items) + " work items, TMA-stored epilogue, B " + (mn_major ? "MN" : "K") + "-major)" +
                    (product.triangular ? " triangular" : "") + (product.splits > 1 ? ", split-K partials into f32" : "");
   launch.m = product.m;

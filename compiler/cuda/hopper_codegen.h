@@ -29,6 +29,8 @@ struct HopperProductRequest {
   // Split-K partials: split s of matrix z is matrix z·splits + s of D (an f32 workspace), with
   // α = 1 and no C or γ (the reduction kernel applies them). 1: the whole product.
   int splits = 1;
+  // The tile's width: 128, or 256 (kWideTileN: dense, bf16 D, no split-K).
+  int tile_n = 128;
 };
 
 // Whether K splits into `splits` parts of ceil(K tiles / splits) tiles of 64 with none empty

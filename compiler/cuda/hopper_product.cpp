@@ -10,19 +10,24 @@
 
 namespace orthojit::cuda {
 
+uint32_t HopperProductSpec::tile_n() const { return wide ? oj::hopper::kWideTileN : oj::hopper::kTileN; }
+
 std::string HopperProductSpec::kernel_name() const {
-  return std::string("orthojit_hopper_product_") + (b_mn_major ? "mnmajor" : "kmajor") + "_" + (d_type == ScalarType::F32 ? "f32" : "bf16") + (has_c ? "_c" : "");
+  return std::string("orthojit_hopper_product_") + (b_mn_major ? "mnmajor" : "kmajor") + "_" + (d_type == ScalarType::F32 ? "f32" : "bf16") + (has_c ? "_c" : "") +
+         (wide ? "_n256" : "");
 }
 
 std::string hopper_product_source(const HopperProductSpec& spec) {
   if (spec.d_type != ScalarType::BF16 && spec.d_type != ScalarType::F32) throw std::invalid_argument("hopper product: D must be bf16 or f32");
+  if (spec.wide && spec.d_type != ScalarType::BF16)
+    throw std::invalid_argument("hopper product: the 128 x 256 tile writes a bf16 D (an f32 epilogue tile would leave room for two stages only)");
   const bool f32 = spec.d_type == ScalarType::F32;
   const std::string map = "const __grid_constant__ oj::hopper::TensorMap ";
   return std::string("#include \"orthojit_hopper_product.cuh\"\n") + "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(oj::hopper::kThreads) +
          ", 1) " + spec.kernel_name() + "(" + map + "a_map, " + map + "b_map, " + (spec.has_c ? map + "c_map, " : "") + map +
          "d_map,\n    int k, int tiles_m, int tiles_n, int items, float alpha, float beta, float gamma) {\n"
          "  oj::hopper::product_tile<" +
-         (spec.b_mn_major ? "true" : "false") + ", false, " + (spec.has_c ? "true" : "false") + ", " + (f32 ? "oj::F32" : "oj::Bf16") + ">(a_map, b_map, " +
+         (spec.b_mn_major ? "true" : "false") + ", false, " + (spec.has_c ? "true" : "false") + ", " + (f32 ? "oj::F32" : "oj::Bf16") + ", " + std::to_string(spec.tile_n()) + ">(a_map, b_map, " +
          (spec.has_c ? "&c_map" : "nullptr") + ", d_map, k, alpha, beta, gamma, tiles_m, tiles_n, 8, items, 1);\n}\n";
 }
 
@@ -50,9 +55,9 @@ TensorMapRequest tile_map(int64_t inner, int64_t outer, int64_t row_stride, uint
 TensorMapRequest hopper_a_map(int64_t m, int64_t k, int64_t row_stride) { return tile_map(k, m, row_stride, 2, oj::hopper::kTileM); }
 
 TensorMapRequest hopper_b_map(const HopperProductSpec& spec, int64_t n, int64_t k, int64_t row_stride) {
-  // MN-major: K rows of N in boxes of 64 columns x 64 rows, two per stage; K-major: N rows of K
-  // (Bᵀ) in one box of 64 k x 128 rows.
-  return spec.b_mn_major ? tile_map(n, k, row_stride, 2, oj::hopper::kTileK) : tile_map(k, n, row_stride, 2, oj::hopper::kTileN);
+  // MN-major: K rows of N in boxes of 64 columns x 64 rows, tile_n / 64 per stage; K-major: N rows
+  // of K (Bᵀ) in one box of 64 k x tile_n rows (TMA boxes take up to 256 rows).
+  return spec.b_mn_major ? tile_map(n, k, row_stride, 2, oj::hopper::kTileK) : tile_map(k, n, row_stride, 2, spec.tile_n());
 }
 
 // The epilogue's boxes: 128-byte rows (64 bf16 or 32 f32 columns) x 128 rows.
@@ -94,7 +99,7 @@ HopperProduct::~HopperProduct() {
   if (module_) Device::get().api().cuModuleUnload(module_);
 }
 
-uint32_t HopperProduct::shared_bytes() const { return oj::hopper::dynamic_shared_bytes(spec_.d_type == ScalarType::F32 ? 4 : 2, false); }
+uint32_t HopperProduct::shared_bytes() const { return oj::hopper::dynamic_shared_bytes(spec_.d_type == ScalarType::F32 ? 4 : 2, false, spec_.tile_n()); }
 
 void HopperProduct::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr d, int64_t m, int64_t n, int64_t k, int64_t ldc, int64_t ldd, float alpha,
                         float beta, float gamma, CUstream stream) const {
@@ -109,7 +114,7 @@ void HopperProduct::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr
   alignas(64) CUtensorMap c_map{};
   if (spec_.has_c) c_map = encode_tensor_map(hopper_c_map(m, n, ldc), c);
   alignas(64) CUtensorMap d_map = encode_tensor_map(hopper_d_map(spec_, m, n, ldd), d);
-  const int64_t tiles_m = (m + oj::hopper::kTileM - 1) / oj::hopper::kTileM, tiles_n = (n + oj::hopper::kTileN - 1) / oj::hopper::kTileN;
+  const int64_t tiles_m = (m + oj::hopper::kTileM - 1) / oj::hopper::kTileM, tiles_n = (n + spec_.tile_n() - 1) / spec_.tile_n();
   int ki = static_cast<int>(k), tiles_mi = static_cast<int>(tiles_m), tiles_ni = static_cast<int>(tiles_n), items = static_cast<int>(tiles_m * tiles_n);
   std::vector<void*> parameters = {&a_map, &b_map};
   if (spec_.has_c) parameters.push_back(&c_map);

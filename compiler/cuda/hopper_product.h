@@ -21,7 +21,9 @@ struct HopperProductSpec {
   bool b_mn_major = false;            // B stored K x N (row-major); false: stored as Bᵀ, N x K
   ScalarType d_type = ScalarType::BF16;  // bf16 or f32
   bool has_c = true;                  // β·C (C bf16 like A and B)
-  std::string kernel_name() const;    // "orthojit_hopper_product_kmajor_bf16_c", ...
+  bool wide = false;                  // the 128 x 256 tile (bf16 D only); false: 128 x 128
+  uint32_t tile_n() const;            // 128 or 256
+  std::string kernel_name() const;    // "orthojit_hopper_product_kmajor_bf16_c", "..._n256", ...
 };
 
 // The CUDA source of the entry kernel of `spec` (compiled with the embedded device headers).

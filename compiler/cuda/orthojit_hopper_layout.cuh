@@ -81,15 +81,20 @@ OJ_HD Coordinate accumulator_coordinate(u32 t, u32 r) {
 
 // The products' tile shape: a CTA computes BM x BN with two consumer warpgroups of 64 rows each,
 // K in steps of BK = 64 (one swizzled row of 16-bit elements), through the stages of shared_plan.
+// BN is 128, or 256 (kWideTileN) for dense products with a bf16 D: each consumer then issues
+// wgmma m64n256k16 and holds 128 accumulators, twice the work per A row loaded from shared
+// memory (the shape CUTLASS's and cuBLAS's large Hopper GEMMs use).
 constexpr u32 kTileM = 128, kTileN = 128, kTileK = 64;
+constexpr u32 kWideTileN = 256;
 constexpr u32 kConsumerGroups = 2, kThreads = 128 * (1 + kConsumerGroups);
 // setmaxnreg's per-thread counts: the producer warpgroup keeps 40, the consumers take 232
 // (128·40 + 256·232 = 64512 of the SM's 65536; each a multiple of 8, as the instruction requires).
 constexpr u32 kProducerRegisters = 40, kConsumerRegisters = 232;
-// Shared memory of one stage: A (128 rows x 128 bytes), then B (128 x 128 bytes in either
-// layout: K-major as 128 N rows, MN-major as two 64-column blocks of 64 K rows each).
+// Shared memory of one stage: A (128 rows x 128 bytes), then B (BN x 128 bytes in either layout:
+// K-major as BN rows of N, MN-major as BN/64 blocks of 64 columns by 64 K rows each).
 constexpr u32 kStageABytes = kTileM * kSwizzleBytes, kStageBBytes = kTileN * kSwizzleBytes;
 constexpr u32 kStageBytes = kStageABytes + kStageBBytes;
+OJ_HD constexpr u32 stage_bytes(u32 tile_n) { return kStageABytes + tile_n * kSwizzleBytes; }
 // What one block may have on compute capability 9.0 (CUDA C++ Programming Guide, "Technical
 // Specifications per Compute Capability": 227 KiB of shared memory per block, opted in).
 constexpr u32 kMaxDynamicSharedBytes = 227 * 1024;
@@ -146,16 +151,19 @@ constexpr u32 kMaxStages = 4;
 struct SharedPlan {
   u32 stages, d_tile, mirror_tile, barriers, bytes;  // offsets, and the bytes in all
 };
-OJ_HD constexpr SharedPlan shared_plan(u32 d_element_bytes, bool triangular) {
-  const u32 tile = kTileM * kTileN * d_element_bytes, epilogue = tile * (triangular ? 2 : 1);
-  const u32 fit = (kMaxDynamicSharedBytes - kSwizzleAtomBytes - epilogue - (2 * kMaxStages + 1) * 8) / kStageBytes;
+// With the 128 x 256 tile (bf16 D, dense): 3 stages of 48 KiB beside the 64 KiB epilogue tile.
+OJ_HD constexpr SharedPlan shared_plan(u32 d_element_bytes, bool triangular, u32 tile_n = kTileN) {
+  const u32 tile = kTileM * tile_n * d_element_bytes, epilogue = tile * (triangular ? 2 : 1), stage = stage_bytes(tile_n);
+  const u32 fit = (kMaxDynamicSharedBytes - kSwizzleAtomBytes - epilogue - (2 * kMaxStages + 1) * 8) / stage;
   const u32 stages = fit < kMaxStages ? fit : kMaxStages;
-  const u32 barriers = stages * kStageBytes + epilogue;
-  return {stages, stages * kStageBytes, stages * kStageBytes + tile, barriers, barriers + (2 * stages + 1) * 8};
+  const u32 barriers = stages * stage + epilogue;
+  return {stages, stages * stage, stages * stage + tile, barriers, barriers + (2 * stages + 1) * 8};
 }
 // The dynamic shared memory a launch asks for: 1 KiB more, so that the kernel can align its
 // stages to the 1024-byte swizzle atom whatever the base the runtime gives it.
-OJ_HD constexpr u32 dynamic_shared_bytes(u32 d_element_bytes, bool triangular) { return shared_plan(d_element_bytes, triangular).bytes + kSwizzleAtomBytes; }
+OJ_HD constexpr u32 dynamic_shared_bytes(u32 d_element_bytes, bool triangular, u32 tile_n = kTileN) {
+  return shared_plan(d_element_bytes, triangular, tile_n).bytes + kSwizzleAtomBytes;
+}
 
 // The persistent schedule of a rectangular product: work item `index` of a tiles_m x tiles_n grid
 // in bands of `group` tile rows, each band column by column (Triton's GROUP_SIZE_M order), so the
@@ -173,8 +181,8 @@ OJ_HD void grouped_tile(u32 index, u32 tiles_m, u32 tiles_n, u32 group, u32& ti,
 OJ_HD u64 a_descriptor(u32 a, u32 g, u32 j) { return encode_descriptor(a + g * 64 * kSwizzleBytes + j * 32, 16, kSwizzleAtomBytes, Swizzle::Bytes128); }
 // K-major B (the operand stored as N x K rows): N rows of 128 bytes, k-step j 32 bytes along them.
 OJ_HD u64 b_descriptor_k_major(u32 b, u32 j) { return encode_descriptor(b + j * 32, 16, kSwizzleAtomBytes, Swizzle::Bytes128); }
-// MN-major B (stored K x N): two blocks of 64 columns, 64 K rows of 128 bytes each (8 KiB apart:
-// LBO); k-step j starts 16 rows (2 atoms) further.
+// MN-major B (stored K x N): BN/64 blocks of 64 columns, 64 K rows of 128 bytes each (8 KiB
+// apart: LBO); k-step j starts 16 rows (2 atoms) further.
 OJ_HD u64 b_descriptor_mn_major(u32 b, u32 j) {
   return encode_descriptor(b + j * 16 * kSwizzleBytes, 64 * kSwizzleBytes, kSwizzleAtomBytes, Swizzle::Bytes128);
 }

@@ -142,4 +142,38 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], u64 a, u64
 #undef OJ_D8
 }
 
+// The same with N = 256 (the 128 x 256 tile): D(64 x 256, f32), 128 registers per thread.
+template <bool kBMnMajor>
+__device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], u64 a, u64 b, int accumulate) {
+#define OJ_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, p, 1, 1, 0, %131;\n"
+      "}\n"
+      : OJ_D8(0), OJ_D8(8), OJ_D8(16), OJ_D8(24), OJ_D8(32), OJ_D8(40), OJ_D8(48), OJ_D8(56), OJ_D8(64), OJ_D8(72), OJ_D8(80), OJ_D8(88), OJ_D8(96),
+        OJ_D8(104), OJ_D8(112), OJ_D8(120)
+      : "l"(a), "l"(b), "r"(accumulate), "n"(kBMnMajor ? 1 : 0));
+#undef OJ_D8
+}
+
+// One k-step of 16 on a BN-wide tile: the instruction of that width.
+template <u32 kN, bool kBMnMajor>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[kN / 2], u64 a, u64 b, int accumulate) {
+  static_assert(kN == 128 || kN == 256, "the tile is 128 or 256 columns wide");
+  if constexpr (kN == 128) wgmma_m64n128k16_bf16<kBMnMajor>(d, a, b, accumulate);
+  else wgmma_m64n256k16_bf16<kBMnMajor>(d, a, b, accumulate);
+}
+
 }  // namespace oj::hopper

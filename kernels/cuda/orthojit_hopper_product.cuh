@@ -5,19 +5,21 @@
 //                              C (bf16), D (bf16 or f32): M x N, f32 accumulation
 //
 // A persistent kernel: about one CTA per SM, each taking work items blockIdx.x, blockIdx.x +
-// gridDim.x, ... (a 128 x 128 tile of D of one matrix of a batch: items are batch-major; within
+// gridDim.x, ... (a 128 x kN tile of D of one matrix of a batch, kN 128, or 256 for dense
+// products with a bf16 D (wgmma m64n256k16, 128 accumulators per consumer thread, 3 stages of
+// 48 KiB beside the 64 KiB epilogue tile): items are batch-major; within
 // a matrix the tiles go in the grouped order of grouped_tile, or for a triangular product the
 // upper tiles in the bands of grouped_upper_tile), with 384 threads in three warpgroups,
 // warp-specialized as the Hopper GEMMs of CUTLASS 3, ThunderKittens and FlashAttention-3 are:
 //
 //   warpgroup 0, one thread (producer): for every item and K tile of 64, waits for the stage's
 //       `empty` barrier, arms its `full` barrier with the stage's bytes and issues the TMA loads of
-//       A (128 x 64) and B (64 x 128: one box of Bᵀ's rows when B is K-major, two 64-column boxes
-//       when it is MN-major), which complete on `full`. It runs ahead into the next item while the
+//       A (128 x 64) and B (64 x kN: one box of Bᵀ's rows when B is K-major, kN/64 64-column
+//       boxes when it is MN-major), which complete on `full`. It runs ahead into the next item while the
 //       consumers finish one: the epilogue overlaps the next tile's loads. Gives its registers back
 //       (setmaxnreg.dec 40).
 //   warpgroups 1 and 2 (consumers, rows 0-63 and 64-127 of the tile): take registers
-//       (setmaxnreg.inc 232), wait for `full`, issue four wgmma m64n128k16 (k steps of 16) straight
+//       (setmaxnreg.inc 232), wait for `full`, issue four wgmma m64nNk16 (k steps of 16) straight
 //       from the swizzled stage (no transposing copies: MN-major B goes through wgmma's
 //       transpose bit), commit, and keep one group in flight: once the previous K tile's group
 //       has completed (wgmma.wait_group 1) its stage goes back to the producer (`empty`); the
@@ -86,11 +88,13 @@ __device__ __forceinline__ void work_item(int item, int per_matrix, int tiles_m,
 // takes K tiles [s·q, min((s + 1)·q, K tiles)), q = ceil(K tiles / splits), every split non-empty
 // (the host checks it: split_k_valid), and stores its partial product as matrix z·splits + s of
 // D's map (an f32 workspace, α = 1, no C, no γ; a reduction kernel adds the splits).
-template <bool kBMnMajor, bool kTriangular, bool kHasC, typename TD>
+template <bool kBMnMajor, bool kTriangular, bool kHasC, typename TD, u32 kN = kTileN>
 __device__ __forceinline__ void product_tile(const TensorMap& a_map, const TensorMap& b_map, const TensorMap* c_map, const TensorMap& d_map, int k,
                                              float alpha, float beta, float gamma, int tiles_m, int tiles_n, int group, int items, int splits) {
   constexpr u32 kD = sizeof(typename TD::storage);
-  constexpr SharedPlan kPlan = shared_plan(kD, kTriangular);
+  static_assert(kN == kTileN || (kN == kWideTileN && !kTriangular && kD == 2), "the 128 x 256 tile is for dense products with a bf16 D");
+  constexpr SharedPlan kPlan = shared_plan(kD, kTriangular, kN);
+  constexpr u32 kStage = stage_bytes(kN);
   constexpr u32 kStages = kPlan.stages, kBoxBytes = kTileM * kSwizzleBytes, kBoxColumns = epilogue_columns_per_box(kD);
   // The stages start on a 1024-byte boundary of the shared window (the swizzle atom; TMA's and
   // wgmma's 128-byte swizzle are functions of the address bits 4-9).
@@ -123,17 +127,18 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
       int slice, ti, tj;
       work_item<kTriangular>(item, per_matrix, tiles_m, tiles_n, group, slice, ti, tj);
       const int z = slice / splits, t_begin = slice % splits * per_split, t_end = t_begin + per_split < k_tiles ? t_begin + per_split : k_tiles;
-      const int m0 = ti * static_cast<int>(kTileM), n0 = tj * static_cast<int>(kTileN);
+      const int m0 = ti * static_cast<int>(kTileM), n0 = tj * static_cast<int>(kN);
       for (int t = t_begin; t < t_end; ++t, ++g) {
         const u32 s = g % kStages, round = g / kStages;
         barrier_wait(&empty[s], (round + 1) % 2);
-        barrier_arrive_expect_bytes(&full[s], kStageBytes);
-        unsigned char* const stage = shared + s * kStageBytes;
+        barrier_arrive_expect_bytes(&full[s], kStage);
+        unsigned char* const stage = shared + s * kStage;
         const int k0 = t * static_cast<int>(kTileK);
         tma_load_3d(stage, &a_map, k0, m0, z, &full[s]);
         if (kBMnMajor) {
-          tma_load_3d(stage + kStageABytes, &b_map, n0, k0, z, &full[s]);
-          tma_load_3d(stage + kStageABytes + 64 * kSwizzleBytes, &b_map, n0 + 64, k0, z, &full[s]);
+#pragma unroll
+          for (u32 block = 0; block < kN / 64; ++block)
+            tma_load_3d(stage + kStageABytes + block * 64 * kSwizzleBytes, &b_map, n0 + static_cast<int>(block * 64), k0, z, &full[s]);
         } else {
           tma_load_3d(stage + kStageABytes, &b_map, k0, n0, z, &full[s]);
         }
@@ -146,29 +151,29 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
   const u32 consumer = group_index - 1, local = thread % 128, lane = thread % 32;
   const bool leader = thread == 128;  // issues the epilogue's TMA loads and stores
   u32 g = 0, done = 0;                // K tiles consumed, items finished
-  float accumulator[64];
+  float accumulator[kN / 2];
   for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x), ++done) {
     int slice, ti, tj;
     work_item<kTriangular>(item, per_matrix, tiles_m, tiles_n, group, slice, ti, tj);
     const int z = slice / splits, t_begin = slice % splits * per_split, t_end = t_begin + per_split < k_tiles ? t_begin + per_split : k_tiles;
-    const int m0 = ti * static_cast<int>(kTileM), n0 = tj * static_cast<int>(kTileN);
+    const int m0 = ti * static_cast<int>(kTileM), n0 = tj * static_cast<int>(kN);
     for (int t = t_begin; t < t_end; ++t, ++g) {
       const u32 s = g % kStages, round = g / kStages;
       barrier_wait(&full[s], round % 2);
-      const u32 a = shared_address(shared + s * kStageBytes), b = a + kStageABytes;
+      const u32 a = shared_address(shared + s * kStage), b = a + kStageABytes;
       wgmma_fence();
 #pragma unroll
       for (u32 j = 0; j < kTileK / 16; ++j)
-        wgmma_m64n128k16_bf16<kBMnMajor>(accumulator, a_descriptor(a, consumer, j), kBMnMajor ? b_descriptor_mn_major(b, j) : b_descriptor_k_major(b, j),
-                                         (t > t_begin || j > 0) ? 1 : 0);
+        wgmma_bf16<kN, kBMnMajor>(accumulator, a_descriptor(a, consumer, j), kBMnMajor ? b_descriptor_mn_major(b, j) : b_descriptor_k_major(b, j),
+                                  (t > t_begin || j > 0) ? 1 : 0);
       wgmma_commit();
       if (kHasC && t == t_begin && leader) {
         // C's tile into the epilogue tile, once the previous item's store has read it (issued
         // after the first products, so the wait overlaps them).
         bulk_wait_read<0>();
-        barrier_arrive_expect_bytes(c_full, kTileM * kTileN * 2);
-        tma_load_3d(d_tile, c_map, n0, m0, z, c_full);
-        tma_load_3d(d_tile + kBoxBytes, c_map, n0 + 64, m0, z, c_full);
+        barrier_arrive_expect_bytes(c_full, kTileM * kN * 2);
+#pragma unroll
+        for (u32 box = 0; box < kN / 64; ++box) tma_load_3d(d_tile + box * kBoxBytes, c_map, n0 + static_cast<int>(box * 64), m0, z, c_full);
       }
       // The previous K tile's products have completed once at most this tile's group is running:
       // its stage may be overwritten.
@@ -181,7 +186,7 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
     // 1. α·AB + β·C + γ·I in registers. Registers 2q and 2q + 1 are neighbouring columns of one row.
     if (kHasC) barrier_wait(c_full, done % 2);
 #pragma unroll
-    for (u32 r = 0; r < 64; r += 2) {
+    for (u32 r = 0; r < kN / 2; r += 2) {
       const EpiloguePair at = epilogue_c_pair(consumer, local, r);
       float value0 = alpha * accumulator[r], value1 = alpha * accumulator[r + 1];
       if (kHasC) {
@@ -199,7 +204,7 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
     if (!kHasC && leader) bulk_wait_read<0>();
     consumer_barrier();
 #pragma unroll
-    for (u32 r = 0; r < 64; r += 2) {
+    for (u32 r = 0; r < kN / 2; r += 2) {
       // The pair is register r or (f32, odd rows) r ^ 8: a select between two values read at
       // constant indices. (Values, not `moved ? accumulator[a] : accumulator[b]`: that is an
       // lvalue, one load from a selected address, which puts the accumulators on the stack.)
@@ -218,7 +223,7 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
       const bool even = (lane / 4) % 2 == 0;
       unsigned char* const target = diagonal ? d_tile : mirror_tile;
 #pragma unroll
-      for (u32 r = 0; r < 64; r += 2) {
+      for (u32 r = 0; r < kN / 2; r += 2) {
         const EpiloguePair at = epilogue_mirror_pair(consumer, local, r);
         const u32 first = stored_bits<TD>(accumulator[r]), second = stored_bits<TD>(accumulator[r + 1]);
         const u32 got = shfl_xor(even ? second : first, 4);
@@ -232,7 +237,7 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
     consumer_barrier();
     if (leader) {
 #pragma unroll
-      for (u32 box = 0; box < kTileN / kBoxColumns; ++box) tma_store_3d(&d_map, n0 + static_cast<int>(box * kBoxColumns), m0, slice, d_tile + box * kBoxBytes);
+      for (u32 box = 0; box < kN / kBoxColumns; ++box) tma_store_3d(&d_map, n0 + static_cast<int>(box * kBoxColumns), m0, slice, d_tile + box * kBoxBytes);
       if (kTriangular && !diagonal) {
 #pragma unroll
         for (u32 box = 0; box < kTileM / kBoxColumns; ++box)
