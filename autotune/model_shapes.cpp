@@ -51,6 +51,11 @@ ModelShapes derive_model_matrices(const nlohmann::json& config, const ModelShape
   shapes.model_type = has(config, "model_type") ? config.at("model_type").get<std::string>() : std::string("unknown");
   auto add = [&](const std::string& name, int64_t rows, int64_t cols, int64_t count, int64_t batch = 1, bool muon = true) {
     if (count <= 0) return;
+    // Every size comes from positive fields, but through differences and quotients (hidden /
+    // heads, kv_lora_rank + rope...): a combination of the fields that leaves none says so.
+    if (rows < 1 || cols < 1 || batch < 1)
+      throw std::invalid_argument("the configuration makes " + name + " " + std::to_string(rows) + "x" + std::to_string(cols) + " (batch " +
+                                  std::to_string(batch) + "): its fields leave a matrix without rows or columns");
     int64_t elements = 0;
     if (__builtin_mul_overflow(rows, cols, &elements) || __builtin_mul_overflow(elements, batch, &elements) ||
         __builtin_mul_overflow(elements, count, &elements) || elements > kLargestGroup)
@@ -78,6 +83,11 @@ ModelShapes derive_model_matrices(const nlohmann::json& config, const ModelShape
   const int64_t hidden = required(config, "hidden_size"), layers = required(config, "num_hidden_layers");
   const int64_t heads = required(config, "num_attention_heads"), vocab = required(config, "vocab_size");
   const int64_t kv_heads = optional_int(config, "num_key_value_heads", heads);
+  // Without head_dim the heads split hidden_size evenly, as Hugging Face's attention modules
+  // require (fuzz_model_config found hidden_size 2 with 4 heads: heads of 0 rows).
+  if (!has(config, "head_dim") && hidden % heads != 0)
+    throw std::invalid_argument("\"hidden_size\" (" + std::to_string(hidden) + ") must be a multiple of \"num_attention_heads\" (" + std::to_string(heads) +
+                                ") when \"head_dim\" is not given");
   const int64_t head_dim = optional_int(config, "head_dim", hidden / heads);
   const bool tied = config.value("tie_word_embeddings", false);
   add(tied ? "embed_tokens (tied with lm_head)" : "embed_tokens", vocab, hidden, 1, 1, false);

@@ -339,5 +339,25 @@ TEST(ModelShapes, MissingKeysAreNamed) {
   EXPECT_THROW(derive_model_matrices({{"n_embd", 64}, {"n_layer", -1}, {"n_head", 4}, {"vocab_size", 10}}), std::invalid_argument);
 }
 
+// Heads that do not split hidden_size (hidden 2, 4 heads: fuzz_model_config's find) are refused
+// with both numbers unless head_dim says the size; with head_dim they are fine.
+TEST(ModelShapes, HeadsThatDoNotSplitTheHiddenSizeNeedAHeadDim) {
+  const nlohmann::json uneven = {{"hidden_size", 2}, {"intermediate_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 100}};
+  for (const bool per_head : {false, true}) {
+    try {
+      derive_model_matrices(uneven, ModelShapeOptions{per_head});
+      ADD_FAILURE() << "heads of 0 rows were accepted";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find("\"hidden_size\" (2) must be a multiple of \"num_attention_heads\" (4)"), std::string::npos) << error.what();
+    }
+  }
+  nlohmann::json with_head_dim = uneven;
+  with_head_dim["head_dim"] = 8;
+  for (const ModelMatrix& matrix : derive_model_matrices(with_head_dim, ModelShapeOptions{true}).matrices) {
+    EXPECT_GE(matrix.rows, 1) << matrix.name;
+    EXPECT_GE(matrix.cols, 1) << matrix.name;
+  }
+}
+
 }  // namespace
 }  // namespace orthojit::autotune
