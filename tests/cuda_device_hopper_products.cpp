@@ -18,17 +18,19 @@ namespace {
 
 struct ProductCase {
   int64_t m, n, k;
-  bool b_mn_major;  // with f32 D; the K-major cases have bf16 D
+  bool b_mn_major;  // 128x128: with f32 D; the K-major cases have bf16 D
   float alpha, beta, gamma;
+  bool wide = false;  // the 128x256 tile (bf16 D either way)
 };
 
 HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, std::mt19937& random) {
-  const cuda::HopperProductSpec spec{c.b_mn_major, c.b_mn_major ? ScalarType::F32 : ScalarType::BF16, c.beta != 0};
+  const cuda::HopperProductSpec spec{c.b_mn_major, c.b_mn_major && !c.wide ? ScalarType::F32 : ScalarType::BF16, c.beta != 0, c.wide};
+  const bool f32_d = spec.d_type == ScalarType::F32;
   HopperOutcome outcome;
   outcome.name = "hopper product " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " " + spec.kernel_name();
   std::normal_distribution<float> gaussian;
   // C's and D's rows 16-byte aligned (TMA), D's with at least 8 poisoned columns each.
-  const int64_t element = c.b_mn_major ? 4 : 2, ldc = (c.n + 7) / 8 * 8, ldd = ldc + 8;
+  const int64_t element = f32_d ? 4 : 2, ldc = (c.n + 7) / 8 * 8, ldd = ldc + 8;
   std::vector<uint16_t> a(static_cast<size_t>(c.m * c.k)), b(static_cast<size_t>(c.k * c.n)), cm(static_cast<size_t>(c.m * ldc));
   for (auto* v : {&a, &b, &cm})
     for (auto& x : *v) x = bf16_bits_of(gaussian(random));
@@ -52,7 +54,7 @@ HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, 
       const size_t at = static_cast<size_t>(i * ldd + j);
       double got;
       bool poisoned;
-      if (c.b_mn_major) {
+      if (f32_d) {
         float value;
         std::memcpy(&value, &d[at * 4], 4);
         uint32_t raw;
@@ -79,7 +81,7 @@ HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, 
       // f32 accumulation of k products in an order of the hardware's (4k·2⁻²⁴·Σ|ab|, twice the
       // sequential bound), the epilogue, and D's rounding (half an ulp of bf16 or f32).
       const double bound = 4.0 * static_cast<double>(c.k) * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * magnitude + std::fabs(c.beta * cij) + std::fabs(c.gamma)) +
-                           (c.b_mn_major ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8)) * std::fabs(reference) + 1e-30;
+                           (f32_d ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8)) * std::fabs(reference) + 1e-30;
       const double error = std::isfinite(got) ? std::fabs(got - reference) : INFINITY;
       outcome.worst = std::max(outcome.worst, error / bound);
       if (error > bound && bad++ == 0)
@@ -95,7 +97,8 @@ HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, 
 
 std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, const cuda::NamedSources& headers, std::string& skipped_reason) {
   std::vector<HopperOutcome> outcomes;
-  const cuda::HopperProductSpec specs[] = {{false, ScalarType::BF16, false}, {false, ScalarType::BF16, true}, {true, ScalarType::F32, true}};
+  const cuda::HopperProductSpec specs[] = {{false, ScalarType::BF16, false},      {false, ScalarType::BF16, true},       {true, ScalarType::F32, true},
+                                           {false, ScalarType::BF16, true, true}, {true, ScalarType::BF16, false, true}};
   if (host_only) {
     for (const auto& spec : specs) {
       HopperOutcome outcome;
@@ -120,6 +123,11 @@ std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, 
       {130, 248, 320, true, 1.0f, 0.5f, 0.0f},         // MN-major B, f32 D
       {1024, 4096, 1024, true, 1.0f, -0.5f, 0.0f},     // B·X of Newton–Schulz at 1024x4096
       {1024, 1024, 4096, false, 1.0f, 0.0f, 0.0f},     // X·Xᵀ (K-major B = X's rows)
+      // The 128x256 tile: ragged with C and γ (K-major B), B·X at 1024x4096 (MN-major B), 8192
+      // columns of K-major B over several items per CTA.
+      {300, 440, 200, false, 0.5f, 1.5f, 0.75f, true},
+      {1024, 4096, 1024, true, 1.0f, 0.0f, 0.0f, true},
+      {2048, 8192, 512, false, 1.0f, -0.5f, 0.0f, true},
   };
   std::mt19937 random(std::random_device{}());
   for (const ProductCase& c : cases) {

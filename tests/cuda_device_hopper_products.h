@@ -1,5 +1,6 @@
 // The sm_90a product tile on a device (part of tests/cuda_device_test): D = α·A·B + β·C + γ·I
-// for both operand layouts and output types, on ragged and multi-round shapes, against an f64
+// for both operand layouts and output types, 128x128 and 128x256, on ragged and multi-round
+// shapes, against an f64
 // product of the same bf16 values, every element within its own bound, D's red zone poisoned.
 #pragma once
 

@@ -169,6 +169,13 @@ int main(int argc, char** argv) {
         variant.hopper = true;
         cases.push_back({std::string(shipped.name), strategy, ScalarType::BF16, shape, variant});
       }
+  // The 128x256 tile on the dense products of standard steps (B·X: the third product of each of
+  // jordan_ns5's 5 steps), the triangular ones on the 128x128 tile, at shapes where B·X is one
+  // and several tiles wide.
+  std::string wide_steps = "generated per-product ";
+  for (int step = 0; step < 5; ++step) wide_steps += std::string(step ? "," : "") + "sm90a,sm90a,sm90a/n256";
+  for (const Shape& shape : {Shape{256, 1024, 1}, Shape{136, 200, 1}, Shape{512, 2048, 2}})
+    cases.push_back({"jordan_ns5", ir::StrategyKind::Standard, ScalarType::BF16, shape, cuda::CudaVariant::parse(wide_steps)});
   const int target_sm = std::atoi(target.c_str() + target.find('_') + 1);
   if (!filter.empty())
     cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const Case& c) { return c.name().find(filter) == std::string::npos; }), cases.end());
@@ -204,7 +211,7 @@ int main(int argc, char** argv) {
         programs[index] = kernels::load_program_by_name_or_path(c.program);
         functions[index] = schedule(programs[index], c);
         std::string why = cuda::variant_unavailable_reason(functions[index], c.variant, shared_limit);
-        if (why.empty() && c.variant.hopper && target_sm != 90) why = "the sm_90a tile runs on compute capability 9.0 only (target " + target + ")";
+        if (why.empty() && c.variant.needs_sm90a() && target_sm != 90) why = "the sm_90a tile runs on compute capability 9.0 only (target " + target + ")";
         if (!why.empty()) {
           outcomes[index].skipped = true;
           outcomes[index].message = why;
