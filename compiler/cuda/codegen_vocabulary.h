@@ -38,6 +38,18 @@ struct View : StridedMatrix {
   View transposed() const { return transposed_view(*this); }
 };
 
+// One product D = α·A·B + β·C + γ·I as generate_cuda sees it, whichever kernel runs it (the
+// mma.sync tile's and the sm_90a tile's requests extend it).
+struct ProductRequest {
+  std::string kernel;  // the entry kernel's name
+  View a, b, c, d;     // c ignored without has_c; d ignored with fused_update
+  bool has_c = false;
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  bool triangular = false;    // D symmetric: the upper tiles only, each value stored twice
+  bool fused_update = false;  // a Muon step's parameter update in the epilogue instead of a D store
+  double alpha = 1, beta = 0, gamma = 0;
+};
+
 // Whether the device headers store `type` (orthojit_device_primitives.cuh's oj::Bf16, oj::F16, oj::F32).
 inline bool device_storable(ScalarType type) { return type == ScalarType::BF16 || type == ScalarType::F16 || type == ScalarType::F32; }
 

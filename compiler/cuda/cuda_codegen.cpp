@@ -366,23 +366,25 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
         TileConfig tile = static_cast<size_t>(gemm_index) < options.gemm_tiles.size() ? options.gemm_tiles[static_cast<size_t>(gemm_index)].value_or(fallback) : fallback;
         const int product_index = gemm_index++;
         if (const std::string reason = tile.invalid_reason(); !reason.empty()) throw std::invalid_argument("tile " + tile.label() + ": " + reason);
+        ProductRequest product;
+        product.kernel = name;
+        product.a = a;
+        product.b = b;
+        product.has_c = has_c;
+        if (has_c) product.c = operand(2);
+        product.d = out;
+        product.m = m;
+        product.n = n;
+        product.k = k;
+        product.batch = function.batch;
+        product.triangular = triangular;
+        product.fused_update = carries_update[index];
+        product.alpha = node.alpha;
+        product.beta = node.beta;
+        product.gamma = node.gamma;
         if (options.hopper_products || tile.sm90a) {
           HopperProductRequest request;
-          request.kernel = name;
-          request.a = a;
-          request.b = b;
-          request.has_c = has_c;
-          if (has_c) request.c = operand(2);
-          request.d = out;
-          request.m = m;
-          request.n = n;
-          request.k = k;
-          request.batch = function.batch;
-          request.triangular = triangular;
-          request.fused_update = carries_update[index];
-          request.alpha = node.alpha;
-          request.beta = node.beta;
-          request.gamma = node.gamma;
+          static_cast<ProductRequest&>(request) = product;
           request.tile_n = tile.sm90a ? tile.bn : static_cast<int>(oj::hopper::kTileN);
           const std::string reason = hopper_ineligible_reason(request);
           if (reason.empty() && tile.splits > 1) {
@@ -455,22 +457,8 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
         }
         if (triangular && tile.bm != tile.bn) tile = fallback;  // triangular scheduling needs square tiles
         MmaProductRequest request;
-        request.kernel = name;
-        request.a = a;
-        request.b = b;
-        request.has_c = has_c;
-        if (has_c) request.c = operand(2);
-        request.d = out;
-        request.m = m;
-        request.n = n;
-        request.k = k;
-        request.batch = function.batch;
-        request.triangular = triangular;
-        request.alpha = node.alpha;
-        request.beta = node.beta;
-        request.gamma = node.gamma;
+        static_cast<ProductRequest&>(request) = product;
         request.tile = tile;
-        request.fused_update = carries_update[index];
         if (request.fused_update) request.update_statements = update_store(node, "    ");
         request.vector_epilogue = options.vector_epilogue;
         request.multiprocessors = options.multiprocessors;

@@ -17,15 +17,8 @@
 
 namespace orthojit::cuda {
 
-// One product D = α·A·B + β·C + γ·I as generate_cuda sees it.
-struct HopperProductRequest {
-  std::string kernel;  // the entry kernel's name
-  View a, b, c, d;     // c ignored without has_c
-  bool has_c = false;
-  int64_t m = 0, n = 0, k = 0, batch = 1;
-  bool triangular = false;    // D symmetric: the upper tiles only, each value stored twice
-  bool fused_update = false;  // a Muon step's update in the epilogue (not on this tile)
-  double alpha = 1, beta = 0, gamma = 0;
+// A product on the sm_90a tile (a fused Muon update is not run there: hopper_ineligible_reason).
+struct HopperProductRequest : ProductRequest {
   // Split-K partials: split s of matrix z is matrix z·splits + s of D (an f32 workspace), with
   // α = 1 and no C or γ (the reduction kernel applies them). 1: the whole product.
   int splits = 1;

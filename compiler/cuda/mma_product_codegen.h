@@ -13,18 +13,11 @@
 
 namespace orthojit::cuda {
 
-// One product D = α·A·B + β·C + γ·I as generate_cuda sees it, with its tile.
-struct MmaProductRequest {
-  std::string kernel;  // the entry kernel's name
-  View a, b, c, d;     // c ignored without has_c; d ignored with fused_update
-  bool has_c = false;
-  int64_t m = 0, n = 0, k = 0, batch = 1;
-  bool triangular = false;  // D symmetric: the upper tiles only (persistent), each value stored twice
-  double alpha = 1, beta = 0, gamma = 0;
+// A product on the mma.sync tile, with its tile (a triangular one runs persistent).
+struct MmaProductRequest : ProductRequest {
   TileConfig tile;
-  // A Muon step's update in the epilogue instead of a D store: statements that take the f32 value
-  // `v` of element (i, j) and the matrix's argument words `io` (cuda_codegen.cpp's update_store).
-  bool fused_update = false;
+  // With fused_update: statements that take the f32 value `v` of element (i, j) and the matrix's
+  // argument words `io` (cuda_codegen.cpp's update_store).
   std::string update_statements;
   bool vector_epilogue = true;  // CodegenOptions::vector_epilogue
   int multiprocessors = 132;    // for the persistent grid of a triangular product
