@@ -648,35 +648,26 @@ void newton_schulz_step_on_tiles(ScalarType storage) {
       }
     EXPECT_EQ(bad, 0) << name << ": " << bad << " elements beyond their bound, the first " << first << "; worst error / bound " << worst;
   };
-  check("A = X·Xᵀ", a, m, m, n, [&](int64_t i, int64_t j) {
+  // α·Σ_k l(k)·r(k) + β·c in f64, and the magnitude its f32 sums' error is proportional to.
+  auto exact_product = [](int64_t k, double alpha, double c_term, const std::function<double(int64_t)>& l, const std::function<double(int64_t)>& r) {
     double sum = 0, magnitude = 0;
-    for (int64_t k = 0; k < n; ++k) {
-      const double term = stored(x, n, i, k) * stored(x, n, j, k);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const double term = l(kk) * r(kk);
       sum += term;
       magnitude += std::fabs(term);
     }
-    return std::pair{sum, magnitude};
+    return std::pair{alpha * sum + c_term, std::fabs(alpha) * magnitude + std::fabs(c_term)};
+  };
+  check("A = X·Xᵀ", a, m, m, n, [&](int64_t i, int64_t j) {
+    return exact_product(n, 1.0, 0.0, [&](int64_t k) { return stored(x, n, i, k); }, [&](int64_t k) { return stored(x, n, j, k); });
   });
   check("B = c·A·A + b·A", b, m, m, m, [&](int64_t i, int64_t j) {
-    double sum = 0, magnitude = 0;
-    for (int64_t k = 0; k < m; ++k) {
-      const double term = stored(a, m, i, k) * stored(a, m, k, j);
-      sum += term;
-      magnitude += std::fabs(term);
-    }
-    const double c_term = static_cast<double>(static_cast<float>(cb)) * stored(a, m, i, j);
-    const double alpha = static_cast<float>(cc);
-    return std::pair{alpha * sum + c_term, std::fabs(alpha) * magnitude + std::fabs(c_term)};
+    return exact_product(m, static_cast<float>(cc), static_cast<double>(static_cast<float>(cb)) * stored(a, m, i, j), [&](int64_t k) { return stored(a, m, i, k); },
+                         [&](int64_t k) { return stored(a, m, k, j); });
   });
   check("X' = B·X + a·X", x_next, m, n, m, [&](int64_t i, int64_t j) {
-    double sum = 0, magnitude = 0;
-    for (int64_t k = 0; k < m; ++k) {
-      const double term = stored(b, m, i, k) * stored(x, n, k, j);
-      sum += term;
-      magnitude += std::fabs(term);
-    }
-    const double c_term = static_cast<double>(static_cast<float>(ca)) * stored(x, n, i, j);
-    return std::pair{sum + c_term, magnitude + std::fabs(c_term)};
+    return exact_product(m, 1.0, static_cast<double>(static_cast<float>(ca)) * stored(x, n, i, j), [&](int64_t k) { return stored(b, m, i, k); },
+                         [&](int64_t k) { return stored(x, n, k, j); });
   });
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < m; ++j) ASSERT_EQ(a[static_cast<size_t>(i * m + j)], a[static_cast<size_t>(j * m + i)]) << "A is exactly symmetric";
