@@ -241,17 +241,22 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     cpu_options.isa = *isa;
   }
   if (options.threads < 0) throw UsageError("--threads must be 0 (all cores) or positive");
-  // Until the autotuner sets blocking per shape, ORTHOJIT_CPU_BLOCKING="MC,KC,NC" overrides the
-  // defaults (for experiments; bench/RESULTS.md).
+  // Until the autotuner sets blocking per shape, ORTHOJIT_CPU_BLOCKING="MC,KC,NC[,DIRECT]" overrides
+  // the defaults (for experiments; bench/RESULTS.md); DIRECT is GemmBlocking::direct_operand_bytes
+  // (0: every operand packed).
   bool blocking_from_environment = false;
   if (const char* text = std::getenv("ORTHOJIT_CPU_BLOCKING"); text && *text) {
     blocking_from_environment = true;
-    long mc = 0, kc = 0, nc = 0;
-    if (std::sscanf(text, "%ld,%ld,%ld", &mc, &kc, &nc) != 3 || mc < 1 || kc < 2 || nc < 1)
-      throw UsageError(std::string("ORTHOJIT_CPU_BLOCKING='") + text + "' is not MC,KC,NC with positive integers (e.g. 144,384,1024)");
+    long mc = 0, kc = 0, nc = 0, direct = -1;
+    char rest = 0;
+    const int fields = std::sscanf(text, "%ld,%ld,%ld,%ld%c", &mc, &kc, &nc, &direct, &rest);
+    if (fields < 3 || fields > 4 || mc < 1 || kc < 2 || nc < 1 || (fields == 4 && direct < 0))
+      throw UsageError(std::string("ORTHOJIT_CPU_BLOCKING='") + text +
+                       "' is not MC,KC,NC[,DIRECT] with positive MC, NC, KC >= 2 and DIRECT >= 0 bytes (e.g. 144,384,1024 or 144,384,1024,0)");
     cpu_options.blocking.mc = mc;
     cpu_options.blocking.kc = kc;
     cpu_options.blocking.nc = nc;
+    if (fields == 4) cpu_options.blocking.direct_operand_bytes = direct;
   }
   cpu_options.threads = options.threads;
 

@@ -52,9 +52,11 @@ TEST(GemmDriver, MatchesADoubleProductOnOddShapes) {
       {50, 70, 301, true, true, 1.0f, 0.5f, 0, ScalarType::F32},   // f32 transposed B with full and partial panels, odd k blocks
       {37, 70, 259, true, true, 1.0f, 0.5f, 0, ScalarType::BF16},  // bf16 pairs from a transposed B and odd rows: an odd last K block
       {26, 64, 131, false, false, 1.0f, 0, 0, ScalarType::BF16},   // bf16 pairs from a row-major B: full panels, odd last K block
+      {36, 48, 250, false, true, 1.0f, -1.0f, 0.5f, ScalarType::BF16},  // even K: a bf16 A read in place on dot, whole row panels
   };
   for (bool dot : {false, true}) {  // bf16 dot products where the CPU has them (the bf16 cases)
-  // Operands packed (0) and f32 operands read in place with their edge panels padded (1 GiB).
+  // Operands packed (0), and read in place with their edge panels padded (1 GiB): f32 A and B, a
+  // bf16 A of even K on dot products.
   for (int64_t direct_bytes : {int64_t{0}, int64_t{1} << 30}) {
   GemmBlocking small{24, 128, 64, dot, direct_bytes};  // small blocks: several K blocks, row blocks and column blocks
   for (CpuIsa isa : supported_isas()) {
@@ -193,6 +195,32 @@ TEST(GemmDriver, ResultDoesNotDependOnThreadCountOrBlockingOfMAndN) {
     }
   }
   for (const auto& result : results) EXPECT_EQ(result, results.front());
+}
+
+// A bf16 A read in place (its row pairs broadcast where they lie) must give the packed panels'
+// sums bit for bit: the same pairs in the same order. Run with the dot kernel on CPUs that have it
+// and with the FMA path elsewhere, where both layouts are packed and this compares a run with itself.
+TEST(GemmDriver, Bf16ADirectOrPackedGivesTheSameBits) {
+  const int64_t m = 61, n = 70, k = 514;  // an edge row panel (61 = 5·12 + 1), an edge column panel, two K blocks
+  Storage a(ScalarType::BF16, reference::gaussian_values(m * k, 6), m, k);
+  Storage b(ScalarType::BF16, reference::gaussian_values(k * n, 7), k, n);
+  const CpuIsa isa = best_host_isa();
+  std::vector<std::vector<uint16_t>> results;
+  for (int64_t direct_bytes : {int64_t{0}, int64_t{1} << 30}) {
+    const GemmBlocking blocking{24, 384, 64, true, direct_bytes};
+    const OperandLayouts layouts = choose_operand_layouts(isa, blocking, a.view(), b.view());
+    EXPECT_EQ(layouts.a_direct, direct_bytes > 0 && uses_bf16_dot(isa, true, a.view(), b.view()));
+    EXPECT_FALSE(layouts.b_direct);
+    Storage d(ScalarType::BF16, std::vector<double>(static_cast<size_t>(m * n), std::nan("")), m, n);
+    GemmProblem problem{a.view(), b.view(), std::nullopt, d.view(), 1, 0, 0, false};
+    make_driver(isa, blocking).run(problem, &shared_thread_pool());
+    results.push_back(d.half);
+  }
+  EXPECT_EQ(results[0], results[1]);
+  // An odd K keeps A packed (the last pair would read past the row).
+  Storage odd(ScalarType::BF16, reference::gaussian_values(m * (k - 1), 8), m, k - 1);
+  Storage odd_b(ScalarType::BF16, reference::gaussian_values((k - 1) * n, 9), k - 1, n);
+  EXPECT_FALSE(choose_operand_layouts(isa, GemmBlocking{24, 384, 64, true, int64_t{1} << 30}, odd.view(), odd_b.view()).a_direct);
 }
 
 }  // namespace

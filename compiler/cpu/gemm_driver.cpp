@@ -362,10 +362,14 @@ std::vector<int64_t> k_block_lengths(int64_t k, const GemmBlocking& blocking, bo
 
 OperandLayouts choose_operand_layouts(CpuIsa isa, const GemmBlocking& blocking, const MatrixView& a, const MatrixView& b) {
   OperandLayouts layouts;
-  if (uses_bf16_dot(isa, blocking.bf16_dot, a, b)) return layouts;
-  auto direct = [&](const MatrixView& view) {
-    return view.type == ScalarType::F32 && view.col_stride == 1 && view.rows * view.cols * 4 <= blocking.direct_operand_bytes;
+  auto fits = [&](const MatrixView& view) {
+    return view.col_stride == 1 && view.rows * view.cols * static_cast<int64_t>(size_in_bytes(view.type)) <= blocking.direct_operand_bytes;
   };
+  if (uses_bf16_dot(isa, blocking.bf16_dot, a, b)) {
+    layouts.a_direct = fits(a) && a.cols % 2 == 0;
+    return layouts;
+  }
+  auto direct = [&](const MatrixView& view) { return view.type == ScalarType::F32 && fits(view); };
   layouts.a_direct = direct(a);
   layouts.b_direct = direct(b);
   return layouts;
@@ -695,6 +699,16 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
       float* const packed_a = stage.packed_a;
       if (layouts.a_direct) {  // the last, partial row panel, zero-padded to MR rows
         const int64_t first_row = m / mr * mr;
+        if (dot) {  // K is even here, so kc is the block's own length: no padding along k
+          uint16_t* const packed = reinterpret_cast<uint16_t*>(packed_a);
+          const uint16_t* const source = static_cast<const uint16_t*>(problem.a.data);
+          for (int64_t i = 0; i < mr; ++i) {
+            uint16_t* const row = packed + i * stage.kc;
+            if (first_row + i < m) std::memcpy(row, source + (first_row + i) * problem.a.row_stride + stage.k0, static_cast<size_t>(stage.kc) * 2);
+            else std::fill(row, row + stage.kc, uint16_t{0});
+          }
+          return;
+        }
         for (int64_t i = 0; i < mr; ++i)
           for (int64_t k = 0; k < stage.kc; ++k)
             packed_a[i * stage.kc + k] = first_row + i < m ? a_data[(first_row + i) * problem.a.row_stride + stage.k0 + k] : 0.0f;
@@ -734,7 +748,9 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
         int64_t lda = 0, ldb = 0;
         if (layouts.a_direct) {
           const bool edge = tile_rows < mr;
-          a_panel = edge ? stage.packed_a : a_data + tile_row * problem.a.row_stride + k0;
+          const int64_t offset = tile_row * problem.a.row_stride + k0;
+          a_panel = edge ? stage.packed_a
+                         : (dot ? reinterpret_cast<const float*>(static_cast<const uint16_t*>(problem.a.data) + offset) : a_data + offset);
           lda = edge ? kc : problem.a.row_stride;
         }
         const float* b_panel = stage.packed_b + bp * kc * nr / slot;

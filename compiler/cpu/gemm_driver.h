@@ -88,8 +88,10 @@ inline bool uses_amx(CpuIsa isa, bool fp16, const MatrixView& a, const MatrixVie
 }
 
 // Which operands a product reads in place ("direct", see microkernel_codegen.h) instead of packing:
-// f32 storage with unit column stride, at most blocking.direct_operand_bytes, not on bf16 dot
-// products. Xᵀ (a transposed view) is always packed.
+// unit column stride and at most blocking.direct_operand_bytes, then f32 A and B, or on bf16 dot
+// products a bf16 A with an even K (a row's pair (k, k+1) is already the 32-bit word the kernel
+// broadcasts; an odd K would need a zero past the row's end). A bf16 B is always packed (its pairs
+// interleave two rows), and so is Xᵀ (a transposed view).
 struct OperandLayouts {
   bool a_direct = false, b_direct = false;
 };

@@ -32,7 +32,7 @@ std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm
   if (spec.kc < 1) throw std::logic_error("emit_microkernel: kc must be positive");
   if (spec.bf16_dot && (spec.isa != CpuIsa::Avx512Bf16 || spec.kc % 2 != 0))
     throw std::logic_error("emit_microkernel: bf16 dot products need the avx512bf16 path and an even kc");
-  if (spec.bf16_dot && (spec.a_direct || spec.b_direct)) throw std::logic_error("emit_microkernel: direct operands are f32 only");
+  if (spec.bf16_dot && spec.b_direct) throw std::logic_error("emit_microkernel: a bf16 B is always packed (its pairs interleave two rows)");
   const IsaTraits traits = traits_of(spec.isa);
   const int width = traits.vector_width, mr = traits.mr, vectors = traits.nr / traits.vector_width;
   auto module = std::make_unique<llvm::Module>(spec.name(), context);
@@ -113,12 +113,17 @@ std::unique_ptr<llvm::Module> emit_microkernel(const MicrokernelSpec& spec, llvm
       llvm::Value* address = builder.CreateInBoundsGEP(i16, b_row, builder.getInt64(static_cast<uint64_t>(v * 32)));
       b_vectors.push_back(builder.CreateAlignedLoad(pair_vector, address, llvm::Align(64), "b_pairs"));
     }
-    // A: (pair, MR, 2) bf16; row i's pair is one 32-bit value, broadcast to the 16 lanes.
-    llvm::Value* a_column = builder.CreateInBoundsGEP(i16, a_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(2 * mr))));
+    // A: (pair, MR, 2) bf16 packed, or row-major in place (row i's pair k at a + i·lda + 2k, in
+    // bf16 elements); row i's pair is one 32-bit value, broadcast to the 16 lanes. In place, an
+    // odd row stride puts the pairs at 2-byte alignment.
+    llvm::Value* a_column =
+        spec.a_direct ? builder.CreateInBoundsGEP(i16, a_panel, builder.CreateMul(k, builder.getInt64(2)))
+                      : builder.CreateInBoundsGEP(i16, a_panel, builder.CreateMul(k, builder.getInt64(static_cast<uint64_t>(2 * mr))));
     for (int i = 0; i < mr; ++i) {
-      llvm::Value* pair = builder.CreateAlignedLoad(builder.getInt32Ty(),
-                                                    builder.CreateInBoundsGEP(i16, a_column, builder.getInt64(static_cast<uint64_t>(2 * i))),
-                                                    llvm::Align(4), "a_pair");
+      llvm::Value* offset = spec.a_direct ? builder.CreateMul(lda, builder.getInt64(static_cast<uint64_t>(i)))
+                                          : static_cast<llvm::Value*>(builder.getInt64(static_cast<uint64_t>(2 * i)));
+      llvm::Value* pair = builder.CreateAlignedLoad(builder.getInt32Ty(), builder.CreateInBoundsGEP(i16, a_column, offset),
+                                                    llvm::Align(spec.a_direct ? 2 : 4), "a_pair");
       llvm::Value* broadcast = builder.CreateBitCast(builder.CreateVectorSplat(16, pair), pair_vector, "a_pairs");
       for (int v = 0; v < vectors; ++v) {
         const size_t index = static_cast<size_t>(i * vectors + v);

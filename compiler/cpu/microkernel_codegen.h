@@ -7,7 +7,8 @@
 //             int64 lda, int64 ldb)   // row strides of a direct A / B (ignored when packed)
 //
 // A "direct" operand is read where it lies instead of from a packed panel: A's element (i, k) at
-// a + i·lda + k, B's element (k, j) at b + k·ldb + j (row-major f32, unit column stride). For small
+// a + i·lda + k, B's element (k, j) at b + k·ldb + j (row-major, unit column stride; f32, or a
+// bf16 A on the bf16_dot kernel, whose row pairs are the words it broadcasts). For small
 // matrices packing costs as much as the products themselves (a 128³ product is 65k cycles of
 // FMAs; packing its two operands is 20-30k cycles), and their operands sit in L1/L2 anyway.
 //
@@ -37,7 +38,7 @@ struct MicrokernelSpec {
   CpuIsa isa = CpuIsa::Generic;
   int64_t kc = 0;
   bool bf16_dot = false;
-  bool a_direct = false, b_direct = false;  // f32 only, not with bf16_dot
+  bool a_direct = false, b_direct = false;  // with bf16_dot: a_direct only (lda in bf16 elements)
   int b_prefetch = 0;  // prefetch B's row this many k steps (pair steps with bf16_dot) ahead; 0: none
   // amx: the AMX-BF16 tile kernel instead (amx_codegen.h): bf16 panels packed by amx_packing.h,
   // kc a multiple of 32, the microtile's valid rows and columns (1..32) baked in, and the last
