@@ -150,6 +150,10 @@ expect 0 "usage: orthojit tune" -- "$orthojit" tune --help
 expect 0 "winner" -- "$orthojit" tune --shape 24x96x2 --program jordan_ns5_f32 --budget 1 --out "$records"
 expect 0 "(record)" -- "$orthojit" tune --shape 96x24x2 --program jordan_ns5_f32 --budget 1 --out "$records"   # the transpose shares it
 expect 0 "\"winner\"" -- cat "$records"
+# The blocking override for experiments: three or four fields, each checked.
+expect 0 "mc=96 kc=128 nc=256" -- env ORTHOJIT_CPU_BLOCKING=96,128,256,0 "$orthojit" bench --program jordan_ns5 --shape 24x96x2 --repeat 1
+expect 2 "is not MC,KC,NC[,DIRECT]" -- env ORTHOJIT_CPU_BLOCKING=96,128,256,-1 "$orthojit" bench --program jordan_ns5 --shape 24x96x2 --repeat 1
+expect 2 "is not MC,KC,NC[,DIRECT]" -- env ORTHOJIT_CPU_BLOCKING=96,128 "$orthojit" bench --program jordan_ns5 --shape 24x96x2 --repeat 1
 expect 0 "tuned: " -- env ORTHOJIT_TUNING_FILE="$records" "$orthojit" bench --program jordan_ns5_f32 --shape 24x96x2 --repeat 1
 expect 0 "1 entries, fingerprint matches" -- env ORTHOJIT_TUNING_FILE="$records" "$orthojit" info
 printf '{"schema_version": 1, "entries": {' > "$work/broken.json"
