@@ -30,6 +30,19 @@ __device__ __forceinline__ void quad_transpose(u32* v) {
 }
 
 
+// A warp's FM x FN mma.sync accumulators (m16n8: 4 f32 per lane each) set to zero; fully
+// unrolled, so they stay in registers. Both product loops start from it: the fused kernel's
+// cta_product below and the per-op tile (orthojit_mma_product.cuh).
+template <int FM, int FN>
+__device__ __forceinline__ void zero_accumulators(float (&acc)[FM][FN][4]) {
+#pragma unroll
+  for (int x = 0; x < FM; ++x)
+#pragma unroll
+    for (int y = 0; y < FN; ++y)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[x][y][q] = 0.0f;
+}
+
 // The persistent schedule of a triangular product (compiler/cuda/tile_schedule.h, the same steps
 // on the host, checked against this one): the index-th upper tile (ti <= tj) of a T x T tile grid
 // in bands of G tile rows, each band's triangle column by column, then its rectangle G tiles per
@@ -121,12 +134,7 @@ __device__ __forceinline__ void cta_product(const SourceA& a, const SourceBt& bt
     }
     const int row0 = ti * TILE, col0 = tj * TILE;
     float acc[FM][FN][4];
-#pragma unroll
-    for (int x = 0; x < FM; ++x)
-#pragma unroll
-      for (int y = 0; y < FN; ++y)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) acc[x][y][q] = 0.0f;
+    zero_accumulators(acc);
 #pragma unroll 2
     for (int k0 = 0; k0 < K; k0 += 16) {
       u32 af[FM][4], bf[FN][2];

@@ -369,12 +369,7 @@ __device__ __forceinline__ void product_tile(u16* stages, const u16* __restrict_
   const OutPointer out = out_all + z * P::OUT_MATRIX;
   const int row0 = ti * P::BM, col0 = tj * P::BN;
   float acc[FM][FN][4];
-#pragma unroll
-  for (int x = 0; x < FM; ++x)
-#pragma unroll
-    for (int y = 0; y < FN; ++y)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[x][y][q] = 0.0f;
+  zero_accumulators(acc);
   if constexpr (P::PIPELINED) {
     constexpr int TILES = (P::K + P::BK - 1) / P::BK;
     // k-tile t goes into stage t % STAGES.
