@@ -23,15 +23,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The CUDA candidates always compute triangular products as such (their kernels' choice).
 ir::Function compile_strategy(const dsl::Program& program, std::optional<ScalarType> precision, ir::StrategyKind strategy, int64_t rows, int64_t cols,
                               int64_t batch) {
-  passes::CompileOptions options;
-  options.rows = rows;
-  options.cols = cols;
-  options.batch = batch;
-  options.precision = precision;
-  options.strategy = strategy;
-  return passes::compile_program(program, options);
+  return compile_candidate(program, precision, strategy, true, rows, cols, batch);
 }
 
 // Device-side timing: CUDA events around one call, the L2 flushed before each.
@@ -154,13 +149,7 @@ class CudaTuningBackend : public TuningBackend {
 
  private:
   Trial make_trial(const CudaCandidate& candidate) {
-    Trial trial;
-    trial.id = candidates_.size();
-    trial.label = candidate.label();
-    trial.config = candidate.to_json();
-    trial.strategy = candidate.strategy;
-    trial.is_default = candidate == fallback_;
-    trial.is_vendor = candidate.variant == "cublaslt";
+    Trial trial = pending_trial(candidates_.size(), candidate, candidate == fallback_, candidate.variant == "cublaslt");
     const auto schedule = schedules_.find(candidate.strategy);
     const auto error = strategy_errors_.find(candidate.strategy);
     if (auto reason = cuda_prune_reason(candidate, schedule == schedules_.end() ? nullptr : &schedule->second,

@@ -18,14 +18,7 @@ namespace {
 
 ir::Function compile_for(const dsl::Program& program, std::optional<ScalarType> precision, const Candidate& candidate, int64_t rows, int64_t cols,
                          int64_t batch) {
-  passes::CompileOptions options;
-  options.rows = rows;
-  options.cols = cols;
-  options.batch = batch;
-  options.precision = precision;
-  options.strategy = candidate.strategy;
-  options.triangular_products = candidate.triangular;
-  return passes::compile_program(program, options);
+  return compile_candidate(program, precision, candidate.strategy, candidate.triangular, rows, cols, batch);
 }
 
 cpu::CpuOptions cpu_options_for(const Candidate& candidate, int threads) {
@@ -121,13 +114,7 @@ class CpuTuningBackend : public TuningBackend {
   std::vector<Trial> add(const std::vector<Candidate>& candidates) {
     std::vector<Trial> trials;
     for (const Candidate& candidate : candidates) {
-      Trial trial;
-      trial.id = candidates_.size();
-      trial.label = candidate.label();
-      trial.config = candidate.to_json();
-      trial.strategy = candidate.strategy;
-      trial.is_default = candidate == fallback_;
-      trial.is_vendor = is_vendor(candidate);
+      Trial trial = pending_trial(candidates_.size(), candidate, candidate == fallback_, is_vendor(candidate));
       trial.stage = candidate.stage;
       if (auto reason = prune_reason(candidate, problem_.rows, problem_.cols, gram_error_, accepted_, storage_)) {
         trial.status = TrialStatus::Pruned;

@@ -113,6 +113,18 @@ dsl::Program first_steps(const dsl::Program& program, int steps) {
   return reduced;
 }
 
+ir::Function compile_candidate(const dsl::Program& program, std::optional<ScalarType> precision, ir::StrategyKind strategy, bool triangular_products,
+                               int64_t rows, int64_t cols, int64_t batch) {
+  passes::CompileOptions options;
+  options.rows = rows;
+  options.cols = cols;
+  options.batch = batch;
+  options.precision = precision;
+  options.strategy = strategy;
+  options.triangular_products = triangular_products;
+  return passes::compile_program(program, options);
+}
+
 nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& settings, const LoopSettings& loop, TuningBackend& backend,
                                const std::string& default_label, const std::string& default_reason) {
   const auto started = Clock::now();

@@ -121,6 +121,20 @@ struct Trial {
   bool finalist = false;      // re-timed on the full iteration
 };
 
+// A pending trial for a backend's candidate (any type with label(), to_json() and strategy): the
+// fields every backend fills alike; pruning and the stage are the backend's.
+template <class BackendCandidate>
+Trial pending_trial(size_t id, const BackendCandidate& candidate, bool is_default, bool is_vendor) {
+  Trial trial;
+  trial.id = id;
+  trial.label = candidate.label();
+  trial.config = candidate.to_json();
+  trial.strategy = candidate.strategy;
+  trial.is_default = is_default;
+  trial.is_vendor = is_vendor;
+  return trial;
+}
+
 // A candidate built for one schedule, ready to run.
 class BuiltCandidate {
  public:
@@ -206,5 +220,11 @@ ProxyShape proxy_shape(int64_t rows, int64_t cols, int64_t batch, double max_ste
 
 // The program reduced to its first `steps` steps (gram restarts beyond them dropped): the proxy.
 dsl::Program first_steps(const dsl::Program& program, int steps);
+
+// A candidate's schedule, as every backend builds it: the program (its restarts already the
+// problem's) compiled for one strategy at a shape (the problem's, the proxy's or the reduced
+// check's), with or without triangular products.
+ir::Function compile_candidate(const dsl::Program& program, std::optional<ScalarType> precision, ir::StrategyKind strategy, bool triangular_products,
+                               int64_t rows, int64_t cols, int64_t batch);
 
 }  // namespace orthojit::autotune
