@@ -330,6 +330,19 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
   if (!options.cpu_kernel.empty() && backend != "cpu")
     throw UsageError("--kernel " + options.cpu_kernel + " is an option of the cpu backend (this run is on " + backend + ")");
   if (backend == "cpu") choose_bf16_engine(options, engine_from_record, cpu_options);
+#ifdef ORTHOJIT_HAVE_CUDA
+  cuda::CudaVariant variant;
+  if (backend == "cuda") {
+    try {
+      // An explicit --variant wins over the tuning record's.
+      if (!options.cuda_variant.empty()) variant = cuda::CudaVariant::parse(options.cuda_variant);
+      else if (!tuned_variant.empty()) variant = cuda::CudaVariant::parse(tuned_variant);
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(error.what());
+    }
+    if (compile.muon_step) compile.fuse_update = variant.fuses_muon_update();
+  }
+#endif
   ir::Function function = passes::compile_program(program, compile);
   std::shared_ptr<CompiledOrthogonalizer> compiled;
   double jit_seconds = 0;
@@ -346,14 +359,6 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     compiled->engine_ = std::string(cpu::to_string(engine));
 #ifdef ORTHOJIT_HAVE_CUDA
   } else if (backend == "cuda") {
-    cuda::CudaVariant variant;
-    try {
-      // An explicit --variant wins over the tuning record's.
-      if (!options.cuda_variant.empty()) variant = cuda::CudaVariant::parse(options.cuda_variant);
-      else if (!tuned_variant.empty()) variant = cuda::CudaVariant::parse(tuned_variant);
-    } catch (const std::invalid_argument& error) {
-      throw UsageError(error.what());
-    }
     if (function.muon_step && variant.kind != cuda::CudaVariant::Kind::Generated &&
         !cuda::variant_unavailable_reason(function, variant, cuda::Device::get().info().max_shared_per_block_optin).empty()) {
       // The tuned winner for the orthogonalizer may be cuBLAS, which compiles no Muon step (or a

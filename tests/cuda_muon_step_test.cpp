@@ -9,9 +9,12 @@
 // rounded once, O the orthogonalizer's output), because it reads the same U values and runs the
 // same kernels in between. Cases: standard wide, tall (oriented: M and p addressed through the
 // transpose), gram, a last X made by a three-term lincomb, bf16 and f16 gradients, f32, bf16 and
-// f16 parameters, batches with per-matrix pointers and scalars. Each case runs on both variants
-// that compile Muon steps: the per-op kernels (the step is their launches less the output pass) and
-// the fused small-matrix kernel (the whole step in one launch, one CTA per matrix).
+// f16 parameters, batches with per-matrix pointers and scalars. Each case runs on the variants
+// that compile Muon steps: the per-op kernels (the step is their launches less the output pass),
+// the fused small-matrix kernel (the whole step in one launch, one CTA per matrix), and the per-op
+// kernels with the products on the sm_90a tile, where the update is not fused
+// (CudaVariant::fuses_muon_update) but runs as its own pass in place of the output pass, so that
+// the last X's product stays on the tile.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,6 +23,7 @@
 #include <random>
 #include <set>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/cuda_codegen.h"
 #include "cuda/fused_small_codegen.h"
 #include "cuda/nvrtc_compiler.h"
@@ -61,8 +65,9 @@ std::vector<Case> cases() {
   };
 }
 
-ir::Function schedule(const Case& c, bool muon_step) {
+ir::Function schedule(const Case& c, bool muon_step, bool fuse_update = true) {
   passes::CompileOptions options;
+  options.fuse_update = fuse_update;
   options.rows = c.rows;
   options.cols = c.cols;
   options.batch = c.batch;
@@ -77,10 +82,37 @@ std::filesystem::path scratch(const std::string& name) {
 
 size_t bytes_of(ScalarType type) { return type == ScalarType::F32 ? 4 : 2; }
 
-enum class Variant { PerOp, FusedSmall };
+enum class Variant { PerOp, FusedSmall, Hopper };
+
+// The runtime's variant for each, which decides whether the step fuses its update.
+CudaVariant runtime_variant(Variant variant) {
+  CudaVariant runtime;
+  if (variant == Variant::FusedSmall) runtime.kind = CudaVariant::Kind::FusedSmall;
+  runtime.hopper = variant == Variant::Hopper;
+  return runtime;
+}
 
 CudaProgram generate(const ir::Function& function, Variant variant) {
-  return variant == Variant::PerOp ? generate_cuda(function) : generate_fused_small_cuda(function);
+  if (variant == Variant::FusedSmall) return generate_fused_small_cuda(function);
+  CodegenOptions options;
+  options.hopper_products = variant == Variant::Hopper;
+  return generate_cuda(function, options);
+}
+
+// The products of `program` on the sm_90a tile, and whether the last X's product is one of them.
+struct TileUse {
+  int products = 0, on_tile = 0;
+  bool last_product_on_tile = false;
+};
+TileUse tile_use(const CudaProgram& program) {
+  TileUse use;
+  for (const Launch& launch : program.launches)
+    if (launch.product >= 0) {
+      ++use.products;
+      use.on_tile += launch.hopper_tile();
+      use.last_product_on_tile = launch.hopper_tile();
+    }
+  return use;
 }
 
 class CudaMuonStepVariant : public ::testing::TestWithParam<Variant> {};
@@ -92,11 +124,27 @@ TEST_P(CudaMuonStepVariant, FusedStepIsTheSeparateRulesBitForBitInTheEmulation) 
   std::normal_distribution<double> normal(0.0, 1.0);
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name + ": " + c.spec.describe());
-    const ir::Function step_function = schedule(c, true), plain_function = schedule(c, false);
-    ASSERT_EQ(fused_small_ineligible_reason(step_function), "");
+    const bool fuse_update = runtime_variant(variant).fuses_muon_update();
+    EXPECT_EQ(fuse_update, variant != Variant::Hopper);
+    const ir::Function step_function = schedule(c, true, fuse_update), plain_function = schedule(c, false);
+    if (variant == Variant::FusedSmall) {
+      ASSERT_EQ(fused_small_ineligible_reason(step_function), "");
+    }
     const CudaProgram step = generate(step_function, variant), plain = generate(plain_function, variant);
     EXPECT_TRUE(step.muon_step);
-    if (variant == Variant::PerOp) {
+    if (variant == Variant::Hopper) {
+      // The orthogonalizer's launches with the output pass replaced by the update pass, the
+      // products on the tile as in the orthogonalizer: the last X's too, where the tile takes it.
+      ASSERT_EQ(step.launches.size(), plain.launches.size());
+      EXPECT_EQ(step.launches.back().kernel.rfind("update_", 0), 0u) << step.launches.back().kernel;
+      EXPECT_EQ(plain.launches.back().kernel.rfind("output_", 0), 0u) << plain.launches.back().kernel;
+      const TileUse step_use = tile_use(step), plain_use = tile_use(plain);
+      EXPECT_EQ(step_use.on_tile, plain_use.on_tile);
+      EXPECT_EQ(step_use.last_product_on_tile, plain_use.last_product_on_tile);
+      if (c.name == "standard_wide") {
+        EXPECT_EQ(step_use.on_tile, step_use.products) << "bf16, 16-byte aligned rows: every product on the tile, the last X's included";
+      }
+    } else if (variant == Variant::PerOp) {
       // One Muon step is the orthogonalizer's launches less its output pass: nothing else.
       EXPECT_EQ(step.launches.size() + 1, plain.launches.size());
       for (const Launch& launch : step.launches)
@@ -147,7 +195,7 @@ TEST_P(CudaMuonStepVariant, FusedStepIsTheSeparateRulesBitForBitInTheEmulation) 
       matrices[z].param = reinterpret_cast<std::uintptr_t>(params[z].data());
     }
 
-    const std::string tag = c.name + (variant == Variant::PerOp ? "" : "_fused");
+    const std::string tag = c.name + (variant == Variant::PerOp ? "" : variant == Variant::FusedSmall ? "_fused" : "_hopper");
     HostEmulator plain_emulator(plain, scratch(tag + "_plain"));
     const HostEmulator::Result orthogonal = plain_emulator.run(update);
     EXPECT_EQ(orthogonal.memory_errors, "");
@@ -176,10 +224,12 @@ TEST_P(CudaMuonStepVariant, FusedStepIsTheSeparateRulesBitForBitInTheEmulation) 
 
 TEST_P(CudaMuonStepVariant, GeneratedStepsCompileForSm80AndSm90WithoutSpills) {
   for (const Case& c : cases()) {
-    const CudaProgram program = generate(schedule(c, true), GetParam());
+    const Variant variant = GetParam();
+    const CudaProgram program = generate(schedule(c, true, runtime_variant(variant).fuses_muon_update()), variant);
     std::set<std::string> kernels;
     for (const Launch& launch : program.launches) kernels.insert(launch.kernel);
-    for (const char* arch : {"sm_80", "sm_90"}) {
+    const std::vector<const char*> arches = variant == Variant::Hopper ? std::vector<const char*>{"sm_90a"} : std::vector<const char*>{"sm_80", "sm_90"};
+    for (const char* arch : arches) {
       SCOPED_TRACE(c.name + " " + arch);
       const NvrtcOutput output = compile_cuda(program.source, kernels::cuda_device_headers(), arch);
       EXPECT_FALSE(output.image.empty());
@@ -195,8 +245,10 @@ TEST_P(CudaMuonStepVariant, GeneratedStepsCompileForSm80AndSm90WithoutSpills) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, CudaMuonStepVariant, ::testing::Values(Variant::PerOp, Variant::FusedSmall),
-                         [](const ::testing::TestParamInfo<Variant>& param_info) { return param_info.param == Variant::PerOp ? "PerOp" : "FusedSmall"; });
+INSTANTIATE_TEST_SUITE_P(Variants, CudaMuonStepVariant, ::testing::Values(Variant::PerOp, Variant::FusedSmall, Variant::Hopper),
+                         [](const ::testing::TestParamInfo<Variant>& param_info) {
+                           return param_info.param == Variant::PerOp ? "PerOp" : param_info.param == Variant::FusedSmall ? "FusedSmall" : "Hopper";
+                         });
 
 }  // namespace
 }  // namespace orthojit::cuda

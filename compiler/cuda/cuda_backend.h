@@ -39,6 +39,12 @@ struct CudaVariant {
   // Whether a product runs on the sm_90a tile (hopper, or a product given sm90a_tile()): the
   // program needs compute capability 9.0.
   bool needs_sm90a() const;
+  // Whether a Muon step compiled for this variant carries its update in the epilogue of the
+  // last X's kernel (passes::CompileOptions::fuse_update). Not where products run on the sm_90a
+  // tile: its epilogue stores D through TMA and takes no update (hopper_ineligible_reason), so a
+  // fused update would keep the last product, a full-size one, on the mma.sync kernel; unfused,
+  // the product stays on the tile and the update is one element-wise pass over the stored X.
+  bool fuses_muon_update() const { return !needs_sm90a(); }
   // "generated", "generated 128x128x32/2x4", "generated per-product 64x64x32/2x2,-,sm90a"
   // ('-': that product's default; sm90a: the sm_90a tile), each also as "generated hopper[ ...]",
   // "fused-small", "cublas", "cublaslt"
