@@ -20,8 +20,10 @@
 #include "cpu/element_types.h"
 #include "cpu/gemm_driver.h"
 #include "cpu/kernel_cache.h"
+#include "cpu/thread_pool.h"
 #include "reference/random_matrix.h"
 #include "support/cpu_peak.h"
+#include "support/host_cpu.h"
 
 extern "C" char* openblas_get_corename(void);
 extern "C" void openblas_set_num_threads(int threads);
@@ -98,8 +100,8 @@ void BM_OpenBlasSgemm(benchmark::State& state, bool one_thread) {
 
 BENCHMARK_CAPTURE(BM_OrthojitGemm, f32, ScalarType::F32, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_operands, ScalarType::BF16, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_dot_products, ScalarType::BF16, false, true)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_dot_products_1thread, ScalarType::BF16, true, true)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_dot_products, ScalarType::BF16, false, true)->Arg(128)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_dot_products_1thread, ScalarType::BF16, true, true)->Arg(128)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 // AMX-BF16 tiles (the amx path; skipped where AMX is not usable): the 2048³ targets are
 // >= 60% of the measured ceiling on one thread, >= 55% on two.
 BENCHMARK_CAPTURE(BM_OrthojitGemm, amx, ScalarType::BF16, false, false, cpu::CpuIsa::AmxBf16)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -209,6 +211,19 @@ void BM_AmxPacking(benchmark::State& state) {
   state.SetLabel(mode == 0 ? "A of X" : mode == 1 ? "B = X^T" : mode == 2 ? "B = X" : "memcpy");
 }
 BENCHMARK(BM_AmxPacking)->DenseRange(0, 3);
+
+// One parallel phase of the shared pool with nothing to do but `tasks` empty tasks, back to back:
+// the fixed cost a product pays per phase (a small product has two or three). Arg(1): spin 0
+// (workers sleep between jobs), else the default spin (thread_pool.h).
+void BM_ThreadPoolPhase(benchmark::State& state) {
+  cpu::ThreadPool pool(host_cpu().logical_cores, state.range(0) == 1 ? 0 : -1);
+  const int64_t tasks = 2 * pool.size();
+  std::vector<int64_t> sink(static_cast<size_t>(tasks));
+  for (auto _ : state) pool.parallel_for(tasks, [&](int64_t task, int) { sink[static_cast<size_t>(task)] += task; });
+  benchmark::DoNotOptimize(sink.data());
+  state.SetLabel(std::to_string(pool.size()) + " threads, spin " + std::to_string(pool.spin_microseconds()) + " us");
+}
+BENCHMARK(BM_ThreadPoolPhase)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_MeasuredClock(benchmark::State& state) {
   double ghz = 0;
