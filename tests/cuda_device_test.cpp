@@ -3,7 +3,9 @@
 // the fused small-matrix kernel where eligible, the cuBLAS baseline for the standard strategy, the
 // cuBLASLt baseline for both strategies: standard NS and Gram NS as cublasLtMatmul calls)
 // against the float64 reference interpreter, on fresh random inputs, with the output poisoned
-// (all bits set: NaN) before each run so a kernel that skips an element cannot pass.
+// (all bits set: NaN) before each run so a kernel that skips an element cannot pass. Then the
+// sm_90a product tile alone (cuda_device_hopper_products.h) and whole Muon steps, the update
+// fused and on its own pass (cuda_device_muon_steps.h).
 //
 // Judged by the autotuner's measure (autotune/error_measure.h, compiled into this program): the
 // largest error in every 16x16 tile of every matrix of the batch relative to the reference tile's
@@ -40,6 +42,7 @@
 #include "cuda/cuda_driver.h"
 #include "cuda/fused_small_codegen.h"
 #include "cuda_device_hopper_products.h"
+#include "cuda_device_muon_steps.h"
 #include "kernels/cuda_device_headers.h"
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
@@ -256,6 +259,8 @@ int main(int argc, char** argv) {
         std::printf("%s %s%s%s\n", hopper.ok ? "READY" : "FAIL", hopper.name.c_str(), hopper.message.empty() ? "" : ": ", hopper.message.c_str());
       }
     }
+    std::string unused;
+    for (const auto& step : device_test::check_muon_steps(90, true, target, headers, unused)) failures += !step.ok;
     return failures == 0 ? 0 : 1;
   }
   const cuda::DeviceInfo& device = cuda::Device::get().info();
@@ -299,6 +304,11 @@ int main(int argc, char** argv) {
   const std::vector<device_test::HopperOutcome> hopper = device_test::check_hopper_products(device.sm, false, headers, hopper_skipped);
   if (!hopper_skipped.empty()) std::printf("hopper product tile not run: %s\n", hopper_skipped.c_str());
   for (const auto& outcome : hopper) outcome.ok ? ++passed : ++failed;
+  // Whole Muon steps, the update fused into the last product and on its own pass.
+  std::string steps_skipped;
+  const std::vector<device_test::MuonStepOutcome> steps = device_test::check_muon_steps(device.sm, false, target, headers, steps_skipped);
+  if (!steps_skipped.empty()) std::printf("muon step on the sm_90a tile not run: %s\n", steps_skipped.c_str());
+  for (const auto& outcome : steps) outcome.ok ? ++passed : ++failed;
   std::printf("\n%d passed, %d failed, %d not applicable (e.g. fused-small above 128 rows, cublas with gram), %.1f s\n", passed, failed, skipped,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   if (!json_path.empty()) {
@@ -317,6 +327,11 @@ int main(int argc, char** argv) {
     for (const auto& outcome : hopper) {
       json << (first ? "" : ",\n") << "    {\"case\": \"" << json_escape(outcome.name) << "\", \"ok\": " << (outcome.ok ? "true" : "false")
            << ", \"worst_error_over_bound\": " << outcome.worst << ", \"message\": \"" << json_escape(outcome.message) << "\"}";
+      first = false;
+    }
+    for (const auto& outcome : steps) {
+      json << (first ? "" : ",\n") << "    {\"case\": \"" << json_escape(outcome.name) << "\", \"ok\": " << (outcome.ok ? "true" : "false")
+           << ", \"message\": \"" << json_escape(outcome.message) << "\"}";
       first = false;
     }
     json << "\n  ]\n}\n";
