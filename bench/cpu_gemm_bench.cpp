@@ -100,8 +100,8 @@ void BM_OpenBlasSgemm(benchmark::State& state, bool one_thread) {
 
 BENCHMARK_CAPTURE(BM_OrthojitGemm, f32, ScalarType::F32, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_operands, ScalarType::BF16, false)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_dot_products, ScalarType::BF16, false, true)->Arg(128)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_dot_products_1thread, ScalarType::BF16, true, true)->Arg(128)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_dot_products, ScalarType::BF16, false, true)->Arg(128)->Arg(256)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_OrthojitGemm, bf16_dot_products_1thread, ScalarType::BF16, true, true)->Arg(128)->Arg(256)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 // AMX-BF16 tiles (the amx path; skipped where AMX is not usable): the 2048³ targets are
 // >= 60% of the measured ceiling on one thread, >= 55% on two.
 BENCHMARK_CAPTURE(BM_OrthojitGemm, amx, ScalarType::BF16, false, false, cpu::CpuIsa::AmxBf16)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
