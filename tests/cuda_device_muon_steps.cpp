@@ -113,7 +113,7 @@ MuonStepOutcome run_case(const StepCase& c, const cuda::NamedSources& headers) {
 }  // namespace
 
 std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, const std::string& host_target, const cuda::NamedSources& headers,
-                                              std::string& skipped_reason) {
+                                              const std::string& filter, std::string& skipped_reason) {
   cuda::CudaVariant generated, hopper;
   hopper.hopper = true;
   // A wide shape and a tall one (the step runs oriented: momentum and parameter through the
@@ -123,6 +123,7 @@ std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, con
     for (const auto& [rows, cols, batch] : {std::tuple<int64_t, int64_t, int64_t>{256, 1024, 2}, {512, 256, 1}}) cases.push_back({rows, cols, batch, variant});
   std::vector<MuonStepOutcome> outcomes;
   for (const StepCase& c : cases) {
+    if (!filter.empty() && c.name().find(filter) == std::string::npos) continue;
     const bool needs_90 = c.variant.needs_sm90a();
     if (host_only) {
       if (needs_90 && host_target != "sm_90" && host_target != "sm_90a") continue;

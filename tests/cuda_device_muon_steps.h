@@ -22,8 +22,9 @@ struct MuonStepOutcome {
 
 // device_sm: the device's (the hopper variant runs on 90 only, else it is skipped with the
 // reason in `skipped_reason`). host_only: generate and compile the steps for `host_target`.
+// filter: only the cases whose name contains it (cuda_device_test's --filter; empty: all).
 // Prints a line per case.
 std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, const std::string& host_target, const cuda::NamedSources& headers,
-                                              std::string& skipped_reason);
+                                              const std::string& filter, std::string& skipped_reason);
 
 }  // namespace orthojit::device_test

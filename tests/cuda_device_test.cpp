@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
       }
     }
     std::string unused;
-    for (const auto& step : device_test::check_muon_steps(90, true, target, headers, unused)) failures += !step.ok;
+    for (const auto& step : device_test::check_muon_steps(90, true, target, headers, filter, unused)) failures += !step.ok;
     return failures == 0 ? 0 : 1;
   }
   const cuda::DeviceInfo& device = cuda::Device::get().info();
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
   for (const auto& outcome : hopper) outcome.ok ? ++passed : ++failed;
   // Whole Muon steps, the update fused into the last product and on its own pass.
   std::string steps_skipped;
-  const std::vector<device_test::MuonStepOutcome> steps = device_test::check_muon_steps(device.sm, false, target, headers, steps_skipped);
+  const std::vector<device_test::MuonStepOutcome> steps = device_test::check_muon_steps(device.sm, false, target, headers, filter, steps_skipped);
   if (!steps_skipped.empty()) std::printf("muon step on the sm_90a tile not run: %s\n", steps_skipped.c_str());
   for (const auto& outcome : steps) outcome.ok ? ++passed : ++failed;
   std::printf("\n%d passed, %d failed, %d not applicable (e.g. fused-small above 128 rows, cublas with gram), %.1f s\n", passed, failed, skipped,
