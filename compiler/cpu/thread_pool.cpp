@@ -58,6 +58,10 @@ bool ThreadPool::spin_until(Ready ready) const {
       cpu_relax();
     }
     if (std::chrono::steady_clock::now() >= deadline) return ready();
+    // Give the core away between rounds: when more threads are runnable than there are cores
+    // (several ranks per machine, each with a pool), a spinning worker must not hold one that a
+    // working thread is waiting for.
+    std::this_thread::yield();
   }
 }
 
