@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <string>
 
 #include "support/host_cpu.h"
 
@@ -49,15 +48,15 @@ ThreadPool::~ThreadPool() {
 }
 
 template <class Ready>
-bool ThreadPool::spin_until(Ready ready) const {
-  if (spin_microseconds_ <= 0) return ready();
+void ThreadPool::spin_until(Ready ready) const {
+  if (spin_microseconds_ <= 0) return;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_microseconds_);
   while (true) {
     for (int i = 0; i < 64; ++i) {
-      if (ready()) return true;
+      if (ready()) return;
       cpu_relax();
     }
-    if (std::chrono::steady_clock::now() >= deadline) return ready();
+    if (std::chrono::steady_clock::now() >= deadline) return;
     // Give the core away between rounds: when more threads are runnable than there are cores
     // (several ranks per machine, each with a pool), a spinning worker must not hold one that a
     // working thread is waiting for.

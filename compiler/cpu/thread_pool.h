@@ -45,9 +45,9 @@ class ThreadPool {
  private:
   void worker_loop(int worker);
   void run_tasks(int worker);
-  // Polls `ready` for up to spin_microseconds_; true when it became true.
+  // Polls `ready` for up to spin_microseconds_ (the callers then decide under the mutex).
   template <class Ready>
-  bool spin_until(Ready ready) const;
+  void spin_until(Ready ready) const;
 
   std::vector<std::thread> workers_;
   int spin_microseconds_;
