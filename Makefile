@@ -39,8 +39,9 @@ test: build
 # names the parts left out, runs --backend ref, and refuses --backend cpu with the reason),
 # c_api_test (the C API without the CPU backend), and scripts/gpu-check's host-only run in this
 # build directory (preflight, build of the GPU binaries, cuda_device_test's dry run for one
-# program with the main build's warm program cache, the benchmark's no-device report), its
-# --dry-run, and its refusal of bad arguments.
+# program with the main build's warm program cache, the benchmark's no-device report) with its
+# delivery of at most 8 files (what the device tool brings back), its --dry-run, and its refusal of
+# bad arguments.
 $(MINIMAL)/build.ninja: | deps
 	@cmake -S . -B $(MINIMAL) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 -DCMAKE_C_FLAGS_DEBUG=-O0 \
 	  -DORTHOJIT_WITH_LLVM=OFF -DORTHOJIT_WITH_VENDOR_BLAS=OFF -DORTHOJIT_WITH_MPI=OFF -DORTHOJIT_WITH_GTEST=OFF \
@@ -50,9 +51,11 @@ $(MINIMAL)/build.ninja: | deps
 test-minimal: deps $(MINIMAL)/build.ninja
 	@bash -o pipefail -c 'cmake --build $(MINIMAL) -j $(JOBS) --target orthojit c_api_test 2>&1 | { grep -v "^\[" || true; }'
 	@cd $(MINIMAL) && ctest --output-on-failure -R '^(build_parts_test|c_api_test)$$'
+	@rm -rf $(MINIMAL)/gpu-check-deliver
 	@ORTHOJIT_CACHE_DIR=$(CURDIR)/$(BUILD)/test-cache scripts/gpu-check --host-only --build-dir $(MINIMAL) --budget 300 \
-	  --out-dir $(MINIMAL)/gpu-check-out > $(MINIMAL)/gpu-check.txt 2>&1 || { cat $(MINIMAL)/gpu-check.txt; exit 1; }
+	  --out-dir $(MINIMAL)/gpu-check-out --deliver $(MINIMAL)/gpu-check-deliver > $(MINIMAL)/gpu-check.txt 2>&1 || { cat $(MINIMAL)/gpu-check.txt; exit 1; }
 	@cat $(MINIMAL)/gpu-check-out/summary.txt
+	@python3 tests/gpu_check_delivery_test.py $(MINIMAL)/gpu-check-out $(MINIMAL)/gpu-check-deliver
 	@scripts/gpu-check --dry-run --out-dir $(MINIMAL)/gpu-check-dry > $(MINIMAL)/gpu-check-dry.txt 2>&1 || { cat $(MINIMAL)/gpu-check-dry.txt; exit 1; }
 	@scripts/gpu-check --budget nope > /dev/null 2>&1; test $$? -eq 2 || { echo "scripts/gpu-check accepted --budget nope"; exit 1; }
 
