@@ -3,7 +3,7 @@
 at most 8 files of at most 16 MiB from $OUT, none more than two folders down, named in letters,
 digits, '.', '_' and '-' (anything else is left behind on the device machine and lost).
 
-    gpu_check_delivery_test.py                    synthetic: deliver() on a folder made here
+    gpu_check_delivery_test.py                    synthetic: scripts/gpu_check_delivery.py's deliver() on a folder made here
     gpu_check_delivery_test.py OUT_DIR DELIVER    a real run's --out-dir and --deliver folders
 
 Checked: the delivered files obey the tool's limits; the archive holds every file of the run's
@@ -11,8 +11,6 @@ folder, byte for byte, except a file above 4 MiB, which holds its last MiB as NA
 summaries delivered are the run's own. Exit 0 when all hold, 1 otherwise.
 """
 
-import importlib.machinery
-import importlib.util
 import os
 import re
 import sys
@@ -22,14 +20,6 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_FILES, MAX_BYTES, MAX_DEPTH = 8, 16 << 20, 2
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
-
-
-def load_gpu_check():
-    loader = importlib.machinery.SourceFileLoader("gpu_check", os.path.join(ROOT, "scripts", "gpu-check"))
-    spec = importlib.util.spec_from_loader("gpu_check", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
 
 
 def files_under(folder):
@@ -81,7 +71,8 @@ def check(out, delivered, problems):
 
 
 def synthetic(problems):
-    gpu_check = load_gpu_check()
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import gpu_check_delivery
     with tempfile.TemporaryDirectory() as work:
         out, delivered = os.path.join(work, "out"), os.path.join(work, "deliver")
         os.makedirs(os.path.join(out, "muon"))
@@ -93,12 +84,12 @@ def synthetic(problems):
         # A build log above the whole-file limit: its last MiB travels.
         with open(os.path.join(out, "build.log"), "wb") as f:
             f.write(os.urandom(5 << 20))
-        gpu_check.deliver(out, delivered)
+        gpu_check_delivery.deliver(out, delivered)
         check(out, delivered, problems)
         # A second delivery replaces the first (a later phase's summary), leaving no temporaries.
         with open(os.path.join(out, "summary.txt"), "w") as f:
             f.write("gpu-check, one phase later\n")
-        gpu_check.deliver(out, delivered)
+        gpu_check_delivery.deliver(out, delivered)
         check(out, delivered, problems)
 
 
