@@ -58,6 +58,7 @@ test-minimal: deps $(MINIMAL)/build.ninja
 	@python3 tests/gpu_check_delivery_test.py $(MINIMAL)/gpu-check-out $(MINIMAL)/gpu-check-deliver
 	@scripts/gpu-check --dry-run --out-dir $(MINIMAL)/gpu-check-dry > $(MINIMAL)/gpu-check-dry.txt 2>&1 || { cat $(MINIMAL)/gpu-check-dry.txt; exit 1; }
 	@scripts/gpu-check --budget nope > /dev/null 2>&1; test $$? -eq 2 || { echo "scripts/gpu-check accepted --budget nope"; exit 1; }
+	@scripts/gpu-check --phases bench,nope > /dev/null 2>&1; test $$? -eq 2 || { echo "scripts/gpu-check accepted --phases bench,nope"; exit 1; }
 
 # Sanitizer builds (docs/testing.md gives what runs where, the cost and the suppressions), each in
 # its own build folder, -O1 with line tables (the CPU backend's hot host loops keep their -O3).
