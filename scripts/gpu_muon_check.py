@@ -3,6 +3,7 @@
 torch.optim.Muon and against orthojit's own CPU step, then time against torch.optim.Muon.
 
     python3 scripts/gpu_muon_check.py --out DIR [--budget SECONDS] [--quick]
+    python3 scripts/gpu_muon_check.py --out DIR --device cpu --smoke    (CI: every code path, small)
 
 Phases (each writes its part of DIR/gpu_muon.json before the next starts, so a timeout keeps
 what was measured):
@@ -18,6 +19,13 @@ what was measured):
 Times are CUDA-event medians over repeats after warm-up (compilation excluded: the first step
 compiles and caches the kernels). Exit 0 when every numerics check passed, 1 otherwise, 2 when
 there is no CUDA device or no orthojit package.
+
+--device cpu --smoke runs the same phases on CPU tensors with shapes 16 times smaller (4 experts),
+timed with the wall clock, the CUDA graph check and the NCCL engine left out (DistributedMuon on
+its MPI engine in one process instead): what CI can run of this script (ctest
+gpu_muon_check_smoke_test), so that a lent GPU's minutes are not lost to an error in the script.
+With PyTorch 1.13 (no torch.optim.Muon) the comparisons with it are skipped, as on the device
+when it is missing.
 """
 
 from __future__ import annotations
@@ -36,7 +44,11 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="folder for gpu_muon.json and gpu_muon.txt")
     parser.add_argument("--budget", type=float, default=240.0, help="seconds for all phases (default 240)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats and a smaller expert count")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="where the parameters live (cpu: the smoke run of CI)")
+    parser.add_argument("--smoke", action="store_true", help="shapes 16 times smaller, 4 experts, 2 repeats: every code path, quickly")
     args = parser.parse_args()
+    if args.smoke:
+        args.quick = True
     os.makedirs(args.out, exist_ok=True)
     started = time.time()
     report = {"phases": {}, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -59,7 +71,8 @@ def main() -> int:
         report["error"] = "no torch"
         save()
         return 2
-    if not torch.cuda.is_available():
+    on_gpu = args.device == "cuda"
+    if on_gpu and not torch.cuda.is_available():
         say(f"gpu_muon_check: torch {torch.__version__} sees no CUDA device; nothing to check")
         report["error"] = "no CUDA device"
         save()
@@ -71,8 +84,14 @@ def main() -> int:
         report["error"] = "no orthojit package"
         save()
         return 2
-    device = torch.device("cuda")
-    report["device"] = torch.cuda.get_device_name(0)
+    device = torch.device(args.device)
+    report["device"] = torch.cuda.get_device_name(0) if on_gpu else "cpu"
+    report["smoke"] = args.smoke
+    shrink = 16 if args.smoke else 1  # the layer's, the experts' and the timing matrices' sides
+
+    def synchronize():
+        if on_gpu:
+            torch.cuda.synchronize()
     report["torch"] = torch.__version__
     report["has_torch_muon"] = hasattr(torch.optim, "Muon")
     say(f"device {report['device']}, torch {torch.__version__}, torch.optim.Muon: {report['has_torch_muon']}")
@@ -134,7 +153,7 @@ def main() -> int:
                 for _ in range(3):
                     for n in weights:
                         g = torch.randn_like(cpu[n])
-                        cpu[n].grad, gpu[n].grad = g, g.to(device)
+                        cpu[n].grad, gpu[n].grad = g, g.to(device, copy=True)
                     cpu_opt.step()
                     gpu_opt.step()
                 worst = 0.0
@@ -142,16 +161,19 @@ def main() -> int:
                     dc = cpu[n].detach().double() - w.double()
                     dg = gpu[n].detach().double().cpu() - w.double()
                     worst = max(worst, ((dc - dg).norm() / max(dc.norm().item(), 1e-30)).item())
-                on_device = all(v.is_cuda for s in gpu_opt.state.values() for k, v in s.items() if k != "step")
+                on_device = all(v.device.type == device.type for s in gpu_opt.state.values() for k, v in s.items() if k != "step")
                 bound = update_bound(dtype)
                 ok = worst < bound and on_device
                 failures += not ok
                 results.append({"check": "CUDA step vs CPU step (f64 NS)", "preset": preset, "dtype": str(dtype), "relative_update_difference": worst,
                                 "bound": bound, "state_on_device": on_device, "ok": ok})
-                say(f"  {preset:9s} {str(dtype):15s} CUDA vs CPU step: relative update difference {worst:.3g}, state on device: {on_device} "
+                say(f"  {preset:9s} {str(dtype):15s} {args.device.upper()} vs CPU f64 step: relative update difference {worst:.3g}, state on device: {on_device} "
                     f"({'ok' if ok else 'FAIL'}, bound {bound})")
         # A step replayed from its CUDA graph must be the plain launches bit for bit (same kernels,
         # arguments from the uploaded block), over steps whose pointers and learning rate change.
+        if not on_gpu:
+            say("  CUDA graph replay: not on the CPU (skipped)")
+            return results
         torch.manual_seed(2)
         shapes = {"a": (256, 512), "b": (256, 512), "c": (512, 256), "experts": (3, 64, 128)}
         weights = {n: (torch.randn(*s) * 0.02).to(torch.bfloat16).to(device) for n, s in shapes.items()}
@@ -178,9 +200,14 @@ def main() -> int:
     # ------------------------------------------------------------------------- timing
     def time_steps(step, repeats):
         step()  # compile, allocate
-        torch.cuda.synchronize()
+        synchronize()
         times = []
         for _ in range(repeats):
+            if not on_gpu:
+                start = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - start)
+                continue
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             step()
@@ -197,33 +224,36 @@ def main() -> int:
     def layer():
         shapes = {"q_proj": (4096, 4096), "k_proj": (1024, 4096), "v_proj": (1024, 4096), "o_proj": (4096, 4096),
                   "gate_proj": (14336, 4096), "up_proj": (14336, 4096), "down_proj": (4096, 14336)}
-        repeats = 3 if args.quick else 7
+        repeats = 2 if args.smoke else 3 if args.quick else 7
+        shapes = {n: (r // shrink, c // shrink) for n, (r, c) in shapes.items()}
         ours = [(f"layers.0.{n}.weight", torch.nn.Parameter(torch.randn(*s, dtype=torch.bfloat16, device=device) * 0.02)) for n, s in shapes.items()]
         fill_grads([p for _, p in ours])
         opt = orthojit.Muon(ours, preset="torch")
         orthojit_s = time_steps(opt.step, repeats)
-        opt.cuda_graphs = False
+        opt.cuda_graphs = False  # no effect on the CPU, where nothing is captured
         plain_s = time_steps(opt.step, repeats)
         result = {"orthojit_s": orthojit_s, "orthojit_without_graphs_s": plain_s}
-        say(f"  Llama-3-8B layer, orthojit.Muon: {orthojit_s * 1e3:.1f} ms per step ({plain_s * 1e3:.1f} ms without the CUDA graph)")
+        scale = f" at 1/{shrink} of each side" if shrink > 1 else ""
+        say(f"  Llama-3-8B layer{scale}, orthojit.Muon: {orthojit_s * 1e3:.1f} ms per step"
+            + (f" ({plain_s * 1e3:.1f} ms without the CUDA graph)" if on_gpu else ""))
         if report["has_torch_muon"]:
             theirs = [torch.nn.Parameter(p.detach().clone()) for _, p in ours]
             fill_grads(theirs)
             ref = torch.optim.Muon(theirs, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True, adjust_lr_fn="original")
             torch_s = time_steps(ref.step, repeats)
             result.update(torch_muon_s=torch_s, speedup=torch_s / orthojit_s, target=1.5)
-            say(f"  Llama-3-8B layer, torch.optim.Muon: {torch_s * 1e3:.1f} ms per step; orthojit {torch_s / orthojit_s:.2f}x (target 1.5x)")
+            say(f"  Llama-3-8B layer{scale}, torch.optim.Muon: {torch_s * 1e3:.1f} ms per step; orthojit {torch_s / orthojit_s:.2f}x (target 1.5x)")
         return result
 
     def experts():
-        count = 16 if args.quick else 64
-        repeats = 3 if args.quick else 5
-        stack = torch.nn.Parameter(torch.randn(count, 1408, 2048, dtype=torch.bfloat16, device=device) * 0.02)
+        count = 4 if args.smoke else 16 if args.quick else 64
+        repeats = 2 if args.smoke else 3 if args.quick else 5
+        stack = torch.nn.Parameter(torch.randn(count, 1408 // shrink, 2048 // shrink, dtype=torch.bfloat16, device=device) * 0.02)
         fill_grads([stack])
         opt = orthojit.Muon([("mlp.experts.w1", stack)], preset="keller")  # trailing layout: a batch of 1408x2048
         orthojit_s = time_steps(opt.step, repeats)
         result = {"experts": count, "orthojit_s": orthojit_s}
-        say(f"  {count} experts of 1408x2048, orthojit.Muon (one batched call): {orthojit_s * 1e3:.1f} ms per step")
+        say(f"  {count} experts of {1408 // shrink}x{2048 // shrink}, orthojit.Muon (one batched call): {orthojit_s * 1e3:.1f} ms per step")
         if report["has_torch_muon"]:
             theirs = [torch.nn.Parameter(stack.detach()[e].clone()) for e in range(count)]
             fill_grads(theirs)
@@ -241,6 +271,7 @@ def main() -> int:
         nonlocal failures
         results = []
         settings = {"muon.precision": "f32", "muon.weight_decay": 0.01, "adam.weight_decay": 0.01}
+        engine = "nccl" if on_gpu else "mpi"  # CPU tensors: the host engine, one process (comm "local")
 
         def build(seed, dtype):
             torch.manual_seed(seed)
@@ -255,7 +286,7 @@ def main() -> int:
                         continue
                     a, b = build(1, dtype), build(1, dtype)
                     dist = orthojit.DistributedMuon(a.named_parameters(), "local", stage=stage, mode=mode, preset="keller", settings=settings,
-                                                    engine="nccl")
+                                                    engine=engine)
                     single = orthojit.Muon(b.named_parameters(), preset="keller", settings=settings)
                     largest = 0.0
                     for step in range(3):
@@ -270,7 +301,7 @@ def main() -> int:
                         if stage == 3:
                             dist.gather_parameters()
                         single.step()
-                        torch.cuda.synchronize()
+                        synchronize()
                         for (n, x), (_, y) in zip(a.named_parameters(), b.named_parameters()):
                             largest = max(largest, (x.detach().float() - y.detach().float()).abs().max().item())
                     ok = largest == 0.0 if mode == "deepspeed" else largest < 1e-5
@@ -278,10 +309,11 @@ def main() -> int:
                     results.append({"dtype": str(dtype), "stage": stage, "mode": mode, "largest_difference": largest, "ok": ok})
                     say(f"  {str(dtype):>14} stage {stage} {mode:>9}: largest difference from orthojit.Muon {largest:.3g} {'ok' if ok else 'FAIL'}")
         # One step's time on a Llama-like layer's hidden matrices, DistributedMuon (1 rank, stage 2) vs Muon.
-        a = [torch.nn.Parameter(torch.randn(r, c, dtype=torch.bfloat16, device=device) * 0.02) for r, c in ((4096, 4096), (1024, 4096), (14336, 4096))]
+        a = [torch.nn.Parameter(torch.randn(r // shrink, c // shrink, dtype=torch.bfloat16, device=device) * 0.02)
+             for r, c in ((4096, 4096), (1024, 4096), (14336, 4096))]
         named = [(f"layer.w{i}", p) for i, p in enumerate(a)]
         fill_grads(a)
-        dist = orthojit.DistributedMuon(named, "local", stage=2, preset="keller", engine="nccl")
+        dist = orthojit.DistributedMuon(named, "local", stage=2, preset="keller", engine=engine)
         single = orthojit.Muon(named, preset="keller")
         dist_s, single_s = time_steps(dist.step, 3), time_steps(single.step, 3)
         say(f"  3 hidden matrices (bf16): DistributedMuon 1 rank stage 2 {dist_s * 1e3:.1f} ms, orthojit.Muon {single_s * 1e3:.1f} ms per step")

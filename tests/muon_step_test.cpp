@@ -254,5 +254,40 @@ TEST(MuonStep, WrongMatrixCountAndOrthogonalizerCallsAreRefused) {
   EXPECT_THROW(runtime::compile_orthogonalizer(program, 1, 8, 16, options), runtime::UsageError);
 }
 
+// The step's gradient reads (runtime/muon/update_rules.h) against the per-element definitions:
+// widen_to_f32 is load_element rounded to f32 for every storage type, over more elements than one
+// chunk of the pool; first_nonfinite finds the first NaN or infinity wherever it is (in the
+// first and a later block, as the last element, in a negative infinity and a NaN with payload)
+// and -1 for all finite values (the largest finite and the subnormals included).
+TEST(MuonStepRules, GradientReadsMatchTheElementDefinitions) {
+  std::mt19937_64 random(std::random_device{}());
+  const int64_t count = (int64_t{1} << 15) * 2 + 77;  // three chunks of the pool, a partial last one
+  for (runtime::DType type : {runtime::DType::BF16, runtime::DType::F16, runtime::DType::F32}) {
+    const size_t bytes = static_cast<size_t>(count) * runtime::dtype_bytes(type);
+    std::vector<unsigned char> data(bytes);
+    for (auto& b : data) b = static_cast<unsigned char>(random());
+    // Finite values only: exponent fields below all ones (bit patterns of each width).
+    for (int64_t i = 0; i < count; ++i) {
+      double v = std::ldexp(std::normal_distribution<double>()(random), static_cast<int>(random() % 20) - 10);
+      if (i == 5) v = type == runtime::DType::F16 ? 65504.0 : 3.0e38;  // the largest finite region
+      if (i == 6) v = 1e-7;                                             // an f16 subnormal
+      runtime::store_element(type, data.data(), i, type == runtime::DType::F16 && std::fabs(v) > 65504 ? 1.0 : v);
+    }
+    std::vector<float> widened(static_cast<size_t>(count), std::nanf(""));
+    runtime::widen_to_f32(type, data.data(), count, widened.data());
+    for (int64_t i = 0; i < count; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(widened[static_cast<size_t>(i)]), std::bit_cast<uint32_t>(static_cast<float>(runtime::load_element(type, data.data(), i))))
+          << runtime::to_string(type) << " element " << i;
+    EXPECT_EQ(runtime::first_nonfinite(type, data.data(), count), -1) << runtime::to_string(type);
+    for (int64_t at : {int64_t{0}, int64_t{4100}, count - 1}) {
+      std::vector<unsigned char> copy = data;
+      const double bad = at == 0 ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+      runtime::store_element(type, copy.data(), at, bad);
+      if (at == count - 1) runtime::store_element(type, copy.data(), count - 2, std::numeric_limits<double>::infinity());  // an earlier one wins
+      EXPECT_EQ(runtime::first_nonfinite(type, copy.data(), count), at == count - 1 ? count - 2 : at) << runtime::to_string(type) << " at " << at;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace orthojit

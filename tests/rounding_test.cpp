@@ -102,5 +102,28 @@ TEST(Rounding, SpecialValuesPassThrough) {
   }
 }
 
+// round_to_known<T> (inline, for per-element loops) is round_to(T) bit for bit: every binade of the
+// double range with its ties and carries (so the targets' subnormals, the largest binade whose
+// carry overflows, and the first binade that overflows outright), the random probes, both zeros,
+// the infinities and NaN (compared as bits). A wrong bound of its inline range, or a wrong rounding
+// constant, fails on the binades around it.
+template <ScalarType T>
+void expect_known_matches_round_to() {
+  std::vector<double> values = every_binade();
+  for (double v : probes()) values.push_back(v);
+  for (double v : {0.0, -0.0, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                   std::numeric_limits<double>::quiet_NaN(), 65504.0, 65520.0, 65519.99, 0x1.fefffffp127, 0x1.ff8p127, 0x1.ffp127})
+    values.push_back(v);
+  for (double v : values)
+    ASSERT_EQ(std::bit_cast<uint64_t>(round_to_known<T>(v)), std::bit_cast<uint64_t>(round_to(T, v))) << to_string(T) << " of " << v;
+}
+
+TEST(Rounding, KnownTypeRoundingIsRoundToBitForBit) {
+  expect_known_matches_round_to<ScalarType::BF16>();
+  expect_known_matches_round_to<ScalarType::F16>();
+  expect_known_matches_round_to<ScalarType::F32>();
+  expect_known_matches_round_to<ScalarType::F64>();
+}
+
 }  // namespace
 }  // namespace orthojit

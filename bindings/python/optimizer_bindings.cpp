@@ -205,12 +205,12 @@ double muon_update(MuonSettings& self, const runtime::MatrixPlan& plan, const nb
   const double before = orthogonalizer.seconds();
   {
     nb::gil_scoped_release release;
-    // HybridOptimizer::muon_update: g → f32, momentum and U, O = NS(U) per block, p update.
-    std::vector<float> gradient(static_cast<size_t>(count)), update(gradient.size()), orthogonal(gradient.size());
-    for (int64_t i = 0; i < count; ++i) gradient[static_cast<size_t>(i)] = static_cast<float>(runtime::load_element(g.dtype, g.data, i));
-    runtime::muon_momentum(muon, gradient.data(), static_cast<float*>(m.data), update.data(), count);
-    orthogonalizer.orthogonalize(plan, update.data(), orthogonal.data());
-    runtime::apply_muon(muon, plan, p.dtype, p.data, orthogonal.data(), 0, count);
+    // HybridOptimizer::muon_update: g → f32, then the compiled Muon step per block (the momentum
+    // fused into the normalize, the parameter update after the last product: the same bits as
+    // muon_momentum, orthogonalize and apply_muon in sequence, without their passes and buffers).
+    std::vector<float> gradient(static_cast<size_t>(count));
+    runtime::widen_to_f32(g.dtype, g.data, count, gradient.data());
+    orthogonalizer.muon_step(muon, plan, gradient.data(), static_cast<float*>(m.data), p.dtype, p.data);
   }
   return orthogonalizer.seconds() - before;
 }
@@ -239,7 +239,7 @@ double muon_variant_update(MuonSettings& self, const runtime::MatrixPlan& plan, 
   {
     nb::gil_scoped_release release;
     std::vector<float> gradient(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) gradient[static_cast<size_t>(i)] = static_cast<float>(runtime::load_element(g.dtype, g.data, i));
+    runtime::widen_to_f32(g.dtype, g.data, count, gradient.data());
     runtime::variant_muon_step(muon, plan, orthogonalizer, gradient.data(), static_cast<float*>(m.data), static_cast<float*>(v.data), step, p.dtype, p.data);
   }
   return orthogonalizer.seconds() - before;
@@ -266,20 +266,18 @@ void adam_update(MuonSettings& self, int64_t step, const nb::ndarray<>& param, c
   adam.weight_decay = weight_decay;
   nb::gil_scoped_release release;
   std::vector<float> gradient(static_cast<size_t>(p.count));
-  for (int64_t i = 0; i < p.count; ++i) gradient[static_cast<size_t>(i)] = static_cast<float>(runtime::load_element(g.dtype, g.data, i));
+  runtime::widen_to_f32(g.dtype, g.data, p.count, gradient.data());
   runtime::adam_step(adam, step, gradient.data(), static_cast<float*>(m.data), static_cast<float*>(v.data), p.dtype, p.data, 0, p.count);
 }
 
 // HybridOptimizer::step's check: the first NaN or infinity of a gradient, as it reports it.
 std::optional<std::string> find_nonfinite(const nb::ndarray<>& grad, const std::string& name) {
   const Elements g = elements(grad, label(name) + ": the gradient");
-  for (int64_t i = 0; i < g.count; ++i) {
-    const double value = runtime::load_element(g.dtype, g.data, i);
-    if (!std::isfinite(value))
-      return label(name) + ": gradient element " + std::to_string(i) + " is " + (std::isnan(value) ? "NaN" : "infinite") +
-             "; the step was skipped and no parameter or state changed";
-  }
-  return std::nullopt;
+  const int64_t i = runtime::first_nonfinite(g.dtype, g.data, g.count);
+  if (i < 0) return std::nullopt;
+  const double value = runtime::load_element(g.dtype, g.data, i);
+  return label(name) + ": gradient element " + std::to_string(i) + " is " + (std::isnan(value) ? "NaN" : "infinite") +
+         "; the step was skipped and no parameter or state changed";
 }
 
 // QK-clip on tensors: the runtime's check_qk_clip and qk_clip_rows (update_rules.h), with the

@@ -409,13 +409,16 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
       case ir::OpKind::Momentum: out = operand(0); break;  // fused: its normalize reads g (and M, laid out like g) through this view
       case ir::OpKind::Update: {
         const MatrixView& x = operand(0);
-        for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
-          dispatch_storage_type(x.type, [&](auto tag) { load_row<decltype(tag)>(x, i, row); });
-          void* param = reinterpret_cast<void*>(io->param);
-          for (int64_t j = 0; j < cols; ++j) {
-            const int64_t at = i * cols + j;
-            ir::store_rounded(node.type, param, at, ir::muon_parameter_next(ir::load_stored(node.type, param, at), io->decay, io->step, row[j]));
-          }
+        ir::with_stored_type(node.type, [&](auto stored) {
+          constexpr ScalarType T = decltype(stored)::value;  // the parameter's type, once per step (ir::load_stored_as)
+          for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
+            dispatch_storage_type(x.type, [&](auto tag) { load_row<decltype(tag)>(x, i, row); });
+            void* param = reinterpret_cast<void*>(io->param);
+            for (int64_t j = 0; j < cols; ++j) {
+              const int64_t at = i * cols + j;
+              ir::store_rounded_as<T>(param, at, ir::muon_parameter_next(ir::load_stored_as<T>(param, at), io->decay, io->step, row[j]));
+            }
+          });
         });
         break;
       }

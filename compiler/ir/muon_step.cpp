@@ -33,28 +33,11 @@ std::vector<uint64_t> pack_muon_step_arguments(const std::vector<MuonStepMatrix>
 }
 
 double load_stored(ScalarType type, const void* base, int64_t index) {
-  switch (type) {
-    case ScalarType::F32: return static_cast<const float*>(base)[index];
-    case ScalarType::BF16: return std::bit_cast<float>(static_cast<uint32_t>(static_cast<const uint16_t*>(base)[index]) << 16);
-    case ScalarType::F16: return static_cast<double>(std::bit_cast<_Float16>(static_cast<const uint16_t*>(base)[index]));
-    case ScalarType::F64: return static_cast<const double*>(base)[index];
-  }
-  return 0;
+  return with_stored_type(type, [&](auto t) { return load_stored_as<decltype(t)::value>(base, index); });
 }
 
 void store_rounded(ScalarType type, void* base, int64_t index, double value) {
-  switch (type) {
-    case ScalarType::F32: static_cast<float*>(base)[index] = static_cast<float>(value); return;
-    case ScalarType::BF16: {
-      const float rounded = static_cast<float>(round_to(ScalarType::BF16, value));  // exact in f32
-      static_cast<uint16_t*>(base)[index] = static_cast<uint16_t>(std::bit_cast<uint32_t>(rounded) >> 16);
-      return;
-    }
-    case ScalarType::F16:
-      static_cast<uint16_t*>(base)[index] = std::bit_cast<uint16_t>(static_cast<_Float16>(round_to(ScalarType::F16, value)));
-      return;
-    case ScalarType::F64: static_cast<double*>(base)[index] = value; return;
-  }
+  with_stored_type(type, [&](auto t) { store_rounded_as<decltype(t)::value>(base, index, value); });
 }
 
 }  // namespace orthojit::ir

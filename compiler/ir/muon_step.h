@@ -13,8 +13,10 @@
 // learning-rate or momentum schedule never recompiles.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "support/rounding.h"
@@ -65,5 +67,41 @@ inline double muon_parameter_next(double p, double decay, double step, float ort
 // once to nearest even.
 double load_stored(ScalarType type, const void* base, int64_t index);
 void store_rounded(ScalarType type, void* base, int64_t index, double value);
+
+// The same for a type known at compile time, inline (what per-element loops call; load_stored and
+// store_rounded are these behind a switch, so there is one definition).
+template <ScalarType T>
+inline double load_stored_as(const void* base, int64_t index) {
+  if constexpr (T == ScalarType::F32) return static_cast<const float*>(base)[index];
+  else if constexpr (T == ScalarType::BF16) return std::bit_cast<float>(static_cast<uint32_t>(static_cast<const uint16_t*>(base)[index]) << 16);
+  else if constexpr (T == ScalarType::F16) return static_cast<double>(std::bit_cast<_Float16>(static_cast<const uint16_t*>(base)[index]));
+  else return static_cast<const double*>(base)[index];
+}
+template <ScalarType T>
+inline void store_rounded_as(void* base, int64_t index, double value) {
+  if constexpr (T == ScalarType::F32) {
+    static_cast<float*>(base)[index] = static_cast<float>(value);
+  } else if constexpr (T == ScalarType::BF16) {
+    const float rounded = static_cast<float>(round_to_known<ScalarType::BF16>(value));  // exact in f32
+    static_cast<uint16_t*>(base)[index] = static_cast<uint16_t>(std::bit_cast<uint32_t>(rounded) >> 16);
+  } else if constexpr (T == ScalarType::F16) {
+    static_cast<uint16_t*>(base)[index] = std::bit_cast<uint16_t>(static_cast<_Float16>(round_to_known<ScalarType::F16>(value)));
+  } else {
+    static_cast<double*>(base)[index] = value;
+  }
+}
+
+// Calls body(std::integral_constant<ScalarType, T>{}) for the storage type `type`: a loop over
+// elements dispatches once, then runs on load_stored_as / store_rounded_as.
+template <typename Body>
+decltype(auto) with_stored_type(ScalarType type, Body&& body) {
+  switch (type) {
+    case ScalarType::F32: return body(std::integral_constant<ScalarType, ScalarType::F32>{});
+    case ScalarType::BF16: return body(std::integral_constant<ScalarType, ScalarType::BF16>{});
+    case ScalarType::F16: return body(std::integral_constant<ScalarType, ScalarType::F16>{});
+    case ScalarType::F64: break;
+  }
+  return body(std::integral_constant<ScalarType, ScalarType::F64>{});
+}
 
 }  // namespace orthojit::ir

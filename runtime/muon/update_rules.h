@@ -25,6 +25,12 @@ class CompiledOrthogonalizer;
 double load_element(DType type, const void* base, int64_t index);
 void store_element(DType type, void* base, int64_t index, double value);
 
+// out[i] = the element i of `data` as f32 (one rounding from f64: exact for bf16, f16 and f32
+// sources), for i < count, on the shared pool: the gradient as the step reads it.
+void widen_to_f32(DType type, const void* data, int64_t count, float* out);
+// The index of the first NaN or infinity among `count` elements, -1 when all are finite.
+int64_t first_nonfinite(DType type, const void* data, int64_t count);
+
 // The lr adjustment s of a (block) matrix of rows x cols.
 double lr_scale(LrAdjust adjust, int64_t rows, int64_t cols);
 
