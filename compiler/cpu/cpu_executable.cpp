@@ -434,6 +434,54 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
           auto gradient = [&](int64_t i, float* row) {
             dispatch_storage_type(source.type, [&](auto tag) { load_row<decltype(tag)>(source, i, row); });
           };
+          if (source.col_stride != 1 && node.normalization.kind != dsl::Normalization::Kind::Aol) {
+            // A tall matrix, normalized transposed (the iteration runs on its wide side): the
+            // rows this normalize reads are the gradient's and the momentum's columns. Column
+            // walks of g and M in each of the three passes below cost 3x the wide case (0.92
+            // against 0.30 ms for a 896x256 f32 step), so here one pass walks them in memory
+            // order (16 rows at a time), updates M, takes the largest |U| (a max: any order) and
+            // writes U transposed into a buffer whose rows are the normalize's; the norm and the
+            // output then read that buffer's rows. The same U values in the same norm order as the
+            // passes below: the same bits.
+            const MatrixView physical = source.transposed();  // rows: the normalize's columns
+            const int64_t physical_rows = physical.rows, physical_cols = physical.cols;  // = cols, rows
+            std::vector<float> u(static_cast<size_t>(rows * cols));
+            constexpr int64_t kTile = 16;
+            const int64_t tiles = (physical_rows + kTile - 1) / kTile;
+            std::vector<int32_t> tile_largest(static_cast<size_t>(tiles), 0);
+            auto run_tile = [&](int64_t t, int) {
+              const int64_t r0 = t * kTile, r1 = std::min(physical_rows, r0 + kTile);
+              std::vector<float> block(static_cast<size_t>(kTile * physical_cols));
+              int32_t largest = 0;
+              for (int64_t r = r0; r < r1; ++r) {
+                float* values = block.data() + (r - r0) * physical_cols;
+                dispatch_storage_type(physical.type, [&](auto tag) { load_row<decltype(tag)>(physical, r, values); });
+                float* m_row = state + r * physical.row_stride;
+                for (int64_t c = 0; c < physical_cols; ++c) {
+                  m_row[c] = ir::muon_momentum_next(spec.ema, io->beta, values[c], m_row[c]);
+                  values[c] = ir::muon_update_value(spec.ema, spec.nesterov, io->beta, values[c], m_row[c]);
+                  largest = std::max(largest, magnitude_bits(values[c]));
+                }
+              }
+              for (int64_t c = 0; c < physical_cols; ++c)  // u row c, columns r0..r1: contiguous
+                for (int64_t r = r0; r < r1; ++r) u[static_cast<size_t>(c * cols + r)] = block[static_cast<size_t>((r - r0) * physical_cols + c)];
+              tile_largest[static_cast<size_t>(t)] = largest;
+            };
+            if (pool && tiles > 1) pool->parallel_for(tiles, run_tile);
+            else
+              for (int64_t t = 0; t < tiles; ++t) run_tile(t, 0);
+            const int32_t largest_bits = *std::max_element(tile_largest.begin(), tile_largest.end());
+            const float scale = static_cast<float>(ir::norm_scale(magnitude_from_bits(largest_bits)));
+            auto u_row = [&](int64_t i, float* values) { std::memcpy(values, u.data() + i * cols, static_cast<size_t>(cols) * sizeof(float)); };
+            const double squares = blocked_square_sum(pool, rows, cols, in_f64, scale, u_row);
+            const float denominator = normalize_denominator(node, squares, scale);
+            for_each_row(pool, rows, cols, [&](int64_t i, float* values) {
+              u_row(i, values);
+              scale_and_divide_row(values, cols, scale, denominator);
+              dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, values); });
+            });
+            break;
+          }
           // Three passes: M (written back) and the largest |U|; the scaled Σ U² in the blocks of
           // an orthogonalizer's normalize; U recomputed, divided and stored. Each element's M is
           // its own, so the first two passes split over the pool as the norm's blocks do.
