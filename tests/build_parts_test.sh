@@ -11,21 +11,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
 
-# expect CODE PATTERN -- command...: the exit code, and PATTERN (a fixed string) in stdout+stderr.
-expect() {
-  local code=$1 pattern=$2
-  shift 3
-  local output status
-  output=$("$@" 2>&1)
-  status=$?
-  if [[ $status -ne $code ]]; then
-    echo "FAIL: '$*' exited $status, expected $code"; echo "$output" | head -20; failures=$((failures + 1)); return
-  fi
-  if [[ -n "$pattern" ]] && ! grep -qF -- "$pattern" <<<"$output"; then
-    echo "FAIL: '$*' output lacks '$pattern'"; echo "$output" | head -20; failures=$((failures + 1)); return
-  fi
-  echo "ok: $*"
-}
+# shellcheck source=expect.sh
+source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 
 # The parts as "name=1|0" lines, from the JSON document (python3's json module, no NumPy).
 "$orthojit" info --json >"$work/info.json" || { echo "FAIL: orthojit info --json exited $?"; exit 1; }

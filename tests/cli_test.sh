@@ -7,22 +7,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
 
-# expect CODE PATTERN -- command...: runs the command, checks its exit code and that its
-# stdout+stderr contains PATTERN (a fixed string).
-expect() {
-  local code=$1 pattern=$2
-  shift 3
-  local output status
-  output=$("$@" 2>&1)
-  status=$?
-  if [[ $status -ne $code ]]; then
-    echo "FAIL: '$*' exited $status, expected $code"; echo "$output" | head -20; failures=$((failures + 1)); return
-  fi
-  if [[ -n "$pattern" ]] && ! grep -qF -- "$pattern" <<<"$output"; then
-    echo "FAIL: '$*' output lacks '$pattern'"; echo "$output" | head -20; failures=$((failures + 1)); return
-  fi
-  echo "ok: $*"
-}
+# shellcheck source=expect.sh
+source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 
 expect 0 "usage: orthojit <command>" -- "$orthojit" --help
 expect 2 "usage: orthojit <command>" -- "$orthojit"

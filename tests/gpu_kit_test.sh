@@ -14,21 +14,8 @@ trap 'rm -rf "$work"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# expect CODE PATTERN -- command...: the exit code, and PATTERN (a fixed string) in stdout+stderr.
-expect() {
-  local code=$1 pattern=$2
-  shift 3
-  local output status
-  output=$("$@" 2>&1)
-  status=$?
-  if [[ $status -ne $code ]]; then
-    fail "'$*' exited $status, expected $code"; echo "$output" | tail -20; return
-  fi
-  if [[ -n "$pattern" ]] && ! grep -qF -- "$pattern" <<<"$output"; then
-    fail "'$*' output lacks '$pattern'"; echo "$output" | tail -20; return
-  fi
-  echo "ok: $*"
-}
+# shellcheck source=expect.sh
+source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 
 kit=$work/kit
 expect 0 "gpu-kit: $kit: nlohmann-json" -- "$root/scripts/gpu-kit" --out "$kit" --python "$python"

@@ -252,6 +252,20 @@ void for_each_row(ThreadPool* pool, int64_t rows, int64_t cols, const std::funct
     for (int64_t task = 0; task < tasks; ++task) run_chunk(task, 0);
 }
 
+// The normalize's last two passes over rows that fill_row(i, row) supplies (the same values both
+// times): Σ (v·scale)² in the norm's blocks, then each row scaled, divided and stored to `out`.
+template <typename FillRow>
+void divide_rows_by_norm(ThreadPool* pool, const ir::Node& node, const MatrixView& out, int64_t rows, int64_t cols, bool in_f64, float scale,
+                         const FillRow& fill_row) {
+  const double squares = blocked_square_sum(pool, rows, cols, in_f64, scale, fill_row);
+  const float denominator = normalize_denominator(node, squares, scale);
+  for_each_row(pool, rows, cols, [&](int64_t i, float* values) {
+    fill_row(i, values);
+    scale_and_divide_row(values, cols, scale, denominator);
+    dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, values); });
+  });
+}
+
 // The view of every node without data: its type, shape and strides as run_one makes them (planned
 // buffers and the input are row-major; a transpose swaps the strides of its operand's view).
 std::vector<MatrixView> static_views(const ir::Function& function) {
@@ -472,13 +486,8 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
               for (int64_t t = 0; t < tiles; ++t) run_tile(t, 0);
             const int32_t largest_bits = *std::max_element(tile_largest.begin(), tile_largest.end());
             const float scale = static_cast<float>(ir::norm_scale(magnitude_from_bits(largest_bits)));
-            auto u_row = [&](int64_t i, float* values) { std::memcpy(values, u.data() + i * cols, static_cast<size_t>(cols) * sizeof(float)); };
-            const double squares = blocked_square_sum(pool, rows, cols, in_f64, scale, u_row);
-            const float denominator = normalize_denominator(node, squares, scale);
-            for_each_row(pool, rows, cols, [&](int64_t i, float* values) {
-              u_row(i, values);
-              scale_and_divide_row(values, cols, scale, denominator);
-              dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, values); });
+            divide_rows_by_norm(pool, node, out, rows, cols, in_f64, scale, [&](int64_t i, float* values) {
+              std::memcpy(values, u.data() + i * cols, static_cast<size_t>(cols) * sizeof(float));
             });
             break;
           }
@@ -519,13 +528,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
             });
             break;
           }
-          const double squares = blocked_square_sum(pool, rows, cols, in_f64, scale, update_row);
-          const float denominator = normalize_denominator(node, squares, scale);
-          for_each_row(pool, rows, cols, [&](int64_t i, float* values) {
-            update_row(i, values);
-            scale_and_divide_row(values, cols, scale, denominator);
-            dispatch_storage_type(out.type, [&](auto tag) { store_row<decltype(tag)>(out, i, values); });
-          });
+          divide_rows_by_norm(pool, node, out, rows, cols, in_f64, scale, update_row);
           break;
         }
         double squares = 0, largest = 0;
