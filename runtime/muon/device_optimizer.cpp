@@ -90,11 +90,10 @@ std::string DeviceOptimizer::locate_nonfinite() const {
     const int64_t count = p.elements();
     host.resize(static_cast<size_t>(bytes_of(count, p.grad_dtype)));
     memory_->download(host.data(), reinterpret_cast<std::uintptr_t>(p.grad), static_cast<int64_t>(host.size()));
-    for (int64_t i = 0; i < count; ++i) {
+    if (const int64_t i = first_nonfinite(p.grad_dtype, host.data(), count); i >= 0) {
       const double value = load_element(p.grad_dtype, host.data(), i);
-      if (!std::isfinite(value))
-        return "parameter '" + p.name + "': gradient element " + std::to_string(i) + " is " + (std::isnan(value) ? "NaN" : "infinite") +
-               "; the step was skipped and no parameter or state changed";
+      return "parameter '" + p.name + "': gradient element " + std::to_string(i) + " is " + (std::isnan(value) ? "NaN" : "infinite") +
+             "; the step was skipped and no parameter or state changed";
     }
   }
   return "a gradient held a NaN or an infinity (it was not there when copied back to name it); the step was skipped and no parameter or state changed";

@@ -71,15 +71,13 @@ StepReport HybridOptimizer::step() {
   for (const Entry& entry : entries_) {
     const Parameter& p = entry.parameter;
     if (!p.grad) continue;
-    const int64_t count = p.elements();
-    for (int64_t i = 0; i < count; ++i) {
+    const int64_t i = first_nonfinite(p.grad_dtype, p.grad, p.elements());
+    if (i >= 0) {
       const double value = load_element(p.grad_dtype, p.grad, i);
-      if (!std::isfinite(value)) {
-        report.skipped = true;
-        report.reason = "parameter '" + p.name + "': gradient element " + std::to_string(i) + " is " + (std::isnan(value) ? "NaN" : "infinite") +
-                        "; the step was skipped and no parameter or state changed";
-        return report;
-      }
+      report.skipped = true;
+      report.reason = "parameter '" + p.name + "': gradient element " + std::to_string(i) + " is " + (std::isnan(value) ? "NaN" : "infinite") +
+                      "; the step was skipped and no parameter or state changed";
+      return report;
     }
   }
   std::vector<float> gradient;
@@ -91,7 +89,7 @@ StepReport HybridOptimizer::step() {
       if (settings_.missing_gradient == MissingGradient::Skip) continue;
       std::fill(gradient.begin(), gradient.end(), 0.0f);  // DeepSpeed, Keller: zeros and the full step
     } else {
-      for (size_t i = 0; i < gradient.size(); ++i) gradient[i] = static_cast<float>(load_element(p.grad_dtype, p.grad, static_cast<int64_t>(i)));
+      widen_to_f32(p.grad_dtype, p.grad, p.elements(), gradient.data());
     }
     if (entry.muon) {
       muon_update(entry, gradient, report);

@@ -42,8 +42,7 @@ class HostMemory final : public MemorySpace {
   }
   bool any_nonfinite(const std::vector<TensorSpan>& spans, void*) override {
     for (const TensorSpan& span : spans)
-      for (int64_t i = 0; i < span.count; ++i)
-        if (!std::isfinite(load_element(span.type, reinterpret_cast<const void*>(span.address), i))) return true;
+      if (first_nonfinite(span.type, reinterpret_cast<const void*>(span.address), span.count) >= 0) return true;
     return false;
   }
   void adam_step(const AdamGroupSettings& adam, int64_t step, DType grad_type, std::uintptr_t grad, std::uintptr_t exp_avg, std::uintptr_t exp_avg_sq,
@@ -53,7 +52,7 @@ class HostMemory final : public MemorySpace {
     std::vector<float> widened;
     if (grad_type != DType::F32) {
       widened.resize(static_cast<size_t>(count));
-      for (int64_t i = 0; i < count; ++i) widened[static_cast<size_t>(i)] = static_cast<float>(load_element(grad_type, reinterpret_cast<const void*>(grad), i));
+      widen_to_f32(grad_type, reinterpret_cast<const void*>(grad), count, widened.data());
       gradient = widened.data();
     }
     runtime::adam_step(adam, step, gradient, reinterpret_cast<float*>(exp_avg), reinterpret_cast<float*>(exp_avg_sq), param_type, reinterpret_cast<void*>(param),
@@ -64,15 +63,24 @@ class HostMemory final : public MemorySpace {
   }
   void accumulate(DType grad_type, std::uintptr_t grad, std::uintptr_t accumulator, int64_t count, void*) override {
     float* acc = reinterpret_cast<float*>(accumulator);
-    for (int64_t i = 0; i < count; ++i) acc[i] += static_cast<float>(load_element(grad_type, reinterpret_cast<const void*>(grad), i));
+    const void* values = reinterpret_cast<const void*>(grad);
+    ir::with_stored_type(scalar_type(grad_type), [&](auto stored) {  // the type once, then inline loads (as load_element)
+      for (int64_t i = 0; i < count; ++i) acc[i] += static_cast<float>(ir::load_stored_as<decltype(stored)::value>(values, i));
+    });
   }
   void divide(std::uintptr_t values, float divisor, int64_t count, void*) override {
     float* x = reinterpret_cast<float*>(values);
     for (int64_t i = 0; i < count; ++i) x[i] /= divisor;
   }
   void convert(DType from, std::uintptr_t source, DType to, std::uintptr_t destination, int64_t count, void*) override {
-    for (int64_t i = 0; i < count; ++i)
-      store_element(to, reinterpret_cast<void*>(destination), i, load_element(from, reinterpret_cast<const void*>(source), i));
+    const void* in = reinterpret_cast<const void*>(source);
+    void* out = reinterpret_cast<void*>(destination);
+    ir::with_stored_type(scalar_type(from), [&](auto source_type) {  // both types once, then inline (as store_element(load_element))
+      ir::with_stored_type(scalar_type(to), [&](auto target_type) {
+        for (int64_t i = 0; i < count; ++i)
+          ir::store_rounded_as<decltype(target_type)::value>(out, i, ir::load_stored_as<decltype(source_type)::value>(in, i));
+      });
+    });
   }
   void muon_momentum(const MuonGroupSettings& muon, std::uintptr_t gradient, std::uintptr_t momentum, std::uintptr_t update, int64_t count,
                      void*) override {
