@@ -205,12 +205,11 @@ double muon_update(MuonSettings& self, const runtime::MatrixPlan& plan, const nb
   const double before = orthogonalizer.seconds();
   {
     nb::gil_scoped_release release;
-    // HybridOptimizer::muon_update: g → f32, then the compiled Muon step per block (the momentum
-    // fused into the normalize, the parameter update after the last product: the same bits as
-    // muon_momentum, orthogonalize and apply_muon in sequence, without their passes and buffers).
-    std::vector<float> gradient(static_cast<size_t>(count));
-    runtime::widen_to_f32(g.dtype, g.data, count, gradient.data());
-    orthogonalizer.muon_step(muon, plan, gradient.data(), static_cast<float*>(m.data), p.dtype, p.data);
+    // HybridOptimizer::muon_update: the compiled Muon step per block (the momentum fused into the
+    // normalize, the parameter update after the last product: the same bits as muon_momentum,
+    // orthogonalize and apply_muon in sequence, without their passes and buffers), reading the
+    // gradient in its own type.
+    orthogonalizer.muon_step(muon, plan, g.data, g.dtype, static_cast<float*>(m.data), p.dtype, p.data);
   }
   return orthogonalizer.seconds() - before;
 }

@@ -211,19 +211,20 @@ std::shared_ptr<CompiledOrthogonalizer> BlockOrthogonalizer::compiled(int64_t ba
   return result;
 }
 
-void BlockOrthogonalizer::muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, const float* gradient, float* momentum, DType type,
-                                    void* data) {
+void BlockOrthogonalizer::muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, const void* gradient, DType grad_type, float* momentum,
+                                    DType type, void* data) {
   const int64_t cols = plan.cols, matrix_elements = plan.rows * plan.cols;
   std::map<int64_t, std::vector<ir::MuonStepMatrix>> by_height;
   const double decay = 1.0 - muon.lr * muon.weight_decay;  // as apply_muon
-  const ir::MuonStepSpec spec{muon.momentum_kind == MomentumKind::Ema, muon.nesterov, ScalarType::F32, scalar_type(type)};
+  const ir::MuonStepSpec spec{muon.momentum_kind == MomentumKind::Ema, muon.nesterov, scalar_type(grad_type), scalar_type(type)};
   char* const param = static_cast<char*>(data);
+  const char* const grad = static_cast<const char*>(gradient);
   for (int64_t matrix = 0; matrix < plan.batch; ++matrix)
     for (const MatrixBlock& block : plan.blocks) {
       const int64_t first = matrix * matrix_elements + block.row_offset * cols;
       const auto [scale_rows, scale_cols] = scale_shape(plan, block);
       ir::MuonStepMatrix io;
-      io.grad = reinterpret_cast<std::uintptr_t>(gradient + first);
+      io.grad = reinterpret_cast<std::uintptr_t>(grad + first * dtype_bytes(grad_type));
       io.momentum = reinterpret_cast<std::uintptr_t>(momentum + first);
       io.param = reinterpret_cast<std::uintptr_t>(param + first * dtype_bytes(type));
       io.beta = muon.momentum;

@@ -70,7 +70,12 @@ class BlockOrthogonalizer {
   // `gradient` is f32, indexed like the parameter. The same bits as muon_momentum, orthogonalize
   // and apply_muon in sequence. The hyperparameters (lr, weight decay, β, momentum form) are
   // `muon`'s, the caller's current settings; the iteration's are the constructor's.
-  void muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, const float* gradient, float* momentum, DType type, void* data);
+  void muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, const float* gradient, float* momentum, DType type, void* data) {
+    muon_step(muon, plan, gradient, DType::F32, momentum, type, data);
+  }
+  // The same with the gradient in its own storage type (f32, bf16 or f16), read by the compiled
+  // step directly: the same bits as widening it to f32 first (widening is exact).
+  void muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, const void* gradient, DType grad_type, float* momentum, DType type, void* data);
   // `step` set: the compiled Muon step of that spec; else the orthogonalizer.
   std::shared_ptr<CompiledOrthogonalizer> compiled(int64_t batch, int64_t rows, int64_t cols, const std::optional<ir::MuonStepSpec>& step = std::nullopt);
   double seconds() const { return seconds_; }
