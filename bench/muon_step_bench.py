@@ -8,8 +8,11 @@ storage with f32 accumulation on its JIT kernels, with the strategy its heuristi
 records) picks.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/muon_step_bench.py [--hidden 512] [--layers 2] [--steps 5] [--threads T]
+    PYTHONPATH=build/python /usr/bin/python3 bench/muon_step_bench.py --shapes 256x896,896x256 [--preset torch] [--steps 15]
 
-Prints the median step time of each and the ratios.
+Prints the median step time of each and the ratios. --shapes: orthojit.Muon alone, one bf16
+parameter of each shape at a time (the step's own cost per shape, e.g. old and new builds side by
+side).
 """
 import argparse
 import statistics
@@ -82,10 +85,22 @@ def main():
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="threads for both (default: PyTorch's)")
+    parser.add_argument("--shapes", help="RxC,...: orthojit.Muon alone on one bf16 parameter of each shape")
+    parser.add_argument("--preset", default="torch", help="the preset of --shapes (default torch: bf16 standard NS5)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
+    if args.shapes:
+        where = f"{args.threads} threads" if args.threads else "orthojit's default threads (one per core)"
+        print(f"torch {torch.__version__}; orthojit.Muon(preset={args.preset!r}) on {where}, one bf16 parameter at a time")
+        for text in args.shapes.split(","):
+            rows, cols = (int(v) for v in text.split("x"))
+            torch.manual_seed(0)
+            params = [torch.nn.Parameter((torch.randn(rows, cols) * 0.02).to(torch.bfloat16))]
+            optimizer = orthojit.Muon([("layers.0.weight", params[0])], preset=args.preset, settings={"muon.threads": args.threads} if args.threads else None)
+            print(f"{text:>12} {time_steps(optimizer, params, args.steps):10.2f} ms")
+        return
     shapes = [tuple(p.shape) for p in model(args.hidden, 1)]
     print(f"torch {torch.__version__}, {threads} threads; {args.layers} layers of {shapes}")
     results = {}
