@@ -216,6 +216,30 @@ TEST(CudaCodegen, PtxasReportParsing) {
   EXPECT_EQ(report.at("gemm_5").spill_store_bytes, 4);
   EXPECT_EQ(report.at("gemm_5").spill_load_bytes, 12);
   EXPECT_EQ(report.at("gemm_5").shared_bytes, 20480);
+  EXPECT_TRUE(report.at("gemm_5").wgmma_serialization.empty());
+}
+
+// ptxas's wgmma serialization messages (as nvcc 13.0 prints them for a kernel that reads its
+// accumulators between mma_async and wait) are kept per kernel; they name the kernel themselves,
+// before its entry line or without one. Other C75xx infos and other kernels' lines are not theirs.
+TEST(CudaCodegen, PtxasWgmmaSerializationMessagesAreKeptPerKernel) {
+  const std::string log =
+      "ptxas info    : (C7519) warpgroup.arrive is injected in around line 496 by compiler to allow use of registers in GMMA in function 'tri_f32'\n"
+      "ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions reading "
+      "accumulator registers of  a wgmma between start and end of the pipeline stage in the function 'tri_f32'\n"
+      "ptxas info    : Compiling entry function 'tri_f32' for 'sm_90a'\n"
+      "ptxas info    : Used 168 registers, used 1 barriers\n"
+      "ptxas info    : Compiling entry function 'dense_bf16' for 'sm_90a'\n"
+      "ptxas info    : (C7500) some other note in the function 'dense_bf16'\n"
+      "ptxas info    : Used 168 registers, used 1 barriers\n";
+  const auto report = parse_ptxas_report(log);
+  ASSERT_EQ(report.count("tri_f32"), 1u);
+  EXPECT_EQ(report.at("tri_f32").registers, 168);
+  ASSERT_EQ(report.at("tri_f32").wgmma_serialization.size(), 2u);
+  EXPECT_NE(report.at("tri_f32").wgmma_serialization[0].find("C7519"), std::string::npos);
+  EXPECT_NE(report.at("tri_f32").wgmma_serialization[1].find("C7514"), std::string::npos);
+  ASSERT_EQ(report.count("dense_bf16"), 1u);
+  EXPECT_TRUE(report.at("dense_bf16").wgmma_serialization.empty());
 }
 
 }  // namespace

@@ -241,6 +241,7 @@ TEST_P(CudaMuonStepVariant, GeneratedStepsCompileForSm80AndSm90WithoutSpills) {
         EXPECT_EQ(found->second.spill_load_bytes, 0) << launch.summary;
         EXPECT_LE(found->second.registers * launch.block, 65536) << launch.summary;
       }
+      EXPECT_EQ(wgmma_serialization_messages(output), "") << "ptxas serialized the wgmma pipeline";
     }
   }
 }

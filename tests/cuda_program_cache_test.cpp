@@ -154,8 +154,8 @@ TEST(ProgramCacheFile, RoundTripsTheWholeOutputAndRejectsAnotherKeyOrArch) {
   output.arch = kArch;
   output.image = {'\0', '\x7f', '\xff', 'c', 'u', 'b', 'i', 'n', '\0'};
   output.log = "ptxas info    : Used 12 registers\n";
-  output.resources["gemm"] = KernelResources{40, 8, 4, 16, 4096};
-  output.resources["norm"] = KernelResources{12, 0, 0, 0, 0};
+  output.resources["gemm"] = KernelResources{40, 8, 4, 16, 4096, {}};
+  output.resources["norm"] = KernelResources{12, 0, 0, 0, 0, {}};
   output.options = canonical_options(kArch);
   const std::string key = program_cache_key("source", {}, kArch);
   const std::string bytes = serialize_program_file(key, output);

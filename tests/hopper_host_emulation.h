@@ -116,6 +116,8 @@ void barrier_update(u64* barrier, Change change) {
     if (word.compare_exchange_weak(old, next)) return;
   }
 }
+inline u32 opaque_float_bits(float value) { return __float_as_uint(value); }  // the same bits; nothing to hide from a host compiler
+
 inline void barrier_init(u64* barrier, u32 arrivals) { std::atomic_ref<u64>(*barrier).store(arrivals | (u64{arrivals} << 16)); }
 inline void barrier_init_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void barrier_arrive(u64* barrier) {

@@ -252,6 +252,48 @@ void for_each_row(ThreadPool* pool, int64_t rows, int64_t cols, const std::funct
     for (int64_t task = 0; task < tasks; ++task) run_chunk(task, 0);
 }
 
+// Template body of load_transposed_block: rows [i0, i0 + count) of a transposed view (its
+// columns are contiguous in memory) into `block`, row r at block + r·stride, as load_row gives them.
+template <typename T>
+ORTHOJIT_HOST_CLONES void load_transposed_block(const MatrixView& view, int64_t i0, int64_t count, float* block, int64_t stride) {
+  const T* const data = static_cast<const T*>(view.data);
+  for (int64_t j = 0; j < view.cols; ++j) {
+    const T* const run = data + j * view.col_stride + i0;  // the view's column j, rows i0.. : contiguous
+    for (int64_t r = 0; r < count; ++r) block[r * stride + j] = 0.0f + to_float(run[r]);
+  }
+}
+
+// Runs body(i, row) for every row of `view`, loaded as f32 (the values load_row gives), spread over
+// the pool. A transposed view (row_stride 1: a tall matrix's result read through its transpose)
+// is loaded in blocks of 32 rows: each of the view's columns gives one contiguous run of 32 values
+// (a cache line of bf16), so every line is read once and used whole. Row by row, the 1024 lines a
+// 4096x1024 bf16 row touches lie 8 KiB apart, all in the same L1 sets, and were fetched again
+// from L2 for the next row: 12.0 ms against 4.9 for the same update of the wide parameter
+// (bench/RESULTS.md, fifteenth session). The block's row stride is padded by 64 bytes so that its
+// 32 rows, written column by column, do not alias in L1 either.
+void for_each_loaded_row(ThreadPool* pool, const MatrixView& view, const std::function<void(int64_t, float*)>& body) {
+  const int64_t rows = view.rows, cols = view.cols;
+  if (view.row_stride != 1 || view.col_stride == 1 || rows < 2) {
+    for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
+      dispatch_storage_type(view.type, [&](auto tag) { load_row<decltype(tag)>(view, i, row); });
+      body(i, row);
+    });
+    return;
+  }
+  constexpr int64_t kBlockRows = 32;
+  const int64_t stride = cols + 16;
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  auto run_block = [&](int64_t b, int) {
+    std::vector<float> block(static_cast<size_t>(kBlockRows * stride));
+    const int64_t i0 = b * kBlockRows, count = std::min(kBlockRows, rows - i0);
+    dispatch_storage_type(view.type, [&](auto tag) { load_transposed_block<decltype(tag)>(view, i0, count, block.data(), stride); });
+    for (int64_t r = 0; r < count; ++r) body(i0 + r, block.data() + r * stride);
+  };
+  if (pool && blocks > 1) pool->parallel_for(blocks, run_block);
+  else
+    for (int64_t b = 0; b < blocks; ++b) run_block(b, 0);
+}
+
 // The normalize's last two passes over rows that fill_row(i, row) supplies (the same values both
 // times): Σ (v·scale)² in the norm's blocks, then each row scaled, divided and stored to `out`.
 template <typename FillRow>
@@ -425,8 +467,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
         const MatrixView& x = operand(0);
         ir::with_stored_type(node.type, [&](auto stored) {
           constexpr ScalarType T = decltype(stored)::value;  // the parameter's type, once per step (ir::load_stored_as)
-          for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
-            dispatch_storage_type(x.type, [&](auto tag) { load_row<decltype(tag)>(x, i, row); });
+          for_each_loaded_row(pool, x, [&](int64_t i, float* row) {
             void* param = reinterpret_cast<void*>(io->param);
             for (int64_t j = 0; j < cols; ++j) {
               const int64_t at = i * cols + j;
@@ -587,8 +628,7 @@ void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool,
       case ir::OpKind::Output: {
         const MatrixView& source = operand(0);
         MatrixView target{output, ScalarType::F32, rows, cols, cols, 1};
-        for_each_row(pool, rows, cols, [&](int64_t i, float* row) {
-          dispatch_storage_type(source.type, [&](auto tag) { load_row<decltype(tag)>(source, i, row); });
+        for_each_loaded_row(pool, source, [&](int64_t i, float* row) {
           store_row<float>(target, i, row);
         });
         break;

@@ -47,10 +47,16 @@ std::map<std::string, KernelResources> parse_ptxas_report(const std::string& log
   static const std::regex stack(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
   static const std::regex used(R"(Used (\d+) registers)");
   static const std::regex smem(R"((\d+) bytes smem)");
+  // The C75xx performance messages name their kernel themselves and may come before its entry line.
+  static const std::regex serialized(R"(\(C75(1[4-9]|20)\).*function '([^']+)')");
   std::istringstream in(log);
   std::string line, current;
   std::smatch match;
   while (std::getline(in, line)) {
+    if (std::regex_search(line, match, serialized)) {
+      result[match[2]].wgmma_serialization.push_back(line);
+      continue;
+    }
     if (std::regex_search(line, match, entry)) {
       current = match[1];
       result[current];
@@ -67,6 +73,13 @@ std::map<std::string, KernelResources> parse_ptxas_report(const std::string& log
     if (std::regex_search(line, match, smem)) resources.shared_bytes = std::stoi(match[1]);
   }
   return result;
+}
+
+std::string wgmma_serialization_messages(const NvrtcOutput& output) {
+  std::string messages;
+  for (const auto& [kernel, resources] : output.resources)
+    for (const std::string& line : resources.wgmma_serialization) messages += kernel + ": " + line + "\n";
+  return messages;
 }
 
 NvrtcOutput compile_cuda(const std::string& source, const NamedSources& headers, const std::string& arch, const std::string& name) {

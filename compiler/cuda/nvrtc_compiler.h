@@ -30,6 +30,11 @@ struct KernelResources {
   int registers = 0;
   int spill_store_bytes = 0, spill_load_bytes = 0, stack_bytes = 0;
   int shared_bytes = 0;
+  // ptxas's messages that it serialized this kernel's wgmma pipeline (C7514: an instruction other
+  // than wgmma touches the accumulators between mma_async and wait; C7515-C7520: the reasons it
+  // inserted waits, e.g. C7519 "warpgroup.arrive is injected"). Correct code, but the products
+  // then no longer overlap: a Hopper kernel must have none.
+  std::vector<std::string> wgmma_serialization;
 };
 
 struct NvrtcOutput {
@@ -52,8 +57,13 @@ std::string nvrtc_version();
 int newest_supported_sm();
 
 // Parses ptxas -v lines ("Compiling entry function 'f' for 'sm_90'", "Used 40 registers, 4096
-// bytes smem", "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads").
+// bytes smem", "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") and its wgmma
+// serialization messages ("(C7514) ... in the function 'f'").
 std::map<std::string, KernelResources> parse_ptxas_report(const std::string& log);
+
+// The ptxas messages of every kernel whose wgmma pipeline was serialized, a line each: empty when
+// none was (KernelResources::wgmma_serialization).
+std::string wgmma_serialization_messages(const NvrtcOutput& output);
 
 std::string numbered(const std::string& source);
 

@@ -25,6 +25,14 @@ __device__ __forceinline__ unsigned char* dynamic_shared_window() {
 // The shared-memory address (the .shared window) of a pointer into shared memory.
 __device__ __forceinline__ u32 shared_address(const void* pointer) { return static_cast<u32>(__cvta_generic_to_shared(pointer)); }
 
+// The bits of an f32 value through a mov the compiler cannot see into, where __float_as_uint
+// would let it rewrite the accumulators it reads as integer registers (see stored_bits).
+__device__ __forceinline__ u32 opaque_float_bits(float value) {
+  u32 bits;
+  asm("mov.b32 %0, %1;" : "=r"(bits) : "f"(value));
+  return bits;
+}
+
 // ---- mbarrier (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier") ----
 // A phase completes when its pending arrivals reach zero and its transaction count is zero.
 __device__ __forceinline__ void barrier_init(u64* barrier, u32 arrivals) {

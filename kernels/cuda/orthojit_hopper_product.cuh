@@ -54,11 +54,18 @@
 namespace oj::hopper {
 
 // The stored bits of a value of D's type (bf16 in the low half, or f32), and a pair of them
-// written to shared memory in one access.
+// written to shared memory in one access. The f32 bits come through an opaque mov (a primitive): with
+// __float_as_uint the front end turned the loop-carried accumulators of the triangular kernels
+// into integer registers, so the PTX read and wrote them between wgmma.fence/mma_async and
+// wait_group (undefined in the PTX ISA, "Asynchronous Warpgroup Level Matrix Instructions"), and
+// ptxas repaired it by waiting for every K tile's products (C7517/C7519): no overlap left.
 template <typename TD>
 __device__ __forceinline__ u32 stored_bits(float value) {
-  if constexpr (sizeof(typename TD::storage) == 2) return static_cast<u32>(TD::store(value));
-  else return __float_as_uint(value);
+  if constexpr (sizeof(typename TD::storage) == 2) {
+    return static_cast<u32>(TD::store(value));
+  } else {
+    return opaque_float_bits(value);
+  }
 }
 template <u32 kBytes>
 __device__ __forceinline__ void store_shared_pair(unsigned char* at, u32 first, u32 second) {
