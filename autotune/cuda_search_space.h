@@ -52,7 +52,8 @@ std::vector<CudaCandidate> cuda_candidates(const CudaSearchSpace& space, const C
 // Why `candidate` cannot run `scheduled` (the problem compiled with the candidate's strategy), or
 // nullopt. `strategy_error` is the compiler's reason the strategy is impossible (empty when
 // possible); `shared_memory_limit` the device's opt-in bytes per block; `device_sm` its compute
-// capability as 10·major + minor (the sm_90a tile runs on 90 only).
+// capability as 10·major + minor (the sm_90a tile runs on 90 only, and not while
+// ORTHOJIT_CUDA_SM90A turns it off: variant_unavailable_reason says so).
 std::optional<std::string> cuda_prune_reason(const CudaCandidate& candidate, const ir::Function* scheduled, const std::string& strategy_error,
                                              int shared_memory_limit, int device_sm = 90);
 

@@ -6,6 +6,7 @@
 
 #include "cuda/cuda_backend.h"
 #include "cuda/hopper_codegen.h"
+#include "cuda/sm90a_switch.h"
 
 namespace orthojit::autotune {
 
@@ -84,7 +85,9 @@ std::vector<CudaCandidate> class_candidates(const CudaSearchSpace& space, ir::St
   std::vector<CudaCandidate> candidates;
   const ProductClass& target = classes.at(which);
   std::vector<cuda::TileConfig> tiles = space.tiles;
-  if (space.hopper && target.sm90a_eligible) {
+  // Not while ORTHOJIT_CUDA_SM90A turns the tile off: the main list's "generated hopper" is pruned
+  // saying so, and a candidate per class and tile would only repeat it.
+  if (space.hopper && target.sm90a_eligible && cuda::sm90a_disabled_reason().empty()) {
     tiles.push_back(cuda::sm90a_tile());
     for (int splits : target.sm90a_splits) tiles.push_back(cuda::sm90a_tile(splits));
     if (target.sm90a_wide_eligible) tiles.push_back(cuda::sm90a_wide_tile());

@@ -50,7 +50,8 @@ cuda::CudaVariant per_product_variant(const std::vector<ProductClass>& classes);
 // of them for a class it can run: so each product chooses between the wgmma tile and the
 // mma.sync tiles (a 1024x1024 triangular product fills 36 SMs of 132 with the 128-wide sm_90a
 // tile, 136 CTAs with a 64x64 mma.sync tile; or with K in 2 to 4 splits, 72 to 144 work items).
-// The tuner clears space.hopper on other devices.
+// The tuner clears space.hopper on other devices; none is offered while ORTHOJIT_CUDA_SM90A turns
+// the tile off (cuda/sm90a_switch.h).
 std::vector<CudaCandidate> class_candidates(const CudaSearchSpace& space, ir::StrategyKind strategy, const std::vector<ProductClass>& classes, size_t which);
 
 // Round one of the search (the tuning loop's first candidates): per strategy with a schedule, every

@@ -94,7 +94,8 @@ class CudaTuningBackend : public TuningBackend {
     shared_limit_ = cuda::Device::get().info().max_shared_per_block_optin;
     device_sm_ = cuda::Device::get().info().sm;
     multiprocessors_ = std::max(1, cuda::Device::get().info().multiprocessors);
-    // The per-product search offers the sm_90a tile where the device runs it.
+    // The per-product search offers the sm_90a tile where the device runs it (and ORTHOJIT_CUDA_SM90A
+    // does not turn it off: class_candidates asks).
     tile_space_ = space_;
     tile_space_.hopper = space_.hopper && device_sm_ == 90;
     // Each strategy's schedule for the full problem (or why it cannot compile), for pruning.
@@ -236,6 +237,13 @@ TunedCudaChoice lookup_tuned_cuda(const dsl::Program& program, int64_t rows, int
   try {
     const auto& winner = entries.at(key.key).at("winner");
     choice.winner = CudaCandidate::from_json(winner.at("config"));
+    // A winner on the sm_90a tile while ORTHOJIT_CUDA_SM90A turns it off: the runtime's default
+    // choice instead (scripts/gpu-check sets the switch after the tile hung or faulted).
+    if (const std::string off = cuda::variant_switched_off_reason(cuda::CudaVariant::parse(choice.winner->variant)); !off.empty()) {
+      choice.reason = "the CUDA tuning record's winner (" + choice.winner->label() + ", " + path + ") not used: " + off;
+      choice.winner.reset();
+      return choice;
+    }
     choice.gram_restarts = recorded_restarts(entries.at(key.key), static_cast<int>(program.steps.size()));
     char text[64];
     std::snprintf(text, sizeof text, ", %.3g ms", winner.value("p50_ms", 0.0));

@@ -21,7 +21,16 @@
 // gpu_bench_table.txt are rewritten after every case ("complete": false until the last), so a
 // run stopped by scripts/gpu-check's timeout or by --budget still leaves the cases it measured;
 // without a device both files say why and the exit code is 2. Exit code 1 when a case has no
-// orthojit variant that ran.
+// orthojit variant that ran, 4 when a failure poisoned the CUDA context (below).
+//
+// A hung kernel and a poisoned context (the sm_90a tile's wgmma/TMA/mbarrier kernels are the
+// likeliest): "RUN <case>" before each case and "RUN <case> [<variant or baseline>]" before each
+// thing timed, flushed, so that a run killed while a kernel hangs names it. A failure that leaves
+// the CUDA context unusable (cuda/sticky_error.h: an illegal address, a launch failure; every
+// later call in the process would fail for its reason) stops the run: "STICKY <what>: <error>",
+// the cases not started marked so in both files ("stopped" in the JSON), exit code 4.
+// ORTHOJIT_CUDA_SM90A=off (cuda/sm90a_switch.h) leaves the sm_90a variants and the tile's rate
+// out, saying why ("sm90a_off" in the JSON).
 //
 // Usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--budget SECONDS]
 //                           [--list-cases] [--quick]
@@ -47,6 +56,8 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/hopper_product.h"
+#include "cuda/sm90a_switch.h"
+#include "cuda/sticky_error.h"
 #include "kernels/cuda_device_headers.h"
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
@@ -160,6 +171,7 @@ struct Report {
   std::string hopper_error;  // why it was not measured (not a 9.0 device, a failure)
   int repeats = 0;
   bool complete = false;
+  std::string stopped;  // "<what>: <error>" when a failure poisoned the context and ended the run
   std::vector<Row> rows;
 };
 
@@ -257,6 +269,7 @@ std::string table_text(const Report& report) {
     for (const auto& [label, error] : row.failures) ++failures[label + ": " + brief(error, 160)];
   }
   for (const auto& [what, count] : failures) table << "failed" << (count > 1 ? " (" + std::to_string(count) + " cases)" : std::string()) << ": " << what << "\n";
+  if (!report.stopped.empty()) table << "stopped: the CUDA context was unusable after " << brief(report.stopped, 300) << "\n";
   if (!report.complete) table << "(incomplete: the run stopped before the last case)\n";
   return table.str();
 }
@@ -269,7 +282,8 @@ void write_outputs(const std::string& out_dir, const Report& report) {
        << ",\n  \"hopper_product_wide_kmajor_tflops_8192\": " << report.hopper_wide_k_tflops
        << ",\n  \"hopper_product_wide_mnmajor_tflops_8192\": " << report.hopper_wide_mn_tflops
        << ",\n  \"hopper_product_error\": " << json_string(report.hopper_error)
-       << ",\n  \"repeats\": " << report.repeats << ",\n  \"complete\": " << (report.complete ? "true" : "false") << ",\n  \"cases\": [\n";
+       << ",\n  \"sm90a_off\": " << json_string(cuda::sm90a_disabled_reason()) << ",\n  \"repeats\": " << report.repeats
+       << ",\n  \"complete\": " << (report.complete ? "true" : "false") << ",\n  \"stopped\": " << json_string(report.stopped) << ",\n  \"cases\": [\n";
   for (size_t r = 0; r < report.rows.size(); ++r) {
     const Row& row = report.rows[r];
     json << "    {\"case\": " << json_string(row.c.key()) << ", \"status\": " << json_string(row.status) << ", \"best\": " << json_string(row.best)
@@ -285,6 +299,30 @@ void write_outputs(const std::string& out_dir, const Report& report) {
   }
   json << "  ]\n}\n";
   std::ofstream(out_dir + "/gpu_bench_table.txt") << table_text(report);
+}
+
+// "RUN <what>", flushed: a run killed while `what` hangs names it.
+void announce(const std::string& what) {
+  std::printf("RUN %s\n", what.c_str());
+  std::fflush(stdout);
+}
+
+// After `failure` of `what` (in row `current`, or none: report.rows.size()): when it left the
+// context unusable, every later call would fail for its reason; the run stops with exit code 4,
+// the rows not started marked so, both files written.
+void stop_if_sticky(const std::exception& failure, const std::string& what, Report& report, size_t current, const std::string& out_dir) {
+  const std::string sticky = cuda::sticky_error_after(failure);
+  if (sticky.empty()) return;
+  std::printf("STICKY %s: %s\n", what.c_str(), sticky.c_str());
+  report.stopped = what + ": " + sticky;
+  for (size_t r = 0; r < report.rows.size(); ++r) {
+    if (r == current) report.rows[r].status = "failed: poisoned the CUDA context: " + sticky;
+    else if (report.rows[r].status == "not run") report.rows[r].status = "not run (the CUDA context was unusable after " + what + ")";
+  }
+  write_outputs(out_dir, report);
+  std::printf("%s", table_text(report).c_str());
+  std::fflush(stdout);
+  std::_Exit(4);  // no static destructors: they would call into the poisoned context
 }
 
 }  // namespace
@@ -350,22 +388,30 @@ int main(int argc, char** argv) {
   // The yardstick; without cuBLAS the run goes on and the table says why the column is empty.
   report.cublas_error = cuda::CublasNewtonSchulz::unavailable_reason();
   if (report.cublas_error.empty()) try {
+      announce("cublas bf16 GEMM 8192^3");
       report.cublas_tflops = cuda::CublasNewtonSchulz::measure_gemm_tflops(8192, 10);
       std::printf("cuBLAS bf16 GEMM 8192^3: %.1f TFLOP/s (median of 10)\n\n", report.cublas_tflops);
     } catch (const std::exception& error) {
       report.cublas_error = error.what();
+      stop_if_sticky(error, "cublas bf16 GEMM 8192^3", report, report.rows.size(), out_dir);
     }
   if (!report.cublas_error.empty()) std::printf("cuBLAS bf16 GEMM rate not measured: %s\n\n", report.cublas_error.c_str());
+  std::string hopper_running;
   try {
-    report.hopper_k_tflops = hopper_product_tflops(false, false, 8192, 10);
-    report.hopper_mn_tflops = hopper_product_tflops(true, false, 8192, 10);
-    std::printf("sm_90a product tile 8192^3: K-major B %.1f, MN-major B %.1f TFLOP/s (medians of 10)\n", report.hopper_k_tflops, report.hopper_mn_tflops);
-    report.hopper_wide_k_tflops = hopper_product_tflops(false, true, 8192, 10);
-    report.hopper_wide_mn_tflops = hopper_product_tflops(true, true, 8192, 10);
+    const std::pair<bool, bool> layouts[] = {{false, false}, {true, false}, {false, true}, {true, true}};  // (MN-major B, 128x256)
+    double* rates[] = {&report.hopper_k_tflops, &report.hopper_mn_tflops, &report.hopper_wide_k_tflops, &report.hopper_wide_mn_tflops};
+    for (int which = 0; which < 4; ++which) {
+      const auto [b_mn_major, wide] = layouts[which];
+      hopper_running = std::string("sm_90a ") + (wide ? "128x256" : "128x128") + " tile 8192^3, " + (b_mn_major ? "MN-major" : "K-major") + " B";
+      if (cuda::hopper_product_unsupported_reason({b_mn_major, ScalarType::BF16, false, wide}, 8192, 8192, 8192, device.info().sm).empty()) announce(hopper_running);
+      *rates[which] = hopper_product_tflops(b_mn_major, wide, 8192, 10);
+      if (which == 1) std::printf("sm_90a product tile 8192^3: K-major B %.1f, MN-major B %.1f TFLOP/s (medians of 10)\n", report.hopper_k_tflops, report.hopper_mn_tflops);
+    }
     std::printf("sm_90a 128x256 tile 8192^3: K-major B %.1f, MN-major B %.1f TFLOP/s (medians of 10)\n\n", report.hopper_wide_k_tflops, report.hopper_wide_mn_tflops);
   } catch (const std::exception& error) {
     report.hopper_error = error.what();
     std::printf("sm_90a product tile not measured: %s\n\n", report.hopper_error.c_str());
+    stop_if_sticky(error, hopper_running, report, report.rows.size(), out_dir);
   }
   write_outputs(out_dir, report);
   const auto torch = torch_path.empty() ? std::map<std::string, double>{} : read_torch_results(torch_path);
@@ -392,7 +438,8 @@ int main(int argc, char** argv) {
         variants.push_back(variant);
       }
       variants.push_back({cuda::CudaVariant::Kind::FusedSmall, std::nullopt});
-      if (device.info().sm == 90) {  // the products on the sm_90a tile
+      // The products on the sm_90a tile (not while ORTHOJIT_CUDA_SM90A turns it off: said once below).
+      if (device.info().sm == 90 && cuda::sm90a_disabled_reason().empty()) {
         cuda::CudaVariant hopper;
         hopper.hopper = true;
         variants.push_back(hopper);
@@ -404,6 +451,8 @@ int main(int argc, char** argv) {
       row.status = std::string("failed: scheduling: ") + error.what();
     }
   }
+  if (const std::string off = cuda::sm90a_disabled_reason(); !off.empty() && device.info().sm == 90)
+    std::printf("the generated hopper variant (products on the sm_90a tile) left out: %s\n", off.c_str());
   {
     const auto compile_start = std::chrono::steady_clock::now();
     std::atomic<size_t> next{0};
@@ -436,7 +485,7 @@ int main(int argc, char** argv) {
       row.status = "not run (--budget " + std::to_string(static_cast<int>(budget_seconds)) + " s spent)";
       continue;
     }
-    std::printf("%s\n", c.key().c_str());
+    announce(c.key());
     try {
       if (!timer) timer = std::make_unique<Timer>(repeats);
       const int64_t elements = c.rows * c.cols * c.batch;
@@ -449,6 +498,7 @@ int main(int argc, char** argv) {
         const std::string label = item.variant.label();
         try {
           if (!item.error.empty()) throw std::runtime_error(item.error);
+          announce(c.key() + " [" + label + "]");
           auto runner = cuda::build_cuda_runner(programs[r], item.function, item.variant, headers);
           const double ms = timer->median_ms([&] { runner->run_device(input.get(), output.get(), nullptr); });
           row.variants.emplace_back(label, ms);
@@ -460,6 +510,7 @@ int main(int argc, char** argv) {
         } catch (const std::exception& error) {
           row.failures.emplace_back(label, error.what());
           std::printf("  %-32s failed: %s\n", label.c_str(), brief(error.what(), 200).c_str());
+          stop_if_sticky(error, c.key() + " [" + label + "]", report, r, out_dir);
         }
       }
       if (!report.cublas_error.empty()) row.cublas_error = report.cublas_error;
@@ -468,6 +519,7 @@ int main(int argc, char** argv) {
           BenchCase standard = c;
           standard.strategy = ir::StrategyKind::Standard;
           const ir::Function function = schedule(programs[r], standard, c.batch);
+          announce(c.key() + " [cublas NS baseline]");
           auto baseline = cuda::build_cuda_runner(programs[r], function, {cuda::CudaVariant::Kind::Cublas, std::nullopt}, headers);
           row.cublas_ms = timer->median_ms([&] { baseline->run_device(input.get(), output.get(), nullptr); });
           std::printf("  %-32s %9.3f ms\n", "cublas NS (baseline)", row.cublas_ms);
@@ -485,6 +537,7 @@ int main(int argc, char** argv) {
         } catch (const std::exception& error) {
           row.cublas_error = error.what();
           std::printf("  cublas baseline failed: %s\n", brief(error.what(), 200).c_str());
+          stop_if_sticky(error, c.key() + " [cublas NS baseline]", report, r, out_dir);
         }
       // The cuBLASLt baselines: standard NS (batched, and looped for batched cases), and Gram NS;
       // measured once per program and shape (the standard and gram rows of a shape share them).
@@ -505,6 +558,7 @@ int main(int argc, char** argv) {
           const ir::Function function = schedule(programs[r], variant_case, c.batch);
           const cuda::CudaVariant lt{cuda::CudaVariant::Kind::Cublaslt, std::nullopt};
           if (std::string why = cuda::variant_unavailable_reason(function, lt, 0); !why.empty()) throw std::runtime_error(why);
+          announce(c.key() + (gram ? " [cublaslt gram NS baseline]" : " [cublaslt NS baseline]"));
           auto baseline = cuda::build_cuda_runner(programs[r], function, lt, headers);
           double& ms = gram ? row.lt_gram_ms : row.lt_ms;
           ms = timer->median_ms([&] { baseline->run_device(input.get(), output.get(), nullptr); });
@@ -522,6 +576,7 @@ int main(int argc, char** argv) {
         } catch (const std::exception& error) {
           error_text = error.what();
           std::printf("  cublaslt %s baseline failed: %s\n", gram ? "gram" : "standard", brief(error.what(), 200).c_str());
+          stop_if_sticky(error, c.key() + (gram ? " [cublaslt gram NS baseline]" : " [cublaslt NS baseline]"), report, r, out_dir);
         }
         if (gram) lt_measured[c.torch_key()] = row;
       }
@@ -531,6 +586,7 @@ int main(int argc, char** argv) {
       // The case itself (its buffers, the timer's flush buffer): the next case may still run.
       row.status = std::string("failed: ") + error.what();
       std::printf("  failed: %s\n", brief(error.what(), 200).c_str());
+      stop_if_sticky(error, c.key(), report, r, out_dir);
     }
     if (row.best.empty()) ++without_result;
     write_outputs(out_dir, report);

@@ -19,6 +19,7 @@
 #ifdef ORTHOJIT_HAVE_CUDA
 #include "cuda/cuda_driver.h"
 #include "cuda/nvrtc_compiler.h"
+#include "cuda/sm90a_switch.h"
 #endif
 
 namespace orthojit::cli {
@@ -50,6 +51,8 @@ int info_command(const std::vector<std::string>& args) {
 #ifdef ORTHOJIT_HAVE_CUDA
   else std::printf("cuda:       %s\n", cuda::Device::get().info().describe().c_str());
   std::printf("nvrtc:      %s (cubins up to sm_%d; the CUDA program cache is <cache dir>/cuda)\n", cuda::nvrtc_version().c_str(), cuda::newest_supported_sm());
+  if (const std::string off = cuda::sm90a_disabled_reason(); !off.empty())
+    std::printf("sm_90a:     off (%s): no kernel on the wgmma/TMA product tile is chosen, tuned or run\n", off.c_str());
 #endif
   // The parts of this build (cmake/optional_parts.cmake), built ones first.
   bool first = true;

@@ -16,6 +16,7 @@
 #ifdef ORTHOJIT_HAVE_CUDA
 #include "autotune/cuda_tuner.h"
 #include "cuda/cuda_driver.h"
+#include "cuda/sm90a_switch.h"
 #endif
 #include "cpu/build_status.h"
 #include "cpu/amx_self_check.h"
@@ -81,6 +82,9 @@ nlohmann::json info_record() {
     cuda["device"] = cuda::Device::get().info().describe();
 #endif
   }
+#ifdef ORTHOJIT_HAVE_CUDA
+  if (const std::string off = cuda::sm90a_disabled_reason(); !off.empty()) cuda["sm90a_off"] = off;
+#endif
   nlohmann::json paths = nlohmann::json::array();
   for (cpu::CpuIsa isa : cpu::supported_isas()) paths.push_back(std::string(cpu::to_string(isa)));
   nlohmann::json programs = nlohmann::json::array();

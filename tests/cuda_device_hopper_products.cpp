@@ -11,6 +11,8 @@
 
 #include "cuda/cuda_driver.h"
 #include "cuda/hopper_product.h"
+#include "cuda/sm90a_switch.h"
+#include "cuda/sticky_error.h"
 #include "support/bf16_bits.h"
 
 namespace orthojit::device_test {
@@ -23,11 +25,19 @@ struct ProductCase {
   bool wide = false;  // the 128x256 tile (bf16 D either way)
 };
 
+cuda::HopperProductSpec spec_of(const ProductCase& c) {
+  return {c.b_mn_major, c.b_mn_major && !c.wide ? ScalarType::F32 : ScalarType::BF16, c.beta != 0, c.wide};
+}
+
+std::string case_name(const ProductCase& c) {
+  return "hopper product " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " " + spec_of(c).kernel_name();
+}
+
 HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, std::mt19937& random) {
-  const cuda::HopperProductSpec spec{c.b_mn_major, c.b_mn_major && !c.wide ? ScalarType::F32 : ScalarType::BF16, c.beta != 0, c.wide};
+  const cuda::HopperProductSpec spec = spec_of(c);
   const bool f32_d = spec.d_type == ScalarType::F32;
   HopperOutcome outcome;
-  outcome.name = "hopper product " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " " + spec.kernel_name();
+  outcome.name = case_name(c);
   std::normal_distribution<float> gaussian;
   // C's and D's rows 16-byte aligned (TMA), D's with at least 8 poisoned columns each.
   const int64_t element = f32_d ? 4 : 2, ldc = (c.n + 7) / 8 * 8, ldd = ldc + 8;
@@ -95,20 +105,27 @@ HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, 
 
 }  // namespace
 
-std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, const cuda::NamedSources& headers, std::string& skipped_reason) {
+std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, const cuda::NamedSources& headers, std::string& skipped_reason, CaseLog& log) {
   std::vector<HopperOutcome> outcomes;
+  if (const std::string off = cuda::sm90a_disabled_reason(); !off.empty()) {
+    skipped_reason = "the sm_90a product tile is turned off by " + off;
+    return outcomes;
+  }
   const cuda::HopperProductSpec specs[] = {{false, ScalarType::BF16, false},      {false, ScalarType::BF16, true},       {true, ScalarType::F32, true},
                                            {false, ScalarType::BF16, true, true}, {true, ScalarType::BF16, false, true}};
   if (host_only) {
     for (const auto& spec : specs) {
       HopperOutcome outcome;
       outcome.name = "hopper product " + spec.kernel_name() + " (NVRTC sm_90a)";
+      log.begin(outcome.name);
       try {
         cuda::compile_cuda(cuda::hopper_product_source(spec), headers, "sm_90a");
         outcome.ok = true;
       } catch (const std::exception& error) {
         outcome.message = error.what();
       }
+      std::printf("%s %s%s%s\n", outcome.ok ? "READY" : "FAIL", outcome.name.c_str(), outcome.message.empty() ? "" : ": ", outcome.message.c_str());
+      log.finish({outcome.name, outcome.ok, outcome.message, ""});
       outcomes.push_back(outcome);
     }
     return outcomes;
@@ -132,14 +149,21 @@ std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, 
   std::mt19937 random(std::random_device{}());
   for (const ProductCase& c : cases) {
     HopperOutcome outcome;
+    const std::string name = case_name(c);
+    std::string sticky;  // the context's sticky error after a failure (cuda/sticky_error.h)
+    log.begin(name);
     try {
       outcome = run_case(c, headers, random);
+      if (!outcome.ok) sticky = cuda::poisoned_context_reason();
     } catch (const std::exception& error) {
-      outcome.name = "hopper product " + std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k);
+      outcome.name = name;
       outcome.message = error.what();
+      sticky = cuda::sticky_error_after(error);
     }
     std::printf("%s %-70s worst error/bound %.3f%s%s\n", outcome.ok ? "PASS" : "FAIL", outcome.name.c_str(), outcome.worst, outcome.message.empty() ? "" : ": ",
                 outcome.message.c_str());
+    log.finish({name, outcome.ok, outcome.message, ", \"worst_error_over_bound\": " + json_number(outcome.worst)});
+    log.stop_if_sticky(name, sticky);
     outcomes.push_back(outcome);
   }
   return outcomes;

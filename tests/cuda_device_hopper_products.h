@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda/nvrtc_compiler.h"
+#include "cuda_device_case_log.h"
 
 namespace orthojit::device_test {
 
@@ -18,8 +19,10 @@ struct HopperOutcome {
   std::string message;
 };
 
-// device_sm: the device's (90 runs the cases; anything else skips them, saying why). host_only:
-// compile the kernels for sm_90a only. Prints a line per case.
-std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, const cuda::NamedSources& headers, std::string& skipped_reason);
+// device_sm: the device's (90 runs the cases; anything else, or ORTHOJIT_CUDA_SM90A=off, skips
+// them, saying why in `skipped_reason`). host_only: compile the kernels for sm_90a only. Each case
+// (each compile) goes through `log`: its RUN line, the watchdog, the JSON, and the end of the run
+// when its failure poisoned the context. Prints a line per case.
+std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, const cuda::NamedSources& headers, std::string& skipped_reason, CaseLog& log);
 
 }  // namespace orthojit::device_test

@@ -10,6 +10,8 @@
 #include "autotune/error_measure.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_driver.h"
+#include "cuda/sm90a_switch.h"
+#include "cuda/sticky_error.h"
 #include "ir/muon_step.h"
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
@@ -113,7 +115,7 @@ MuonStepOutcome run_case(const StepCase& c, const cuda::NamedSources& headers) {
 }  // namespace
 
 std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, const std::string& host_target, const cuda::NamedSources& headers,
-                                              const std::string& filter, std::string& skipped_reason) {
+                                              const std::string& filter, std::string& skipped_reason, CaseLog& log) {
   cuda::CudaVariant generated, hopper;
   hopper.hopper = true;
   // A wide shape and a tall one (the step runs oriented: momentum and parameter through the
@@ -125,10 +127,15 @@ std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, con
   for (const StepCase& c : cases) {
     if (!filter.empty() && c.name().find(filter) == std::string::npos) continue;
     const bool needs_90 = c.variant.needs_sm90a();
+    if (const std::string off = cuda::sm90a_disabled_reason(); needs_90 && !off.empty()) {
+      skipped_reason = "the sm_90a tile is turned off by " + off;
+      continue;
+    }
     if (host_only) {
       if (needs_90 && host_target != "sm_90" && host_target != "sm_90a") continue;
       MuonStepOutcome outcome;
       outcome.name = c.name() + " (NVRTC " + (needs_90 ? std::string("sm_90a") : host_target) + ")";
+      log.begin(outcome.name);
       try {
         // The opt-in shared memory and SM count of an H100/H200 (the hopper tile's plan needs them).
         const cuda::CudaProgram program = cuda::generate_variant(schedule(c, true), c.variant, 227 * 1024, 132);
@@ -138,6 +145,7 @@ std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, con
         outcome.message = error.what();
       }
       std::printf("%s %s%s%s\n", outcome.ok ? "READY" : "FAIL", outcome.name.c_str(), outcome.message.empty() ? "" : ": ", outcome.message.c_str());
+      log.finish({outcome.name, outcome.ok, outcome.message, ""});
       outcomes.push_back(outcome);
       continue;
     }
@@ -146,13 +154,20 @@ std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, con
       continue;
     }
     MuonStepOutcome outcome;
+    const std::string name = c.name();
+    std::string sticky;  // the context's sticky error after a failure (cuda/sticky_error.h)
+    log.begin(name);
     try {
       outcome = run_case(c, headers);
+      if (!outcome.ok) sticky = cuda::poisoned_context_reason();
     } catch (const std::exception& error) {
-      outcome.name = c.name();
+      outcome.name = name;
       outcome.message = error.what();
+      sticky = cuda::sticky_error_after(error);
     }
     std::printf("%s %s: %s\n", outcome.ok ? "PASS" : "FAIL", outcome.name.c_str(), outcome.message.c_str());
+    log.finish({name, outcome.ok, outcome.message, ""});
+    log.stop_if_sticky(name, sticky);
     outcomes.push_back(outcome);
   }
   return outcomes;

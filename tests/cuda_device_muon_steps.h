@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/nvrtc_compiler.h"
+#include "cuda_device_case_log.h"
 
 namespace orthojit::device_test {
 
@@ -20,11 +21,13 @@ struct MuonStepOutcome {
   std::string message;
 };
 
-// device_sm: the device's (the hopper variant runs on 90 only, else it is skipped with the
-// reason in `skipped_reason`). host_only: generate and compile the steps for `host_target`.
-// filter: only the cases whose name contains it (cuda_device_test's --filter; empty: all).
-// Prints a line per case.
+// device_sm: the device's (the hopper variant runs on 90 only and not while ORTHOJIT_CUDA_SM90A
+// turns the tile off, else it is skipped with the reason in `skipped_reason`). host_only:
+// generate and compile the steps for `host_target`. filter: only the cases whose name contains
+// it (cuda_device_test's --filter; empty: all). Each case goes through `log` (its RUN line, the
+// watchdog, the JSON, the end of the run when its failure poisoned the context). Prints a line
+// per case.
 std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, const std::string& host_target, const cuda::NamedSources& headers,
-                                              const std::string& filter, std::string& skipped_reason);
+                                              const std::string& filter, std::string& skipped_reason, CaseLog& log);
 
 }  // namespace orthojit::device_test

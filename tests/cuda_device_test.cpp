@@ -19,10 +19,26 @@
 //
 // Standalone (no GoogleTest) so it also builds on the GPU machines scripts/gpu-check runs on.
 // Without a usable device it prints why and exits 77, which ctest reports as skipped.
-// Usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX]
+// Usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS]
 //   ($ORTHOJIT_GPU_TEST_JSON: default --json). --host-only runs only what needs no GPU: every
 //   case's schedule, eligibility, generated source and NVRTC compile for sm_XX (a dry run of
-//   scripts/gpu-check's correctness phase on a machine without a device).
+//   scripts/gpu-check's correctness phase on a machine without a device). --case-timeout: the
+//   watchdog's limit on one case (default 120 s; 0: no watchdog).
+//
+// Lines: "RUN <case>" before each case and each compile step run alone (flushed: a run killed
+// while a kernel hangs names it), "RUN host phase ..." before the parallel host phase; per case
+// "PASS <case> ..." or "FAIL <case> ..." ("READY"/"FAIL" for the compile steps of --host-only);
+// then the totals, "N passed, M failed, K not applicable ..." (--host-only: "N cases ready ...").
+// A hung case: "HUNG <case> after N s"; a case whose failure poisoned the CUDA context (an illegal
+// address, a launch failure, ...: every later call in the process would fail with the same
+// error): its FAIL line, then "STICKY <case>: <error>". The JSON is rewritten after every case,
+// "finished": false until the end, "running" the case in flight (tests/cuda_device_case_log.h).
+// Exit codes: 0 every case passed; 1 a case failed; 2 a usage error; 3 a case hung (the watchdog
+// stopped the run, the cases after it not run); 4 a failure poisoned the CUDA context (the run
+// stopped after that case); 77 no usable device.
+//
+// ORTHOJIT_CUDA_SM90A=off (cuda/sm90a_switch.h) skips every case on the sm_90a tile, saying why:
+// scripts/gpu-check's rerun of the other kernels after the tile hung or faulted.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -30,7 +46,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
@@ -38,9 +53,13 @@
 #include <vector>
 
 #include "autotune/error_measure.h"
+#include "bench/json_text.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/fused_small_codegen.h"
+#include "cuda/sm90a_switch.h"
+#include "cuda/sticky_error.h"
+#include "cuda_device_case_log.h"
 #include "cuda_device_hopper_products.h"
 #include "cuda_device_muon_steps.h"
 #include "kernels/cuda_device_headers.h"
@@ -86,27 +105,21 @@ ir::Function schedule(const dsl::Program& program, const Case& c) {
   return passes::compile_program(program, options);
 }
 
-std::string json_escape(const std::string& text) {
-  std::string out;
-  for (char ch : text) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string filter, json_path, host_only;
+  double case_timeout = 120;
   if (const char* path = std::getenv("ORTHOJIT_GPU_TEST_JSON"); path && *path) json_path = path;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
+    char* end = nullptr;
     if (argument == "--filter" && i + 1 < argc) filter = argv[++i];
     else if (argument == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (argument == "--host-only" && i + 1 < argc) host_only = argv[++i];
+    else if (argument == "--case-timeout" && i + 1 < argc && (case_timeout = std::strtod(argv[i + 1], &end), *end == '\0' && end != argv[i + 1] && case_timeout >= 0)) ++i;
     else {
-      std::fprintf(stderr, "usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX]\n");
+      std::fprintf(stderr, "usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS (0: none)]\n");
       return 2;
     }
   }
@@ -137,6 +150,13 @@ int main(int argc, char** argv) {
     target = cuda::Device::get().compile_target();
     std::printf("device: %s\n", cuda::Device::get().info().describe().c_str());
   }
+  if (const std::string off = cuda::sm90a_disabled_reason(); !off.empty()) std::printf("sm_90a tile: off (%s)\n", off.c_str());
+  // From here a hung case ends the run (exit 3) and every case's result is in the JSON at once.
+  device_test::CaseLog log(json_path, case_timeout);
+  log.set_header("\"device\": " + bench::json_string(host_only.empty() ? cuda::Device::get().info().describe() : "none (host-only dry run)") +
+                 ", \"mode\": " + bench::json_string(host_only.empty() ? "device" : "host-only") + ", \"target\": " + bench::json_string(target) +
+                 ", \"filter\": " + bench::json_string(filter) + ", \"sm90a_off\": " + bench::json_string(cuda::sm90a_disabled_reason()) +
+                 ", \"case_timeout_s\": " + device_test::json_number(case_timeout));
 
   // The matrix of cases. Shapes: a batch of small ones (the fused kernel's domain), a wide one,
   // a tall ragged one (orientation, edge guards), a square one.
@@ -237,38 +257,55 @@ int main(int argc, char** argv) {
   };
   std::vector<std::thread> workers;
   const unsigned thread_count = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  // Not a case: the watchdog does not time it (its length is the number of cases over the threads).
+  log.announce("host phase: schedules, references and NVRTC for " + std::to_string(cases.size()) + " cases on " + std::to_string(thread_count) + " threads");
   for (unsigned t = 0; t < thread_count; ++t) workers.emplace_back(host_work);
   for (auto& worker : workers) worker.join();
   std::printf("host phase (schedules, references, NVRTC) for %zu cases: %.1f s on %u threads\n", cases.size(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), thread_count);
 
+  {
+    int switched_off = 0;
+    for (size_t index = 0; index < cases.size(); ++index) switched_off += outcomes[index].skipped && !cuda::variant_switched_off_reason(cases[index].variant).empty();
+    if (switched_off > 0) std::printf("%d cases on the sm_90a tile skipped: it is turned off by %s\n", switched_off, cuda::sm90a_disabled_reason().c_str());
+  }
+  int not_applicable = 0;
+  for (const Outcome& outcome : outcomes) not_applicable += outcome.skipped;
+  log.set_not_applicable(not_applicable);
+
   if (!host_only.empty()) {
-    int compiled = 0, not_applicable = 0, failures = 0;
+    int compiled = 0, failures = 0;
     for (size_t index = 0; index < cases.size(); ++index) {
-      if (outcomes[index].skipped) ++not_applicable;
-      else if (!outcomes[index].message.empty()) {
+      if (outcomes[index].skipped) continue;
+      const bool ready = outcomes[index].message.empty();
+      if (!ready) {
         ++failures;
         std::printf("FAIL %s: %s\n", cases[index].name().c_str(), outcomes[index].message.c_str());
       } else ++compiled;
+      log.add({cases[index].name(), ready, outcomes[index].message, ""});
     }
     std::printf("%d cases ready (generated and compiled for %s, or cuBLAS/cuBLASLt), %d not applicable, %d failed\n", compiled, target.c_str(), not_applicable, failures);
     if (target == "sm_90" || target == "sm_90a") {
-      std::string unused;
-      for (const auto& hopper : device_test::check_hopper_products(90, true, headers, unused)) {
-        if (!hopper.ok) ++failures;
-        std::printf("%s %s%s%s\n", hopper.ok ? "READY" : "FAIL", hopper.name.c_str(), hopper.message.empty() ? "" : ": ", hopper.message.c_str());
-      }
+      std::string skipped;
+      for (const auto& hopper : device_test::check_hopper_products(90, true, headers, skipped, log)) failures += !hopper.ok;
+      if (!skipped.empty()) std::printf("hopper product tile not compiled: %s\n", skipped.c_str());
     }
-    std::string unused;
-    for (const auto& step : device_test::check_muon_steps(90, true, target, headers, filter, unused)) failures += !step.ok;
+    std::string skipped;
+    for (const auto& step : device_test::check_muon_steps(90, true, target, headers, filter, skipped, log)) failures += !step.ok;
+    if (!skipped.empty()) std::printf("muon step on the sm_90a tile not compiled: %s\n", skipped.c_str());
+    log.complete();
     return failures == 0 ? 0 : 1;
   }
   const cuda::DeviceInfo& device = cuda::Device::get().info();
-  int passed = 0, failed = 0, skipped = 0;
   for (size_t index = 0; index < cases.size(); ++index) {
     const Case& c = cases[index];
     Outcome& outcome = outcomes[index];
-    if (!outcome.skipped && outcome.message.empty()) {
+    if (outcome.skipped) continue;
+    const std::string name = c.name();
+    std::string sticky;  // the context's sticky error after a failure (cuda/sticky_error.h)
+    if (outcome.message.empty()) {
+      log.begin(name);
+      bool threw = false;
       try {
         auto runner = cuda::build_cuda_runner(programs[index], functions[index], c.variant, headers);
         const int64_t elements = c.shape.rows * c.shape.cols * c.shape.batch;
@@ -278,7 +315,7 @@ int main(int argc, char** argv) {
         const auto& api = cuda::Device::get().api();
         cuda::check(api.cuMemsetD8Async(output.get(), 0xff, static_cast<size_t>(elements * 4), nullptr), "poisoning the output");
         runner->run_device(input.get(), output.get(), nullptr);
-        cuda::check(api.cuCtxSynchronize(), "running " + c.name());
+        cuda::check(api.cuCtxSynchronize(), "running " + name);
         output.download(host_output.data(), elements * 4);
         outcome.bounds = autotune::error_bounds(functions[index]);
         outcome.measure = autotune::measure_error(host_output.data(), problem_references[problem[index]].data(), c.shape.rows, c.shape.cols, c.shape.batch);
@@ -287,54 +324,31 @@ int main(int argc, char** argv) {
         else if (!outcome.ok) outcome.message = autotune::describe_violation(outcome.measure, outcome.bounds, c.shape.rows, c.shape.cols);
       } catch (const std::exception& error) {
         outcome.message = error.what();
+        sticky = cuda::sticky_error_after(error);
+        threw = true;
       }
+      // A fault reported by no call of the case (the context's error is there all the same).
+      if (!outcome.ok && !threw) sticky = cuda::poisoned_context_reason();
     }
-    if (outcome.skipped) {
-      ++skipped;
-      continue;
-    }
-    if (outcome.ok) ++passed;
-    else ++failed;
-    std::printf("%s %-70s tile %.2e (tol %.2e) rel %.2e (tol %.0e)%s%s\n", outcome.ok ? "PASS" : "FAIL", c.name().c_str(), outcome.measure.tile,
-                outcome.bounds.tile, outcome.measure.frobenius, outcome.bounds.frobenius, outcome.message.empty() ? "" : ": ", outcome.message.c_str());
+    std::printf("%s %-70s tile %.2e (tol %.2e) rel %.2e (tol %.0e)%s%s\n", outcome.ok ? "PASS" : "FAIL", name.c_str(), outcome.measure.tile, outcome.bounds.tile,
+                outcome.measure.frobenius, outcome.bounds.frobenius, outcome.message.empty() ? "" : ": ", outcome.message.c_str());
+    log.finish({name, outcome.ok, outcome.message,
+                ", \"tile_error\": " + device_test::json_number(outcome.measure.tile) + ", \"tile_tolerance\": " + device_test::json_number(outcome.bounds.tile) +
+                    ", \"relative_error\": " + device_test::json_number(outcome.measure.frobenius) + ", \"tolerance\": " + device_test::json_number(outcome.bounds.frobenius)});
+    log.stop_if_sticky(name, sticky);
   }
   // The sm_90a product tile alone, on the shapes of the large products (the programs above run it
   // as the generated hopper variant).
   std::string hopper_skipped;
-  const std::vector<device_test::HopperOutcome> hopper = device_test::check_hopper_products(device.sm, false, headers, hopper_skipped);
+  device_test::check_hopper_products(device.sm, false, headers, hopper_skipped, log);
   if (!hopper_skipped.empty()) std::printf("hopper product tile not run: %s\n", hopper_skipped.c_str());
-  for (const auto& outcome : hopper) outcome.ok ? ++passed : ++failed;
   // Whole Muon steps, the update fused into the last product and on its own pass.
   std::string steps_skipped;
-  const std::vector<device_test::MuonStepOutcome> steps = device_test::check_muon_steps(device.sm, false, target, headers, filter, steps_skipped);
+  device_test::check_muon_steps(device.sm, false, target, headers, filter, steps_skipped, log);
   if (!steps_skipped.empty()) std::printf("muon step on the sm_90a tile not run: %s\n", steps_skipped.c_str());
-  for (const auto& outcome : steps) outcome.ok ? ++passed : ++failed;
-  std::printf("\n%d passed, %d failed, %d not applicable (e.g. fused-small above 128 rows, cublas with gram), %.1f s\n", passed, failed, skipped,
+  const int passed = log.passed(), failed = log.failed();
+  std::printf("\n%d passed, %d failed, %d not applicable (e.g. fused-small above 128 rows, cublas with gram), %.1f s\n", passed, failed, not_applicable,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  if (!json_path.empty()) {
-    std::ofstream json(json_path);
-    json << "{\n  \"device\": \"" << json_escape(device.describe()) << "\",\n  \"passed\": " << passed << ", \"failed\": " << failed << ", \"not_applicable\": " << skipped
-         << ",\n  \"cases\": [\n";
-    bool first = true;
-    for (size_t index = 0; index < cases.size(); ++index) {
-      if (outcomes[index].skipped) continue;
-      json << (first ? "" : ",\n") << "    {\"case\": \"" << json_escape(cases[index].name()) << "\", \"ok\": " << (outcomes[index].ok ? "true" : "false")
-           << ", \"tile_error\": " << outcomes[index].measure.tile << ", \"tile_tolerance\": " << outcomes[index].bounds.tile
-           << ", \"relative_error\": " << outcomes[index].measure.frobenius << ", \"tolerance\": " << outcomes[index].bounds.frobenius << ", \"message\": \""
-           << json_escape(outcomes[index].message) << "\"}";
-      first = false;
-    }
-    for (const auto& outcome : hopper) {
-      json << (first ? "" : ",\n") << "    {\"case\": \"" << json_escape(outcome.name) << "\", \"ok\": " << (outcome.ok ? "true" : "false")
-           << ", \"worst_error_over_bound\": " << outcome.worst << ", \"message\": \"" << json_escape(outcome.message) << "\"}";
-      first = false;
-    }
-    for (const auto& outcome : steps) {
-      json << (first ? "" : ",\n") << "    {\"case\": \"" << json_escape(outcome.name) << "\", \"ok\": " << (outcome.ok ? "true" : "false")
-           << ", \"message\": \"" << json_escape(outcome.message) << "\"}";
-      first = false;
-    }
-    json << "\n  ]\n}\n";
-  }
+  log.complete();
   return failed == 0 ? 0 : 1;
 }

@@ -9,7 +9,10 @@
   * while a phase runs, --deliver is refreshed (every GPU_CHECK_DELIVERY_INTERVAL seconds), so a
     phase that runs into the tool's limit still leaves its log;
   * the fallback to a CUDA-only build follows CMake's own "could not find nlohmann_json" only, not
-    any failed configure whose logged command line names -Dnlohmann_json_DIR.
+    any failed configure whose logged command line names -Dnlohmann_json_DIR;
+  * what stopped the device test or the benchmark is read from its log (its HUNG or STICKY line,
+    or the last RUN line of a run killed at its limit), and an sm_90a case is told from the others
+    by its name (the later phases then run with ORTHOJIT_CUDA_SM90A=off).
 
 The long command is the configure: a `cmake` placed first on PATH that answers --version and
 otherwise writes its pid and sleeps. Runs on a machine without a GPU (--host-only).
@@ -165,9 +168,39 @@ def check_nlohmann_detection(gpu_check, problems):
                 problems.append(f"nlohmann_json_missing said {not expected} for:\n{text}")
 
 
+def check_stopping_lines(gpu_check, problems):
+    log_text = ("$ cuda_device_test --json correctness.json   (limit 240 s)\n"
+                "RUN jordan_ns5 standard bf16 96x320x3 [generated]\nPASS jordan_ns5 standard bf16 96x320x3 [generated]\n"
+                "RUN jordan_ns5 standard bf16 256x1024x1 [generated hopper]\n{last}")
+    sticky = "STICKY hopper product orthojit_hopper_product_kmajor_bf16 (NVRTC sm_90a): CUDA_ERROR_ILLEGAL_ADDRESS"
+    cases = [
+        (None, "", "jordan_ns5 standard bf16 256x1024x1 [generated hopper]", True),
+        (3, "HUNG jordan_ns5 standard bf16 256x1024x1 [generated hopper] after 120 s\n", "HUNG jordan_ns5 standard bf16 256x1024x1 [generated hopper] after 120 s", True),
+        (4, "FAIL x\n" + sticky + "\n(the context is lost)\n", sticky, True),
+        (1, "FAIL jordan_ns5 standard bf16 256x1024x1 [generated hopper]\n", "", False),
+    ]
+    with tempfile.TemporaryDirectory() as folder:
+        log = os.path.join(folder, "correctness.log")
+        for code, last, expected, sm90a in cases:
+            with open(log, "w") as f:
+                f.write(log_text.format(last=last))
+            line = gpu_check.stopping_line(log, code)
+            if line != expected:
+                problems.append(f"stopping_line for exit {code}: {line!r}, expected {expected!r}")
+            if bool(gpu_check.SM90A_CASE.search(line)) != sm90a:
+                problems.append(f"SM90A_CASE on {line!r}: {not sm90a}, expected {sm90a}")
+    for name, sm90a in (("jordan_ns5 standard bf16 136x200x1 [generated per-product sm90a,sm90a,sm90a/n256]", True),
+                        ("muon step jordan_ns5 bf16 (NVRTC sm_90a)", True), ("muon step jordan_ns5 bf16 (NVRTC sm_90)", False),
+                        ("jordan_ns5 standard bf16 96x320x3 [fused-small]", False), ("jordan_ns5 gram f16 300x200x2 [cublaslt]", False)):
+        if bool(gpu_check.SM90A_CASE.search(name)) != sm90a:
+            problems.append(f"SM90A_CASE on {name!r}: {not sm90a}, expected {sm90a}")
+
+
 def main():
     problems = []
-    check_nlohmann_detection(load_gpu_check(), problems)
+    gpu_check = load_gpu_check()
+    check_nlohmann_detection(gpu_check, problems)
+    check_stopping_lines(gpu_check, problems)
     check_sigterm(problems)
     check_sigkill(problems)
     for problem in problems:

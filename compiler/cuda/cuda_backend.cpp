@@ -8,6 +8,7 @@
 #include "cuda/cublaslt_newton_schulz.h"
 #include "cuda/cuda_executable.h"
 #include "cuda/fused_small_codegen.h"
+#include "cuda/sm90a_switch.h"
 
 namespace orthojit::cuda {
 namespace {
@@ -133,7 +134,7 @@ void CudaRunner::enqueue_launches(CUstream) const {
 
 bool CudaVariant::needs_sm90a() const {
   if (kind != Kind::Generated) return false;
-  if (hopper) return true;
+  if (hopper || (tile && tile->sm90a)) return true;
   for (const std::optional<TileConfig>& product : product_tiles)
     if (product && product->sm90a) return true;
   return false;
@@ -222,7 +223,14 @@ CudaVariant CudaVariant::parse(const std::string& text) {
   throw std::invalid_argument("unknown CUDA variant '" + text + "'; valid: generated, 'generated BMxBNxBK/WMxWN' (e.g. 'generated 128x128x32/2x4'), 'generated per-product T1,T2,...' (a tile, 'sm90a', 'sm90a/kS' or '-' per product), each also as 'generated hopper ...' (products on the sm_90a tile where it can run them), fused-small, cublas, cublaslt");
 }
 
+std::string variant_switched_off_reason(const CudaVariant& variant) {
+  if (!variant.needs_sm90a()) return "";
+  const std::string why = sm90a_disabled_reason();
+  return why.empty() ? "" : "the " + variant.label() + " variant runs products on the sm_90a tile (wgmma, TMA), which " + why + " turns off";
+}
+
 std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit) {
+  if (std::string reason = variant_switched_off_reason(variant); !reason.empty()) return reason;
   for (const ir::Node& node : scheduled.nodes)
     if (node.kind == ir::OpKind::Normalize && node.normalization.kind == dsl::Normalization::Kind::Aol)
       return "the program normalizes with AOL (normalize aol), which the CUDA backend does not implement; run it on the cpu or ref backend";

@@ -36,8 +36,8 @@ struct CudaVariant {
   // generated: the products the sm_90a tile can run use it (CodegenOptions::hopper_products; CC
   // 9.0 devices only), the others the tile above. Labelled "generated hopper ...".
   bool hopper = false;
-  // Whether a product runs on the sm_90a tile (hopper, or a product given sm90a_tile()): the
-  // program needs compute capability 9.0.
+  // Whether a product runs on the sm_90a tile (hopper, or a product or `tile` given
+  // sm90a_tile()): the program needs compute capability 9.0.
   bool needs_sm90a() const;
   // Whether a Muon step compiled for this variant carries its update in the epilogue of the
   // last X's kernel (passes::CompileOptions::fuse_update). Not where products run on the sm_90a
@@ -55,8 +55,14 @@ struct CudaVariant {
 
 // Empty when `variant` can run `scheduled` (fused-small: its eligibility; cublas: standard
 // strategy, 16-bit storage, cuBLAS present; cublaslt: 16-bit storage, steps of the form the
-// strategy needs, cuBLASLt and a device present); else why not.
+// strategy needs, cuBLASLt and a device present; none on the sm_90a tile while
+// variant_switched_off_reason refuses it); else why not.
 std::string variant_unavailable_reason(const ir::Function& scheduled, const CudaVariant& variant, int shared_memory_limit);
+
+// Empty unless `variant` runs products on the sm_90a tile and ORTHOJIT_CUDA_SM90A turns the tile
+// off in this process (sm90a_switch.h); then why, naming the switch. Part of
+// variant_unavailable_reason; on its own where there is no schedule (a tuning record's winner).
+std::string variant_switched_off_reason(const CudaVariant& variant);
 
 // The cublaslt variant's per-step polynomials ([a, b, c] for standard, p_k for gram); empty
 // with the reason in `why_not` when a step is not of the form the strategy needs.

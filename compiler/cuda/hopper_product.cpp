@@ -7,6 +7,7 @@
 
 #include "cuda/cuda_driver.h"
 #include "cuda/orthojit_hopper_layout.cuh"
+#include "cuda/sm90a_switch.h"
 
 namespace orthojit::cuda {
 
@@ -32,6 +33,7 @@ std::string hopper_product_source(const HopperProductSpec& spec) {
 }
 
 std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int64_t m, int64_t n, int64_t k, int device_sm) {
+  if (const std::string why = sm90a_disabled_reason(); !why.empty()) return "the sm_90a product tile is turned off by " + why;
   if (device_sm != 90) return "the sm_90a product tile runs on compute capability 9.0 only (this device: sm_" + std::to_string(device_sm) + ")";
   if (m < 1 || n < 1 || k < 1) return "empty product";
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return "a dimension beyond 2^31 - 1";

@@ -31,7 +31,7 @@ std::string hopper_product_source(const HopperProductSpec& spec);
 
 // Why the tile cannot run D(m x n) = A(m x k)·B: empty when it can. TMA needs 16-byte aligned rows
 // (k a multiple of 8, and n for an MN-major B); the kernel is sm_90a code, which runs on compute
-// capability 9.0 only.
+// capability 9.0 only, and not while ORTHOJIT_CUDA_SM90A turns it off (sm90a_switch.h).
 std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int64_t m, int64_t n, int64_t k, int device_sm);
 
 // `outer` rows of `inner` elements of `element_bytes` bytes, `row_stride` elements apart (inner when
