@@ -13,6 +13,7 @@
 #include "cuda/hopper_product.h"
 #include "cuda/sm90a_switch.h"
 #include "cuda/sticky_error.h"
+#include "hopper_product_reference.h"
 #include "support/bf16_bits.h"
 
 namespace orthojit::device_test {
@@ -58,45 +59,11 @@ HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, 
   cuda::check(api.cuCtxSynchronize(), outcome.name);
   std::vector<unsigned char> d(static_cast<size_t>(dd.bytes()));
   dd.download(d.data(), dd.bytes());
-  int64_t bad = 0, red_zone = 0;
-  for (int64_t i = 0; i < c.m; ++i)
-    for (int64_t j = 0; j < ldd; ++j) {
-      const size_t at = static_cast<size_t>(i * ldd + j);
-      double got;
-      bool poisoned;
-      if (f32_d) {
-        float value;
-        std::memcpy(&value, &d[at * 4], 4);
-        uint32_t raw;
-        std::memcpy(&raw, &d[at * 4], 4);
-        got = value, poisoned = raw == 0xffffffffu;
-      } else {
-        uint16_t bits;
-        std::memcpy(&bits, &d[at * 2], 2);
-        got = bf16_value(bits), poisoned = bits == 0xffff;
-      }
-      if (j >= c.n) {
-        red_zone += !poisoned;
-        continue;
-      }
-      double exact = 0, magnitude = 0;
-      for (int64_t kk = 0; kk < c.k; ++kk) {
-        const double bv = c.b_mn_major ? bf16_value(b[static_cast<size_t>(kk * c.n + j)]) : bf16_value(b[static_cast<size_t>(j * c.k + kk)]);
-        const double product = bf16_value(a[static_cast<size_t>(i * c.k + kk)]) * bv;
-        exact += product;
-        magnitude += std::fabs(product);
-      }
-      const double cij = bf16_value(cm[static_cast<size_t>(i * ldc + j)]);
-      const double reference = c.alpha * exact + c.beta * cij + (i == j ? c.gamma : 0.0);
-      // f32 accumulation of k products in an order of the hardware's (4k·2⁻²⁴·Σ|ab|, twice the
-      // sequential bound), the epilogue, and D's rounding (half an ulp of bf16 or f32).
-      const double bound = 4.0 * static_cast<double>(c.k) * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * magnitude + std::fabs(c.beta * cij) + std::fabs(c.gamma)) +
-                           (f32_d ? std::ldexp(1.0, -24) : std::ldexp(1.0, -8)) * std::fabs(reference) + 1e-30;
-      const double error = std::isfinite(got) ? std::fabs(got - reference) : INFINITY;
-      outcome.worst = std::max(outcome.worst, error / bound);
-      if (error > bound && bad++ == 0)
-        outcome.message = "D(" + std::to_string(i) + ", " + std::to_string(j) + ") = " + std::to_string(got) + ", f64 " + std::to_string(reference);
-    }
+  const ProductProblem problem{c.m, c.n, c.k, c.b_mn_major, c.alpha, c.beta, c.gamma};
+  const ProductCheck check = check_product_against_f64(problem, a, b, cm, ldc, d.data(), ldd, f32_d);
+  const int64_t bad = check.bad, red_zone = check.red_zone;
+  outcome.worst = check.worst;
+  outcome.message = check.first_bad;
   if (red_zone > 0) outcome.message += (outcome.message.empty() ? "" : "; ") + std::to_string(red_zone) + " red-zone elements written";
   if (bad > 1) outcome.message += " (" + std::to_string(bad) + " elements out of bounds)";
   outcome.ok = bad == 0 && red_zone == 0;
