@@ -128,6 +128,20 @@ TEST(HopperProduct, HostSideSaysWhatItCannotRunAndAsksForTheBoxesTheKernelReads)
   EXPECT_NE(hopper_product_unsupported_reason(kKMajor, 1024, 1024, 1020, 90).find("k = 1020 is not a multiple of 8"), std::string::npos);
   EXPECT_EQ(hopper_product_unsupported_reason(kKMajor, 1024, 1001, 1024, 90), "");  // a K-major B's rows are K long
   EXPECT_NE(hopper_product_unsupported_reason(kMnMajor, 1024, 1001, 1024, 90).find("n = 1001"), std::string::npos);
+  // The operands of one launch: C exactly when the kernel adds it, rows of C and D at least n long
+  // and 16-byte aligned, every base 16-byte aligned; each refusal names what and why.
+  const uint64_t at = 1 << 20;
+  EXPECT_EQ(hopper_operands_unsupported_reason(kKMajor, 1000, 1000, 1008, at, at, at, at), "");
+  EXPECT_EQ(hopper_operands_unsupported_reason(kKMajorNoC, 1000, 0, 1000, at, at, 0, at), "");
+  EXPECT_NE(hopper_operands_unsupported_reason(kKMajor, 1000, 1000, 1008, at, at, 0, at).find("needs C"), std::string::npos);
+  EXPECT_NE(hopper_operands_unsupported_reason(kKMajorNoC, 1000, 1000, 1008, at, at, at, at).find("has no C"), std::string::npos);
+  EXPECT_NE(hopper_operands_unsupported_reason(kKMajor, 1000, 992, 1008, at, at, at, at).find("ldc = 992 is less than n = 1000"), std::string::npos);
+  EXPECT_NE(hopper_operands_unsupported_reason(kKMajor, 1000, 1004, 1008, at, at, at, at).find("ldc = 1004 is not a multiple of 8"), std::string::npos);
+  EXPECT_NE(hopper_operands_unsupported_reason(kKMajor, 1000, 1000, 992, at, at, at, at).find("ldd = 992 is less than n = 1000"), std::string::npos);
+  EXPECT_NE(hopper_operands_unsupported_reason(kMnMajor, 1000, 1000, 1002, at, at, at, at).find("ldd = 1002 is not a multiple of 4"), std::string::npos);
+  EXPECT_EQ(hopper_operands_unsupported_reason(kMnMajor, 1000, 1000, 1004, at, at, at, at), "") << "f32 D: rows of 4 elements make 16 bytes";
+  EXPECT_NE(hopper_operands_unsupported_reason(kKMajor, 1000, 1000, 1008, at, at + 8, at, at).find("B at "), std::string::npos);
+  EXPECT_NE(hopper_operands_unsupported_reason(kKMajor, 1000, 1000, 1008, at, at, at, at + 2).find("D at "), std::string::npos);
   EXPECT_THROW(hopper_product_source({false, ScalarType::F16}), std::invalid_argument);
   EXPECT_THROW(hopper_product_source({false, ScalarType::F32, true, true}), std::invalid_argument);  // the wide tile writes bf16
   // The boxes: A 64 k x 128 rows; K-major B 64 k x 128 rows of Bᵀ; MN-major B 64 n x 64 k (two

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_driver.h"
@@ -103,13 +104,23 @@ HopperProduct::~HopperProduct() {
 
 uint32_t HopperProduct::shared_bytes() const { return oj::hopper::dynamic_shared_bytes(spec_.d_type == ScalarType::F32 ? 4 : 2, false, spec_.tile_n()); }
 
+std::string hopper_operands_unsupported_reason(const HopperProductSpec& spec, int64_t n, int64_t ldc, int64_t ldd, uint64_t a, uint64_t b, uint64_t c,
+                                               uint64_t d) {
+  const int64_t d_bytes = spec.d_type == ScalarType::F32 ? 4 : 2;
+  if ((c != 0) != spec.has_c) return spec.has_c ? "this kernel adds β·C and needs C" : "this kernel has no C";
+  if (spec.has_c && ldc < n) return "ldc = " + std::to_string(ldc) + " is less than n = " + std::to_string(n) + " (C's rows would overlap)";
+  if (spec.has_c && ldc * 2 % 16 != 0) return "ldc = " + std::to_string(ldc) + " is not a multiple of 8 (TMA needs 16-byte aligned rows of C)";
+  if (ldd < n) return "ldd = " + std::to_string(ldd) + " is less than n = " + std::to_string(n) + " (D's rows would overlap)";
+  if (ldd * d_bytes % 16 != 0) return "ldd = " + std::to_string(ldd) + " is not a multiple of " + std::to_string(16 / d_bytes) + " (TMA needs 16-byte aligned rows of D)";
+  for (const auto& [name, address] : {std::pair<const char*, uint64_t>{"A", a}, {"B", b}, {"C", c}, {"D", d}})
+    if (address % 16 != 0) return std::string(name) + " at " + std::to_string(address) + " is not 16-byte aligned (TMA's global addresses must be)";
+  return "";
+}
+
 void HopperProduct::run(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr d, int64_t m, int64_t n, int64_t k, int64_t ldc, int64_t ldd, float alpha,
                         float beta, float gamma, CUstream stream) const {
   std::string reason = hopper_product_unsupported_reason(spec_, m, n, k, Device::get().info().sm);
-  const int64_t d_bytes = spec_.d_type == ScalarType::F32 ? 4 : 2;
-  if (reason.empty() && (c != 0) != spec_.has_c) reason = spec_.has_c ? "this kernel adds β·C and needs C" : "this kernel has no C";
-  if (reason.empty() && spec_.has_c && ldc * 2 % 16 != 0) reason = "ldc = " + std::to_string(ldc) + " is not a multiple of 8 (TMA needs 16-byte aligned rows of C)";
-  if (reason.empty() && ldd * d_bytes % 16 != 0) reason = "ldd = " + std::to_string(ldd) + " is not a multiple of " + std::to_string(16 / d_bytes) + " (TMA needs 16-byte aligned rows of D)";
+  if (reason.empty()) reason = hopper_operands_unsupported_reason(spec_, n, ldc, ldd, a, b, c, d);
   if (!reason.empty()) throw std::invalid_argument("hopper product " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + ": " + reason);
   alignas(64) CUtensorMap a_map = encode_tensor_map(hopper_a_map(m, k), a);
   alignas(64) CUtensorMap b_map = encode_tensor_map(hopper_b_map(spec_, n, k), b);

@@ -33,6 +33,11 @@ std::string hopper_product_source(const HopperProductSpec& spec);
 // (k a multiple of 8, and n for an MN-major B); the kernel is sm_90a code, which runs on compute
 // capability 9.0 only, and not while ORTHOJIT_CUDA_SM90A turns it off (sm90a_switch.h).
 std::string hopper_product_unsupported_reason(const HopperProductSpec& spec, int64_t m, int64_t n, int64_t k, int device_sm);
+// Why HopperProduct::run cannot take these operands: empty when it can. C is given exactly when the
+// kernel adds β·C; C's and D's rows hold at least n elements, 16-byte aligned (ldc a multiple of 8,
+// ldd of 8 or 4 by D's type); every base address is 16-byte aligned (TMA's global addresses).
+std::string hopper_operands_unsupported_reason(const HopperProductSpec& spec, int64_t n, int64_t ldc, int64_t ldd, uint64_t a, uint64_t b, uint64_t c,
+                                               uint64_t d);
 
 // `outer` rows of `inner` elements of `element_bytes` bytes, `row_stride` elements apart (inner when
 // 0; TMA needs 16-byte aligned rows), one matrix, in boxes of one 128-byte row x box_outer rows.
