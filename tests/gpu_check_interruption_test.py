@@ -87,20 +87,24 @@ def start(folder, interval):
     return process, pid_file, deliver
 
 
-def cmake_pid(pid_file, process):
-    if not wait_for(lambda: os.path.exists(pid_file) and open(pid_file).read().strip() or process.poll() is not None, 120):
-        return None
+def start_until_configure(folder, interval, label, problems):
+    """start(), then the pid of the sleeping configure once it runs: (process, pid, deliver folder),
+    or None with the problem noted when gpu-check ended before it."""
+    process, pid_file, deliver = start(folder, interval)
+    wait_for(lambda: os.path.exists(pid_file) and open(pid_file).read().strip() or process.poll() is not None, 120)
     text = open(pid_file).read().strip() if os.path.exists(pid_file) else ""
-    return int(text) if text else None
+    if not text:
+        problems.append(f"{label}: the configure never started (gpu-check exit {process.poll()}); see {folder}")
+        return None
+    return process, int(text), deliver
 
 
 def check_sigterm(problems):
     with tempfile.TemporaryDirectory() as folder:
-        process, pid_file, deliver = start(folder, interval=1)
-        pid = cmake_pid(pid_file, process)
-        if pid is None:
-            problems.append(f"SIGTERM: the configure never started (gpu-check exit {process.poll()}); see {folder}")
+        started = start_until_configure(folder, 1, "SIGTERM", problems)
+        if started is None:
             return
+        process, pid, deliver = started
         # While the configure runs, the periodic delivery brings the build log in the archive.
         def archived_build_log():
             archive = os.path.join(deliver, "gpu-check-results.tar.gz")
@@ -137,11 +141,10 @@ def check_sigterm(problems):
 
 def check_sigkill(problems):
     with tempfile.TemporaryDirectory() as folder:
-        process, pid_file, _ = start(folder, interval=60)
-        pid = cmake_pid(pid_file, process)
-        if pid is None:
-            problems.append(f"SIGKILL: the configure never started (gpu-check exit {process.poll()})")
+        started = start_until_configure(folder, 60, "SIGKILL", problems)
+        if started is None:
             return
+        process, pid, _ = started
         process.kill()
         process.wait()
         if not wait_for(lambda: not alive(pid), 10):
