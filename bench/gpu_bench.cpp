@@ -33,8 +33,10 @@
 // out, saying why ("sm90a_off" in the JSON).
 //
 // Usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--budget SECONDS]
-//                           [--list-cases] [--quick]
+//                           [--list-cases] [--quick] [--prewarm sm_XX]
 //   --budget: stop starting cases after SECONDS (those left are listed as not run).
+//   --prewarm: no device; compile every variant for a device of that kind into the program cache
+//     (ORTHOJIT_CACHE_DIR), as scripts/gpu-kit does before a device run. Exit 1 if one fails.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -325,6 +327,114 @@ void stop_if_sticky(const std::exception& failure, const std::string& what, Repo
   std::_Exit(4);  // no static destructors: they would call into the poisoned context
 }
 
+// One orthojit variant of one case (row), timed after its program is compiled.
+struct Work {
+  size_t row;
+  ir::Function function;
+  cuda::CudaVariant variant;
+  std::string error;  // the compile's, reported when the variant is timed
+};
+
+// Every applicable variant of every case on a device of compute capability `sm` with
+// `shared_limit` bytes of opt-in shared memory per block: the default, each tile configuration, the
+// fused small-matrix kernel and, on 9.0, the products on the sm_90a tile (unless
+// ORTHOJIT_CUDA_SM90A turns it off). `programs` gets one program per row (rows[i] <-> programs[i]);
+// a row whose schedule fails is marked failed.
+std::vector<Work> variant_work(std::vector<Row>& rows, std::vector<dsl::Program>& programs, int sm, int shared_limit) {
+  std::vector<Work> work;
+  for (Row& row : rows) {
+    const BenchCase& c = row.c;
+    programs.push_back(kernels::load_program_by_name_or_path(c.program));
+    try {
+      const ir::Function function = schedule(programs.back(), c, c.batch);
+      std::vector<cuda::CudaVariant> variants(1);
+      for (const cuda::TileConfig& tile : cuda::tile_configs()) {
+        cuda::CudaVariant variant;
+        variant.tile = tile;
+        variants.push_back(variant);
+      }
+      variants.push_back({cuda::CudaVariant::Kind::FusedSmall, std::nullopt});
+      if (sm == 90 && cuda::sm90a_disabled_reason().empty()) {
+        cuda::CudaVariant hopper;
+        hopper.hopper = true;
+        variants.push_back(hopper);
+      }
+      for (const auto& variant : variants)
+        if (cuda::variant_unavailable_reason(function, variant, shared_limit).empty()) work.push_back({programs.size() - 1, function, variant, ""});
+    } catch (const std::exception& error) {
+      row.status = std::string("failed: scheduling: ") + error.what();
+    }
+  }
+  return work;
+}
+
+// Compiles the variants of `row` (every row when row == npos) through the process's program cache,
+// NVRTC on every core; a variant that fails keeps its error. `stop()` returning a reason leaves the
+// variants not yet started uncompiled, with that reason. Returns how many variants it handled.
+template <class Stop>
+size_t compile_variants(std::vector<Work>& work, size_t row, const std::string& device_target, int shared_limit, Stop stop) {
+  const auto& headers = kernels::cuda_device_headers();
+  std::vector<size_t> items;
+  for (size_t index = 0; index < work.size(); ++index)
+    if (row == std::string::npos || work[index].row == row) items.push_back(index);
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> workers;
+  const size_t threads = std::min<size_t>(items.size(), std::max(1u, std::thread::hardware_concurrency()));
+  for (size_t t = 0; t < threads; ++t)
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < items.size(); i = next++) {
+        Work& item = work[items[i]];
+        if (std::string why = stop(); !why.empty()) {
+          item.error = why;
+          continue;
+        }
+        try {
+          const cuda::CudaProgram generated = cuda::generate_variant(item.function, item.variant, shared_limit);
+          cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, generated.compile_target(device_target));
+        } catch (const std::exception& error) {
+          item.error = error.what();
+        }
+      }
+    });
+  for (auto& worker : workers) worker.join();
+  return items.size();
+}
+
+// --prewarm sm_XX: every variant compiled into the program cache for a device of that kind, with
+// no device (scripts/gpu-kit packs the cache so that the lent GPU's minutes are not spent in NVRTC).
+int prewarm(const std::string& target, bool quick) {
+  int sm = 0;
+  if (std::sscanf(target.c_str(), "sm_%d", &sm) != 1 || sm < 80) {
+    std::fprintf(stderr, "orthojit_gpu_bench: --prewarm %s: expected sm_80 or newer, as sm_90\n", target.c_str());
+    return 2;
+  }
+  const int shared_limit = sm >= 90 ? 227 * 1024 : 163 * 1024;  // an H100/H200's opt-in shared memory, else an A100's
+  std::vector<Row> rows;
+  for (const BenchCase& c : bench_cases(quick)) {
+    Row row{};
+    row.c = c;
+    rows.push_back(row);
+  }
+  std::vector<dsl::Program> programs;
+  std::vector<Work> work = variant_work(rows, programs, sm, shared_limit);
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<int> done{0};
+  const size_t count = compile_variants(work, std::string::npos, target, shared_limit, [&] {
+    const int finished = done++;
+    if (finished % 10 == 0) std::printf("  compiling %d/%zu variants\n", finished, work.size()), std::fflush(stdout);
+    return std::string();
+  });
+  int failed = 0;
+  for (const Row& row : rows)
+    if (row.status != "not run") ++failed, std::printf("FAIL %s: %s\n", row.c.key().c_str(), row.status.c_str());
+  for (const Work& item : work)
+    if (!item.error.empty()) ++failed, std::printf("FAIL %s [%s]: %s\n", rows[item.row].c.key().c_str(), item.variant.label().c_str(), brief(item.error, 300).c_str());
+  std::printf("prewarmed %zu variants of %zu cases for %s in %.1f s (%d failed) into %s\n", count, rows.size(), target.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), failed,
+              cuda::ProgramCache::process_default().directory().string().c_str());
+  return failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -332,6 +442,7 @@ int main(int argc, char** argv) {
   int repeats = 10;
   double budget_seconds = 0;
   bool list = false, quick = false;
+  std::string prewarm_target;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
     if (argument == "--out-dir" && i + 1 < argc) out_dir = argv[++i];
@@ -340,13 +451,15 @@ int main(int argc, char** argv) {
     else if (argument == "--budget" && i + 1 < argc) budget_seconds = std::atof(argv[++i]);
     else if (argument == "--list-cases") list = true;
     else if (argument == "--quick") quick = true;
+    else if (argument == "--prewarm" && i + 1 < argc) prewarm_target = argv[++i];
     else {
-      std::fprintf(stderr, "usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--budget SECONDS] [--list-cases] [--quick]\n");
+      std::fprintf(stderr, "usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--budget SECONDS] [--list-cases] [--quick] [--prewarm sm_XX]\n");
       return 2;
     }
   }
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  if (!prewarm_target.empty()) return prewarm(prewarm_target, quick);
   const std::vector<BenchCase> cases = bench_cases(quick);
   if (list) {
     // For scripts/torch_ns_baseline.py: "program rows cols batch a,b,c;a,b,c;..." per line.
@@ -417,60 +530,23 @@ int main(int argc, char** argv) {
   const auto torch = torch_path.empty() ? std::map<std::string, double>{} : read_torch_results(torch_path);
   const auto& headers = kernels::cuda_device_headers();
 
-  // Variants per case; their programs compiled in parallel first (NVRTC on every core).
-  struct Work {
-    size_t row;
-    ir::Function function;
-    cuda::CudaVariant variant;
-    std::string error;  // the compile's, reported when the variant is timed
-  };
-  std::vector<Work> work;
   std::vector<dsl::Program> programs;
-  for (Row& row : report.rows) {
-    const BenchCase& c = row.c;
-    programs.push_back(kernels::load_program_by_name_or_path(c.program));
-    try {
-      const ir::Function function = schedule(programs.back(), c, c.batch);
-      std::vector<cuda::CudaVariant> variants(1);
-      for (const cuda::TileConfig& tile : cuda::tile_configs()) {
-        cuda::CudaVariant variant;
-        variant.tile = tile;
-        variants.push_back(variant);
-      }
-      variants.push_back({cuda::CudaVariant::Kind::FusedSmall, std::nullopt});
-      // The products on the sm_90a tile (not while ORTHOJIT_CUDA_SM90A turns it off: said once below).
-      if (device.info().sm == 90 && cuda::sm90a_disabled_reason().empty()) {
-        cuda::CudaVariant hopper;
-        hopper.hopper = true;
-        variants.push_back(hopper);
-      }
-      for (const auto& variant : variants)
-        if (cuda::variant_unavailable_reason(function, variant, device.info().max_shared_per_block_optin).empty())
-          work.push_back({programs.size() - 1, function, variant, ""});
-    } catch (const std::exception& error) {
-      row.status = std::string("failed: scheduling: ") + error.what();
-    }
-  }
+  std::vector<Work> work = variant_work(report.rows, programs, device.info().sm, device.info().max_shared_per_block_optin);
   if (const std::string off = cuda::sm90a_disabled_reason(); !off.empty() && device.info().sm == 90)
     std::printf("the generated hopper variant (products on the sm_90a tile) left out: %s\n", off.c_str());
-  {
+  // Each case's variants are compiled (NVRTC on every core) just before the case is timed, not all
+  // up front: compiling every variant of every case first could spend the whole --budget before a
+  // single case was timed.
+  double compile_seconds = 0;
+  auto compile_case = [&](size_t row) {
     const auto compile_start = std::chrono::steady_clock::now();
-    std::atomic<size_t> next{0};
-    std::vector<std::thread> workers;
-    for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t)
-      workers.emplace_back([&] {
-        for (size_t index = next++; index < work.size(); index = next++) {
-          try {
-            const cuda::CudaProgram generated = cuda::generate_variant(work[index].function, work[index].variant, device.info().max_shared_per_block_optin);
-            cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, generated.compile_target(device.compile_target()));
-          } catch (const std::exception& error) {
-            work[index].error = error.what();
-          }
-        }
-      });
-    for (auto& worker : workers) worker.join();
-    std::printf("compiled %zu variants in %.1f s\n", work.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count());
-  }
+    const size_t count = compile_variants(work, row, device.compile_target(), device.info().max_shared_per_block_optin, [&] {
+      return budget_seconds > 0 && elapsed() > budget_seconds ? "not compiled: --budget " + std::to_string(static_cast<int>(budget_seconds)) + " s spent" : std::string();
+    });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count();
+    compile_seconds += seconds;
+    std::printf("  compiled %zu variants in %.1f s\n", count, seconds);
+  };
 
   int without_result = 0;
   std::unique_ptr<Timer> timer;
@@ -486,6 +562,7 @@ int main(int argc, char** argv) {
       continue;
     }
     announce(c.key());
+    compile_case(r);
     try {
       if (!timer) timer = std::make_unique<Timer>(repeats);
       const int64_t elements = c.rows * c.cols * c.batch;
@@ -591,6 +668,7 @@ int main(int argc, char** argv) {
     if (row.best.empty()) ++without_result;
     write_outputs(out_dir, report);
   }
+  std::printf("NVRTC compiles of the variants: %.1f s in all\n", compile_seconds);
   report.complete = true;
   write_outputs(out_dir, report);
   std::printf("%s", table_text(report).c_str());

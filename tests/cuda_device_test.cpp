@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
   const uint64_t seed_base = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   std::printf("seed base %llu (fresh inputs each run)\n", static_cast<unsigned long long>(seed_base));
   const auto& headers = kernels::cuda_device_headers();
-  std::atomic<size_t> next{0};
+  std::atomic<size_t> next{0}, host_done{0}, compiled_programs{0}, disk_programs{0}, memory_programs{0};
   std::mutex print_mutex;
   auto host_work = [&] {
     for (size_t index = next++; index < cases.size(); index = next++) {
@@ -248,10 +248,20 @@ int main(int argc, char** argv) {
         });
         if (c.variant.kind != cuda::CudaVariant::Kind::Cublas && c.variant.kind != cuda::CudaVariant::Kind::Cublaslt) {
           const cuda::CudaProgram generated = cuda::generate_variant(functions[index], c.variant, shared_limit);
-          cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, generated.compile_target(target));
+          const auto result = cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, generated.compile_target(target));
+          ++(result.source == cuda::ProgramCache::Result::Source::Compiled ? compiled_programs
+             : result.source == cuda::ProgramCache::Result::Source::Disk ? disk_programs : memory_programs);
         }
       } catch (const std::exception& error) {
         outcomes[index].message = std::string("host phase: ") + error.what();
+      }
+      // Progress: on a cold cache this phase is minutes of NVRTC (scripts/gpu-kit packs a warm one).
+      if (const size_t finished = ++host_done; finished % 50 == 0 || finished == cases.size()) {
+        std::lock_guard<std::mutex> lock(print_mutex);
+        std::printf("  host phase: %zu/%zu cases, programs compiled %zu, from the disk cache %zu, already loaded %zu (%.0f s)\n", finished, cases.size(),
+                    compiled_programs.load(), disk_programs.load(), memory_programs.load(),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        std::fflush(stdout);
       }
     }
   };

@@ -5,7 +5,10 @@
 # (tests/gpu_kit_consumer: nlohmann-json from -Dnlohmann_json_DIR=<kit>/nlohmann_json, a nanobind
 # module from PYTHONPATH=<kit>/python, both asserted to come from the kit and not from this
 # machine's installs); gpu-check's preflight takes the kit and its plan names it; bad arguments and
-# a failed packing leave an earlier kit as it was. Usage: gpu_kit_test.sh SOURCE_DIR PYTHON
+# a failed packing leave an earlier kit as it was. The CUDA program cache (--cuda-cache), with
+# stand-ins for the two binaries that compile it: packed with its manifest entry, a failed compile
+# fails the kit and keeps the earlier one, and gpu-check unpacks only cuda/<key>.ojbin files into
+# ORTHOJIT_CACHE_DIR before its build. Usage: gpu_kit_test.sh SOURCE_DIR PYTHON
 set -u
 root=$1
 python=$2
@@ -18,7 +21,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 
 kit=$work/kit
-expect 0 "gpu-kit: $kit: nlohmann-json" -- "$root/scripts/gpu-kit" --out "$kit" --python "$python"
+expect 0 "gpu-kit: $kit: nlohmann-json" -- "$root/scripts/gpu-kit" --out "$kit" --python "$python" --cuda-cache none
 json_version=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['nlohmann_json']['version'])" "$kit/manifest.json")
 nanobind_version=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['nanobind']['version'])" "$kit/manifest.json")
 [[ -f $kit/nlohmann_json/include/nlohmann/json.hpp && -f $kit/python/nanobind/cmake/nanobind-config.cmake ]] || fail "the kit lacks json.hpp or nanobind's CMake package"
@@ -59,15 +62,74 @@ expect 2 "names files that are not there (nlohmann-json, nanobind)" -- "$root/sc
 
 # Bad arguments, and nothing lost on failure.
 touch "$work/a-file"
-expect 2 "exists and is not a folder" -- "$root/scripts/gpu-kit" --out "$work/a-file" --python "$python"
+expect 2 "exists and is not a folder" -- "$root/scripts/gpu-kit" --out "$work/a-file" --python "$python" --cuda-cache none
 mkdir -p "$work/other" && echo keep > "$work/other/notes.txt"
-expect 2 "refusing to replace it" -- "$root/scripts/gpu-kit" --out "$work/other" --python "$python"
+expect 2 "refusing to replace it" -- "$root/scripts/gpu-kit" --out "$work/other" --python "$python" --cuda-cache none
 [[ $(cat "$work/other/notes.txt") == keep ]] || fail "a refused --out folder was changed"
 before=$(cat "$kit/manifest.json")
-expect 1 "no nlohmann/json.hpp under $work/empty" -- "$root/scripts/gpu-kit" --out "$kit" --python "$python" --nlohmann-include "$work/empty"
-expect 1 "nanobind: no interpreter here imports it" -- "$root/scripts/gpu-kit" --out "$kit" --python /bin/false
+expect 1 "no nlohmann/json.hpp under $work/empty" -- "$root/scripts/gpu-kit" --out "$kit" --python "$python" --nlohmann-include "$work/empty" --cuda-cache none
+expect 1 "nanobind: no interpreter here imports it" -- "$root/scripts/gpu-kit" --out "$kit" --python /bin/false --cuda-cache none
 [[ $(cat "$kit/manifest.json") == "$before" && -f $kit/nlohmann_json/include/nlohmann/json.hpp ]] || fail "a failed packing changed the earlier kit"
 [[ ! -e $kit.partial ]] || fail "a failed packing left $kit.partial behind"
+
+# The CUDA program cache, compiled by stand-ins for cuda_device_test and orthojit_gpu_bench that
+# write into $ORTHOJIT_CACHE_DIR/cuda what the real ones would (files named by 64-hex keys).
+stub=$work/stub-build
+mkdir -p "$stub/bin"
+key() { printf '%064x' "$1"; }
+cat > "$stub/bin/cuda_device_test" <<STUB
+#!/bin/sh
+[ "\$1 \$2" = "--host-only sm_90" ] || { echo "stand-in: unexpected arguments \$*"; exit 2; }
+mkdir -p "\$ORTHOJIT_CACHE_DIR/cuda"
+echo one > "\$ORTHOJIT_CACHE_DIR/cuda/$(key 1).ojbin"; echo two > "\$ORTHOJIT_CACHE_DIR/cuda/$(key 2).ojbin"
+echo "not a program" > "\$ORTHOJIT_CACHE_DIR/cuda/notes.txt"
+echo "  host phase: 2/2 cases, programs compiled 2, from the disk cache 0, already loaded 0 (1 s)"
+[ -n "\$STUB_FAIL" ] && { echo "FAIL jordan_ns5 standard bf16 64x64x1 [default]: host phase: NVRTC said no"; exit 1; }
+exit 0
+STUB
+cat > "$stub/bin/orthojit_gpu_bench" <<STUB
+#!/bin/sh
+[ "\$1 \$2" = "--prewarm sm_90" ] || { echo "stand-in: unexpected arguments \$*"; exit 2; }
+echo three > "\$ORTHOJIT_CACHE_DIR/cuda/$(key 3).ojbin"
+echo "prewarmed 1 variants of 1 cases for sm_90 in 0.1 s (0 failed)"
+STUB
+printf '#!/bin/sh\necho "nvrtc:      13.0 (a stand-in)"\n' > "$stub/bin/orthojit"
+chmod +x "$stub/bin/"*
+cached=$work/cached-kit
+expect 0 "3 CUDA programs for sm_90 (NVRTC 13.0" -- "$root/scripts/gpu-kit" --out "$cached" --python "$python" --build-dir "$stub"
+"$python" - "$cached" <<'PY' || fail "the cached kit's manifest or archive is not what the stand-ins compiled"
+import json, sys, tarfile
+kit = sys.argv[1]
+cache = json.load(open(kit + "/manifest.json"))["cuda_cache"]
+assert cache["programs"] == 3 and cache["target"] == "sm_90" and cache["nvrtc"] == "13.0", cache
+names = sorted(tarfile.open(kit + "/" + cache["file"]).getnames())
+assert [n for n in names if n.endswith(".ojbin")] == ["cuda/%064x.ojbin" % i for i in (1, 2, 3)], names
+print("ok: manifest cuda_cache", cache["programs"], "programs;", len(names), "archive entries")
+PY
+[[ ! -e $cached/cuda-cache.work ]] || fail "the kit kept its uncompressed cache folder"
+before=$(cat "$cached/manifest.json")
+expect 1 "cuda_device_test exit 1 (1 FAIL lines, first: FAIL jordan_ns5" -- env STUB_FAIL=1 "$root/scripts/gpu-kit" --out "$cached" --python "$python" --build-dir "$stub"
+[[ $(cat "$cached/manifest.json") == "$before" && -f $cached/cuda-cache.tar.xz ]] || fail "a failed compile changed the earlier kit"
+expect 1 "not built" -- "$root/scripts/gpu-kit" --out "$work/kit-none" --python "$python" --build-dir "$work/empty" --cuda-cache sm_90
+expect 2 "expected a compute capability" -- "$root/scripts/gpu-kit" --out "$work/kit-none" --python "$python" --cuda-cache 90
+
+# gpu-check unpacks the programs before its build (here a configure that fails at once), only the
+# cuda/<key>.ojbin files, and says so in its summary.
+mkdir -p "$work/fake-cmake"
+printf '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "cmake version 3.99.0 (a stand-in)"; exit 0; fi\necho "stand-in cmake: no configure here"; exit 1\n' > "$work/fake-cmake/cmake"
+chmod +x "$work/fake-cmake/cmake"
+PATH=$work/fake-cmake:$PATH ORTHOJIT_CACHE_DIR=$work/unpacked "$root/scripts/gpu-check" --host-only --kit "$cached" --budget 120 \
+  --build-dir "$work/gc-build" --out-dir "$work/gc-out" > "$work/gc.log" 2>&1
+"$python" - "$work/gc-out/summary.json" "$work/unpacked/cuda" <<'PY' || { fail "gpu-check did not unpack the kit's programs"; tail -20 "$work/gc.log"; }
+import json, os, sys
+phases = {p["phase"]: p for p in json.load(open(sys.argv[1]))["phases"]}
+entry = phases.get("cuda-cache", {})
+assert entry.get("status") == "ok" and entry["message"].startswith("3 programs for sm_90"), entry
+files = sorted(os.listdir(sys.argv[2]))
+assert files == ["%064x.ojbin" % i for i in (1, 2, 3)], files
+assert phases["build"]["status"] == "failed", phases["build"]
+print("ok: gpu-check unpacked", len(files), "programs, not notes.txt")
+PY
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures check(s) failed"
