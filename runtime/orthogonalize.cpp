@@ -204,6 +204,23 @@ std::string cuda_backend_unavailable_reason() {
   return reason;
 }
 
+std::string cuda_device_mismatch_reason(int ordinal) {
+#ifdef ORTHOJIT_HAVE_CUDA
+  std::string no_driver;
+  if (!cuda::driver(&no_driver)) return "";
+  try {
+    cuda::Device::get_for(ordinal);
+  } catch (const std::invalid_argument& error) {
+    return error.what();
+  } catch (const std::exception&) {
+    return "";  // an unusable device: cuda_backend_unavailable_reason() says why
+  }
+#else
+  (void)ordinal;
+#endif
+  return "";
+}
+
 void CompiledOrthogonalizer::upload_step_arguments(const std::vector<ir::MuonStepMatrix>&, void*) const {
   throw UsageError("the " + backend_ + " backend has no device launches to replay (graph capture needs backend cuda)");
 }

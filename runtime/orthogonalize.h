@@ -94,6 +94,12 @@ std::vector<std::string> available_backends();
 // be loaded ...", "this build has no CUDA backend ...").
 std::string cuda_backend_unavailable_reason();
 
+// Why memory on CUDA device `ordinal` cannot be handed to orthojit's kernels in this process: they
+// run on another device (cuda::Device::get_for says which and why); "" when it can, and also when
+// there is no usable CUDA backend at all (cuda_backend_unavailable_reason reports that). The first
+// call with no device chosen yet chooses `ordinal`.
+std::string cuda_device_mismatch_reason(int ordinal);
+
 // `input` holds `batch` row-major rows x cols matrices. The ref backend computes in f64 from the
 // values as given; the cpu backend reads them as f32.
 OrthogonalizeResult orthogonalize(const dsl::Program& program, const std::vector<double>& input, int64_t batch, int64_t rows,

@@ -336,9 +336,8 @@ void orthogonalize_batch(MuonSettings& self, const nb::ndarray<>& input, const n
   }
   if (input.device_type() != nb::device::cuda::value)
     throw std::invalid_argument("orthogonalize_batch: DLPack device type " + std::to_string(input.device_type()) + " is neither cpu nor cuda");
-  if (input.device_id() != 0)
-    throw std::invalid_argument("orthogonalize_batch: the tensors are on cuda:" + std::to_string(input.device_id()) +
-                                "; the cuda backend runs on device 0 of this process (set CUDA_VISIBLE_DEVICES to pick the GPU per process)");
+  if (const std::string why = runtime::cuda_device_mismatch_reason(input.device_id()); !why.empty())
+    throw std::invalid_argument("orthogonalize_batch: " + why);
   const std::string why = runtime::cuda_backend_unavailable_reason();
   if (!why.empty()) throw std::invalid_argument("parameters in CUDA memory need the cuda backend: " + why);
   auto compiled = self.device_blocks().compiled(batch, rows, cols);
@@ -395,8 +394,7 @@ struct DeviceTensor {
 
 DeviceTensor device_tensor(const nb::ndarray<>& array, const std::string& what, bool f32_only = false, bool f64 = false) {
   if (array.device_type() != nb::device::cuda::value) throw std::invalid_argument(what + " is not in CUDA memory");
-  if (array.device_id() != 0)
-    throw std::invalid_argument(what + " is on cuda:" + std::to_string(array.device_id()) + "; orthojit's CUDA kernels run on device 0 of the process");
+  if (const std::string why = runtime::cuda_device_mismatch_reason(array.device_id()); !why.empty()) throw std::invalid_argument(what + ": " + why);
   DeviceTensor result;
   const nb::dlpack::dtype type = array.dtype();
   const auto code = static_cast<nb::dlpack::dtype_code>(type.code);
@@ -550,6 +548,14 @@ void register_optimizer(nb::module_& m) {
         nb::arg("head_rows") = 0, nb::arg("experts_as_batch").none() = nb::none(), nb::arg("tensor_layout") = "flatten", nb::arg("conv_scale") = "kernel",
         "How Muon sees a parameter (layout auto | flatten | batch | trailing, auto meaning tensor_layout; QKV row_splits; per-head "
         "head_rows); raises ValueError naming the parameter.");
+  m.def(
+      "check_cuda_device",
+      [](int ordinal) {
+        if (const std::string why = runtime::cuda_device_mismatch_reason(ordinal); !why.empty()) throw std::invalid_argument(why);
+      },
+      nb::arg("ordinal"),
+      "Raises ValueError when orthojit's CUDA kernels run on another device than cuda:<ordinal> in this process (one device per process); "
+      "the first call chooses the device when nothing has yet.");
   m.def(
       "lr_scale",
       [](const std::string& adjust, int64_t rows, int64_t cols) {

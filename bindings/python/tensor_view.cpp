@@ -3,6 +3,8 @@
 
 #include <stdexcept>
 
+#include "runtime/orthogonalize.h"
+
 namespace nb = nanobind;
 
 namespace orthojit::python {
@@ -59,9 +61,7 @@ TensorView host_or_cuda_view(const nb::ndarray<>& array, const std::string& what
   if (array.device_type() == nb::device::cpu::value) return described(array, what, false);
   if (array.device_type() != nb::device::cuda::value)
     throw std::invalid_argument(what + " is neither in CPU nor in CUDA memory (DLPack device type " + std::to_string(array.device_type()) + ")");
-  if (array.device_id() != 0)
-    throw std::invalid_argument(what + " is on cuda:" + std::to_string(array.device_id()) + "; orthojit's CUDA kernels run on device 0 of the process "
-                                "(set CUDA_VISIBLE_DEVICES so that each rank sees its GPU as device 0)");
+  if (const std::string why = runtime::cuda_device_mismatch_reason(array.device_id()); !why.empty()) throw std::invalid_argument(what + ": " + why);
   TensorView result = described(array, what, false);
   result.cuda = true;
   return result;

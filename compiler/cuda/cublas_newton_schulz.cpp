@@ -120,7 +120,9 @@ CublasNewtonSchulz::CublasNewtonSchulz(int64_t batch, int64_t rows, int64_t cols
 }
 
 CublasNewtonSchulz::~CublasNewtonSchulz() {
-  if (state_ && state_->handle) cublas().cublasDestroy(state_->handle);
+  if (!state_) return;
+  Device::get().make_current_quietly();  // its buffers are freed after this, in the caller's thread
+  if (state_->handle) cublas().cublasDestroy(state_->handle);
 }
 
 void CublasNewtonSchulz::run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const {

@@ -311,6 +311,7 @@ CublasLtNewtonSchulz::CublasLtNewtonSchulz(int64_t batch, int64_t rows, int64_t 
 
 CublasLtNewtonSchulz::~CublasLtNewtonSchulz() {
   if (!state_) return;
+  Device::get().make_current_quietly();
   const LtApi& api = lt();
   for (State::Prepared& prepared : state_->prepared) {
     if (prepared.desc) api.cublasLtMatmulDescDestroy(prepared.desc);

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -102,6 +103,25 @@ std::string DeviceInfo::describe() const {
   return text;
 }
 
+namespace {
+// The ordinal get_for asked for before the device was chosen (-1: none); read once by Device().
+std::atomic<int> requested_ordinal{-1};
+// How the device was chosen, for get_for's refusal.
+std::string chosen_because;
+}  // namespace
+
+Device& Device::get_for(int ordinal) {
+  int none = -1;
+  requested_ordinal.compare_exchange_strong(none, ordinal);
+  Device& device = get();
+  if (device.info_.ordinal != ordinal)
+    throw std::invalid_argument("the memory is on cuda:" + std::to_string(ordinal) + ", but orthojit's CUDA kernels run on cuda:" +
+                                std::to_string(device.info_.ordinal) + " in this process (" + chosen_because +
+                                "); one device per process: put the tensors on that device, or start one process per GPU "
+                                "(torchrun; torch.cuda.set_device(local_rank) before the first orthojit call, or ORTHOJIT_CUDA_DEVICE)");
+  return device;
+}
+
 Device& Device::get() {
   static Device* instance = nullptr;
   static std::once_flag once;
@@ -122,15 +142,34 @@ Device::Device() {
   api_ = driver(&reason);
   if (!api_) throw std::runtime_error(reason);
   int ordinal = 0;
+  chosen_because = "device 0: no ORTHOJIT_CUDA_DEVICE, no earlier tensors, no current CUDA context on the first call's thread";
+  CUcontext current = nullptr;
+  CUdevice current_device = 0;
   if (const char* text = std::getenv("ORTHOJIT_CUDA_DEVICE"); text && *text) {
     char* end = nullptr;
     ordinal = static_cast<int>(std::strtol(text, &end, 10));
     if (*end != '\0' || ordinal < 0) throw std::runtime_error(std::string("ORTHOJIT_CUDA_DEVICE='") + text + "' is not a device ordinal (0, 1, ...)");
+    chosen_because = std::string("ORTHOJIT_CUDA_DEVICE=") + text;
+  } else if (const int requested = requested_ordinal.load(); requested >= 0) {
+    ordinal = requested;
+    chosen_because = "the device of the first tensors it was given";
   }
   int count = 0;
   check(api_->cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (chosen_because.rfind("device 0", 0) == 0 && api_->cuCtxGetCurrent(&current) == CUDA_SUCCESS && current &&
+      api_->cuCtxGetDevice(&current_device) == CUDA_SUCCESS) {
+    // The ordinal whose handle is the current context's device.
+    for (int candidate = 0; candidate < count; ++candidate) {
+      CUdevice handle = 0;
+      if (api_->cuDeviceGet(&handle, candidate) == CUDA_SUCCESS && handle == current_device) {
+        ordinal = candidate;
+        chosen_because = "the device current on the thread of the first call (torch.cuda.set_device, cudaSetDevice)";
+        break;
+      }
+    }
+  }
   if (ordinal >= count)
-    throw std::runtime_error("ORTHOJIT_CUDA_DEVICE=" + std::to_string(ordinal) + " but the driver reports " + std::to_string(count) + " device(s)");
+    throw std::runtime_error("device " + std::to_string(ordinal) + " (" + chosen_because + ") but the driver reports " + std::to_string(count) + " device(s)");
   check(api_->cuDeviceGet(&device_, ordinal), "cuDeviceGet");
   check(api_->cuDevicePrimaryCtxRetain(&context_, device_), "cuDevicePrimaryCtxRetain");
   check(api_->cuCtxSetCurrent(context_), "cuCtxSetCurrent");
@@ -153,6 +192,8 @@ Device::Device() {
 
 void Device::make_current() const { check(api_->cuCtxSetCurrent(context_), "cuCtxSetCurrent"); }
 
+void Device::make_current_quietly() const noexcept { api_->cuCtxSetCurrent(context_); }
+
 std::string Device::compile_target() const {
   if (info_.sm <= newest_supported_sm()) return info_.arch();
   return "compute_" + std::to_string(newest_supported_sm());
@@ -166,7 +207,10 @@ DeviceBuffer::DeviceBuffer(int64_t bytes) : bytes_(bytes) {
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (pointer_) Device::get().api().cuMemFree(pointer_);
+  if (!pointer_) return;
+  const Device& device = Device::get();
+  device.make_current_quietly();
+  device.api().cuMemFree(pointer_);
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept : pointer_(other.pointer_), bytes_(other.bytes_) {
@@ -176,7 +220,11 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept : pointer_(other.point
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
-    if (pointer_) Device::get().api().cuMemFree(pointer_);
+    if (pointer_) {
+      const Device& device = Device::get();
+      device.make_current_quietly();
+      device.api().cuMemFree(pointer_);
+    }
     pointer_ = other.pointer_;
     bytes_ = other.bytes_;
     other.pointer_ = 0;
@@ -187,21 +235,25 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 void DeviceBuffer::upload(const void* host, int64_t bytes, int64_t offset) {
   if (offset < 0 || offset + bytes > bytes_) throw std::out_of_range("DeviceBuffer::upload beyond the allocation");
+  Device::get().make_current();
   check(Device::get().api().cuMemcpyHtoD(pointer_ + static_cast<CUdeviceptr>(offset), host, static_cast<size_t>(bytes)), "cuMemcpyHtoD");
 }
 
 void DeviceBuffer::download(void* host, int64_t bytes, int64_t offset) const {
   if (offset < 0 || offset + bytes > bytes_) throw std::out_of_range("DeviceBuffer::download beyond the allocation");
+  Device::get().make_current();
   check(Device::get().api().cuMemcpyDtoH(host, pointer_ + static_cast<CUdeviceptr>(offset), static_cast<size_t>(bytes)), "cuMemcpyDtoH");
 }
 
 EventTimer::EventTimer() {
   const Device& device = Device::get();
+  device.make_current();
   check(device.api().cuEventCreate(&start_, CU_EVENT_DEFAULT), "cuEventCreate");
   check(device.api().cuEventCreate(&stop_, CU_EVENT_DEFAULT), "cuEventCreate");
 }
 
 EventTimer::~EventTimer() {
+  Device::get().make_current_quietly();
   const DriverApi& api = Device::get().api();
   api.cuEventDestroy(start_);
   api.cuEventDestroy(stop_);

@@ -37,6 +37,8 @@ class CudaError : public std::runtime_error {
   X(cuDevicePrimaryCtxRetain)             \
   X(cuDevicePrimaryCtxRelease)            \
   X(cuCtxSetCurrent)                      \
+  X(cuCtxGetCurrent)                      \
+  X(cuCtxGetDevice)                       \
   X(cuCtxSynchronize)                     \
   X(cuModuleLoadData)                     \
   X(cuModuleUnload)                       \
@@ -102,12 +104,25 @@ struct DeviceInfo {
 
 class Device {
  public:
+  // The process's one device, chosen at the first call: $ORTHOJIT_CUDA_DEVICE when set; else the
+  // ordinal a caller asked for with get_for (the device of the tensors it was handed); else the
+  // device of the context current on the calling thread (torch.cuda.set_device(local_rank) makes
+  // its device's primary context current, so a torchrun rank lands on its GPU); else device 0.
   // Throws CudaError (or std::runtime_error when there is no driver) when the device is unusable.
   static Device& get();
+  // The device for memory on `ordinal`: get(), with `ordinal` as the choice when none is made yet;
+  // throws std::invalid_argument, saying which device runs orthojit's kernels and why, when that is
+  // another one (one device per process: its kernels, caches and context are that device's).
+  static Device& get_for(int ordinal);
   const DeviceInfo& info() const { return info_; }
   const DriverApi& api() const { return *api_; }
   // Makes the primary context current on the calling thread (cheap; every entry point calls it).
   void make_current() const;
+  // The same for destructors: a failure is ignored (the free or unload that follows then reports
+  // nothing either), never thrown. Why every entry point sets the context, destructors included:
+  // the driver API acts on the calling thread's current context, and a thread that frees a buffer
+  // or unloads a module may never have run an orthojit launch (CUDA_ERROR_INVALID_CONTEXT, a leak).
+  void make_current_quietly() const noexcept;
   // The NVRTC target for this device: its exact sm_XX when NVRTC knows it, else compute_XX of
   // the newest NVRTC supports (PTX, which the driver JIT-compiles forward).
   std::string compile_target() const;

@@ -59,7 +59,9 @@ CudaExecutable::CudaExecutable(CudaProgram program, const NvrtcOutput& compiled)
 }
 
 CudaExecutable::~CudaExecutable() {
-  if (module_) Device::get().api().cuModuleUnload(module_);
+  if (!module_) return;
+  Device::get().make_current_quietly();
+  Device::get().api().cuModuleUnload(module_);
 }
 
 void CudaExecutable::run_device(CUdeviceptr input, CUdeviceptr output, CUstream stream) const {

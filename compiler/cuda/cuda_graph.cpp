@@ -33,7 +33,9 @@ CudaGraph::CudaGraph(const std::function<void(CUstream)>& enqueue) {
 }
 
 CudaGraph::~CudaGraph() {
-  if (exec_) Device::get().api().cuGraphExecDestroy(exec_);
+  if (!exec_) return;
+  Device::get().make_current_quietly();
+  Device::get().api().cuGraphExecDestroy(exec_);
 }
 
 void CudaGraph::launch(CUstream stream) const {

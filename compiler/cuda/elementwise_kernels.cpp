@@ -10,6 +10,7 @@ namespace orthojit::cuda {
 ElementwiseKernels::~ElementwiseKernels() {
   // Modules stay loaded for the process when this is the process default (destroyed after the
   // driver at exit otherwise); an owned instance unloads them.
+  if (!loaded_.empty()) Device::get().make_current_quietly();
   for (auto& [source, loaded] : loaded_)
     if (loaded.first) Device::get().api().cuModuleUnload(loaded.first);
 }

@@ -99,7 +99,9 @@ HopperProduct::HopperProduct(const HopperProductSpec& spec, const NamedSources& 
 }
 
 HopperProduct::~HopperProduct() {
-  if (module_) Device::get().api().cuModuleUnload(module_);
+  if (!module_) return;
+  Device::get().make_current_quietly();
+  Device::get().api().cuModuleUnload(module_);
 }
 
 uint32_t HopperProduct::shared_bytes() const { return oj::hopper::dynamic_shared_bytes(spec_.d_type == ScalarType::F32 ? 4 : 2, false, spec_.tile_n()); }

@@ -75,9 +75,13 @@ def muon_steps(settings: Any, items: List[Tuple[Any, torch.Tensor, torch.Tensor,
     groups run on torch's current stream, as one CUDA graph when ``graphs``."""
     groups: "OrderedDict[Tuple[Any, ...], List[Tuple[int, int, int, float, float, float]]]" = OrderedDict()
     stream = 0
+    checked = set()
     for plan, p, g, buf, lr, beta, weight_decay, ema, nesterov in items:
         device = p.device.type == "cuda"
         if device:
+            if p.device not in checked:  # raw addresses follow: the device must be orthojit's
+                _orthojit.check_cuda_device(p.device.index if p.device.index is not None else torch.cuda.current_device())
+                checked.add(p.device)
             stream = _stream(p.device)
         if not (p.is_contiguous() and g.is_contiguous() and buf.is_contiguous()):
             raise ValueError("the parameter, its gradient and momentum_buffer must be contiguous")
