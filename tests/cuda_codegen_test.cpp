@@ -74,6 +74,16 @@ TEST(CudaCodegen, EveryTileConfigCompilesForSm80AndSm90WithoutSpills) {
   }
 }
 
+// The 48 KiB bound on a tile's shared memory counts the layout an m- or n-contiguous operand is
+// stored in ([BK][rows + 8], larger than [rows][BK + 8] when BK > rows): 32x32x320 fits the
+// k-contiguous count (41 KiB) but not the transposed one (50 KiB) and is refused (ptxas reported
+// 52-57 KiB for such tiles, a failed compile, before the bound counted it).
+TEST(CudaCodegen, TheSharedMemoryBoundCountsTransposedOperandLayouts) {
+  EXPECT_NE((TileConfig{32, 32, 320, 1, 1}).invalid_reason().find("48 KiB"), std::string::npos);
+  EXPECT_NE((TileConfig{32, 32, 368, 1, 1}).invalid_reason().find("48 KiB"), std::string::npos);
+  EXPECT_EQ((TileConfig{32, 32, 288, 1, 1}).invalid_reason(), "");  // 45 KiB either way
+}
+
 // Xᵀ·X: an m-contiguous left operand, stored as loaded and read by ldmatrix.x4.trans; 16-byte
 // chunks (cp.async) and ragged pairs (register-staged), every tile, sm_80 and sm_90.
 TEST(CudaCodegen, TransposedLeftOperandsCompileWithoutSpills) {
@@ -114,6 +124,32 @@ TEST(CudaCodegen, ShippedProgramsAndStrategiesCompile) {
       expect_clean_resources(output, program);
     }
   }
+}
+
+// The epilogue α·acc + β·C + γ·I rounds each operation on its own on the device too: NVRTC
+// (--fmad=true) would contract `v += β * c` into an FMA, which the host emulation and the CPU
+// backend do not, so the device's bits would not be the ones the emulation tests check. In PTX
+// the product kernels have no f32 FMA at all (their sums are MMAs); one in a kernel with C is the
+// contracted epilogue.
+TEST(CudaCodegen, ProductEpiloguesAreNotContractedIntoFmas) {
+  const ir::Function function = schedule("jordan_ns5", 256, 512, 1, "standard");
+  const CudaProgram program = generate_cuda(function);
+  const NvrtcOutput output = compile_cuda(program.source, kernels::cuda_device_headers(), "compute_80");
+  const std::string ptx(output.image.begin(), output.image.end());
+  int with_c = 0;
+  for (const Launch& launch : program.launches) {
+    if (launch.kernel.rfind("gemm_", 0) != 0) continue;
+    const size_t description = program.source.find("struct " + launch.kernel + "_product {");
+    ASSERT_NE(description, std::string::npos) << launch.kernel;
+    if (program.source.find("HAS_C = true", description) > program.source.find("};", description)) continue;
+    ++with_c;
+    const size_t begin = ptx.find(".entry " + launch.kernel + "(");
+    ASSERT_NE(begin, std::string::npos) << launch.kernel;
+    const std::string body = ptx.substr(begin, ptx.find("\n}\n", begin) - begin);
+    EXPECT_EQ(body.find("fma.rn.f32"), std::string::npos) << launch.summary << ": an f32 FMA (the epilogue contracted)";
+    EXPECT_NE(body.find("mul.rn.f32"), std::string::npos) << launch.summary << ": no separately rounded multiply";
+  }
+  EXPECT_GT(with_c, 0) << "no product with C in the standard step (B·X + a·X)";
 }
 
 TEST(CudaCodegen, TriangularProductsLaunchTheUpperTilesOnly) {

@@ -437,6 +437,15 @@ TEST(CudaGeneratedEmulation, EveryTileConfigMatchesTheReference) {
   CodegenOptions big;
   big.gemm_tiles.assign(64, TileConfig{128, 128, 64, 2, 4});
   cases.push_back(make_case("two_steps f16 standard 136x200 tile 128x128x64/2x4", schedule(steps("f16", 2), 136, 200, 1, kStandard), big));
+  // Square tiles whose row of 8-column chunks is not a power of two (12 and 6 chunks), which a
+  // user can name (--variant, per-product lists, a search space's tiles): the mirror tile's XOR
+  // swizzle would leave the row, so their triangular products mirror element by element. Several
+  // tiles per side, ragged.
+  CodegenOptions wide_square, narrow_square;
+  wide_square.gemm_tiles.assign(64, TileConfig{96, 96, 32, 2, 2});
+  narrow_square.gemm_tiles.assign(64, TileConfig{48, 48, 32, 1, 1});
+  cases.push_back(make_case("jordan_ns5 bf16 standard 192x256 tile 96x96x32/2x2", schedule(shipped("jordan_ns5"), 192, 256, 1, kStandard, ScalarType::BF16), wide_square));
+  cases.push_back(make_case("jordan_ns5 bf16 gram 100x264 tile 48x48x32/1x1", schedule(shipped("jordan_ns5"), 100, 264, 1, kGram, ScalarType::BF16), narrow_square));
   // Coverage: every square configuration ran a triangular product in both programs, every one a
   // dense product in the standard program, every non-square one a dense product in the gram one.
   for (const Case& c : {cases[0], cases[1]})

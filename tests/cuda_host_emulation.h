@@ -125,6 +125,7 @@ inline double f64_div(double a, double b) { return a / b; }
 inline double f64_sqrt(double a) { return std::sqrt(a); }
 inline float f64_to_f32(double value) { return static_cast<float>(value); }
 inline float f32_add(float a, float b) { return a + b; }
+inline float f32_mul(float a, float b) { return a * b; }
 inline float f32_div(float a, float b) { return a / b; }
 inline double f64_from_bits(u64 bits) {
   double value;

@@ -45,7 +45,9 @@ struct TileConfig {
   int threads() const { return warps_m * warps_n * 32; }
   std::string label() const;        // "128x128x32/2x4", "sm90a", "sm90a/k3" (3 splits of K), "sm90a/n256"
   std::string invalid_reason() const;  // empty when valid
-  int shared_bytes() const { return (bm + bn) * (bk + 8) * 2; }  // 16-bit A and B tiles, padded rows
+  // 16-bit A and B tiles with padded rows, in the larger of their two layouts: [rows][BK + 8] for a
+  // k-contiguous operand, [BK][rows + 8] for an m- or n-contiguous one (shared_layout.h).
+  int shared_bytes() const { return (std::max(bm * (bk + 8), bk * (bm + 8)) + std::max(bn * (bk + 8), bk * (bn + 8))) * 2; }
 };
 // The sm_90a tile as a per-product choice (CodegenOptions::gemm_tiles, the tuner's classes): its
 // shape (128x128x64; 12 warps: 4 of them the producer) with sm90a set, K in `splits` splits

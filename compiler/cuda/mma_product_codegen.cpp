@@ -68,7 +68,7 @@ Launch emit_mma_product(std::ostream& source, const MmaProductRequest& product) 
   // cp.async stages; elsewhere each element's mirror is a 2-byte store.
   const bool d_vectorizable = product.vector_epilogue && !product.fused_update && is_16bit(out.type) && out.col_stride == 1 && out.row_stride % 8 == 0 &&
                               out.matrix_stride % 8 == 0 && n % 8 == 0 && (wn / 8) % 2 == 0;
-  GemmSharedPlan plan = gemm_shared_plan(tile, a_k_contiguous, b_k_contiguous, va, vb, triangular && d_vectorizable && tile.bm % 16 == 0);
+  GemmSharedPlan plan = gemm_shared_plan(tile, a_k_contiguous, b_k_contiguous, va, vb, triangular && d_vectorizable && mirror_tile_supported(tile));
   if (plan.mirror && !(plan.pipelined && mirror_fits(plan))) plan = gemm_shared_plan(tile, a_k_contiguous, b_k_contiguous, va, vb);
   const bool shared_mirror = plan.mirror;
   const bool vector_d = shared_mirror || (d_vectorizable && !triangular);

@@ -138,6 +138,11 @@ ChunkPlacement chunk_placement(const SharedTile& tile, int width) {
   return placement;
 }
 
+bool mirror_tile_supported(const TileConfig& tile) {
+  const int chunks = tile.bm / 8;
+  return tile.bm == tile.bn && tile.bm % 16 == 0 && (chunks & (chunks - 1)) == 0;
+}
+
 IndexExpr mirror_column(const IndexExpr& row, const IndexExpr& col, int tile_cols) {
   using E = IndexExpr;
   const int chunks = tile_cols / 8;
@@ -251,8 +256,9 @@ GemmSharedPlan gemm_shared_plan(const TileConfig& tile, bool a_k_contiguous, boo
     br.ldmatrix_matrices = 2;
   }
   if (mirror) {
-    if (tile.bm != tile.bn || tile.bm % 16 != 0 || (wn / 8) % 2 != 0)
-      throw std::invalid_argument("tile " + tile.label() + ": the mirror tile needs a square tile of whole 16-row blocks and pairs of 8-column fragments per warp");
+    if (!mirror_tile_supported(tile) || (wn / 8) % 2 != 0)
+      throw std::invalid_argument("tile " + tile.label() + ": the mirror tile needs a square tile of whole 16-row blocks, a power of two of 8-column "
+                                  "chunks (its swizzle) and pairs of 8-column fragments per warp");
     plan.mirror = true;
     plan.ms = SharedTile{"Ms", tile.bn, tile.bm, tile.bm};
     plan.mirror_bytes = tile.bn * tile.bm * 2;

@@ -134,6 +134,10 @@ struct GemmSharedPlan {
 GemmSharedPlan gemm_shared_plan(const TileConfig& tile, bool a_k_contiguous, bool b_k_contiguous, int va, int vb, bool mirror = false);
 // Whether a plan's mirror tile fits in the memory its operand stages take (the epilogue reuses it).
 bool mirror_fits(const GemmSharedPlan& plan);
+// Whether a tile can mirror through the mirror tile: square, whole 16-row blocks, and BM/8 chunks
+// a power of two, because the swizzle XORs chunk indices (a permutation of [0, 2^n) only: with 12
+// chunks, 8 ^ 4 = 12 would land in the next row). Other tiles mirror element by element.
+bool mirror_tile_supported(const TileConfig& tile);
 // The physical column of logical element (row, col) of the mirror tile: the swizzle above.
 IndexExpr mirror_column(const IndexExpr& row, const IndexExpr& col, int tile_cols);
 

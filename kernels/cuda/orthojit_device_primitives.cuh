@@ -46,6 +46,10 @@ __device__ __forceinline__ float f64_to_f32(double value) { return __double2floa
 // f32 add and divide with IEEE rounding whatever the compile flags (the ZeRO step's
 // accumulation and average must give the host's bits).
 __device__ __forceinline__ float f32_add(float a, float b) { return __fadd_rn(a, b); }
+// The product epilogues' α·acc + β·C too: NVRTC contracts a plain `v += β * c` into one FMA
+// (--fmad=true), which the host emulation (-ffp-contract=off) and the CPU backend do not; with the
+// _rn forms the device rounds where they do.
+__device__ __forceinline__ float f32_mul(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float f32_div(float a, float b) { return __fdiv_rn(a, b); }
 __device__ __forceinline__ double f64_from_bits(u64 bits) { return __longlong_as_double(static_cast<long long>(bits)); }
 // f64 to a 16-bit type with one rounding: to f32 rounding to odd (toward zero, then the last bit

@@ -195,15 +195,16 @@ __device__ __forceinline__ void product_tile(const TensorMap& a_map, const Tenso
 #pragma unroll
     for (u32 r = 0; r < kN / 2; r += 2) {
       const EpiloguePair at = epilogue_c_pair(consumer, local, r);
-      float value0 = alpha * accumulator[r], value1 = alpha * accumulator[r + 1];
+      // Each operation rounded on its own (f32_mul/f32_add, no FMA contraction): the emulation's bits.
+      float value0 = f32_mul(alpha, accumulator[r]), value1 = f32_mul(alpha, accumulator[r + 1]);
       if (kHasC) {
         const u32 bits = *reinterpret_cast<const u32*>(d_tile + swizzle_128b(epilogue_offset(at.row, at.col, 2)));
-        value0 += beta * bf16_to_f32(static_cast<u16>(bits & 0xffffu));
-        value1 += beta * bf16_to_f32(static_cast<u16>(bits >> 16));
+        value0 = f32_add(value0, f32_mul(beta, bf16_to_f32(static_cast<u16>(bits & 0xffffu))));
+        value1 = f32_add(value1, f32_mul(beta, bf16_to_f32(static_cast<u16>(bits >> 16))));
       }
       const int global_row = m0 + static_cast<int>(at.row), global_col = n0 + static_cast<int>(at.col);
-      if (global_row == global_col) value0 += gamma;
-      if (global_row == global_col + 1) value1 += gamma;
+      if (global_row == global_col) value0 = f32_add(value0, gamma);
+      if (global_row == global_col + 1) value1 = f32_add(value1, gamma);
       accumulator[r] = value0;
       accumulator[r + 1] = value1;
     }

@@ -227,13 +227,15 @@ __device__ __forceinline__ void pipelined_step(u16* stages, const u16* __restric
                    reinterpret_cast<const typename T::BStage*>(stages + P::STAGES * T::A_ELEMENTS)[tile % P::STAGES], p, acc);
 }
 
-// The value of element (i, j) before rounding: α·acc + β·C + γ·[i == j], in this order (the CPU
-// backend's and the interpreter's rounding points are the product's sum and the stored result).
+// The value of element (i, j) before rounding: α·acc + β·C + γ·[i == j], in this order, each
+// operation rounded on its own (f32_mul/f32_add: no FMA contraction), so the device gives the host
+// emulation's bits (the CPU backend's and the interpreter's rounding points are the product's sum
+// and the stored result).
 template <class P>
 __device__ __forceinline__ float epilogue_value(float acc, float c, int i, int j) {
-  float v = P::ALPHA * acc;
-  if (P::HAS_C) v += P::BETA * c;
-  if (P::HAS_GAMMA && i == j) v += P::GAMMA;
+  float v = f32_mul(P::ALPHA, acc);
+  if (P::HAS_C) v = f32_add(v, f32_mul(P::BETA, c));
+  if (P::HAS_GAMMA && i == j) v = f32_add(v, P::GAMMA);
   return v;
 }
 
