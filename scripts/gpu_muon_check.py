@@ -267,10 +267,13 @@ def main() -> int:
         # orthojit.DistributedMuon on CUDA tensors over NCCL in one process (comm="local": no MPI
         # on these machines) against orthojit.Muon on the same tensors: deepspeed mode runs the
         # same compiled Muon steps, so the parameters must be bit-identical at every stage;
-        # balanced mode within 1e-5 (f32 roundings of lr*O). Then a step's time against Muon's.
+        # balanced mode's updates within a relative 3e-2 of Muon's (the bf16 iteration's roundings
+        # in other places: tests/python/test_distributed_device.py argues the bound). Then a
+        # step's time against Muon's. The cuda backend stores bf16 (it refuses f32); the host path
+        # iterates in f32 and is bit-identical in both modes.
         nonlocal failures
         results = []
-        settings = {"muon.precision": "f32", "muon.weight_decay": 0.01, "adam.weight_decay": 0.01}
+        settings = {"muon.precision": "bf16" if on_gpu else "f32", "muon.weight_decay": 0.01, "adam.weight_decay": 0.01}
         engine = "nccl" if on_gpu else "mpi"  # CPU tensors: the host engine, one process (comm "local")
 
         def build(seed, dtype):
@@ -288,13 +291,14 @@ def main() -> int:
                     dist = orthojit.DistributedMuon(a.named_parameters(), "local", stage=stage, mode=mode, preset="keller", settings=settings,
                                                     engine=engine)
                     single = orthojit.Muon(b.named_parameters(), preset="keller", settings=settings)
-                    largest = 0.0
+                    largest, relative = 0.0, 0.0
                     for step in range(3):
                         torch.manual_seed(100 + step)
                         grads = {n: torch.randn_like(p) for n, p in b.named_parameters()}
                         for m in (a, b):
                             for n, p in m.named_parameters():
                                 p.grad = grads[n].clone()
+                        before = [(x.detach().float().clone(), y.detach().float().clone()) for (_, x), (_, y) in zip(a.named_parameters(), b.named_parameters())]
                         report_step = dist.step()
                         if report_step["skipped"]:
                             raise RuntimeError(f"stage {stage} {mode}: step skipped: {report_step['reason']}")
@@ -302,12 +306,16 @@ def main() -> int:
                             dist.gather_parameters()
                         single.step()
                         synchronize()
-                        for (n, x), (_, y) in zip(a.named_parameters(), b.named_parameters()):
+                        for ((n, x), (_, y)), (x0, y0) in zip(zip(a.named_parameters(), b.named_parameters()), before):
                             largest = max(largest, (x.detach().float() - y.detach().float()).abs().max().item())
-                    ok = largest == 0.0 if mode == "deepspeed" else largest < 1e-5
+                            dx, dy = x.detach().float() - x0, y.detach().float() - y0
+                            relative = max(relative, ((dx - dy).norm() / dy.norm().clamp_min(1e-30)).item())
+                    ok = largest == 0.0 if mode == "deepspeed" or not on_gpu else relative < 3e-2
                     failures += 0 if ok else 1
-                    results.append({"dtype": str(dtype), "stage": stage, "mode": mode, "largest_difference": largest, "ok": ok})
-                    say(f"  {str(dtype):>14} stage {stage} {mode:>9}: largest difference from orthojit.Muon {largest:.3g} {'ok' if ok else 'FAIL'}")
+                    results.append({"dtype": str(dtype), "stage": stage, "mode": mode, "largest_difference": largest,
+                                    "largest_relative_update_difference": relative, "ok": ok})
+                    say(f"  {str(dtype):>14} stage {stage} {mode:>9}: largest difference from orthojit.Muon {largest:.3g}, "
+                        f"relative update difference {relative:.3g} {'ok' if ok else 'FAIL'}")
         # One step's time on a Llama-like layer's hidden matrices, DistributedMuon (1 rank, stage 2) vs Muon.
         a = [torch.nn.Parameter(torch.randn(r // shrink, c // shrink, dtype=torch.bfloat16, device=device) * 0.02)
              for r, c in ((4096, 4096), (1024, 4096), (14336, 4096))]

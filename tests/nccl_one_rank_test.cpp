@@ -182,13 +182,19 @@ void optimizer_over_nccl(Communicator& nccl) {
 }
 
 // The distributed optimizer on CUDA memory (parameters, gradients, state and buffers on the
-// device; collectives on device buffers) against the single-rank DeviceOptimizer on CUDA memory.
-// deepspeed mode runs the same compiled Muon steps: bit-identical. balanced mode splits the
-// momentum from the iteration: the same formulas, within a few f32 roundings of lr·O.
+// device; collectives on device buffers) against the single-rank DeviceOptimizer on CUDA memory,
+// iterating in bf16 (the cuda backend stores 16-bit values; it refuses f32). deepspeed mode runs
+// the same compiled Muon steps: bit-identical. balanced mode splits the momentum from the
+// iteration: the same formulas, the bf16 roundings in other places, so each step's update
+// (-lr·scale·O - lr·wd·p, the second term equal on both sides) is compared relatively:
+// ||Δa - Δb||_F / ||Δb||_F < 3e-2, the bound tests/cpu_backend_test.cpp argues for two 16-bit
+// iterations with the same rounding points; one element of O lost in a matrix of k elements is
+// about 1/sqrt(k) of its norm, far above for these sizes.
 void optimizer_on_device_memory(Communicator& nccl) {
   const std::shared_ptr<MemorySpace> memory = cuda_memory();
   OptimizerSettings on_device = settings();
   on_device.muon.backend = "cuda";
+  on_device.muon.precision = ScalarType::BF16;
   for (int stage : {1, 2, 3})
     for (OrthogonalizationMode mode : {OrthogonalizationMode::DeepSpeed, OrthogonalizationMode::Balanced}) {
       const std::string label = "CUDA memory, stage " + std::to_string(stage) + ", " + to_string(mode) + " mode";
@@ -218,6 +224,12 @@ void optimizer_on_device_memory(Communicator& nccl) {
           for (float& v : host.grad[t]) v = normal(random);
           grads[t].upload(host.grad[t].data(), static_cast<int64_t>(host.grad[t].size() * 4));
         }
+        std::vector<std::vector<float>> a_before(host.data.size()), b_before(host.data.size());
+        for (size_t t = 0; t < host.data.size(); ++t) {
+          a_before[t].resize(host.data[t].size()), b_before[t].resize(host.data[t].size());
+          distributed_data[t].download(a_before[t].data(), static_cast<int64_t>(a_before[t].size() * 4));
+          single_data[t].download(b_before[t].data(), static_cast<int64_t>(b_before[t].size() * 4));
+        }
         const StepReport report = optimizer.step(nullptr);
         check(!report.skipped, label + ": step " + std::to_string(step) + " was not skipped (" + report.reason + ")");
         if (stage == 3) optimizer.gather_parameters(nullptr);
@@ -227,11 +239,16 @@ void optimizer_on_device_memory(Communicator& nccl) {
           std::vector<float> a(host.data[t].size()), b(host.data[t].size());
           distributed_data[t].download(a.data(), static_cast<int64_t>(a.size() * 4));
           single_data[t].download(b.data(), static_cast<int64_t>(b.size() * 4));
-          double largest = 0;
-          for (size_t i = 0; i < a.size(); ++i) largest = std::max(largest, std::abs(static_cast<double>(a[i]) - b[i]));
+          double difference = 0, norm = 0;
+          for (size_t i = 0; i < a.size(); ++i) {
+            const double da = static_cast<double>(a[i]) - a_before[t][i], db = static_cast<double>(b[i]) - b_before[t][i];
+            difference += (da - db) * (da - db);
+            norm += db * db;
+          }
+          const double relative = std::sqrt(difference / std::max(norm, 1e-300));
           const std::string where = label + ": " + host.names[t] + " after step " + std::to_string(step);
           if (mode == OrthogonalizationMode::DeepSpeed) check(same(a, b), where + " is bit-identical to DeviceOptimizer's");
-          else check(largest < 1e-5, where + " is within 1e-5 of DeviceOptimizer's (largest difference " + std::to_string(largest) + ")");
+          else check(same(a, b) || relative < 3e-2, where + "'s update is within a relative 3e-2 of DeviceOptimizer's (" + std::to_string(relative) + ")");
         }
       }
     }

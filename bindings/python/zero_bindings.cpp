@@ -105,9 +105,14 @@ class Distributed {
       // tensors, NCCL for CUDA tensors.
       const std::string backend = nb::cast<std::string>(collectives.attr("backend"));
       const bool cuda_group = nb::cast<bool>(collectives.attr("moves_cuda_tensors"));
+      const bool host_group = nb::cast<bool>(collectives.attr("moves_cpu_tensors"));
       if (cuda_ && !cuda_group)
         throw nb::value_error(("the parameters are CUDA tensors but the process group's backend (" + backend +
-                               ") moves CPU tensors: use an NCCL group (torch.distributed.init_process_group('nccl'))")
+                               ") moves CPU tensors: use an NCCL group (torch.distributed.init_process_group('nccl'), or 'cpu:gloo,cuda:nccl')")
+                                  .c_str());
+      if (!cuda_ && !host_group)
+        throw nb::value_error(("the parameters are CPU tensors but the process group's backend (" + backend +
+                               ") moves CUDA tensors only: use a gloo group (torch.distributed.init_process_group('gloo'), or 'cpu:gloo,cuda:nccl')")
                                   .c_str());
       torch_ = std::make_unique<TorchCommunicator>(collectives, nb::cast<int>(collectives.attr("rank")), nb::cast<int>(collectives.attr("world")), backend,
                                                    cuda_);

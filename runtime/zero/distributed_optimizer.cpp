@@ -172,12 +172,14 @@ void DistributedOptimizer::accumulate_gradients(void* stream) {
 
 // The reduced gradient of this rank's partition, in place in flat_ (stage 1: every element).
 void DistributedOptimizer::reduce_gradients(void* stream) {
+  // The communicator follows this step's stream first, also when nothing is reduced here: the
+  // exchanges after the Muon step (stage >= 2, deepspeed mode) run on it too.
+  communicator_.set_stream(stream);
   if (!have_accumulated_) accumulate_gradients(stream);
   have_accumulated_ = false;
   if (distributed_.gradients_reduced) return;  // every rank holds the reduced gradients already
   const int64_t part = plan_.partition_elements;
   const float world = static_cast<float>(communicator_.world());
-  communicator_.set_stream(stream);
   if (distributed_.stage == 1) {
     communicator_.all_reduce_sum(reinterpret_cast<float*>(flat_), plan_.padded_elements);
     if (distributed_.average_gradients) memory_->divide(flat_, world, plan_.padded_elements, stream);

@@ -8,9 +8,21 @@ import pytest
 torch = pytest.importorskip("torch")
 import orthojit  # noqa: E402
 
-# A keller preset in f32 on the given backend; weight decay so that the update's every term shows.
+# A keller preset on the given backend; weight decay so that the update's every term shows. The
+# host backends iterate in f32; the cuda backend stores bf16 (it has no f32 storage and refuses it).
 def settings(backend):
-    return {"muon.backend": backend, "muon.precision": "f32", "muon.weight_decay": 0.01, "adam.weight_decay": 0.01}
+    return {"muon.backend": backend, "muon.precision": "bf16" if backend == "cuda" else "f32", "muon.weight_decay": 0.01,
+            "adam.weight_decay": 0.01}
+
+
+# balanced mode against the fused single-rank step, per parameter and step: the relative distance
+# of the two updates, ||da - db||_F / ||db||_F. Each update is -lr*scale*O - lr*wd*p, the second
+# term the same on both sides, so this is the relative distance of the two orthogonalized
+# momenta: two bf16 iterations with the same rounding points but other accumulation orders (one
+# an orthogonalizer call, the other the fused Muon step) stay within the 3e-2 that
+# tests/cpu_backend_test.cpp argues for 16-bit storage. One element of O lost or doubled in a 13x6
+# matrix is about 1/sqrt(78) = 0.11 of its norm: well above.
+BALANCED_BF16_UPDATE_TOLERANCE = 3e-2
 
 
 def model(seed, device, dtype):
@@ -39,14 +51,19 @@ def run_both(device, dtype, backend, stage, mode, engine):
         for m in (reference_model, distributed_model):
             for name, p in m.named_parameters():
                 p.grad = None if name in missing else gradients[name].clone()
+        before = [(a.detach().float().clone(), b.detach().float().clone())
+                  for (_, a), (_, b) in zip(distributed_model.named_parameters(), reference_model.named_parameters())]
         report = distributed.step()
         assert not report["skipped"], report["reason"]
         if stage == 3:
             distributed.gather_parameters()
         reference.step()
-        for (name, a), (_, b) in zip(distributed_model.named_parameters(), reference_model.named_parameters()):
+        for ((name, a), (_, b)), (a0, b0) in zip(zip(distributed_model.named_parameters(), reference_model.named_parameters()), before):
             if not torch.equal(a.detach(), b.detach()):
-                mismatches.append(f"step {step}: {name} differs by up to {(a.float() - b.float()).abs().max().item():.3g}")
+                da, db = a.detach().float() - a0, b.detach().float() - b0
+                relative = ((da - db).norm() / db.norm().clamp_min(1e-30)).item()
+                mismatches.append(f"step {step}: {name} differs by up to {(a.float() - b.float()).abs().max().item():.3g}; "
+                                  f"relative update difference {relative:.3g}")
     return mismatches
 
 
@@ -83,14 +100,14 @@ def test_distributed_muon_on_cuda_tensors_over_nccl_is_bit_identical_to_muon(sta
 
 
 @pytest.mark.parametrize("stage", [1, 3])
-def test_balanced_mode_on_cuda_tensors_agrees_with_muon_to_f32_rounding(stage):
+def test_balanced_mode_on_cuda_tensors_agrees_with_muon_to_bf16_rounding(stage):
     _cuda_or_skip()
     # balanced mode splits the momentum from the iteration (momentum kernel, orthogonalizer,
-    # update kernel), where the single-rank step fuses them: the same formulas, f32 roundings of
-    # the orthogonalized update that may differ in the last bit, scaled by lr = 0.02.
+    # update kernel), where the single-rank step fuses them: the same formulas, the bf16
+    # iteration's roundings in other places (BALANCED_BF16_UPDATE_TOLERANCE).
     mismatches = run_both("cuda", torch.float32, "cuda", stage, "balanced", "nccl")
     for line in mismatches:
-        assert float(line.rsplit(" ", 1)[1]) < 1e-5, line
+        assert float(line.rsplit(" ", 1)[1]) < BALANCED_BF16_UPDATE_TOLERANCE, line
 
 
 def test_distributed_muon_takes_muons_constructor_vocabulary_with_the_same_meaning():

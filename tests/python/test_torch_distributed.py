@@ -33,3 +33,20 @@ def test_a_process_group_is_taken_and_misuse_is_explained():
     linear = torch.nn.Linear(4, 3)
     with pytest.raises(ValueError, match="torch.distributed is not initialized"):
         orthojit.DistributedMuon(linear.named_parameters(), "torch")
+
+
+@pytest.mark.parametrize("backend, cuda, host", [("gloo", False, True), ("nccl", True, False), ("cpu:gloo,cuda:nccl", True, True),
+                                                 ("cuda:nccl,cpu:gloo", True, True), ("mpi", False, True)])
+def test_a_groups_backend_says_which_tensors_it_moves(monkeypatch, backend, cuda, host):
+    # torch >= 2.0 names one backend per device type ("cpu:gloo,cuda:nccl"); CUDA tensors need
+    # NCCL, host tensors anything but NCCL. Read from the group's own backend string.
+    from orthojit.distributed import _TorchCollectives
+
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: backend)
+    collectives = _TorchCollectives(None)
+    assert (collectives.moves_cuda_tensors, collectives.moves_cpu_tensors) == (cuda, host)
+    flag = torch.zeros(1)
+    if host:  # a host flag stays on the host where the group moves host tensors
+        assert collectives._staged(flag) is flag

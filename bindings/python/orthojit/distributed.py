@@ -51,7 +51,14 @@ class _TorchCollectives:
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
         self.backend = str(dist.get_backend(group))
-        self.moves_cuda_tensors = self.backend == "nccl"
+        # One backend for both kinds of tensor ("gloo", "nccl"), or one per device type
+        # ("cpu:gloo,cuda:nccl", torch >= 2.0): which moves CUDA tensors (NCCL) and which host ones.
+        if ":" in self.backend:
+            backends = dict(part.split(":", 1) for part in self.backend.split(","))
+        else:
+            backends = {"cpu": self.backend, "cuda": self.backend}
+        self.moves_cuda_tensors = backends.get("cuda") == "nccl"
+        self.moves_cpu_tensors = backends.get("cpu") not in (None, "nccl")
 
     def _global(self, rank):
         # broadcast and point-to-point take global ranks; a subgroup's ranks map to them
@@ -59,8 +66,9 @@ class _TorchCollectives:
         return rank if self.group is None or self.group == self.dist.group.WORLD else get(self.group, rank)
 
     def _staged(self, tensor):
-        # A host scalar (the step's non-finite flag) on an NCCL group goes through the device.
-        return tensor.cuda() if self.moves_cuda_tensors and not tensor.is_cuda else tensor
+        # A host scalar (the step's non-finite flag) on a group that moves only CUDA tensors goes
+        # through the device.
+        return tensor.cuda() if not tensor.is_cuda and not self.moves_cpu_tensors else tensor
 
     def all_reduce(self, tensor):
         work = self._staged(tensor)
@@ -69,7 +77,7 @@ class _TorchCollectives:
             tensor.copy_(work.cpu())
 
     def reduce_scatter(self, source, destination):
-        if self.moves_cuda_tensors:
+        if source.is_cuda and self.moves_cuda_tensors:
             scatter = getattr(self.dist, "reduce_scatter_tensor", None) or self.dist._reduce_scatter_base
             scatter(destination, source, group=self.group)
             return

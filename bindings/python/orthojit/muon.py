@@ -56,6 +56,16 @@ def muon_presets() -> List[Dict[str, str]]:
     return list(_orthojit.muon_presets())
 
 
+def _count_in_place_change(p: torch.Tensor) -> None:
+    """Bumps p's version counter (what an in-place torch op does) without touching its values."""
+    bump = getattr(torch.autograd.graph, "increment_version", None)  # torch >= 2.1
+    if bump is not None:
+        bump(p)
+        return
+    with torch.no_grad():  # an in-place op on an empty view: the shared counter moves, no kernel runs
+        p.detach().view(-1)[:0].zero_()
+
+
 def _label(name: str) -> str:
     return f"parameter '{name}'"
 
@@ -254,6 +264,11 @@ class Muon(torch.optim.Optimizer):
                              "or on CUDA devices")
         if p.layout != torch.strided or not p.is_contiguous():
             raise ValueError(f"orthojit.Muon: {_label(name)} is not a contiguous dense tensor")
+        if p.device.type == "cuda":
+            try:  # one device per process: the kernels, their caches and the context are that device's
+                _orthojit.check_cuda_device(p.device.index if p.device.index is not None else torch.cuda.current_device())
+            except ValueError as error:
+                raise ValueError(f"orthojit.Muon: {_label(name)}: {error}") from None
 
     def _tag(self, name: str, p: torch.Tensor, group_tag: Optional[bool]) -> bool:
         tag = None
@@ -298,7 +313,7 @@ class Muon(torch.optim.Optimizer):
                 if p.grad is None:
                     report.without_gradient += 1
                     if zero_missing:  # DeepSpeed, Keller: zeros and the full step
-                        work.append((group, name, p, torch.zeros(p.shape, dtype=torch.float32)))
+                        work.append((group, name, p, torch.zeros(p.shape, dtype=torch.float32, device=p.device)))
                     continue
                 g = p.grad
                 if g.is_sparse:
@@ -342,6 +357,11 @@ class Muon(torch.optim.Optimizer):
                                       float(group["weight_decay"]), name)
                 state["step"] += 1
                 report.adam_updated += 1
+        # The updates went through raw memory, which autograd does not see: each counts as the
+        # in-place change it is, so a graph that saved a parameter before the step fails in its
+        # backward (as after torch's own optimizers) instead of silently using the new values.
+        for _, _, p, _ in work:
+            _count_in_place_change(p)
         self.steps_taken += 1
         self.last_report = report
         return loss
