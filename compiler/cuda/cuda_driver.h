@@ -86,7 +86,7 @@ const DriverApi* driver(std::string* unavailable_reason = nullptr);
 // Throws CudaError("what: CUDA_ERROR_X (description)") unless result is CUDA_SUCCESS.
 void check(CUresult result, const std::string& what);
 
-// The device orthojit runs on ($ORTHOJIT_CUDA_DEVICE, default 0): its primary context (shared
+// The device orthojit runs on (Device::get says how it is chosen): its primary context (shared
 // with cuBLAS and every other runtime-API library in the process) and what the tuner and the
 // code generator need to know about it.
 struct DeviceInfo {

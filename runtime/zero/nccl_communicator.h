@@ -15,7 +15,9 @@ namespace orthojit::runtime {
 class NcclCommunicator : public Communicator {
  public:
   // Creates the NCCL communicator of `bootstrap`'s ranks (rank 0's unique id is broadcast over
-  // it): one GPU per rank, ORTHOJIT_CUDA_DEVICE or rank % devices. Throws std::runtime_error
+  // it): one GPU per rank, the process's CUDA device (cuda::Device::get: ORTHOJIT_CUDA_DEVICE, else
+  // the device current on the calling thread, else 0; ranks sharing a node and seeing the same
+  // devices must each set one of these). Throws std::runtime_error
   // naming what is missing (libnccl.so.2, a CUDA driver, a device).
   static std::unique_ptr<NcclCommunicator> create(Communicator& bootstrap);
   // Wraps the trainer's own communicator (an ncclComm_t as void*), which it keeps owning.
