@@ -113,14 +113,23 @@ expect 1 "cuda_device_test exit 1 (1 FAIL lines, first: FAIL jordan_ns5" -- env 
 expect 1 "not built" -- "$root/scripts/gpu-kit" --out "$work/kit-none" --python "$python" --build-dir "$work/empty" --cuda-cache sm_90
 expect 2 "expected a compute capability" -- "$root/scripts/gpu-kit" --out "$work/kit-none" --python "$python" --cuda-cache 90
 
-# gpu-check unpacks the programs before its build (here a configure that fails at once), only the
-# cuda/<key>.ojbin files, and says so in its summary.
+# gpu-check unpacks the programs before its build, only the cuda/<key>.ojbin files, into
+# ORTHOJIT_CACHE_DIR (by default <build>/cache), and says so in its summary. Here a configure that
+# says nlohmann-json is missing, then fails its CUDA-only retry too: the retry's fresh configure
+# must not take the unpacked programs with it.
 mkdir -p "$work/fake-cmake"
-printf '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "cmake version 3.99.0 (a stand-in)"; exit 0; fi\necho "stand-in cmake: no configure here"; exit 1\n' > "$work/fake-cmake/cmake"
+cat > "$work/fake-cmake/cmake" <<'CMAKE'
+#!/bin/sh
+if [ "$1" = "--version" ]; then echo "cmake version 3.99.0 (a stand-in)"; exit 0; fi
+case "$*" in
+  *ORTHOJIT_CUDA_ONLY=ON*) echo "stand-in cmake: no CUDA-only configure either"; exit 1 ;;
+  *) echo 'CMake Error at CMakeLists.txt:61 (find_package):'; echo '  Could not find a package configuration file provided by "nlohmann_json"'; exit 1 ;;
+esac
+CMAKE
 chmod +x "$work/fake-cmake/cmake"
-PATH=$work/fake-cmake:$PATH ORTHOJIT_CACHE_DIR=$work/unpacked "$root/scripts/gpu-check" --host-only --kit "$cached" --budget 120 \
+env -u ORTHOJIT_CACHE_DIR PATH="$work/fake-cmake:$PATH" "$root/scripts/gpu-check" --host-only --kit "$cached" --budget 120 \
   --build-dir "$work/gc-build" --out-dir "$work/gc-out" > "$work/gc.log" 2>&1
-"$python" - "$work/gc-out/summary.json" "$work/unpacked/cuda" <<'PY' || { fail "gpu-check did not unpack the kit's programs"; tail -20 "$work/gc.log"; }
+"$python" - "$work/gc-out/summary.json" "$work/gc-build/cache/cuda" <<'PY' || { fail "gpu-check did not unpack the kit's programs, or lost them"; tail -20 "$work/gc.log"; }
 import json, os, sys
 phases = {p["phase"]: p for p in json.load(open(sys.argv[1]))["phases"]}
 entry = phases.get("cuda-cache", {})
