@@ -23,6 +23,7 @@
 #include "reference/interpreter.h"
 #ifdef ORTHOJIT_HAVE_CUDA
 #include "cuda/cuda_backend.h"
+#include "cuda/stream_order.h"
 #include "kernels/cuda_device_headers.h"
 #endif
 
@@ -54,17 +55,29 @@ class CpuOrthogonalizer : public CompiledOrthogonalizer {
 };
 
 #ifdef ORTHOJIT_HAVE_CUDA
+// A loaded program as the process shares it, and what orders its uses (cuda/stream_order.h).
+struct SharedRunner {
+  std::shared_ptr<const cuda::CudaRunner> runner;
+  std::shared_ptr<cuda::StreamOrder> order;
+};
+
 class CudaOrthogonalizer : public CompiledOrthogonalizer {
  public:
-  explicit CudaOrthogonalizer(std::shared_ptr<const cuda::CudaRunner> runner) : runner_(std::move(runner)) {}
-  void run(const float* input, float* output) const override { runner_->run(input, output); }
+  explicit CudaOrthogonalizer(SharedRunner shared) : runner_(std::move(shared.runner)), order_(std::move(shared.order)) {}
+  void run(const float* input, float* output) const override {
+    cuda::StreamOrder::Use use(*order_, nullptr);
+    runner_->run(input, output);
+  }
   void run_device(std::uintptr_t input, std::uintptr_t output, void* stream) const override {
+    cuda::StreamOrder::Use use(*order_, static_cast<CUstream>(stream));
     runner_->run_device(static_cast<CUdeviceptr>(input), static_cast<CUdeviceptr>(output), static_cast<CUstream>(stream));
   }
   bool runs_on_device() const override { return true; }
   void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, void* stream) const override {
+    cuda::StreamOrder::Use use(*order_, static_cast<CUstream>(stream));
     runner_->run_muon_step(matrices, static_cast<CUstream>(stream));
   }
+  cuda::StreamOrder* stream_order() const override { return order_.get(); }
   void enqueue_launches(void* stream) const override { runner_->enqueue_launches(static_cast<CUstream>(stream)); }
   void upload_step_arguments(const std::vector<ir::MuonStepMatrix>& matrices, void* stream) const override {
     runner_->upload_step_arguments(matrices, static_cast<CUstream>(stream));
@@ -72,6 +85,7 @@ class CudaOrthogonalizer : public CompiledOrthogonalizer {
 
  private:
   std::shared_ptr<const cuda::CudaRunner> runner_;
+  std::shared_ptr<cuda::StreamOrder> order_;
 };
 
 void check_first_use(const dsl::Program& program, const ir::Function& function, const cuda::CudaVariant& variant, const passes::CompileOptions& compile);
@@ -81,19 +95,19 @@ void check_first_use(const dsl::Program& program, const ir::Function& function, 
 // options), a runner about to be built for the first time is first judged by the first-use check
 // (cuda_first_use_check.h), whose probe runners come from here without it; outside the lock,
 // since the probe loads its own runner.
-std::shared_ptr<const cuda::CudaRunner> cached_cuda_runner(const dsl::Program& program, const ir::Function& function, const cuda::CudaVariant& variant,
-                                                           double& compile_seconds, const passes::CompileOptions* first_use = nullptr) {
+SharedRunner cached_cuda_runner(const dsl::Program& program, const ir::Function& function, const cuda::CudaVariant& variant, double& compile_seconds,
+                                const passes::CompileOptions* first_use = nullptr) {
   static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<const cuda::CudaRunner>> cache;
+  static std::map<std::string, SharedRunner> cache;
   const std::string key = ir::print_function(function) + "\n" + variant.label();
-  auto cached = [&]() -> std::shared_ptr<const cuda::CudaRunner> {
+  auto cached = [&]() -> SharedRunner {
     std::lock_guard<std::mutex> lock(mutex);
     const auto it = cache.find(key);
-    return it == cache.end() ? nullptr : it->second;
+    return it == cache.end() ? SharedRunner{} : it->second;
   };
-  if (auto runner = cached()) {
+  if (SharedRunner shared = cached(); shared.runner) {
     compile_seconds = 0;
-    return runner;
+    return shared;
   }
   try {
     if (first_use) check_first_use(program, function, variant, *first_use);
@@ -102,10 +116,11 @@ std::shared_ptr<const cuda::CudaRunner> cached_cuda_runner(const dsl::Program& p
       compile_seconds = 0;
       return it->second;
     }
-    std::shared_ptr<const cuda::CudaRunner> runner = cuda::build_cuda_runner(program, function, variant, kernels::cuda_device_headers());
-    compile_seconds = runner->compile_seconds();
-    cache.emplace(key, runner);
-    return runner;
+    SharedRunner shared{cuda::build_cuda_runner(program, function, variant, kernels::cuda_device_headers()),
+                        std::make_shared<cuda::StreamOrder>(cuda::cuda_stream_order_driver())};
+    compile_seconds = shared.runner->compile_seconds();
+    cache.emplace(key, shared);
+    return shared;
   } catch (const std::invalid_argument& error) {
     throw UsageError(error.what());
   }
@@ -120,9 +135,10 @@ void check_first_use(const dsl::Program& program, const ir::Function& function, 
   const CudaFirstUseCheck check = check_cuda_variant_on_first_use(
       program, compile, real, variant, [&](const ir::Function& probe, const cuda::CudaVariant& kernels, const std::vector<float>& input) {
         double probe_compile_seconds = 0;
-        const auto probe_runner = cached_cuda_runner(program, probe, kernels, probe_compile_seconds);
+        const SharedRunner probe_runner = cached_cuda_runner(program, probe, kernels, probe_compile_seconds);
         std::vector<float> output(input.size());
-        probe_runner->run(input.data(), output.data());
+        cuda::StreamOrder::Use use(*probe_runner.order, nullptr);
+        probe_runner.runner->run(input.data(), output.data());
         return output;
       });
   if (!check.passed)
@@ -390,9 +406,10 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     // Kernels a tuning record chose were checked on this device by the tuner; others are checked
     // when their runner is first built.
     const bool judged_by_tuner = options.cuda_variant.empty() && !tuned_variant.empty();
-    auto runner = cached_cuda_runner(program, function, variant, jit_seconds, judged_by_tuner ? nullptr : &compile);
-    compiled = std::make_shared<CudaOrthogonalizer>(runner);
-    compiled->target_ = "cuda " + cuda::Device::get().info().name + ", " + runner->description();
+    SharedRunner shared = cached_cuda_runner(program, function, variant, jit_seconds, judged_by_tuner ? nullptr : &compile);
+    const std::string description = shared.runner->description();
+    compiled = std::make_shared<CudaOrthogonalizer>(std::move(shared));
+    compiled->target_ = "cuda " + cuda::Device::get().info().name + ", " + description;
 #endif
   } else {
     compiled = std::make_shared<ReferenceOrthogonalizer>();

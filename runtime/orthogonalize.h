@@ -15,6 +15,10 @@
 #include "ir/function.h"
 #include "runtime/errors.h"  // UsageError: bad input from the user; UnavailableError: a backend that cannot run here
 
+namespace orthojit::cuda {
+class StreamOrder;
+}  // namespace orthojit::cuda
+
 namespace orthojit::runtime {
 
 struct OrthogonalizeOptions {
@@ -39,6 +43,8 @@ struct OrthogonalizeOptions {
 };
 
 // A program compiled for one shape and backend, reusable across calls (and timed by `bench`).
+// The cuda backend's loaded programs are shared by every caller with the same scheduled function
+// and variant; their uses are ordered across threads and streams (cuda/stream_order.h).
 class CompiledOrthogonalizer {
  public:
   virtual ~CompiledOrthogonalizer() = default;
@@ -54,9 +60,13 @@ class CompiledOrthogonalizer {
   // pointers on ref and cpu, device pointers on cuda (enqueued on `stream`, not synchronized).
   virtual void run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices, void* stream) const = 0;
   // cuda: run_muon_step's two halves, for graph capture (muon_step_launcher.h): the upload of
-  // the matrices' argument block, and the launches bound to it.
+  // the matrices' argument block, and the launches bound to it. Unlike the calls above they take no
+  // use of the shared runner (stream_order()): the caller holds one around both.
   virtual void upload_step_arguments(const std::vector<ir::MuonStepMatrix>& matrices, void* stream) const;
   virtual void enqueue_launches(void* stream) const;
+  // cuda: what orders the uses of the loaded program this shares with every caller of the same
+  // scheduled function and variant (cuda/stream_order.h); null elsewhere.
+  virtual cuda::StreamOrder* stream_order() const { return nullptr; }
   const ir::Function& function() const { return function_; }
   ir::StrategyKind strategy() const { return function_.strategy.kind; }
   const std::string& strategy_reason() const { return strategy_reason_; }

@@ -70,6 +70,7 @@ class CudaError : public std::runtime_error {
   X(cuEventDestroy)                       \
   X(cuEventRecord)                        \
   X(cuEventSynchronize)                   \
+  X(cuStreamWaitEvent)                    \
   X(cuEventElapsedTime)
 
 struct DriverApi {

@@ -7,6 +7,7 @@
 
 #ifdef ORTHOJIT_HAVE_CUDA
 #include "cuda/cuda_graph.h"
+#include "cuda/stream_order.h"
 #endif
 
 namespace orthojit::runtime {
@@ -80,6 +81,11 @@ void MuonStepLauncher::run(const std::vector<MuonStepGroup>& groups, void* strea
     }
     found = graphs_.emplace(std::move(key), std::move(entry)).first;
   }
+  // Every group's shared runner is held from its argument upload to the launch that reads it, and
+  // this stream waits for their previous uses elsewhere (cuda/stream_order.h).
+  std::vector<cuda::StreamOrder*> orders;
+  for (const MuonStepGroup& group : groups) orders.push_back(group.compiled->stream_order());
+  const cuda::StreamOrder::Uses uses(std::move(orders), static_cast<CUstream>(stream));
   for (const MuonStepGroup& group : groups) group.compiled->upload_step_arguments(group.matrices, stream);
   if (found->second->graph) {
     found->second->graph->launch(static_cast<CUstream>(stream));
