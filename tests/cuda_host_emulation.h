@@ -29,6 +29,9 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -53,7 +56,26 @@ inline thread_local Dim3 threadIdx;
 inline thread_local Dim3 blockIdx;
 inline Dim3 gridDim, blockDim;
 inline std::barrier<>* cta_barrier;  // the running CTA's
-inline void __syncthreads() { cta_barrier->arrive_and_wait(); }
+// After each barrier the odd warps wait until the even ones have reached the next barrier (or
+// exited; at most about 2 ms): the even warps run a whole phase ahead, as a device's warps may, so
+// a write that other warps' reads of the same phase needed a barrier against (a cp.async refill
+// issued before the barrier that guards its stage: the early copies below) lands before those
+// reads, every time instead of almost never. Correct code cannot tell: within a phase no warp
+// waits for another. Every fourth CTA (the first included) runs so: each runs the same code, and
+// the waits would double the emulation's time in all of them.
+inline std::atomic<long> even_warp_arrivals{0};  // the running CTA's even-warp threads' barrier arrivals (exits count 2^30)
+inline thread_local long barriers_passed = 0;     // this thread's barriers in the running CTA
+inline thread_local bool skewed_cta = false;      // whether the running CTA runs its even warps ahead
+inline void __syncthreads() {
+  const bool even = (threadIdx.x / 32) % 2 == 0;
+  if (even) ++even_warp_arrivals;
+  cta_barrier->arrive_and_wait();
+  ++barriers_passed;
+  if (even || !skewed_cta) return;
+  const long even_threads = static_cast<long>(blockDim.x / 64 * 32 + std::min(32u, blockDim.x % 64));
+  for (int spin = 0; spin < 100 && even_warp_arrivals.load() < (barriers_passed + 1) * even_threads; ++spin)
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
 inline unsigned __float_as_uint(float f) {
   unsigned u;
   std::memcpy(&u, &f, 4);
@@ -236,9 +258,13 @@ inline void ldmatrix_trans(u32* r, const u16* row) {
 inline void ldmatrix_x2_trans(u32* r, const u16* row) { ldmatrix_trans<2>(r, row); }
 inline void ldmatrix_x4_trans(u32* r, const u16* row) { ldmatrix_trans<4>(r, row); }
 
-// cp.async, as late as the ISA allows: a chunk's bytes are read when it is issued (the sources
-// do not change during a kernel) but land in shared memory only when a wait_group retires its
-// group, so a kernel that reads a stage before waiting for it sees stale or poisoned data.
+// cp.async: a chunk's bytes are read when it is issued (the sources do not change during a
+// kernel) and land in shared memory at either end of what the ISA allows: half of the chunks (by a
+// fixed pattern of destination and thread, so every stage has both) as soon as they are issued,
+// the others only when a wait_group retires their group. So a kernel that reads a stage before
+// waiting for it sees stale or poisoned data (the late ones), and one that refills a stage before
+// every thread has finished reading it (a missing barrier) overwrites data still in use (the
+// early ones), as the device may do either.
 struct PendingCopy {
   void* destination;
   unsigned char bytes[16];
@@ -253,6 +279,13 @@ inline void cp_async_16(void* destination, const void* source, bool valid) {
   }
   PendingCopy copy{destination, {}};
   if (valid) std::memcpy(copy.bytes, source, 16);
+  // A hash, not the low bits: a thread's chunks often share the parity of its index.
+  const std::uint64_t mixed = (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(destination) >> 4) * 0x9E3779B97F4A7C15ull) ^
+                              (static_cast<std::uint64_t>(threadIdx.x) * 0xC2B2AE3D27D4EB4Full);
+  if ((mixed >> 33) & 1) {
+    std::memcpy(destination, copy.bytes, 16);  // landed at once
+    return;
+  }
   open_copies.push_back(copy);
 }
 inline void cp_async_commit() {
@@ -330,6 +363,7 @@ void run_grid(const unsigned grid[3], unsigned block, Body body) {
     cta.emplace(static_cast<std::ptrdiff_t>(block));
     cta_barrier = &*cta;
     oj::warps.reset(new oj::WarpState[(block + 31) / 32]);
+    even_warp_arrivals = 0;
     std::memset(shared_memory, 0xff, sizeof shared_memory);  // NaN bits in bf16, f16, f32 and f64
   };
   next_cta();
@@ -346,7 +380,10 @@ void run_grid(const unsigned grid[3], unsigned block, Body body) {
             oj::mma_calls = 0;
             oj::ldmatrix_calls = 0;
             oj::shfl_calls = 0;
+            barriers_passed = 0;
+            skewed_cta = (x + grid[0] * (y + grid[1] * z)) % 4 == 0;
             body();
+            if ((tid / 32) % 2 == 0) even_warp_arrivals += 1L << 30;  // exited: at every later barrier
             cta_barrier->arrive_and_drop();
             between.arrive_and_wait();
           }
