@@ -107,9 +107,18 @@ class CudaMemory final : public MemorySpace {
     device_.make_current();
     unsigned type = 0;
     const CUresult result = api_.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, static_cast<CUdeviceptr>(address));
+    const std::string device = "cuda:" + std::to_string(device_.info().ordinal);
     if (result == CUDA_ERROR_INVALID_VALUE)
-      return "is not CUDA memory (the driver does not know the address: a host pointer?); memory = cuda takes device pointers of device 0";
+      return "is not CUDA memory (the driver does not know the address: a host pointer?); memory = cuda takes device pointers of " + device +
+             ", the device orthojit's kernels run on in this process";
     if (result != CUDA_SUCCESS) return "could not be checked: cuPointerGetAttribute failed with error " + std::to_string(static_cast<int>(result));
+    // Memory of another device would be read through peer mappings at best, an illegal address
+    // (a poisoned context) at worst.
+    int ordinal = -1;
+    if (api_.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, static_cast<CUdeviceptr>(address)) == CUDA_SUCCESS &&
+        ordinal >= 0 && ordinal != device_.info().ordinal)
+      return "is memory of cuda:" + std::to_string(ordinal) + ", but orthojit's CUDA kernels run on " + device +
+             " in this process (ORTHOJIT_CUDA_DEVICE, or the device current on the thread of the first call)";
     return "";
   }
 
