@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <set>
+#include <sstream>
 
+#include "cuda/baseline_kernels.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_codegen.h"
 #include "cuda/nvrtc_compiler.h"
@@ -150,6 +152,57 @@ TEST(CudaCodegen, ProductEpiloguesAreNotContractedIntoFmas) {
     EXPECT_NE(body.find("mul.rn.f32"), std::string::npos) << launch.summary << ": no separately rounded multiply";
   }
   EXPECT_GT(with_c, 0) << "no product with C in the standard step (B·X + a·X)";
+}
+
+// The same for every generated f32/f64 sum a kernel writes: the fused small-matrix kernel (its
+// epilogues, lincombs and the normalize's sum of squares), the per-op lincombs and norm partial
+// sums of a gram schedule, f32 and f64 norms. The one FMA allowed is the triangular tile index's
+// 8·index + 1 (an exact integer in f32, corrected after).
+TEST(CudaCodegen, NoGeneratedSumIsContractedIntoAnFma) {
+  struct Case {
+    const char* program;
+    const char* strategy;
+    int64_t rows, cols;
+    CudaVariant::Kind kind;
+  };
+  int kernels_seen = 0;
+  for (const Case& c : {Case{"jordan_ns5", "standard", 128, 512, CudaVariant::Kind::FusedSmall}, Case{"jordan_ns5", "gram", 96, 384, CudaVariant::Kind::FusedSmall},
+                        Case{"jordan_ns5", "gram", 256, 1024, CudaVariant::Kind::Generated}, Case{"polar_express5", "standard", 64, 256, CudaVariant::Kind::FusedSmall}}) {
+    SCOPED_TRACE(std::string(c.program) + " " + c.strategy + " " + std::to_string(c.rows) + "x" + std::to_string(c.cols));
+    CudaVariant variant;
+    variant.kind = c.kind;
+    const CudaProgram program = generate_variant(schedule(c.program, c.rows, c.cols, 2, c.strategy), variant);
+    const NvrtcOutput output = compile_cuda(program.source, kernels::cuda_device_headers(), "compute_80");
+    const std::string ptx(output.image.begin(), output.image.end());
+    size_t at = 0;
+    while ((at = ptx.find(".entry ", at)) != std::string::npos) {
+      const size_t end = ptx.find("\n}\n", at);
+      const std::string body = ptx.substr(at, end - at), name = body.substr(7, body.find('(') - 7);
+      ++kernels_seen;
+      std::istringstream lines(body);
+      for (std::string line; std::getline(lines, line);)
+        if ((line.find("fma.rn.f32") != std::string::npos || line.find("fma.rn.f64") != std::string::npos) && line.find("0f41000000") == std::string::npos)
+          ADD_FAILURE() << name << ": a contracted sum: " << line;
+      at = end;
+    }
+  }
+  EXPECT_GE(kernels_seen, 6);
+}
+
+// The vendor baselines' own kernels (the scaled norm, the casts) compile for sm_80 and sm_90, each
+// kernel reported by ptxas, none spilling, and their sums are not contracted either.
+TEST(CudaCodegen, BaselineKernelsCompileWithoutSpills) {
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    const NvrtcOutput output = compile_cuda(baseline_kernel_source(), kernels::cuda_device_headers(), arch, "baseline_kernels.cu");
+    for (const char* name : {"baseline_largest", "baseline_sum_squares", "baseline_scale_cast", "baseline_output", "baseline_add_identity"}) {
+      const auto found = output.resources.find(name);
+      ASSERT_NE(found, output.resources.end()) << name << " on " << arch << "\n" << output.log;
+      EXPECT_EQ(found->second.spill_store_bytes + found->second.spill_load_bytes, 0) << name << " on " << arch;
+    }
+  }
+  const NvrtcOutput ptx = compile_cuda(baseline_kernel_source(), kernels::cuda_device_headers(), "compute_80", "baseline_kernels.cu");
+  const std::string text(ptx.image.begin(), ptx.image.end());
+  EXPECT_EQ(text.find("fma.rn.f32"), std::string::npos) << "a contracted sum in the baseline kernels";
 }
 
 TEST(CudaCodegen, TriangularProductsLaunchTheUpperTilesOnly) {

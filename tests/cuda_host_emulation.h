@@ -12,9 +12,14 @@
 //     `extern __shared__` (the fused kernel's dynamic shared memory) cannot be `static`; a source
 //     that declares only that defines OJ_EMULATION_DYNAMIC_SHARED_ONLY first, and the declaration
 //     binds to `shared_memory` below (poisoned before every CTA).
-//   * Only the PTX-backed vocabulary is replaced (conversions, mma, upper_tile, block_sum), with the
-//     same rounding (to nearest even); the m16n8k16 MMA is a warp collective: every lane posts its
-//     fragments, then computes its own four outputs from the whole warp's (f32 sums in k order).
+//   * Only the PTX-backed vocabulary is replaced (conversions, mma, upper_tile, block_sum); the
+//     conversions round as the device does (to nearest even). The m16n8k16 MMA is a warp
+//     collective: every lane posts its fragments, then computes its own four outputs from the whole
+//     warp's, as f32 sums in k order rounded to nearest. The device's MMA is not that: the PTX ISA
+//     leaves the order and rounding of its inner sums unspecified, and measured tensor cores align
+//     the exact products and truncate (Fasi et al., "Numerical behavior of NVIDIA tensor cores",
+//     PeerJ Comput. Sci. 2021). So a product is never compared bit for bit with the device;
+//     every device check is a tolerance argued from K·2^-24 per sum.
 //   * uint4 checks the 16-byte alignment of every vector load and store: on the GPU a misaligned
 //     one is a fault, here it aborts with a message.
 //

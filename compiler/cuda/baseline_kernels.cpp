@@ -7,28 +7,53 @@
 namespace orthojit::cuda {
 namespace {
 
-// Sum of squares per matrix with atomics: the order is not fixed, as in the frameworks.
+// The norm as the generated kernels take it (compiler/ir/norm_scale.h): the largest |g| first, a
+// power-of-two scale from it, then the sum of the scaled squares, so that neither overflows nor
+// underflows in f32 (unscaled, ‖g‖² of a 1024x4096 matrix is infinite from |g| near 1e16, and
+// every square is 0 below 1e-23). Per matrix with atomics, so the order is not fixed (as in the
+// frameworks): `stats` holds the largest magnitude's bits (non-negative floats order as their
+// bits; NaN above +inf) and the sum, a pair per matrix.
 constexpr const char* kSource = R"(#include "orthojit_device.cuh"
-extern "C" __global__ void __launch_bounds__(256) baseline_sum_squares(const float* __restrict__ g, long long per_matrix, float* __restrict__ sums) {
+extern "C" __global__ void __launch_bounds__(256) baseline_largest(const float* __restrict__ g, long long per_matrix, unsigned* __restrict__ stats) {
+  __shared__ unsigned scratch[256];
+  const long long z = blockIdx.z;
+  unsigned largest = 0;
+  for (long long e = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x; e < per_matrix; e += static_cast<long long>(gridDim.x) * 256) {
+    const unsigned bits = __float_as_uint(g[z * per_matrix + e]) & 0x7fffffffu;
+    largest = bits > largest ? bits : largest;
+  }
+  scratch[threadIdx.x] = largest;
+  __syncthreads();
+  for (int width = 128; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width && scratch[threadIdx.x + width] > scratch[threadIdx.x]) scratch[threadIdx.x] = scratch[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicMax(&stats[2 * z], scratch[0]);
+}
+__device__ __forceinline__ float baseline_scale(const unsigned* stats, long long z) { return oj::norm_scale(__uint_as_float(stats[2 * z])); }
+extern "C" __global__ void __launch_bounds__(256) baseline_sum_squares(const float* __restrict__ g, long long per_matrix, unsigned* __restrict__ stats) {
   __shared__ float scratch[256];
   const long long z = blockIdx.z;
+  const float scale = baseline_scale(stats, z);
   float sum = 0.0f;
   for (long long e = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x; e < per_matrix; e += static_cast<long long>(gridDim.x) * 256) {
-    const float v = g[z * per_matrix + e];
-    sum += v * v;
+    const float v = g[z * per_matrix + e] * scale;
+    sum = oj::f32_add(sum, oj::f32_mul(v, v));
   }
   sum = oj::block_sum<float, 256>(sum, scratch);
-  if (threadIdx.x == 0) atomicAdd(&sums[z], sum);
+  if (threadIdx.x == 0) atomicAdd(reinterpret_cast<float*>(&stats[2 * z + 1]), sum);
 }
-// x (row-major, m x n with m <= n) = cast(g / (safety·‖g‖ + eps)), transposing a tall g.
+// x (row-major, m x n with m <= n) = cast(g / (safety·‖g‖ + eps)), transposing a tall g; in the
+// scaled units: s·g / (safety·‖s·g‖ + s·eps).
 extern "C" __global__ void __launch_bounds__(256) baseline_scale_cast(const float* __restrict__ g, int rows, int cols, int transpose,
-    const float* __restrict__ sums, float safety, float eps, int clamp, int f16, unsigned short* __restrict__ x) {
+    const unsigned* __restrict__ stats, float safety, float eps, int clamp, int f16, unsigned short* __restrict__ x) {
   const long long z = blockIdx.z, per_matrix = static_cast<long long>(rows) * cols;
-  const float norm = sqrtf(sums[z]) * safety;
-  const float denominator = clamp ? fmaxf(norm, eps) : norm + eps;
+  const float scale = baseline_scale(stats, z);
+  const float norm = oj::f32_mul(sqrtf(__uint_as_float(stats[2 * z + 1])), safety), scaled_eps = oj::f32_mul(eps, scale);
+  const float denominator = clamp ? (norm > scaled_eps ? norm : scaled_eps) : oj::f32_add(norm, scaled_eps);
   for (long long e = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x; e < per_matrix; e += static_cast<long long>(gridDim.x) * 256) {
     const long long i = e / cols, j = e % cols;
-    const float v = g[z * per_matrix + e] / denominator;
+    const float v = g[z * per_matrix + e] * scale / denominator;
     x[z * per_matrix + (transpose ? j * rows + i : e)] = f16 ? oj::f32_to_f16(v) : oj::f32_to_bf16(v);
   }
 }
@@ -55,6 +80,8 @@ unsigned elementwise_blocks(int64_t elements) { return static_cast<unsigned>(std
 
 }  // namespace
 
+const char* baseline_kernel_source() { return kSource; }
+
 const BaselineKernels& baseline_kernels(const NamedSources& headers) {
   static BaselineKernels kernels;
   static std::once_flag once;
@@ -66,6 +93,7 @@ const BaselineKernels& baseline_kernels(const NamedSources& headers) {
     image.push_back('\0');
     BaselineKernels loaded;
     check(device.api().cuModuleLoadData(&loaded.module, image.data()), "cuModuleLoadData(baseline kernels)");
+    check(device.api().cuModuleGetFunction(&loaded.largest, loaded.module, "baseline_largest"), "cuModuleGetFunction");
     check(device.api().cuModuleGetFunction(&loaded.sum_squares, loaded.module, "baseline_sum_squares"), "cuModuleGetFunction");
     check(device.api().cuModuleGetFunction(&loaded.scale_cast, loaded.module, "baseline_scale_cast"), "cuModuleGetFunction");
     check(device.api().cuModuleGetFunction(&loaded.output, loaded.module, "baseline_output"), "cuModuleGetFunction");
@@ -83,7 +111,9 @@ void enqueue_baseline_normalize(const BaselineKernels& kernels, CUdeviceptr g, i
   float safety = static_cast<float>(normalization.safety), eps = static_cast<float>(normalization.eps);
   int clamp = normalization.mode == dsl::Normalization::Mode::Clamp ? 1 : 0;
   const unsigned blocks = elementwise_blocks(per_matrix), matrices = static_cast<unsigned>(batch);
-  check(api.cuMemsetD32Async(sums, 0, static_cast<size_t>(batch), stream), "cuMemsetD32Async");
+  check(api.cuMemsetD32Async(sums, 0, static_cast<size_t>(2 * batch), stream), "cuMemsetD32Async");
+  void* largest_parameters[] = {&g, &per_matrix, &sums};
+  check(api.cuLaunchKernel(kernels.largest, blocks, 1, matrices, 256, 1, 1, 0, stream, largest_parameters, nullptr), "baseline_largest");
   void* sum_parameters[] = {&g, &per_matrix, &sums};
   check(api.cuLaunchKernel(kernels.sum_squares, blocks, 1, matrices, 256, 1, 1, 0, stream, sum_parameters, nullptr), "baseline_sum_squares");
   void* scale_parameters[] = {&g, &rows32, &cols32, &transpose, &sums, &safety, &eps, &clamp, &half, &x};

@@ -15,14 +15,18 @@ namespace orthojit::cuda {
 
 struct BaselineKernels {
   CUmodule module = nullptr;
-  CUfunction sum_squares = nullptr, scale_cast = nullptr, output = nullptr, add_identity = nullptr;
+  CUfunction largest = nullptr, sum_squares = nullptr, scale_cast = nullptr, output = nullptr, add_identity = nullptr;
 };
 
+// Their CUDA source (for the compile checks).
+const char* baseline_kernel_source();
 // Compiles and loads the kernels (once; `headers` is the device vocabulary they include).
 const BaselineKernels& baseline_kernels(const NamedSources& headers);
 
 // x (16-bit, row-major m x n with m <= n) = cast(g / (safety·‖g‖ + eps)) per matrix of the batch,
-// transposing when rows > cols; `sums` holds `batch` floats of scratch.
+// transposing when rows > cols, the norm taken with a power-of-two scale as the generated kernels
+// take it; `sums` holds 2·batch floats of scratch (baseline_norm_scratch_bytes).
+inline int64_t baseline_norm_scratch_bytes(int64_t batch) { return 8 * batch; }
 void enqueue_baseline_normalize(const BaselineKernels& kernels, CUdeviceptr g, int64_t batch, int64_t rows, int64_t cols, bool f16,
                                 const dsl::Normalization& normalization, CUdeviceptr sums, CUdeviceptr x, CUstream stream);
 // out (f32, the user's rows x cols) = x (16-bit, oriented), per matrix.

@@ -87,4 +87,17 @@ inline std::string f64_literal(double value) {
 // A constant of the accumulator type a kernel reduces in: double (f64 norms) or float.
 inline std::string accumulator_literal(double value, bool f64) { return f64 ? f64_literal(value) : literal(value); }
 
+// `sum + factor·value` in f32 (or f64), each operation rounded on its own: NVRTC compiles with
+// --fmad=true and would contract a plain `sum += factor * value` into one FMA, which the host
+// emulation (-ffp-contract=off) and the CPU backend do not, so the device would not give their
+// bits. The primitives are __fadd_rn/__fmul_rn (orthojit_device_primitives.cuh).
+inline std::string rounded_add_product(const std::string& sum, const std::string& factor, const std::string& value, bool f64 = false) {
+  const char* kind = f64 ? "f64" : "f32";
+  return std::string("oj::") + kind + "_add(" + sum + ", oj::" + kind + "_mul(" + factor + ", " + value + "))";
+}
+inline std::string rounded_add(const std::string& a, const std::string& b, bool f64 = false) {
+  return std::string("oj::") + (f64 ? "f64" : "f32") + "_add(" + a + ", " + b + ")";
+}
+inline std::string rounded_product(const std::string& factor, const std::string& value) { return "oj::f32_mul(" + factor + ", " + value + ")"; }
+
 }  // namespace orthojit::cuda

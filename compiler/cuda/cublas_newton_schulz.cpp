@@ -115,7 +115,7 @@ CublasNewtonSchulz::CublasNewtonSchulz(int64_t batch, int64_t rows, int64_t cols
   s.x_next = DeviceBuffer(batch * s.m * s.n * 2);
   s.a = DeviceBuffer(batch * s.m * s.m * 2);
   s.b = DeviceBuffer(batch * s.m * s.m * 2);
-  s.sums = DeviceBuffer(batch * 4);
+  s.sums = DeviceBuffer(baseline_norm_scratch_bytes(batch));
   baseline_kernels(s.headers);
 }
 

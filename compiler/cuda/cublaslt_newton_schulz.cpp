@@ -221,7 +221,7 @@ CublasLtNewtonSchulz::CublasLtNewtonSchulz(int64_t batch, int64_t rows, int64_t 
       check(device.api().cuMemsetD8Async(s.buffers[i].get(), 0, static_cast<size_t>(s.buffers[i].bytes()), nullptr), "cuMemsetD8Async");
   s.workspace = DeviceBuffer(static_cast<int64_t>(kWorkspaceBytes));
   auto pointer = [&](int buffer) { return reinterpret_cast<void*>(s.buffers[static_cast<size_t>(buffer)].get()); };
-  s.sums = DeviceBuffer(batch * 4);
+  s.sums = DeviceBuffer(baseline_norm_scratch_bytes(batch));
   const cudaDataType type = storage == ScalarType::F16 ? CUDA_R_16F : CUDA_R_16BF;
   cublasLtMatmulPreference_t preference = nullptr;
   check_lt(api.cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");

@@ -237,6 +237,9 @@ std::string variant_unavailable_reason(const ir::Function& scheduled, const Cuda
   const bool sixteen_bit = scheduled.policy.storage == ScalarType::BF16 || scheduled.policy.storage == ScalarType::F16;
   if (scheduled.muon_step && variant.kind != CudaVariant::Kind::Generated && variant.kind != CudaVariant::Kind::FusedSmall)
     return "a Muon step (momentum and update fused into the iteration) is compiled by the generated and fused-small variants only";
+  // The vendor baselines' own kernels (baseline_kernels.cpp) put the batch in grid.z.
+  if ((variant.kind == CudaVariant::Kind::Cublas || variant.kind == CudaVariant::Kind::Cublaslt) && scheduled.batch > 65535)
+    return "a batch of " + std::to_string(scheduled.batch) + " matrices: the vendor baselines' normalize and output kernels take at most 65535 (grid.z)";
   switch (variant.kind) {
     case CudaVariant::Kind::Generated:
       return sixteen_bit ? "" : "the CUDA backend runs products on bf16 or f16 storage; this program stores " + std::string(to_string(scheduled.policy.storage)) + " (add --precision bf16 or f16)";

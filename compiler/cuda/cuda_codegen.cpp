@@ -64,7 +64,7 @@ std::string normalize_denominator(const ir::Node& node, int64_t blocks, int64_t 
        << "    for (int b = 0; b < " << blocks << "; ++b) total += partials[" << ll(partial_offset) << " + blockIdx.z * " << ll(blocks) << " + b];\n"
        << "    const " << acc << " norm = sqrt(total) * (" << acc << ")" << accumulator_literal(norm.safety, f64) << ";\n"
        << "    const " << acc << " eps = (" << acc << ")" << accumulator_literal(norm.eps, f64) << " * scale;\n"
-       << "    denominator_shared = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)") << ");\n"
+       << "    denominator_shared = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? rounded_add("norm", "eps", f64) : "(norm > eps ? norm : eps)") << ");\n"
        << "  }\n  __syncthreads();\n  const float denominator = denominator_shared;\n";
   return code.str();
 }
@@ -105,7 +105,7 @@ void emit_momentum_normalize(std::ostringstream& source, CudaProgram& program, c
          << "  __shared__ " << acc << " scratch[256];\n  " << acc << " sum = 0;\n"
          << elementwise_loop(rows, cols) << pointers << offset
          << "    const double gi = static_cast<double>(static_cast<float>(grad_load(g[off])));\n"
-         << "    const " << acc << " v = oj_update_value(gi, m[off], beta) * scale;\n    sum += v * v;\n  }\n"
+         << "    const " << acc << " v = oj_update_value(gi, m[off], beta) * scale;\n    sum = " << rounded_add_product("sum", "v", "v", f64) << ";\n  }\n"
          << "  sum = oj::block_sum<" << acc << ", 256>(sum, scratch);\n"
          << "  if (threadIdx.x == 0) partials[" << ll(partial_offset) << " + z * " << ll(blocks) << " + blockIdx.x] = sum;\n}\n\n";
   program.launches.push_back({name + "_partial", {blocks, 1, batch}, 256, 256 * (f64 ? 8 : 4), {{Slot::Kind::StepArgs, -1}, {Slot::Kind::NormPartials, -1}},
@@ -304,7 +304,7 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                << "  __shared__ " << acc << " scratch[256];\n"
                << "  " << acc << " sum = 0;\n"
                << elementwise_loop(rows, cols) << "    const " << acc << " v = " << storage_tag(x.type) << "::load(" << element(x, "x") << ") * scale;\n"
-               << "    sum += v * v;\n  }\n"
+               << "    sum = " << rounded_add_product("sum", "v", "v", f64) << ";\n  }\n"
                << "  sum = oj::block_sum<" << acc << ", 256>(sum, scratch);\n"
                << "  if (threadIdx.x == 0) partials[" << ll(partial_offset) << " + z * " << ll(blocks) << " + blockIdx.x] = sum;\n}\n\n";
         program.launches.push_back({name + "_partial", {blocks, 1, function.batch}, 256, 256 * (f64 ? 8 : 4), {x.slot, {Slot::Kind::NormPartials, -1}},
@@ -330,8 +330,9 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                << ") {\n" << elementwise_loop(rows, cols) << "    float v = i == j ? " << literal(node.gamma)
                << " : 0.0f;\n";
         for (size_t k = 0; k < node.operands.size(); ++k)
-          source << "    v += " << literal(node.coefficients[k]) << " * " << storage_tag(operand(k).type) << "::load(" << element(operand(k), "t" + std::to_string(k))
-                 << ");\n";
+          source << "    v = "
+                 << rounded_add_product("v", literal(node.coefficients[k]), std::string(storage_tag(operand(k).type)) + "::load(" + element(operand(k), "t" + std::to_string(k)) + ")")
+                 << ";\n";
         if (carries_update[index]) {
           source << "    const oj::u64* io = args + z * " << ir::kMuonStepWords << ";\n" << update_store(node, "    ") << "  }\n}\n\n";
           args.push_back({Slot::Kind::StepArgs, -1});
@@ -430,10 +431,10 @@ CudaProgram generate_cuda(const ir::Function& function, const CodegenOptions& op
                    << (has_c ? pointer_type(operand(2)) + " __restrict__ c, " : std::string()) << storage_tag(out.type) << "::storage* __restrict__ out) {\n"
                    << elementwise_loop(m, n) << "    float sum = 0.0f;\n#pragma unroll\n"
                    << "    for (int s = 0; s < " << splits << "; ++s) sum += w[(z * " << splits << " + s) * " << ll(m * pitch) << " + i * " << ll(pitch) << " + j];\n"
-                   << "    float v = " << literal(node.alpha) << " * sum;\n";
+                   << "    float v = " << rounded_product(literal(node.alpha), "sum") << ";\n";
             std::vector<Slot> args = {split_partials.slot};
             if (has_c) {
-              source << "    v += " << literal(node.beta) << " * " << storage_tag(operand(2).type) << "::load(" << element(operand(2), "c") << ");\n";
+              source << "    v = " << rounded_add_product("v", literal(node.beta), std::string(storage_tag(operand(2).type)) + "::load(" + element(operand(2), "c") + ")") << ";\n";
               args.push_back(operand(2).slot);
             }
             if (node.gamma != 0) source << "    if (i == j) v += " << literal(node.gamma) << ";\n";

@@ -377,11 +377,11 @@ class Generator {
          << "    largest = oj::block_max<" << acc << ", THREADS>(largest, reinterpret_cast<" << acc << "*>(shared_memory));\n"
          << "    const float scale = oj::norm_scale(largest);\n"
          << "    " << acc << " sum = 0;\n"
-         << loop << "      const " << acc << " v = oj_update_value(gi, m[off], beta) * scale;\n      sum += v * v;\n    }\n"
+         << loop << "      const " << acc << " v = oj_update_value(gi, m[off], beta) * scale;\n      sum = " << rounded_add_product("sum", "v", "v", f64) << ";\n    }\n"
          << "    sum = oj::block_sum<" << acc << ", THREADS>(sum, reinterpret_cast<" << acc << "*>(shared_memory));\n"
          << "    const " << acc << " norm = sqrt(sum) * (" << acc << ")" << accumulator_literal(norm.safety, f64) << ";\n"
          << "    const " << acc << " eps = (" << acc << ")" << accumulator_literal(norm.eps, f64) << " * scale;\n"
-         << "    const float denominator = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)")
+         << "    const float denominator = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? rounded_add("norm", "eps", f64) : "(norm > eps ? norm : eps)")
          << ");\n"
          << loop << "      " << out.at("i", "j") << " = " << storage_tag(out.type) << "::store(oj_update_value(gi, m[off], beta) * scale / denominator);\n    }\n"
          << "  }\n  __syncthreads();\n";
@@ -409,11 +409,11 @@ class Generator {
          << "    " << acc << " sum = 0;\n"
          << "    for (int e = static_cast<int>(threadIdx.x); e < " << x.rows * x.cols << "; e += THREADS) {\n"
          << "      const int i = e / " << x.cols << ", j = e % " << x.cols << ";\n"
-         << "      const " << acc << " v = " << load(x) << " * scale;\n      sum += v * v;\n    }\n"
+         << "      const " << acc << " v = " << load(x) << " * scale;\n      sum = " << rounded_add_product("sum", "v", "v", f64) << ";\n    }\n"
          << "    sum = oj::block_sum<" << acc << ", THREADS>(sum, reinterpret_cast<" << acc << "*>(shared_memory));\n"
          << "    const " << acc << " norm = sqrt(sum) * (" << acc << ")" << accumulator_literal(norm.safety, f64) << ";\n"
          << "    const " << acc << " eps = (" << acc << ")" << accumulator_literal(norm.eps, f64) << " * scale;\n"
-         << "    const float denominator = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? "norm + eps" : "(norm > eps ? norm : eps)")
+         << "    const float denominator = (float)(" << (norm.mode == dsl::Normalization::Mode::Add ? rounded_add("norm", "eps", f64) : "(norm > eps ? norm : eps)")
          << ");\n"
          << "    for (int e = static_cast<int>(threadIdx.x); e < " << out.rows * out.cols << "; e += THREADS) {\n"
          << "      const int i = e / " << out.cols << ", j = e % " << out.cols << ";\n"
@@ -425,7 +425,7 @@ class Generator {
   std::string lincomb(const ir::Node& node, const std::string& label, const View& out, bool carries_update) const {
     return elementwise(std::string(carries_update ? "lincomb + Muon update " : "lincomb ") + label, out, [&] {
       std::string inner = "    float v = i == j ? " + literal(node.gamma) + " : 0.0f;\n";
-      for (size_t k = 0; k < node.operands.size(); ++k) inner += "    v += " + literal(node.coefficients[k]) + " * " + load(operand(node, k)) + ";\n";
+      for (size_t k = 0; k < node.operands.size(); ++k) inner += "    v = " + rounded_add_product("v", literal(node.coefficients[k]), load(operand(node, k))) + ";\n";
       if (carries_update) return inner + update_store(out.type, "    ");
       return inner + "    " + out.at("i", "j") + " = " + storage_tag(out.type) + "::store(v);\n";
     });
@@ -457,8 +457,8 @@ class Generator {
          << "      " << fragment_source(a) << ",\n"
          << "      " << fragment_source(b.transposed()) << ",\n"
          << "      [&](int i, int j, float acc) {\n"
-         << "        float v = " << literal(node.alpha) << " * acc;\n";
-    if (has_c) code << "        v += " << literal(node.beta) << " * " << load(operand(node, 2)) << ";\n";
+         << "        float v = " << rounded_product(literal(node.alpha), "acc") << ";\n";
+    if (has_c) code << "        v = " << rounded_add_product("v", literal(node.beta), load(operand(node, 2))) << ";\n";
     if (node.gamma != 0) code << "        if (i == j) v += " << literal(node.gamma) << ";\n";
     if (carries_update) {  // the last X goes into the parameter, not into a buffer
       if (upper) throw std::logic_error("fused-small: a Muon update on a triangular product");
