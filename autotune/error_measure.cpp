@@ -1,6 +1,8 @@
 // The error measure and its bounds (see error_measure.h).
 #include "autotune/error_measure.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,11 +19,22 @@ ErrorMeasure measure_error(const float* candidate, const double* reference, int6
     double reference_squares = 0, error_squares = 0;
     for (int64_t e = 0; e < per_matrix; ++e) {
       const double value = c[e];
-      if (!std::isfinite(value)) measure.finite = false;
+      if (!std::isfinite(r[e])) measure.reference_finite = false;
+      if (!std::isfinite(value)) {
+        if (measure.nonfinite_count++ == 0) {
+          measure.first_nonfinite_row = e / std::max<int64_t>(cols, 1);
+          measure.first_nonfinite_col = e % std::max<int64_t>(cols, 1);
+        }
+        uint32_t bits = 0;
+        std::memcpy(&bits, &c[e], 4);
+        measure.poison_count += bits == 0xffffffffu;
+        measure.finite = false;
+      }
       error_squares += (value - r[e]) * (value - r[e]);
       reference_squares += r[e] * r[e];
     }
-    if (!measure.finite) {
+    // A NaN or an infinity in the reference would make every comparison below false (error 0).
+    if (!measure.finite || !measure.reference_finite) {
       measure.tile = measure.frobenius = std::numeric_limits<double>::infinity();
       measure.tile_matrix = measure.frobenius_matrix = z;
       return measure;
@@ -130,13 +143,23 @@ ErrorBounds error_bounds(const ir::Function& function) {
 }
 
 bool within(const ErrorMeasure& measure, const ErrorBounds& bounds) {
-  return measure.finite && measure.tile <= bounds.tile && measure.frobenius <= bounds.frobenius;
+  return measure.finite && measure.reference_finite && measure.tile <= bounds.tile && measure.frobenius <= bounds.frobenius;
 }
 
 std::string describe_violation(const ErrorMeasure& measure, const ErrorBounds& bounds, int64_t rows, int64_t cols) {
-  char text[240];
+  char text[320];
+  if (!measure.reference_finite) {
+    std::snprintf(text, sizeof text,
+                  "the f64 reference is not finite in matrix %lld (the iteration overflows in this storage type for this input): nothing can be judged "
+                  "against it",
+                  static_cast<long long>(measure.tile_matrix));
+    return text;
+  }
   if (!measure.finite) {
-    std::snprintf(text, sizeof text, "non-finite output in matrix %lld", static_cast<long long>(measure.tile_matrix));
+    std::snprintf(text, sizeof text, "non-finite output in matrix %lld: %lld of its %lld values (%lld still the poison: never written), the first at (%lld, %lld)",
+                  static_cast<long long>(measure.tile_matrix), static_cast<long long>(measure.nonfinite_count), static_cast<long long>(rows * cols),
+                  static_cast<long long>(measure.poison_count), static_cast<long long>(measure.first_nonfinite_row),
+                  static_cast<long long>(measure.first_nonfinite_col));
     return text;
   }
   if (measure.tile > bounds.tile) {

@@ -41,6 +41,12 @@ struct ErrorMeasure {
   int64_t tile_matrix = 0, tile_row = 0, tile_col = 0;  // where the worst tile starts (matrix: index among those measured)
   int64_t frobenius_matrix = 0;
   bool finite = true;  // false: a candidate value is NaN or infinite (then tile and frobenius are infinite)
+  // Where finite is false (in matrix tile_matrix): how many values, how many of them still the
+  // poison the outputs are filled with before a run (all bits set: never written), the first one.
+  int64_t nonfinite_count = 0, poison_count = 0, first_nonfinite_row = 0, first_nonfinite_col = 0;
+  // false: the f64 reference itself has a NaN or an infinity (the iteration overflows in this
+  // storage type for this input), so no candidate can be judged against it; within() is false.
+  bool reference_finite = true;
 };
 
 // The floor of a tile's scale, relative to its matrix's RMS: a tile whose reference values are

@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "cuda/program_cache.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/hopper_product.h"
 #include "cuda/sm90a_switch.h"
@@ -86,7 +87,7 @@ std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, 
       outcome.name = "hopper product " + spec.kernel_name() + " (NVRTC sm_90a)";
       log.begin(outcome.name);
       try {
-        cuda::compile_cuda(cuda::hopper_product_source(spec), headers, "sm_90a");
+        cuda::ProgramCache::process_default().get_or_compile(cuda::hopper_product_source(spec), headers, "sm_90a");  // as HopperProduct does
         outcome.ok = true;
       } catch (const std::exception& error) {
         outcome.message = error.what();

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "autotune/error_measure.h"
+#include "cuda/program_cache.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/sm90a_switch.h"
@@ -139,7 +140,9 @@ std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, con
       try {
         // The opt-in shared memory and SM count of an H100/H200 (the hopper tile's plan needs them).
         const cuda::CudaProgram program = cuda::generate_variant(schedule(c, true), c.variant, 227 * 1024, 132);
-        cuda::compile_cuda(program.source, headers, needs_90 ? "sm_90a" : host_target);
+        // Through the program cache, as the device run compiles it (so scripts/gpu-kit's prewarm
+        // holds it too).
+        cuda::ProgramCache::process_default().get_or_compile(program.source, headers, program.compile_target(host_target));
         outcome.ok = true;
       } catch (const std::exception& error) {
         outcome.message = error.what();

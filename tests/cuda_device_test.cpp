@@ -235,6 +235,13 @@ int main(int argc, char** argv) {
         functions[index] = schedule(programs[index], c);
         std::string why = cuda::variant_unavailable_reason(functions[index], c.variant, shared_limit);
         if (why.empty() && c.variant.needs_sm90a() && target_sm != 90) why = "the sm_90a tile runs on compute capability 9.0 only (target " + target + ")";
+        // Gram on a square matrix in 16-bit storage is outside the error bounds even when every
+        // kernel is right (autotune/error_measure.cpp: the CPU engines and the emulated kernels
+        // measure 1.0 to 6 against the bf16 tile bound 0.5 on 192x192, deepseek_v4's reference
+        // overflows), so a correct device would fail it; the square shape checks the standard
+        // strategy, gram runs on the others.
+        if (why.empty() && c.strategy == ir::StrategyKind::Gram && c.shape.rows == c.shape.cols)
+          why = "gram on a square matrix: ill-conditioned in 16-bit storage, outside the error bounds for correct kernels too";
         if (!why.empty()) {
           outcomes[index].skipped = true;
           outcomes[index].message = why;

@@ -56,6 +56,16 @@ TEST(CudaSearchSpace, DefaultLeadsAndNoCandidateRepeats) {
   for (const auto& candidate : candidates) EXPECT_TRUE(labels.insert(candidate.label()).second) << candidate.label() << " twice";
   // strategies x (default tiles + each tile + the sm_90a tile + fused + cublas + cublaslt)
   EXPECT_EQ(candidates.size(), space.strategies.size() * (space.tiles.size() + 5));
+  // Everything that costs no or one compile, for every strategy, before the first explicit tile
+  // (a short budget reaches the vendor libraries).
+  size_t first_tile = candidates.size(), last_cheap = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::string& variant = candidates[i].variant;
+    const bool tile = variant.rfind("generated ", 0) == 0 && variant != "generated hopper";
+    if (tile) first_tile = std::min(first_tile, i);
+    else last_cheap = i;
+  }
+  EXPECT_LT(last_cheap, first_tile) << candidates[last_cheap].label() << " after " << candidates[first_tile].label();
 }
 
 TEST(CudaSearchSpace, PruningSaysWhy) {

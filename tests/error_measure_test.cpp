@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -171,6 +173,36 @@ TEST_F(PlantedErrors, ATransposedOutputIsRejected) {
   const CheckResult second = compare(output, *square_reference_);
   EXPECT_FALSE(second.ok);
   EXPECT_EQ(second.measure.tile_matrix, 1);
+}
+
+// A reference with a NaN or an infinity (an iteration that overflows in its storage type) judges
+// nothing: any comparison with it is false, so before this check a garbage candidate measured
+// error 0 and passed. And a non-finite candidate says how many values, how many never written (the
+// all-ones poison) and where the first is.
+TEST(ErrorMeasure, ANonFiniteReferenceJudgesNothingAndNonFiniteOutputsAreLocated) {
+  const int64_t rows = 20, cols = 40;
+  const std::vector<double> values = reference::gaussian_values(rows * cols * 2, 31);
+  std::vector<double> reference(values.begin(), values.end());
+  std::vector<float> garbage(reference.size(), 123.0f);
+  const ErrorBounds bounds = error_bounds(ScalarType::BF16, ScalarType::F32, cols);
+  reference[rows * cols + 7] = std::numeric_limits<double>::quiet_NaN();  // matrix 1
+  const ErrorMeasure against_nan = measure_error(garbage.data(), reference.data(), rows, cols, 2);
+  EXPECT_FALSE(within(against_nan, bounds));
+  EXPECT_NE(describe_violation(against_nan, bounds, rows, cols).find("the f64 reference is not finite in matrix 1"), std::string::npos)
+      << describe_violation(against_nan, bounds, rows, cols);
+  reference[rows * cols + 7] = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(within(measure_error(garbage.data(), reference.data(), rows, cols, 2), bounds));
+
+  reference.assign(values.begin(), values.end());
+  std::vector<float> output(reference.begin(), reference.end());
+  uint32_t poison = 0xffffffffu;
+  std::memcpy(&output[rows * cols + 3 * cols + 5], &poison, 4);  // matrix 1, (3, 5): never written
+  std::memcpy(&output[rows * cols + 9 * cols + 1], &poison, 4);
+  output[rows * cols + 12 * cols + 2] = std::numeric_limits<float>::infinity();  // an overflow
+  const ErrorMeasure located = measure_error(output.data(), reference.data(), rows, cols, 2);
+  EXPECT_FALSE(within(located, bounds));
+  EXPECT_EQ(describe_violation(located, bounds, rows, cols),
+            "non-finite output in matrix 1: 3 of its 800 values (2 still the poison: never written), the first at (3, 5)");
 }
 
 TEST(CheckedMatrices, SmallBatchesWholeLargeOnesSampledWithBothEnds) {

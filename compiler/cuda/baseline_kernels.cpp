@@ -1,4 +1,5 @@
 // Normalization, output and diagonal kernels of the vendor-library baselines (see baseline_kernels.h).
+#include "cuda/program_cache.h"
 #include "cuda/baseline_kernels.h"
 
 #include <algorithm>
@@ -88,7 +89,7 @@ const BaselineKernels& baseline_kernels(const NamedSources& headers) {
   std::call_once(once, [&] {
     const Device& device = Device::get();
     device.make_current();
-    const NvrtcOutput compiled = compile_cuda(kSource, headers, device.compile_target(), "baseline_kernels.cu");
+    const NvrtcOutput compiled = ProgramCache::process_default().get_or_compile(kSource, headers, device.compile_target()).output;
     std::vector<char> image = compiled.image;
     image.push_back('\0');
     BaselineKernels loaded;

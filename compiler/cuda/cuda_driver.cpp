@@ -190,6 +190,14 @@ Device::Device() {
     throw std::runtime_error("the CUDA backend needs sm_80 or newer (bf16 tensor cores); " + info_.name + " is sm_" + std::to_string(info_.sm));
 }
 
+bool synchronize_each_launch() {
+  static const bool on = [] {
+    const char* text = std::getenv("ORTHOJIT_CUDA_SYNC_LAUNCHES");
+    return text && std::string(text) == "1";
+  }();
+  return on;
+}
+
 void Device::make_current() const { check(api_->cuCtxSetCurrent(context_), "cuCtxSetCurrent"); }
 
 void Device::make_current_quietly() const noexcept { api_->cuCtxSetCurrent(context_); }

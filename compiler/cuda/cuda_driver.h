@@ -87,6 +87,12 @@ const DriverApi* driver(std::string* unavailable_reason = nullptr);
 // Throws CudaError("what: CUDA_ERROR_X (description)") unless result is CUDA_SUCCESS.
 void check(CUresult result, const std::string& what);
 
+// ORTHOJIT_CUDA_SYNC_LAUNCHES=1: every generated launch is waited for, and an error names the
+// kernel that raised it (launches are asynchronous: otherwise a fault surfaces at the next
+// synchronization as "running <program>", 15 to 60 launches later). CUDA graphs are not captured
+// then. scripts/gpu-check's correctness phase sets it; read once per process.
+bool synchronize_each_launch();
+
 // The device orthojit runs on (Device::get says how it is chosen): its primary context (shared
 // with cuBLAS and every other runtime-API library in the process) and what the tuner and the
 // code generator need to know about it.

@@ -114,6 +114,8 @@ void CudaExecutable::launch_all(CUdeviceptr input, CUdeviceptr output, CUstream 
                                       static_cast<unsigned>(launch.grid[2]), static_cast<unsigned>(launch.block), 1, 1,
                                       static_cast<unsigned>(launch.dynamic_shared_bytes), stream, parameters.data(), nullptr),
           "cuLaunchKernel(" + launch.summary + ")");
+    if (synchronize_each_launch())
+      check(device.api().cuStreamSynchronize(stream), "running " + launch.kernel + " (" + launch.summary + "; ORTHOJIT_CUDA_SYNC_LAUNCHES=1 waits for each launch)");
   }
 }
 

@@ -1,4 +1,5 @@
 // The sm_90a product tile's host side (hopper_product.h).
+#include "cuda/program_cache.h"
 #include "cuda/hopper_product.h"
 
 #include <algorithm>
@@ -89,7 +90,8 @@ CUtensorMap encode_tensor_map(const TensorMapRequest& request, CUdeviceptr base)
 HopperProduct::HopperProduct(const HopperProductSpec& spec, const NamedSources& headers) : spec_(spec) {
   const Device& device = Device::get();
   device.make_current();
-  const NvrtcOutput compiled = compile_cuda(hopper_product_source(spec), headers, "sm_90a", spec.kernel_name() + ".cu");
+  // Through the process's program cache (memory and disk), like every generated program.
+  const NvrtcOutput compiled = ProgramCache::process_default().get_or_compile(hopper_product_source(spec), headers, "sm_90a").output;
   std::vector<char> image = compiled.image;
   image.push_back('\0');
   check(device.api().cuModuleLoadData(&module_, image.data()), "cuModuleLoadData(" + spec.kernel_name() + ")");

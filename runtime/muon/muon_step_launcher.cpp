@@ -59,6 +59,9 @@ MuonStepLauncher::~MuonStepLauncher() = default;
 void MuonStepLauncher::run(const std::vector<MuonStepGroup>& groups, void* stream, bool graphs) {
   bool all_device = !groups.empty();
   for (const MuonStepGroup& group : groups) all_device &= group.compiled->runs_on_device();
+#ifdef ORTHOJIT_HAVE_CUDA
+  if (cuda::synchronize_each_launch()) graphs = false;  // each launch waited for: nothing to capture
+#endif
   if (!graphs || !all_device) {
     for (const MuonStepGroup& group : groups) group.compiled->run_muon_step(group.matrices, stream);
     return;
