@@ -13,6 +13,7 @@
 #include "autotune/timing_harness.h"
 #include "autotune/tuning_loop.h"
 #include "autotune/tuning_record.h"
+#include "cuda/sticky_error.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/nvrtc_compiler.h"
 #include "kernels/cuda_device_headers.h"
@@ -145,6 +146,8 @@ class CudaTuningBackend : public TuningBackend {
   nlohmann::json bench_fields() override {
     return {{"timer", "CUDA events, L2 flushed (memset of 2x L2) before each run"}, {"device", cuda::Device::get().info().describe()}};
   }
+
+  std::string unusable_reason() override { return cuda::poisoned_context_reason(); }
 
   const CudaSearchSpace& space() const { return space_; }
 

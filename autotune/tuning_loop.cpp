@@ -305,12 +305,28 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
     }
   };
 
-  for (size_t index = 0; index < trials.size(); ++index) judge(index);
-  {
+  // A failure that leaves the backend unusable (a poisoned CUDA context) stops the judging: every
+  // later candidate would fail for its reason, and a retime would overwrite the checked timings.
+  std::string stopped;
+  auto judge_checked = [&](size_t index) {
+    if (!stopped.empty()) {
+      if (trials[index].status == TrialStatus::Pending) fail(trials[index], TrialStatus::Pruned, "not judged: " + stopped);
+      return;
+    }
+    judge(index);
+    const TrialStatus status = trials[index].status;
+    if (status != TrialStatus::RunFailed && status != TrialStatus::CompileFailed && status != TrialStatus::WrongResult) return;
+    if (const std::string why = backend.unusable_reason(); !why.empty()) {
+      stopped = "the candidate " + trials[index].label + " left the device unusable (" + why + ")";
+      trials[index].message += " [it poisoned the CUDA context: " + why + "]";
+    }
+  };
+  for (size_t index = 0; index < trials.size(); ++index) judge_checked(index);
+  if (stopped.empty()) {
     std::vector<Trial> more = backend.more_candidates(trials);
     const size_t before = trials.size();
     trials.insert(trials.end(), more.begin(), more.end());
-    for (size_t index = before; index < trials.size(); ++index) judge(index);
+    for (size_t index = before; index < trials.size(); ++index) judge_checked(index);
   }
 
   // The finalists: the fastest few timed again on the full iteration.
@@ -319,7 +335,9 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
     if (trials[i].status == TrialStatus::Ok) ranked.push_back(i);
   std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) { return trials[a].timing.p50_ms < trials[b].timing.p50_ms; });
   const size_t top = static_cast<size_t>(std::max(loop.retime_top, 1));
-  if (use_proxy) {
+  // After a stop nothing more runs: without the proxy the candidates checked and timed before it
+  // can still win; with it none can (a winner needs its full-iteration check).
+  if (use_proxy && stopped.empty()) {
     // One finalist's full-iteration timing; false when it failed (then it is wrong_result or
     // run_failed).
     auto retime_full = [&](size_t index, size_t remaining_finalists) {
@@ -362,7 +380,7 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
     // make the tuner record a winner slower than the default on the full iteration.
     for (size_t index : ranked)
       if (trials[index].is_default && trials[index].status == TrialStatus::Ok && !trials[index].finalist) retime_full(index, 1);
-  } else if (ranked.size() > 1) {
+  } else if (ranked.size() > 1 && stopped.empty()) {
     // Every candidate was timed on the full iteration: the top few again (noise on a shared
     // machine), their samples merged.
     for (size_t r = 0; r < std::min(ranked.size(), top); ++r) {
@@ -385,7 +403,8 @@ nlohmann::json run_tuning_loop(const TuneProblem& problem, const TuneSettings& s
     }
   }
 
-  nlohmann::json bench = backend.bench_fields();
+  nlohmann::json bench = stopped.empty() ? backend.bench_fields() : nlohmann::json::object();
+  if (!stopped.empty()) bench["stopped"] = stopped;
   bench["budget_s"] = settings.budget_seconds;
   bench["elapsed_s"] = elapsed_ms() / 1000;
   for (const auto& [phase, ms] : phase_ms) bench["seconds"][phase] = ms / 1000;

@@ -163,6 +163,11 @@ class TuningBackend {
   virtual std::unique_ptr<BuiltCandidate> build(size_t id, const dsl::Program& program, const ir::Function& schedule) = 0;
   // The backend's fields of the record's "bench" (timer, device, libraries).
   virtual nlohmann::json bench_fields() = 0;
+  // Asked after a candidate failed: empty while the backend can go on; else why every later
+  // candidate would fail for a reason that is not its own (CUDA: a context the fault poisoned).
+  // The loop then judges nothing more, says which candidate did it, and the record says
+  // "stopped" (runtime/records.cpp ends the tune there, keeping what was tuned).
+  virtual std::string unusable_reason() { return ""; }
 };
 
 struct LoopSettings {

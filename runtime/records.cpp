@@ -159,6 +159,10 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
   const auto& shapes = request.shapes;
   const auto& existing = target.existing;
   const bool interactive = report && ::isatty(::fileno(stderr)) != 0;
+  const bool log_lines = report && [] {
+    const char* text = std::getenv("ORTHOJIT_TUNE_LOG");
+    return text && std::string(text) == "1";
+  }();
   const auto started = std::chrono::steady_clock::now();
   TuneOutcome outcome;
   // The restarts every shape is tuned with. The search depends on the program's polynomials and
@@ -226,7 +230,13 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
       const std::string label = "[" + std::to_string(index + 1) + "/" + std::to_string(shapes.size()) + "] " + shape_text(shape.rows, shape.cols, shape.batch);
       settings.progress = [&](const autotune::TuneProgress& progress) {
         if (request.on_progress) request.on_progress(index, shapes.size(), shape_text(shape.rows, shape.cols, shape.batch), progress);
-        if (!interactive) return;  // a progress bar only on a terminal; logs get one line per shape
+        if (!interactive) {
+          // A log (scripts/gpu-check's tuner phase sets ORTHOJIT_TUNE_LOG=1) gets a flushed line
+          // per candidate and phase, so that a run killed while a kernel hangs names it.
+          if (log_lines) std::fprintf(stderr, "RUN %s [%d/%d] %s %s\n", label.c_str(), progress.candidate, progress.candidates, progress.label.c_str(),
+                                      progress.phase.c_str()), std::fflush(stderr);
+          return;  // a progress bar only on a terminal; logs get one line per shape
+        }
         const int width = 20, filled = progress.candidates ? width * (progress.candidate - 1) / progress.candidates : 0;
         std::fprintf(stderr, "\r%-24s [%s%s] %2d/%-2d %-6s %-36s", label.c_str(), std::string(static_cast<size_t>(filled), '#').c_str(),
                      std::string(static_cast<size_t>(width - filled), '.').c_str(), progress.candidate, progress.candidates, progress.phase.c_str(),
@@ -244,6 +254,11 @@ TuneOutcome run_tuning(const TuneRequest& request, const TuneTarget& target, boo
       std::string warning;
       autotune::merge_into_tuning_file(target.path, target.fingerprint, {{key.key, entry}}, &warning);
       if (!warning.empty()) std::fprintf(stderr, "warning: %s\n", warning.c_str());
+      // A candidate left the device unusable (autotune/tuning_loop.h unusable_reason): this
+      // shape's record is kept (what was checked before it), nothing later can run.
+      if (entry.contains("bench") && entry["bench"].contains("stopped"))
+        throw std::runtime_error("STICKY " + label + ": " + entry["bench"]["stopped"].get<std::string>() + "; the tune stops here (the records of " +
+                                 std::to_string(index + 1) + " shape(s) are in " + target.path + ")");
     }
     if (request.on_progress) request.on_progress(index, shapes.size(), shape_text(shape.rows, shape.cols, shape.batch), {1, 1, "", cached ? "cached" : "done"});
     nlohmann::json row = {{"rows", shape.rows}, {"cols", shape.cols}, {"batch", shape.batch}, {"count", shape.count}, {"cached", cached}};

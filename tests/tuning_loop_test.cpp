@@ -158,6 +158,53 @@ TEST_F(TuningLoop, PlantedWrongResultsAreRejectedAndNeverWin) {
   EXPECT_EQ(backend.log.full_timings["fast but wrong"] + backend.log.proxy_timings["fast but wrong"], 0) << "a wrong candidate was timed";
 }
 
+// A backend whose candidate "faulty" poisons the device when built (a kernel's illegal address
+// on a GPU): from then on every build fails, and unusable_reason says why.
+class PoisoningBackend : public FakeBackend {
+ public:
+  PoisoningBackend(const TuneProblem& problem, std::vector<FakeCandidate> candidates) : FakeBackend(problem, candidates) {
+    for (const auto& candidate : candidates) labels_.push_back(candidate.label);
+  }
+  std::unique_ptr<BuiltCandidate> build(size_t id, const dsl::Program& program, const ir::Function& schedule) override {
+    if (labels_.at(id) == "faulty") poisoned_ = true;
+    if (poisoned_) throw std::runtime_error("CUDA_ERROR_ILLEGAL_ADDRESS (planted)");
+    return FakeBackend::build(id, program, schedule);
+  }
+  std::string unusable_reason() override { return poisoned_ ? "cuCtxSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS (planted)" : ""; }
+
+ private:
+  std::vector<std::string> labels_;
+  bool poisoned_ = false;
+};
+
+// After a candidate poisons the device, nothing more is judged (every later candidate would fail
+// for its reason, and a retime would overwrite the checked timings as failures): the rest are
+// "not judged", the faulty one says it poisoned the context, the record says "stopped", and only
+// what was checked before can win.
+TEST_F(TuningLoop, ACandidateThatPoisonsTheDeviceStopsTheJudging) {
+  for (const LoopSettings& loop : {full_, proxy_}) {
+    PoisoningBackend backend(problem_, {{"a", ir::StrategyKind::Standard, 1.0}, {"faulty", ir::StrategyKind::Standard, 0.5},
+                                        {"fastest", ir::StrategyKind::Standard, 0.1}, {"gram", ir::StrategyKind::Gram, 0.2}});
+    const nlohmann::json entry = tune(backend, loop);
+    EXPECT_EQ(candidate(entry, "a")["status"], "ok");
+    const auto& faulty = candidate(entry, "faulty");
+    EXPECT_TRUE(faulty["status"] == "compile_failed" || faulty["status"] == "run_failed") << faulty.dump();  // built in the run phase with the proxy
+    EXPECT_NE(faulty.value("message", "").find("it poisoned the CUDA context"), std::string::npos) << faulty.dump();
+    for (const char* later : {"fastest", "gram"}) {
+      EXPECT_EQ(candidate(entry, later)["status"], "pruned") << later;
+      EXPECT_NE(candidate(entry, later).value("message", "").find("not judged: the candidate faulty left the device unusable"), std::string::npos) << later;
+    }
+    ASSERT_TRUE(entry["bench"].contains("stopped")) << entry["bench"].dump();
+    // The winner, if any, is what was checked before the fault (the eligibility rules unchanged).
+    if (!entry["winner"].is_null()) {
+      EXPECT_EQ(entry["winner"]["label"], "a");
+    }
+    if (&loop == &full_) {
+      EXPECT_FALSE(entry["winner"].is_null());
+    }
+  }
+}
+
 TEST_F(TuningLoop, TheBudgetSkipsTheCandidatesAfterItIsSpentButNeverTheDefault) {
   settings_.budget_seconds = 0.3;
   // The default is always judged, even when it alone spends the budget; the second starts inside
