@@ -137,6 +137,25 @@ std::optional<CudaCandidate> combined_product_tiles(const CudaSearchSpace& space
   return CudaCandidate{strategy, per_product_variant(classes).label()};
 }
 
+namespace {
+
+// A split of K valid at the full shape may leave a split without K tiles at the target's (the
+// reduced check shape's K of 192 is 3 tiles of 64): each product keeps the most splits its own K
+// takes, at least one (the unsplit sm_90a tile), so a valid candidate is not reported as failing to
+// compile where it is only checked.
+cuda::CudaVariant splits_within(cuda::CudaVariant variant, const std::vector<ProductClass>& target_classes) {
+  for (const ProductClass& c : target_classes)
+    for (int product : c.products) {
+      if (static_cast<size_t>(product) >= variant.product_tiles.size()) continue;
+      std::optional<cuda::TileConfig>& tile = variant.product_tiles[static_cast<size_t>(product)];
+      if (!tile || !tile->sm90a) continue;
+      while (tile->splits > 1 && !cuda::split_k_valid(c.k, tile->splits)) --tile->splits;
+    }
+  return variant;
+}
+
+}  // namespace
+
 cuda::CudaVariant variant_for_schedule(const cuda::CudaVariant& chosen, const ir::Function& full, const ir::Function& target, int multiprocessors) {
   if (chosen.product_tiles.empty()) return chosen;
   const std::vector<ProductClass> full_classes = product_classes(full, chosen, multiprocessors);
@@ -144,14 +163,14 @@ cuda::CudaVariant variant_for_schedule(const cuda::CudaVariant& chosen, const ir
   size_t full_products = 0, target_products = 0;
   for (const ProductClass& c : full_classes) full_products += c.products.size();
   for (const ProductClass& c : target_classes) target_products += c.products.size();
-  if (full_products == target_products) return chosen;
+  if (full_products == target_products) return splits_within(chosen, target_classes);
   cuda::CudaVariant variant;
   variant.product_tiles.resize(target_products);
   for (const ProductClass& c : target_classes)
     for (const ProductClass& f : full_classes)
       if (f.m == c.m && f.n == c.n && f.k == c.k && f.triangular == c.triangular)
         for (int product : c.products) variant.product_tiles[static_cast<size_t>(product)] = f.tile;
-  return variant;
+  return splits_within(variant, target_classes);
 }
 
 }  // namespace orthojit::autotune

@@ -278,5 +278,26 @@ TEST(CudaTileSearch, APerProductChoiceReachesTheProxyByShape) {
   EXPECT_EQ(variant_for_schedule(chosen, full, reduced, 132).label(), chosen.label());
 }
 
+// A split of K chosen at the full shape (4 splits of A·A's K = 1024: 16 tiles of 64) does not fit
+// the check's reduced shape (K = 192: 3 tiles, one split would be empty): there the product keeps
+// the most splits its K takes, so a valid candidate is checked instead of reported as failing to
+// compile.
+TEST(CudaTileSearch, ASplitOfKChosenAtTheFullShapeFitsTheReducedOne) {
+  const dsl::Program program = kernels::load_program_by_name_or_path("jordan_ns5");
+  const ir::Function full = testing::compile(program, 1024, 14336, ir::StrategyKind::Standard, ScalarType::BF16, 1);
+  const ir::Function reduced = testing::compile(program, 192, 768, ir::StrategyKind::Standard, ScalarType::BF16, 1);
+  const size_t products = launched_tiles(full, {}).size();
+  std::string text = "generated per-product ";
+  for (size_t p = 0; p < products; ++p) text += std::string(p ? "," : "") + (p == 1 ? "sm90a/k4" : "-");
+  const cuda::CudaVariant chosen = cuda::CudaVariant::parse(text);
+  EXPECT_NO_THROW(cuda::generate_variant(full, chosen, 227 * 1024, 132));
+  EXPECT_THROW(cuda::generate_variant(reduced, chosen, 227 * 1024, 132), std::invalid_argument);  // as the tuner used to build it
+  const cuda::CudaVariant mapped = variant_for_schedule(chosen, full, reduced, 132);
+  ASSERT_TRUE(mapped.product_tiles.at(1).has_value());
+  EXPECT_EQ(mapped.product_tiles[1]->splits, 3) << mapped.label();
+  EXPECT_NO_THROW(cuda::generate_variant(reduced, mapped, 227 * 1024, 132)) << mapped.label();
+  EXPECT_EQ(variant_for_schedule(chosen, full, full, 132).label(), chosen.label());  // the full shape keeps its 4
+}
+
 }  // namespace
 }  // namespace orthojit::autotune
