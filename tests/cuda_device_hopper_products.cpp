@@ -73,7 +73,8 @@ HopperOutcome run_case(const ProductCase& c, const cuda::NamedSources& headers, 
 
 }  // namespace
 
-std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, const cuda::NamedSources& headers, std::string& skipped_reason, CaseLog& log) {
+std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, const cuda::NamedSources& headers, std::string& skipped_reason,
+                                                 CaseLog& log, uint64_t seed) {
   std::vector<HopperOutcome> outcomes;
   if (const std::string off = cuda::sm90a_disabled_reason(); !off.empty()) {
     skipped_reason = "the sm_90a product tile is turned off by " + off;
@@ -114,7 +115,8 @@ std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, 
       {1024, 4096, 1024, true, 1.0f, 0.0f, 0.0f, true},
       {2048, 8192, 512, false, 1.0f, -0.5f, 0.0f, true},
   };
-  std::mt19937 random(std::random_device{}());
+  std::mt19937 random(static_cast<std::mt19937::result_type>(seed ^ (seed >> 32)));
+  std::printf("hopper products: seed %llu\n", static_cast<unsigned long long>(seed));
   for (const ProductCase& c : cases) {
     HopperOutcome outcome;
     const std::string name = case_name(c);

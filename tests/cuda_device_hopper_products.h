@@ -23,6 +23,9 @@ struct HopperOutcome {
 // them, saying why in `skipped_reason`). host_only: compile the kernels for sm_90a only. Each case
 // (each compile) goes through `log`: its RUN line, the watchdog, the JSON, and the end of the run
 // when its failure poisoned the context. Prints a line per case.
-std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, const cuda::NamedSources& headers, std::string& skipped_reason, CaseLog& log);
+// `seed`: the operands' random seed (printed; cuda_device_test passes its seed base, so --seed
+// replays these cases too).
+std::vector<HopperOutcome> check_hopper_products(int device_sm, bool host_only, const cuda::NamedSources& headers, std::string& skipped_reason, CaseLog& log,
+                                                 uint64_t seed = 1);
 
 }  // namespace orthojit::device_test

@@ -19,11 +19,12 @@
 //
 // Standalone (no GoogleTest) so it also builds on the GPU machines scripts/gpu-check runs on.
 // Without a usable device it prints why and exits 77, which ctest reports as skipped.
-// Usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS]
+// Usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS] [--seed N]
 //   ($ORTHOJIT_GPU_TEST_JSON: default --json). --host-only runs only what needs no GPU: every
 //   case's schedule, eligibility, generated source and NVRTC compile for sm_XX (a dry run of
 //   scripts/gpu-check's correctness phase on a machine without a device). --case-timeout: the
-//   watchdog's limit on one case (default 120 s; 0: no watchdog).
+//   watchdog's limit on one case (default 120 s; 0: no watchdog). --seed: the inputs of an earlier
+//   run (its "seed base" line; with the same --filter), the sm_90a tile's cases included.
 //
 // Lines: "RUN <case>" before each case and each compile step run alone (flushed: a run killed
 // while a kernel hangs names it), "RUN host phase ..." before the parallel host phase; per case
@@ -110,6 +111,7 @@ ir::Function schedule(const dsl::Program& program, const Case& c) {
 int main(int argc, char** argv) {
   std::string filter, json_path, host_only;
   double case_timeout = 120;
+  std::optional<uint64_t> seed;  // --seed: the inputs of an earlier run (its "seed base" line)
   if (const char* path = std::getenv("ORTHOJIT_GPU_TEST_JSON"); path && *path) json_path = path;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
@@ -118,8 +120,9 @@ int main(int argc, char** argv) {
     else if (argument == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (argument == "--host-only" && i + 1 < argc) host_only = argv[++i];
     else if (argument == "--case-timeout" && i + 1 < argc && (case_timeout = std::strtod(argv[i + 1], &end), *end == '\0' && end != argv[i + 1] && case_timeout >= 0)) ++i;
+    else if (argument == "--seed" && i + 1 < argc && (seed = std::strtoull(argv[i + 1], &end, 10), *end == '\0' && end != argv[i + 1])) ++i;
     else {
-      std::fprintf(stderr, "usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS (0: none)]\n");
+      std::fprintf(stderr, "usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS (0: none)] [--seed N]\n");
       return 2;
     }
   }
@@ -222,8 +225,9 @@ int main(int argc, char** argv) {
   }
   std::vector<std::vector<double>> problem_inputs(problem_of_key.size()), problem_references(problem_of_key.size());
   std::vector<std::once_flag> problem_ready(problem_of_key.size());
-  const uint64_t seed_base = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
-  std::printf("seed base %llu (fresh inputs each run)\n", static_cast<unsigned long long>(seed_base));
+  const uint64_t seed_base = seed ? *seed : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  std::printf("seed base %llu (%s; --seed %llu with the same --filter gives this run's inputs again)\n", static_cast<unsigned long long>(seed_base),
+              seed ? "from --seed" : "fresh inputs each run", static_cast<unsigned long long>(seed_base));
   const auto& headers = kernels::cuda_device_headers();
   std::atomic<size_t> next{0}, host_done{0}, compiled_programs{0}, disk_programs{0}, memory_programs{0};
   std::mutex print_mutex;
@@ -357,7 +361,7 @@ int main(int argc, char** argv) {
   // The sm_90a product tile alone, on the shapes of the large products (the programs above run it
   // as the generated hopper variant).
   std::string hopper_skipped;
-  device_test::check_hopper_products(device.sm, false, headers, hopper_skipped, log);
+  device_test::check_hopper_products(device.sm, false, headers, hopper_skipped, log, seed_base);
   if (!hopper_skipped.empty()) std::printf("hopper product tile not run: %s\n", hopper_skipped.c_str());
   // Whole Muon steps, the update fused into the last product and on its own pass.
   std::string steps_skipped;
