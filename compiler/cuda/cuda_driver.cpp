@@ -3,8 +3,8 @@
 
 #include <dlfcn.h>
 
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -142,6 +142,7 @@ Device::Device() {
   api_ = driver(&reason);
   if (!api_) throw std::runtime_error(reason);
   int ordinal = 0;
+  bool chosen = true;  // by the variable or the first tensors; else the current context's device, else 0
   chosen_because = "device 0: no ORTHOJIT_CUDA_DEVICE, no earlier tensors, no current CUDA context on the first call's thread";
   CUcontext current = nullptr;
   CUdevice current_device = 0;
@@ -153,10 +154,12 @@ Device::Device() {
   } else if (const int requested = requested_ordinal.load(); requested >= 0) {
     ordinal = requested;
     chosen_because = "the device of the first tensors it was given";
+  } else {
+    chosen = false;
   }
   int count = 0;
   check(api_->cuDeviceGetCount(&count), "cuDeviceGetCount");
-  if (chosen_because.rfind("device 0", 0) == 0 && api_->cuCtxGetCurrent(&current) == CUDA_SUCCESS && current &&
+  if (!chosen && api_->cuCtxGetCurrent(&current) == CUDA_SUCCESS && current &&
       api_->cuCtxGetDevice(&current_device) == CUDA_SUCCESS) {
     // The ordinal whose handle is the current context's device.
     for (int candidate = 0; candidate < count; ++candidate) {
