@@ -19,12 +19,14 @@
 //
 // Standalone (no GoogleTest) so it also builds on the GPU machines scripts/gpu-check runs on.
 // Without a usable device it prints why and exits 77, which ctest reports as skipped.
-// Usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS] [--seed N]
+// Usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS] [--seed N] [--skip CASE]...
 //   ($ORTHOJIT_GPU_TEST_JSON: default --json). --host-only runs only what needs no GPU: every
 //   case's schedule, eligibility, generated source and NVRTC compile for sm_XX (a dry run of
 //   scripts/gpu-check's correctness phase on a machine without a device). --case-timeout: the
 //   watchdog's limit on one case (default 120 s; 0: no watchdog). --seed: the inputs of an earlier
-//   run (its "seed base" line; with the same --filter), the sm_90a tile's cases included.
+//   run (its "seed base" line; with the same --filter), the sm_90a tile's cases included. --skip
+//   (repeatable): the cases whose names contain the text are not applicable, so that a run after a
+//   HUNG or STICKY stop checks the others (scripts/gpu-check does so once).
 //
 // Lines: "RUN <case>" before each case and each compile step run alone (flushed: a run killed
 // while a kernel hangs names it), "RUN host phase ..." before the parallel host phase; per case
@@ -112,6 +114,7 @@ int main(int argc, char** argv) {
   std::string filter, json_path, host_only;
   double case_timeout = 120;
   std::optional<uint64_t> seed;  // --seed: the inputs of an earlier run (its "seed base" line)
+  std::vector<std::string> skips;  // --skip: cases an earlier run hung or faulted in (names containing the text)
   if (const char* path = std::getenv("ORTHOJIT_GPU_TEST_JSON"); path && *path) json_path = path;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
@@ -121,8 +124,9 @@ int main(int argc, char** argv) {
     else if (argument == "--host-only" && i + 1 < argc) host_only = argv[++i];
     else if (argument == "--case-timeout" && i + 1 < argc && (case_timeout = std::strtod(argv[i + 1], &end), *end == '\0' && end != argv[i + 1] && case_timeout >= 0)) ++i;
     else if (argument == "--seed" && i + 1 < argc && (seed = std::strtoull(argv[i + 1], &end, 10), *end == '\0' && end != argv[i + 1])) ++i;
+    else if (argument == "--skip" && i + 1 < argc && *argv[i + 1]) skips.push_back(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS (0: none)] [--seed N]\n");
+      std::fprintf(stderr, "usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS (0: none)] [--seed N] [--skip CASE]...\n");
       return 2;
     }
   }
@@ -239,6 +243,8 @@ int main(int argc, char** argv) {
         functions[index] = schedule(programs[index], c);
         std::string why = cuda::variant_unavailable_reason(functions[index], c.variant, shared_limit);
         if (why.empty() && c.variant.needs_sm90a() && target_sm != 90) why = "the sm_90a tile runs on compute capability 9.0 only (target " + target + ")";
+        for (const std::string& skip : skips)
+          if (why.empty() && c.name().find(skip) != std::string::npos) why = "--skip '" + skip + "': an earlier run hung or faulted there";
         // Gram on a square matrix in 16-bit storage is outside the error bounds even when every
         // kernel is right (autotune/error_measure.cpp: the CPU engines and the emulated kernels
         // measure 1.0 to 6 against the bf16 tile bound 0.5 on 192x192, deepseek_v4's reference

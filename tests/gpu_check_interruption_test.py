@@ -192,6 +192,13 @@ def check_stopping_lines(gpu_check, problems):
                 problems.append(f"stopping_line for exit {code}: {line!r}, expected {expected!r}")
             if bool(gpu_check.SM90A_CASE.search(line)) != sm90a:
                 problems.append(f"SM90A_CASE on {line!r}: {not sm90a}, expected {sm90a}")
+    # The case a stop names, for the run that skips it (cuda_device_test --skip).
+    for line, case in (("HUNG jordan_ns5 standard bf16 96x320x3 [generated] after 30 s", "jordan_ns5 standard bf16 96x320x3 [generated]"),
+                       ("STICKY jordan_ns5 gram f16 300x200x2 [cublaslt]: cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS (x: y)",
+                        "jordan_ns5 gram f16 300x200x2 [cublaslt]"),
+                       ("jordan_ns5 standard bf16 96x320x3 [fused-small]", "jordan_ns5 standard bf16 96x320x3 [fused-small]"), ("", "")):
+        if gpu_check.stopped_case(line) != case:
+            problems.append(f"stopped_case({line!r}) = {gpu_check.stopped_case(line)!r}, expected {case!r}")
     for name, sm90a in (("jordan_ns5 standard bf16 136x200x1 [generated per-product sm90a,sm90a,sm90a/n256]", True),
                         ("muon step jordan_ns5 bf16 (NVRTC sm_90a)", True), ("muon step jordan_ns5 bf16 (NVRTC sm_90)", False),
                         ("jordan_ns5 standard bf16 96x320x3 [fused-small]", False), ("jordan_ns5 gram f16 300x200x2 [cublaslt]", False)):
