@@ -100,7 +100,8 @@ int emit_cuda(const ir::Function& function, const std::string& emit, const std::
               }()));
   for (const cuda::Launch& launch : program.launches) {
     const auto found = cubin.resources.find(launch.kernel);
-    std::printf("// %-28s grid %lldx%lldx%lld block %d smem %d+%d  %s", launch.kernel.c_str(), static_cast<long long>(launch.grid[0]),
+    // A persistent launch's grid[0] counts its work items; the CTAs are one wave of them on the device.
+    std::printf("// %-28s %s %lldx%lldx%lld block %d smem %d+%d  %s", launch.kernel.c_str(), launch.persistent ? "items" : "grid", static_cast<long long>(launch.grid[0]),
                 static_cast<long long>(launch.grid[1]), static_cast<long long>(launch.grid[2]), launch.block, launch.shared_bytes, launch.dynamic_shared_bytes,
                 launch.summary.c_str());
     if (found != cubin.resources.end())

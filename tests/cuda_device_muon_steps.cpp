@@ -1,6 +1,7 @@
 // The Muon step on a device: see cuda_device_muon_steps.h.
 #include "cuda_device_muon_steps.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -116,7 +117,7 @@ MuonStepOutcome run_case(const StepCase& c, const cuda::NamedSources& headers) {
 }  // namespace
 
 std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, const std::string& host_target, const cuda::NamedSources& headers,
-                                              const std::string& filter, std::string& skipped_reason, CaseLog& log) {
+                                              const std::vector<std::string>& filters, std::string& skipped_reason, CaseLog& log) {
   cuda::CudaVariant generated, hopper;
   hopper.hopper = true;
   // A wide shape and a tall one (the step runs oriented: momentum and parameter through the
@@ -126,7 +127,7 @@ std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, con
     for (const auto& [rows, cols, batch] : {std::tuple<int64_t, int64_t, int64_t>{256, 1024, 2}, {512, 256, 1}}) cases.push_back({rows, cols, batch, variant});
   std::vector<MuonStepOutcome> outcomes;
   for (const StepCase& c : cases) {
-    if (!filter.empty() && c.name().find(filter) == std::string::npos) continue;
+    if (!filters.empty() && std::none_of(filters.begin(), filters.end(), [&](const std::string& f) { return c.name().find(f) != std::string::npos; })) continue;
     const bool needs_90 = c.variant.needs_sm90a();
     if (const std::string off = cuda::sm90a_disabled_reason(); needs_90 && !off.empty()) {
       skipped_reason = "the sm_90a tile is turned off by " + off;

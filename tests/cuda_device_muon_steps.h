@@ -23,11 +23,11 @@ struct MuonStepOutcome {
 
 // device_sm: the device's (the hopper variant runs on 90 only and not while ORTHOJIT_CUDA_SM90A
 // turns the tile off, else it is skipped with the reason in `skipped_reason`). host_only:
-// generate and compile the steps for `host_target`. filter: only the cases whose name contains
-// it (cuda_device_test's --filter; empty: all). Each case goes through `log` (its RUN line, the
+// generate and compile the steps for `host_target`. filters: only the cases whose name contains
+// one of them (cuda_device_test's --filter; none: all). Each case goes through `log` (its RUN line, the
 // watchdog, the JSON, the end of the run when its failure poisoned the context). Prints a line
 // per case.
 std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, const std::string& host_target, const cuda::NamedSources& headers,
-                                              const std::string& filter, std::string& skipped_reason, CaseLog& log);
+                                              const std::vector<std::string>& filters, std::string& skipped_reason, CaseLog& log);
 
 }  // namespace orthojit::device_test

@@ -19,8 +19,12 @@
 //
 // Standalone (no GoogleTest) so it also builds on the GPU machines scripts/gpu-check runs on.
 // Without a usable device it prints why and exits 77, which ctest reports as skipped.
-// Usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS] [--seed N] [--skip CASE]...
-//   ($ORTHOJIT_GPU_TEST_JSON: default --json). --host-only runs only what needs no GPU: every
+// Usage: cuda_device_test [--filter TEXT]... [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS] [--seed N] [--skip CASE]...
+//   ($ORTHOJIT_GPU_TEST_JSON: default --json). --filter (repeatable): the cases whose names contain
+//   one of the texts. --one-sm: work sized for one SM (ORTHOJIT_CUDA_SM_COUNT=1), so that every
+//   persistent CTA (triangular mma.sync products, the sm_90a tile, its split-K partials) takes
+//   several work items in turn, carrying its pipeline's barrier phases from one into the next (on
+//   132 SMs the shapes here give each CTA one item); without --filter, on kOneSmFilters' cases. --host-only runs only what needs no GPU: every
 //   case's schedule, eligibility, generated source and NVRTC compile for sm_XX (a dry run of
 //   scripts/gpu-check's correctness phase on a machine without a device). --case-timeout: the
 //   watchdog's limit on one case (default 120 s; 0: no watchdog). --seed: the inputs of an earlier
@@ -49,6 +53,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -61,6 +66,7 @@
 #include "cuda/cuda_driver.h"
 #include "cuda/fused_small_codegen.h"
 #include "cuda/sm90a_switch.h"
+#include "cuda/sm_count_override.h"
 #include "cuda/sticky_error.h"
 #include "cuda_device_case_log.h"
 #include "cuda_device_hopper_products.h"
@@ -98,6 +104,12 @@ struct Outcome {
   std::string message;
 };
 
+// --one-sm's cases: one program's default and per-product variants, standard and Gram, on a wide
+// shape (triangular products of several upper tiles, the sm_90a tile), a batch (items spanning
+// matrices) and the batched wide one (the 128x256 tile, split-K partials over matrices x splits).
+constexpr const char* kOneSmFilters[] = {"jordan_ns5 standard bf16 256x1024x1 ", "jordan_ns5 gram bf16 256x1024x1 ", "jordan_ns5 standard bf16 96x320x3 ",
+                                         "jordan_ns5 gram bf16 96x320x3 ", "jordan_ns5 standard bf16 512x2048x2 "};
+
 ir::Function schedule(const dsl::Program& program, const Case& c) {
   passes::CompileOptions options;
   options.rows = c.shape.rows;
@@ -111,24 +123,31 @@ ir::Function schedule(const dsl::Program& program, const Case& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string filter, json_path, host_only;
+  std::vector<std::string> filters;  // --filter: the cases whose names contain one of them
+  std::string json_path, host_only;
   double case_timeout = 120;
   std::optional<uint64_t> seed;  // --seed: the inputs of an earlier run (its "seed base" line)
   std::vector<std::string> skips;  // --skip: cases an earlier run hung or faulted in (names containing the text)
+  bool one_sm = false;             // --one-sm: work sized for one SM
   if (const char* path = std::getenv("ORTHOJIT_GPU_TEST_JSON"); path && *path) json_path = path;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
     char* end = nullptr;
-    if (argument == "--filter" && i + 1 < argc) filter = argv[++i];
+    if (argument == "--filter" && i + 1 < argc) filters.push_back(argv[++i]);
     else if (argument == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (argument == "--host-only" && i + 1 < argc) host_only = argv[++i];
     else if (argument == "--case-timeout" && i + 1 < argc && (case_timeout = std::strtod(argv[i + 1], &end), *end == '\0' && end != argv[i + 1] && case_timeout >= 0)) ++i;
     else if (argument == "--seed" && i + 1 < argc && (seed = std::strtoull(argv[i + 1], &end, 10), *end == '\0' && end != argv[i + 1])) ++i;
     else if (argument == "--skip" && i + 1 < argc && *argv[i + 1]) skips.push_back(argv[++i]);
+    else if (argument == "--one-sm") one_sm = true;
     else {
-      std::fprintf(stderr, "usage: cuda_device_test [--filter TEXT] [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS (0: none)] [--seed N] [--skip CASE]...\n");
+      std::fprintf(stderr, "usage: cuda_device_test [--filter TEXT]... [--json FILE] [--host-only sm_XX] [--case-timeout SECONDS (0: none)] [--seed N] [--skip CASE]... [--one-sm]\n");
       return 2;
     }
+  }
+  if (one_sm) {
+    ::setenv("ORTHOJIT_CUDA_SM_COUNT", "1", 1);  // before the device is opened: its info says 1
+    if (filters.empty()) filters.assign(std::begin(kOneSmFilters), std::end(kOneSmFilters));
   }
   std::string reason;
   int shared_limit = 0;
@@ -158,11 +177,25 @@ int main(int argc, char** argv) {
     std::printf("device: %s\n", cuda::Device::get().info().describe().c_str());
   }
   if (const std::string off = cuda::sm90a_disabled_reason(); !off.empty()) std::printf("sm_90a tile: off (%s)\n", off.c_str());
+  // The multiprocessors the kernels are generated for: the device's (ORTHOJIT_CUDA_SM_COUNT may
+  // reduce it: cuda/sm_count_override.h), or on a dry run an H100/H200's 132 (or the variable's
+  // value), so that the dry run compiles the programs the device run will look up.
+  int multiprocessors = 132;
+  try {
+    multiprocessors = host_only.empty() ? std::max(1, cuda::Device::get().info().multiprocessors) : cuda::multiprocessors_to_use(132);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "%s\n", error.what());
+    return 2;
+  }
+  if (multiprocessors != (host_only.empty() ? cuda::Device::get().info().device_multiprocessors : 132))
+    std::printf("work sized for %d SMs (ORTHOJIT_CUDA_SM_COUNT): each persistent CTA takes several work items\n", multiprocessors);
+  std::string joined_filters;
+  for (const std::string& f : filters) joined_filters += (joined_filters.empty() ? "" : " | ") + f;
   // From here a hung case ends the run (exit 3) and every case's result is in the JSON at once.
   device_test::CaseLog log(json_path, case_timeout);
   log.set_header("\"device\": " + bench::json_string(host_only.empty() ? cuda::Device::get().info().describe() : "none (host-only dry run)") +
                  ", \"mode\": " + bench::json_string(host_only.empty() ? "device" : "host-only") + ", \"target\": " + bench::json_string(target) +
-                 ", \"filter\": " + bench::json_string(filter) + ", \"sm90a_off\": " + bench::json_string(cuda::sm90a_disabled_reason()) +
+                 ", \"filter\": " + bench::json_string(joined_filters) + ", \"sm90a_off\": " + bench::json_string(cuda::sm90a_disabled_reason()) +
                  ", \"case_timeout_s\": " + device_test::json_number(case_timeout));
 
   // The matrix of cases. Shapes: a batch of small ones (the fused kernel's domain), a wide one,
@@ -206,9 +239,23 @@ int main(int argc, char** argv) {
   for (int step = 0; step < 5; ++step) wide_steps += std::string(step ? "," : "") + "sm90a,sm90a,sm90a/n256";
   for (const Shape& shape : {Shape{256, 1024, 1}, Shape{136, 200, 1}, Shape{512, 2048, 2}})
     cases.push_back({"jordan_ns5", ir::StrategyKind::Standard, ScalarType::BF16, shape, cuda::CudaVariant::parse(wide_steps)});
+  // Split-K on the sm_90a tile (the partials into f32, then the split-K combine): X·Xᵀ of every
+  // step in 2 and 4 splits, where each split holds several K tiles of 64, batched too (the
+  // partial kernel's items span matrices x splits x upper tiles). The tuner offers splits only
+  // where the unsplit product leaves SMs idle, which none of the shapes above does.
+  for (int splits : {2, 4}) {
+    std::string split_steps = "generated per-product ";
+    for (int step = 0; step < 5; ++step) split_steps += std::string(step ? "," : "") + "sm90a/k" + std::to_string(splits) + ",-,-";
+    for (const Shape& shape : {Shape{256, 1024, 1}, Shape{512, 2048, 2}})
+      cases.push_back({"jordan_ns5", ir::StrategyKind::Standard, ScalarType::BF16, shape, cuda::CudaVariant::parse(split_steps)});
+  }
   const int target_sm = std::atoi(target.c_str() + target.find('_') + 1);
-  if (!filter.empty())
-    cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const Case& c) { return c.name().find(filter) == std::string::npos; }), cases.end());
+  if (!filters.empty())
+    cases.erase(std::remove_if(cases.begin(), cases.end(),
+                               [&](const Case& c) {
+                                 return std::none_of(filters.begin(), filters.end(), [&](const std::string& f) { return c.name().find(f) != std::string::npos; });
+                               }),
+                cases.end());
 
   // Schedules, eligibility, and the reference per distinct (program, strategy, precision, shape)
   // computed in parallel on the host; the generated programs compiled in parallel (NVRTC is
@@ -264,7 +311,7 @@ int main(int argc, char** argv) {
           problem_references[p] = reference::interpret(functions[index], problem_inputs[p]);
         });
         if (c.variant.kind != cuda::CudaVariant::Kind::Cublas && c.variant.kind != cuda::CudaVariant::Kind::Cublaslt) {
-          const cuda::CudaProgram generated = cuda::generate_variant(functions[index], c.variant, shared_limit);
+          const cuda::CudaProgram generated = cuda::generate_variant(functions[index], c.variant, shared_limit, multiprocessors);
           const auto result = cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, generated.compile_target(target));
           ++(result.source == cuda::ProgramCache::Result::Source::Compiled ? compiled_programs
              : result.source == cuda::ProgramCache::Result::Source::Disk ? disk_programs : memory_programs);
@@ -318,7 +365,7 @@ int main(int argc, char** argv) {
       if (!skipped.empty()) std::printf("hopper product tile not compiled: %s\n", skipped.c_str());
     }
     std::string skipped;
-    for (const auto& step : device_test::check_muon_steps(90, true, target, headers, filter, skipped, log)) failures += !step.ok;
+    for (const auto& step : device_test::check_muon_steps(90, true, target, headers, filters, skipped, log)) failures += !step.ok;
     if (!skipped.empty()) std::printf("muon step on the sm_90a tile not compiled: %s\n", skipped.c_str());
     log.complete();
     return failures == 0 ? 0 : 1;
@@ -371,7 +418,7 @@ int main(int argc, char** argv) {
   if (!hopper_skipped.empty()) std::printf("hopper product tile not run: %s\n", hopper_skipped.c_str());
   // Whole Muon steps, the update fused into the last product and on its own pass.
   std::string steps_skipped;
-  device_test::check_muon_steps(device.sm, false, target, headers, filter, steps_skipped, log);
+  device_test::check_muon_steps(device.sm, false, target, headers, filters, steps_skipped, log);
   if (!steps_skipped.empty()) std::printf("muon step on the sm_90a tile not run: %s\n", steps_skipped.c_str());
   const int passed = log.passed(), failed = log.failed();
   std::printf("\n%d passed, %d failed, %d not applicable (e.g. fused-small above 128 rows, cublas with gram), %.1f s\n", passed, failed, not_applicable,

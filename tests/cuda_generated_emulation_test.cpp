@@ -489,7 +489,8 @@ TEST(CudaGeneratedEmulation, VectorEpilogueIsTheScalarOneBitForBit) {
   }
   {
     // 200 rows in 64-row tiles: 10 upper tiles per matrix, 20 work items over a batch of 2, taken
-    // by the 4 CTAs one SM holds (multiprocessors = 1); ragged (200 = 3·64 + 8).
+    // by the emulation's kEmulatedMultiprocessors CTAs (band height for one SM's wave: multiprocessors = 1);
+    // ragged (200 = 3·64 + 8).
     ir::Function function = schedule(steps("bf16", 2), 200, 264, 2, kStandard, std::nullopt);
     CodegenOptions vector;
     vector.multiprocessors = 1;
@@ -516,7 +517,9 @@ TEST(CudaGeneratedEmulation, VectorEpilogueIsTheScalarOneBitForBit) {
       EXPECT_GT(shared_mirrors, 0);
       for (const Launch& launch : vector.launches)
         if (launch.triangular) {
-          EXPECT_EQ(launch.grid[0], 4) << launch.summary;
+          EXPECT_EQ(launch.grid[0], 20) << launch.summary;
+          EXPECT_TRUE(launch.persistent);
+          EXPECT_EQ(launch.ctas(emulation::kEmulatedMultiprocessors), emulation::kEmulatedMultiprocessors) << "several items per CTA";
         }
     }
     EXPECT_EQ(scalar.source.find("VECTOR_D = true"), std::string::npos);

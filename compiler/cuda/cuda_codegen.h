@@ -97,10 +97,16 @@ struct Launch {
     TensorMapRequest request;
   };
   std::vector<TensorMapArg> tensor_maps{};
-  // A persistent kernel: grid[0] counts its work items, and it runs as min(grid[0], the device's
-  // multiprocessors) CTAs that loop over them (any count gives the same result).
+  // A persistent kernel: grid[0] counts its work items, and it runs as one wave of CTAs that
+  // loop over them (any count gives the same result): min(grid[0], multiprocessors x the CTAs one
+  // SM keeps resident). The executable asks the driver's occupancy calculator for the resident
+  // count (the registers ptxas gave the kernel decide it: 128x128 mma.sync tiles take ~210 per
+  // thread where an estimate said 128, and a wave twice the real one queues half its CTAs behind
+  // the other half); without a device, 1.
   bool persistent = false;
-  int64_t ctas(int multiprocessors) const { return persistent && multiprocessors > 0 ? std::min<int64_t>(grid[0], multiprocessors) : grid[0]; }
+  int64_t ctas(int multiprocessors, int resident_per_sm = 1) const {
+    return persistent && multiprocessors > 0 ? std::min<int64_t>(grid[0], int64_t{multiprocessors} * std::max(resident_per_sm, 1)) : grid[0];
+  }
   bool hopper_tile() const { return !tensor_maps.empty(); }  // only the sm_90a tile reads through tensor maps
   // The slot the launch writes: its last argument, or on the sm_90a tile D's tensor map (the last).
   const Slot& destination() const { return hopper_tile() ? tensor_maps.back().slot : args.back(); }

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "cuda/nvrtc_compiler.h"
+#include "cuda/sm_count_override.h"
 
 namespace orthojit::cuda {
 namespace {
@@ -97,10 +98,13 @@ void check(CUresult result, const std::string& what) {
 
 std::string DeviceInfo::describe() const {
   char text[256];
-  std::snprintf(text, sizeof text, "%s (sm_%d, %d SMs, %.0f GiB, L2 %d MiB, driver %d.%d)", name.c_str(), sm, multiprocessors,
+  std::snprintf(text, sizeof text, "%s (sm_%d, %d SMs, %.0f GiB, L2 %d MiB, driver %d.%d)", name.c_str(), sm, device_multiprocessors ? device_multiprocessors : multiprocessors,
                 static_cast<double>(total_memory) / (1024.0 * 1024.0 * 1024.0), l2_bytes / (1024 * 1024), driver_version / 1000,
                 (driver_version % 1000) / 10);
-  return text;
+  std::string description = text;
+  if (device_multiprocessors && multiprocessors != device_multiprocessors)
+    description += ", work sized for " + std::to_string(multiprocessors) + " SMs (ORTHOJIT_CUDA_SM_COUNT)";
+  return description;
 }
 
 namespace {
@@ -182,7 +186,8 @@ Device::Device() {
   info_.name = name;
   info_.sm = attribute(*api_, device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
              attribute(*api_, device_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-  info_.multiprocessors = attribute(*api_, device_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  info_.device_multiprocessors = attribute(*api_, device_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  info_.multiprocessors = multiprocessors_to_use(info_.device_multiprocessors);
   info_.l2_bytes = attribute(*api_, device_, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
   info_.max_shared_per_block_optin = attribute(*api_, device_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
   size_t total = 0;

@@ -44,6 +44,7 @@ class CudaError : public std::runtime_error {
   X(cuModuleUnload)                       \
   X(cuModuleGetFunction)                  \
   X(cuFuncSetAttribute)                   \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
   X(cuTensorMapEncodeTiled)               \
   X(cuLaunchKernel)                       \
   X(cuMemAlloc)                           \
@@ -100,13 +101,14 @@ struct DeviceInfo {
   int ordinal = 0;
   std::string name;
   int sm = 0;  // 90 for sm_90
-  int multiprocessors = 0;
+  int multiprocessors = 0;         // what work is sized for: the device's, or ORTHOJIT_CUDA_SM_COUNT (sm_count_override.h)
+  int device_multiprocessors = 0;  // the device's own count
   int l2_bytes = 0;
   int max_shared_per_block_optin = 0;
   int64_t total_memory = 0;
   int driver_version = 0;  // 13000 for 13.0
   std::string arch() const { return "sm_" + std::to_string(sm); }
-  std::string describe() const;  // "NVIDIA H200 (sm_90, 132 SMs, 141 GiB, driver 13.0)"
+  std::string describe() const;  // "NVIDIA H200 (sm_90, 132 SMs, 141 GiB, driver 13.0)", plus a reduced SM count when set
 };
 
 class Device {

@@ -10,6 +10,19 @@ namespace {
 
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
+// How many CTAs of a persistent launch one SM keeps resident, from the driver's occupancy
+// calculator (the kernel's real registers, its shared memory and block size). Zero means the
+// kernel cannot run at all with this configuration: refused here, naming why, not at the launch.
+int resident_ctas(const DriverApi& api, CUfunction function, const Launch& launch) {
+  int resident = 0;
+  check(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&resident, function, launch.block, static_cast<size_t>(launch.dynamic_shared_bytes)),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor(" + launch.kernel + ")");
+  if (resident < 1)
+    throw std::invalid_argument(launch.kernel + " (" + launch.summary + "): no CTA of " + std::to_string(launch.block) + " threads and " +
+                                std::to_string(launch.dynamic_shared_bytes) + " bytes of dynamic shared memory fits on one SM (the driver's occupancy calculator says 0)");
+  return resident;
+}
+
 }  // namespace
 
 CudaExecutable::CudaExecutable(CudaProgram program, const NvrtcOutput& compiled) : program_(std::move(program)) {
@@ -35,6 +48,7 @@ CudaExecutable::CudaExecutable(CudaProgram program, const NvrtcOutput& compiled)
             "cuFuncSetAttribute(" + launch.kernel + ", max dynamic shared memory)");
     }
     functions_.push_back(function);
+    resident_per_sm_.push_back(launch.persistent ? resident_ctas(api, function, launch) : 1);
   }
   int64_t bytes = 0;
   for (int64_t buffer : program_.buffer_bytes) {
@@ -110,7 +124,7 @@ void CudaExecutable::launch_all(CUdeviceptr input, CUdeviceptr output, CUstream 
     parameters.clear();
     for (const EncodedMap& map : tensor_maps_[index]) parameters.push_back(const_cast<CUtensorMap*>(&map.map));
     for (CUdeviceptr& pointer : pointers) parameters.push_back(&pointer);
-    check(device.api().cuLaunchKernel(functions_[index], static_cast<unsigned>(launch.ctas(device.info().multiprocessors)), static_cast<unsigned>(launch.grid[1]),
+    check(device.api().cuLaunchKernel(functions_[index], static_cast<unsigned>(launch.ctas(device.info().multiprocessors, resident_per_sm_[index])), static_cast<unsigned>(launch.grid[1]),
                                       static_cast<unsigned>(launch.grid[2]), static_cast<unsigned>(launch.block), 1, 1,
                                       static_cast<unsigned>(launch.dynamic_shared_bytes), stream, parameters.data(), nullptr),
           "cuLaunchKernel(" + launch.summary + ")");

@@ -48,6 +48,7 @@ class CudaExecutable {
   CudaProgram program_;
   CUmodule module_ = nullptr;
   std::vector<CUfunction> functions_;     // per launch
+  std::vector<int> resident_per_sm_;      // per launch: a persistent one's CTAs per SM (the driver's occupancy), else 1
   DeviceBuffer workspace_;                // every buffer and the partials, 256-byte aligned
   std::vector<int64_t> buffer_offsets_;   // per planned buffer, into the workspace
   int64_t partials_offset_ = 0;

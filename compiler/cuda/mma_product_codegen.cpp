@@ -73,14 +73,15 @@ Launch emit_mma_product(std::ostream& source, const MmaProductRequest& product) 
   const bool shared_mirror = plan.mirror;
   const bool vector_d = shared_mirror || (d_vectorizable && !triangular);
   const bool vector_c = vector_d && has_c && is_16bit(c.type) && c.col_stride == 1 && c.row_stride % 8 == 0 && c.matrix_stride % 8 == 0;
-  // The persistent schedule of a triangular product (tile_schedule.h): about one wave of CTAs,
-  // each taking work items (matrix, upper tile) in the grouped order. One wave: the CTAs one SM
-  // holds at once (registers estimated at 128 per thread, about what ptxas reports for these
-  // kernels; more CTAs than fit only queue behind the first).
+  // The persistent schedule of a triangular product (tile_schedule.h): one wave of CTAs, each
+  // taking work items (matrix, upper tile) in the grouped order. The launch asks the driver how
+  // many CTAs one SM holds (Launch::ctas); the band height only needs the wave's rough size, so
+  // here registers are estimated at 128 per thread (ptxas gives 64x64 tiles about that, 128x128
+  // ones ~210: their bands come out √2 taller than the real wave's best, a locality detail).
   const int64_t work_items = triangular ? tiles_m * (tiles_m + 1) / 2 * product.batch : 0;
   const int shared_bytes = plan.pipelined ? plan.stages * plan.stage_bytes : plan.stage_bytes;
-  const int64_t persistent_grid = triangular ? persistent_ctas(work_items, product.multiprocessors, resident_ctas_per_sm(tile.threads(), shared_bytes, 128)) : 0;
-  const TriangularOrder order{static_cast<int>(tiles_m), triangular_group(static_cast<int>(tiles_m), persistent_grid)};
+  const int64_t estimated_wave = triangular ? persistent_ctas(work_items, product.multiprocessors, resident_ctas_per_sm(tile.threads(), shared_bytes, 128)) : 0;
+  const TriangularOrder order{static_cast<int>(tiles_m), triangular_group(static_cast<int>(tiles_m), estimated_wave)};
   if (work_items >= (int64_t{1} << 31)) throw std::invalid_argument(product.kernel + ": " + std::to_string(work_items) + " tiles in one launch (at most 2^31 - 1)");
 
   // The description the device template (orthojit_mma_product.cuh) is instantiated with.
@@ -139,7 +140,8 @@ Launch emit_mma_product(std::ostream& source, const MmaProductRequest& product) 
   Launch launch;
   launch.kernel = product.kernel;
   if (triangular) {
-    launch.grid[0] = persistent_grid;
+    launch.grid[0] = work_items;
+    launch.persistent = true;
   } else {
     launch.grid[0] = tiles_n;
     launch.grid[1] = tiles_m;

@@ -1,0 +1,81 @@
+"""scripts/gpu-check's correctness phase on a device, with a stand-in cuda_device_test (a shell
+script that logs its arguments and answers as told): after a check that ran to its end, the
+persistent kernels run once more with --one-sm, and that rerun decides the phase as much as the
+check does; after a check that stopped (hung), no one-SM rerun (the stop has its own rerun).
+
+Bugs this sees: the one-SM rerun not run, run without --one-sm, its failure not failing the phase,
+run after a hang, or its result missing from the phase's message.
+
+    gpu_check_correctness_phase_test.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_check_interruption_test import load_gpu_check  # noqa: E402
+
+# Exit codes by run: the main check answers $MAIN_CODE, the --one-sm run $ONE_SM_CODE; each run
+# appends its arguments to calls.txt.
+FAKE_DEVICE_TEST = """#!/bin/sh
+echo "$@" >> "{folder}/calls.txt"
+case " $* " in
+  *" --one-sm "*) code=$ONE_SM_CODE; echo "PASS jordan_ns5 standard bf16 256x1024x1 [generated]";;
+  *) code=$MAIN_CODE; echo "PASS jordan_ns5 standard bf16 96x320x3 [generated]";;
+esac
+if [ "$code" = 3 ]; then echo "HUNG jordan_ns5 gram bf16 256x1024x1 [generated] after 30 s"; exit 3; fi
+if [ "$code" = 0 ]; then echo "3 passed, 0 failed, 1 not applicable, 1.0 s"; else echo "2 passed, 1 failed, 1 not applicable, 1.0 s"; fi
+exit $code
+"""
+
+
+def run_phase(gpu_check, folder, main_code, one_sm_code):
+    build = os.path.join(folder, "build")
+    os.makedirs(os.path.join(build, "bin"), exist_ok=True)
+    fake = os.path.join(build, "bin", "cuda_device_test")
+    with open(fake, "w") as f:
+        f.write(FAKE_DEVICE_TEST.format(folder=folder))
+    os.chmod(fake, 0o755)
+    out = os.path.join(folder, "out")
+    os.makedirs(out, exist_ok=True)
+    calls = os.path.join(folder, "calls.txt")
+    if os.path.exists(calls):
+        os.remove(calls)
+    os.environ.pop("OUT", None)  # no delivery
+    check = gpu_check.Check(gpu_check.parse_arguments(["--out-dir", out, "--build-dir", build, "--budget", "600"]))
+    check.env = dict(os.environ, MAIN_CODE=str(main_code), ONE_SM_CODE=str(one_sm_code))
+    entry = check.phase_correctness(0, True)
+    with open(calls) as f:
+        return entry, [line.split() for line in f]
+
+
+def main():
+    gpu_check = load_gpu_check()
+    problems = []
+    with tempfile.TemporaryDirectory() as folder:
+        # (main check's exit, one-SM rerun's exit, the phase's status, whether the rerun runs)
+        for main_code, one_sm_code, status, rerun in ((0, 0, "ok", True), (0, 1, "failed", True), (1, 0, "failed", True), (3, 0, "failed", False)):
+            label = f"check exit {main_code}, one-SM exit {one_sm_code}"
+            entry, calls = run_phase(gpu_check, folder, main_code, one_sm_code)
+            one_sm_calls = [c for c in calls if "--one-sm" in c]
+            if entry["status"] != status:
+                problems.append(f"{label}: phase {entry['status']}, expected {status}: {entry['message']}")
+            if rerun and len(one_sm_calls) != 1:
+                problems.append(f"{label}: {len(one_sm_calls)} --one-sm runs, expected 1: {calls}")
+            if not rerun and one_sm_calls:
+                problems.append(f"{label}: a --one-sm run after the check stopped: {calls}")
+            if rerun and "one SM's wave (--one-sm): " not in entry["message"]:
+                problems.append(f"{label}: the rerun's result is not in the message: {entry['message']}")
+            if rerun and one_sm_calls and "--json" not in one_sm_calls[0]:
+                problems.append(f"{label}: the rerun keeps no JSON: {one_sm_calls[0]}")
+    for problem in problems:
+        print("FAIL " + problem)
+    print("gpu-check correctness phase: " + ("ok" if not problems else f"{len(problems)} problem(s)"))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
