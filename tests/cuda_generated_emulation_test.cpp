@@ -642,5 +642,37 @@ TEST(CudaGeneratedEmulation, HopperTileProductsMatchTheReference) {
   run_cases(cases);
 }
 
+// Static shared memory starts every CTA poisoned, as dynamic shared memory does: each CTA of this
+// kernel reads the slot the CTA before it wrote, and the first reads one nobody wrote. On a device
+// those are stale or arbitrary values; a C++ static would give the previous CTA's 1.0 and a first
+// 0.0, so a kernel that reads shared memory it did not write (a ragged tile's padding) would pass
+// the emulation and fail the device.
+TEST(CudaGeneratedEmulation, StaticSharedMemoryIsPoisonedBeforeEveryCta) {
+  if (!emulation::host_compiler_available()) GTEST_SKIP() << "no host c++ compiler to run the emulation";
+  CudaProgram program;
+  program.source =
+      "#include \"orthojit_device.cuh\"\n"
+      "extern \"C\" __global__ void peek(float* out) {\n"
+      "  __shared__ float slots[4];\n"
+      "  if (threadIdx.x == 0) {\n"
+      "    out[blockIdx.x] = slots[blockIdx.x % 4];\n"
+      "    slots[(blockIdx.x + 1) % 4] = 1.0f;\n"
+      "  }\n"
+      "}\n";
+  Launch launch;
+  launch.kernel = "peek";
+  launch.grid[0] = 4;
+  launch.block = 32;
+  launch.args = {Slot{Slot::Kind::Output, -1}};
+  launch.summary = "peek at static shared memory";
+  program.launches.push_back(launch);
+  program.input_elements = 1;
+  program.output_elements = 4;
+  HostEmulator emulator(program, std::filesystem::path(::testing::TempDir()) / ("orthojit_emulation_" + std::to_string(::getpid()) + "_static_shared"));
+  const HostEmulator::Result result = emulator.run({0.0f});
+  ASSERT_EQ(result.output.size(), 4u);
+  for (size_t cta = 0; cta < 4; ++cta) EXPECT_TRUE(std::isnan(result.output[cta])) << "CTA " << cta << " read " << result.output[cta];
+}
+
 }  // namespace
 }  // namespace orthojit::cuda

@@ -9,6 +9,10 @@
 //     std::barrier. threadIdx and blockIdx are thread_local, gridDim and blockDim global.
 //   * Static `__shared__` arrays (the per-op kernels' tiles and scratch) become function-local
 //     statics: one object that the CTA's threads share, right because CTAs run one at a time.
+//     They are all placed in one ELF section (oj_emulated_shared) that is poisoned before every
+//     CTA, as `shared_memory` is: a device's shared memory starts each CTA with whatever the last
+//     one left, never the zeros of a C++ static, so a kernel that reads an element it did not
+//     write (a ragged tile's padding, a stage before its copy landed) reads NaN here too.
 //     `extern __shared__` (the fused kernel's dynamic shared memory) cannot be `static`; a source
 //     that declares only that defines OJ_EMULATION_DYNAMIC_SHARED_ONLY first, and the declaration
 //     binds to `shared_memory` below (poisoned before every CTA).
@@ -50,8 +54,11 @@
 #ifdef OJ_EMULATION_DYNAMIC_SHARED_ONLY
 #define __shared__
 #else
-#define __shared__ static
+#define __shared__ static __attribute__((section("oj_emulated_shared")))
 #endif
+// The linker's bounds of that section (weak: a source without static shared memory has none).
+extern "C" char __start_oj_emulated_shared[] __attribute__((weak));
+extern "C" char __stop_oj_emulated_shared[] __attribute__((weak));
 #define __restrict__
 
 struct Dim3 {
@@ -370,6 +377,8 @@ void run_grid(const unsigned grid[3], unsigned block, Body body) {
     oj::warps.reset(new oj::WarpState[(block + 31) / 32]);
     even_warp_arrivals = 0;
     std::memset(shared_memory, 0xff, sizeof shared_memory);  // NaN bits in bf16, f16, f32 and f64
+    if (__start_oj_emulated_shared && __stop_oj_emulated_shared > __start_oj_emulated_shared)
+      std::memset(__start_oj_emulated_shared, 0xff, static_cast<size_t>(__stop_oj_emulated_shared - __start_oj_emulated_shared));
   };
   next_cta();
   std::barrier between(static_cast<std::ptrdiff_t>(block), next_cta);
