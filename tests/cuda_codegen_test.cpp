@@ -315,6 +315,35 @@ TEST(CudaCodegen, PtxasReportParsing) {
   EXPECT_TRUE(report.at("gemm_5").wgmma_serialization.empty());
 }
 
+// A runner's description names the kernels that spill (ptxas's report), so a slow tile asked for
+// by name says why; a clean compile adds nothing. The spilling case is a real one: 32x32x64 on two
+// warps (not in the search space) through the register-staged path that a ragged shape takes
+// (ptxas 13.0: 108 B on the products of 299x1001 for sm_90).
+TEST(CudaCodegen, SpillingKernelsAreNamedInTheRunnerDescription) {
+  NvrtcOutput synthetic;
+  synthetic.resources = parse_ptxas_report(
+      "ptxas info    : Compiling entry function 'gemm_5' for 'sm_90'\n"
+      "ptxas info    : Function properties for gemm_5\n    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 1 barriers, 20480 bytes smem, 400 bytes cmem[0]\n"
+      "ptxas info    : Compiling entry function 'gemm_6' for 'sm_90'\n"
+      "ptxas info    : Function properties for gemm_6\n    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 96 registers, used 1 barriers, 20480 bytes smem, 400 bytes cmem[0]\n");
+  EXPECT_EQ(spill_note(synthetic), "ptxas: gemm_5 spills 4 B stored, 12 B loaded (local memory in the main loop: a slow tile)");
+  synthetic.resources.erase("gemm_5");
+  EXPECT_EQ(spill_note(synthetic), "");
+
+  const TileConfig deep{32, 32, 64, 1, 2};
+  ASSERT_EQ(deep.invalid_reason(), "");
+  CodegenOptions options;
+  options.gemm_tiles.assign(16, deep);
+  const CudaProgram program = generate_cuda(one_step("bf16", 299, 1001, 1), options);
+  const NvrtcOutput output = compile_cuda(program.source, kernels::cuda_device_headers(), "sm_90");
+  const std::string note = spill_note(output);
+  EXPECT_NE(note.find("gemm_"), std::string::npos) << "no kernel of 32x32x64/1x2 spilled on the ragged shape; ptxas:\n" << output.log;
+  for (const auto& [kernel, resources] : output.resources)
+    EXPECT_EQ(note.find(kernel + " spills") != std::string::npos, resources.spill_store_bytes + resources.spill_load_bytes > 0) << kernel;
+}
+
 // ptxas's wgmma serialization messages (as nvcc 13.0 prints them for a kernel that reads its
 // accumulators between mma_async and wait) are kept per kernel; they name the kernel themselves,
 // before its entry line or without one. Other C75xx infos and other kernels' lines are not theirs.

@@ -120,6 +120,15 @@ const char* source_name(ProgramCache::Result::Source source) {
 
 }  // namespace
 
+std::string spill_note(const NvrtcOutput& compiled) {
+  std::string note;
+  for (const auto& [kernel, resources] : compiled.resources)
+    if (resources.spill_store_bytes + resources.spill_load_bytes > 0)
+      note += (note.empty() ? "" : ", ") + kernel + " spills " + std::to_string(resources.spill_store_bytes) + " B stored, " +
+              std::to_string(resources.spill_load_bytes) + " B loaded";
+  return note.empty() ? note : "ptxas: " + note + " (local memory in the main loop: a slow tile)";
+}
+
 void CudaRunner::run_muon_step(const std::vector<ir::MuonStepMatrix>&, CUstream) const {
   throw std::invalid_argument("only the generated and fused-small CUDA variants compile a Muon step; this runner is " + description_);
 }
@@ -300,9 +309,10 @@ std::unique_ptr<CudaRunner> build_cuda_runner(const dsl::Program& program, const
   // wgmma and setmaxnreg exist in the arch-specific target only.
   const std::string target = generated.compile_target(device.compile_target());
   ProgramCache::Result compiled = programs.get_or_compile(generated.source, device_headers, target);
-  const std::string description = variant.label() + ", " + std::to_string(generated.launches.size()) + " launch" +
+  std::string description = variant.label() + ", " + std::to_string(generated.launches.size()) + " launch" +
                                   (generated.launches.size() == 1 ? "" : "es") + ", " + target + (target.rfind("sm_", 0) == 0 ? " cubin" : " PTX") +
                                   " (" + source_name(compiled.source) + ")";
+  if (const std::string spills = spill_note(compiled.output); !spills.empty()) description += "; " + spills;
   return std::make_unique<GeneratedRunner>(std::move(generated), compiled.output, description, compiled.compile_seconds);
 }
 

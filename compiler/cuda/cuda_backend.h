@@ -97,8 +97,14 @@ class CudaRunner {
   double compile_seconds_ = 0;
 };
 
+// The kernels ptxas reports spilling registers to local memory, for a runner's description:
+// "ptxas: gemm_3 spills 84 B stored, 84 B loaded (...)", or empty. A tile the search space would
+// never offer (deep K tiles on few warps in the register-staged path) can still be asked for by
+// name; it runs correctly but slowly, and the tuner's and the benchmark's lines then say why.
+std::string spill_note(const NvrtcOutput& compiled);
+
 // Compiles (through `cache`, the process default when null) and loads the variant on the
-// device. `program` supplies the normalization of the cublas and cublaslt variants.
+// device. A variant whose kernels spill says so in its description (spill_note). `program` supplies the normalization of the cublas and cublaslt variants.
 // Throws std::invalid_argument for a variant that cannot run the function, CudaCompileError,
 // CudaError or std::runtime_error (no device).
 std::unique_ptr<CudaRunner> build_cuda_runner(const dsl::Program& program, const ir::Function& scheduled, const CudaVariant& variant,
