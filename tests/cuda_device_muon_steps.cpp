@@ -11,6 +11,7 @@
 #include "autotune/error_measure.h"
 #include "cuda/program_cache.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/sm_count_override.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/sm90a_switch.h"
 #include "cuda/sticky_error.h"
@@ -139,8 +140,9 @@ std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, con
       outcome.name = c.name() + " (NVRTC " + (needs_90 ? std::string("sm_90a") : host_target) + ")";
       log.begin(outcome.name);
       try {
-        // The opt-in shared memory and SM count of an H100/H200 (the hopper tile's plan needs them).
-        const cuda::CudaProgram program = cuda::generate_variant(schedule(c, true), c.variant, 227 * 1024, 132);
+        // The opt-in shared memory and SM count of an H100/H200 (the hopper tile's plan needs them;
+        // the SM count as ORTHOJIT_CUDA_SM_COUNT sizes it, e.g. under cuda_device_test --one-sm).
+        const cuda::CudaProgram program = cuda::generate_variant(schedule(c, true), c.variant, 227 * 1024, cuda::multiprocessors_to_use(132));
         // Through the program cache, as the device run compiles it (so scripts/gpu-kit's prewarm
         // holds it too).
         cuda::ProgramCache::process_default().get_or_compile(program.source, headers, program.compile_target(host_target));

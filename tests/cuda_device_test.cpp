@@ -106,9 +106,10 @@ struct Outcome {
 
 // --one-sm's cases: one program's default and per-product variants, standard and Gram, on a wide
 // shape (triangular products of several upper tiles, the sm_90a tile), a batch (items spanning
-// matrices) and the batched wide one (the 128x256 tile, split-K partials over matrices x splits).
+// matrices) and the batched wide one (the 128x256 tile, split-K partials over matrices x splits);
+// and the whole Muon steps (the update fused into the last product).
 constexpr const char* kOneSmFilters[] = {"jordan_ns5 standard bf16 256x1024x1 ", "jordan_ns5 gram bf16 256x1024x1 ", "jordan_ns5 standard bf16 96x320x3 ",
-                                         "jordan_ns5 gram bf16 96x320x3 ", "jordan_ns5 standard bf16 512x2048x2 "};
+                                         "jordan_ns5 gram bf16 96x320x3 ", "jordan_ns5 standard bf16 512x2048x2 ", "muon step "};
 
 ir::Function schedule(const dsl::Program& program, const Case& c) {
   passes::CompileOptions options;
@@ -169,6 +170,11 @@ int main(int argc, char** argv) {
     try {
       cuda::Device::get();
     } catch (const std::exception& error) {
+      // A malformed ORTHOJIT_CUDA_SM_COUNT is a usage error, not a missing device.
+      if (std::string(error.what()).find("ORTHOJIT_CUDA_SM_COUNT") != std::string::npos) {
+        std::fprintf(stderr, "%s\n", error.what());
+        return 2;
+      }
       std::printf("SKIP: %s\n", error.what());
       return 77;
     }

@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <random>
 #include <thread>
@@ -658,20 +660,55 @@ TEST(CudaGeneratedEmulation, StaticSharedMemoryIsPoisonedBeforeEveryCta) {
       "    out[blockIdx.x] = slots[blockIdx.x % 4];\n"
       "    slots[(blockIdx.x + 1) % 4] = 1.0f;\n"
       "  }\n"
-      "}\n";
-  Launch launch;
-  launch.kernel = "peek";
-  launch.grid[0] = 4;
-  launch.block = 32;
-  launch.args = {Slot{Slot::Kind::Output, -1}};
-  launch.summary = "peek at static shared memory";
-  program.launches.push_back(launch);
+      "}\n"
+      "// The same inside a device template, as oj::mma::product declares its stages.\n"
+      "template <int N>\n"
+      "__device__ __forceinline__ void peek_in_template(float* out) {\n"
+      "  OJ_TEMPLATE_SHARED(__align__(16) float, slots, N);\n"
+      "  if (threadIdx.x == 0) {\n"
+      "    out[4 + blockIdx.x] = slots[blockIdx.x % N];\n"
+      "    slots[(blockIdx.x + 1) % N] = 1.0f;\n"
+      "  }\n"
+      "}\n"
+      "extern \"C\" __global__ void peek_template(float* out) { peek_in_template<4>(out); }\n";
+  for (const char* kernel : {"peek", "peek_template"}) {
+    Launch launch;
+    launch.kernel = kernel;
+    launch.grid[0] = 4;
+    launch.block = 32;
+    launch.args = {Slot{Slot::Kind::Output, -1}};
+    launch.summary = std::string(kernel) + " at static shared memory";
+    program.launches.push_back(launch);
+  }
   program.input_elements = 1;
-  program.output_elements = 4;
+  program.output_elements = 8;
   HostEmulator emulator(program, std::filesystem::path(::testing::TempDir()) / ("orthojit_emulation_" + std::to_string(::getpid()) + "_static_shared"));
   const HostEmulator::Result result = emulator.run({0.0f});
-  ASSERT_EQ(result.output.size(), 4u);
-  for (size_t cta = 0; cta < 4; ++cta) EXPECT_TRUE(std::isnan(result.output[cta])) << "CTA " << cta << " read " << result.output[cta];
+  ASSERT_EQ(result.output.size(), 8u);
+  for (size_t cta = 0; cta < 8; ++cta)
+    EXPECT_TRUE(std::isnan(result.output[cta])) << (cta < 4 ? "kernel" : "template") << " CTA " << cta % 4 << " read " << result.output[cta];
+}
+
+// Every static shared array of the device headers is one the emulation poisons: declared in a
+// device template only through OJ_TEMPLATE_SHARED (GCC drops the section that plain `__shared__`
+// gets in the emulation on a template's static locals), so `__shared__` appears in the headers
+// only as `extern __shared__` (dynamic shared memory, poisoned too) or in that macro's definition.
+TEST(CudaGeneratedEmulation, DeviceHeadersDeclareStaticSharedArraysThroughThePoisonedForms) {
+  const std::filesystem::path folder = std::filesystem::path(ORTHOJIT_SOURCE_DIR) / "kernels" / "cuda";
+  int headers = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    if (entry.path().extension() != ".cuh") continue;
+    ++headers;
+    std::ifstream file(entry.path());
+    std::string line;
+    for (int number = 1; std::getline(file, line); ++number) {
+      const std::string code = line.substr(0, line.find("//"));
+      if (code.find("__shared__") == std::string::npos) continue;
+      const bool allowed = code.find("extern __shared__") != std::string::npos || code.find("#define OJ_TEMPLATE_SHARED") != std::string::npos;
+      EXPECT_TRUE(allowed) << entry.path().filename().string() << ":" << number << ": " << line;
+    }
+  }
+  EXPECT_GT(headers, 3);
 }
 
 }  // namespace

@@ -12,7 +12,10 @@
 //     They are all placed in one ELF section (oj_emulated_shared) that is poisoned before every
 //     CTA, as `shared_memory` is: a device's shared memory starts each CTA with whatever the last
 //     one left, never the zeros of a C++ static, so a kernel that reads an element it did not
-//     write (a ragged tile's padding, a stage before its copy landed) reads NaN here too.
+//     write (a ragged tile's padding, a stage before its copy landed) reads NaN here too. GCC
+//     ignores the section attribute on static locals of function templates (GCC bug 70435), so
+//     the device templates declare theirs with OJ_TEMPLATE_SHARED, which here registers the array
+//     (poisoned at its CTA's first use of it, and before every later CTA).
 //     `extern __shared__` (the fused kernel's dynamic shared memory) cannot be `static`; a source
 //     that declares only that defines OJ_EMULATION_DYNAMIC_SHARED_ONLY first, and the declaration
 //     binds to `shared_memory` below (poisoned before every CTA).
@@ -37,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <algorithm>
 #include <atomic>
@@ -59,6 +63,32 @@
 // The linker's bounds of that section (weak: a source without static shared memory has none).
 extern "C" char __start_oj_emulated_shared[] __attribute__((weak));
 extern "C" char __stop_oj_emulated_shared[] __attribute__((weak));
+
+namespace oj_emu {
+// The static shared arrays of device templates (OJ_TEMPLATE_SHARED), by address: each is poisoned
+// when a CTA's first thread reaches its declaration for the first time (every thread passes the
+// declaration before it touches the array, and the lock orders the poisoning before any of them
+// returns), and again before every later CTA (run_grid).
+struct TemplateSharedArrays {
+  std::mutex mutex;
+  std::vector<std::pair<unsigned char*, size_t>> arrays;
+};
+inline TemplateSharedArrays template_shared_arrays;
+inline void register_template_shared(void* address, size_t bytes) {
+  std::lock_guard<std::mutex> lock(template_shared_arrays.mutex);
+  for (const auto& known : template_shared_arrays.arrays)
+    if (known.first == address) return;
+  std::memset(address, 0xff, bytes);
+  template_shared_arrays.arrays.emplace_back(static_cast<unsigned char*>(address), bytes);
+}
+inline void poison_template_shared() {
+  std::lock_guard<std::mutex> lock(template_shared_arrays.mutex);
+  for (const auto& known : template_shared_arrays.arrays) std::memset(known.first, 0xff, known.second);
+}
+}  // namespace oj_emu
+#define OJ_TEMPLATE_SHARED(type, name, count) \
+  static type name[count];                    \
+  ::oj_emu::register_template_shared(name, sizeof name)
 #define __restrict__
 
 struct Dim3 {
@@ -379,6 +409,7 @@ void run_grid(const unsigned grid[3], unsigned block, Body body) {
     std::memset(shared_memory, 0xff, sizeof shared_memory);  // NaN bits in bf16, f16, f32 and f64
     if (__start_oj_emulated_shared && __stop_oj_emulated_shared > __start_oj_emulated_shared)
       std::memset(__start_oj_emulated_shared, 0xff, static_cast<size_t>(__stop_oj_emulated_shared - __start_oj_emulated_shared));
+    oj_emu::poison_template_shared();
   };
   next_cta();
   std::barrier between(static_cast<std::ptrdiff_t>(block), next_cta);

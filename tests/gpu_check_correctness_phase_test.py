@@ -4,7 +4,8 @@ persistent kernels run once more with --one-sm, and that rerun decides the phase
 check does; after a check that stopped (hung), no one-SM rerun (the stop has its own rerun).
 
 Bugs this sees: the one-SM rerun not run, run without --one-sm, its failure not failing the phase,
-run after a hang, or its result missing from the phase's message.
+run after a hang, its result missing from the phase's message, or its stop on an sm_90a case not
+keeping the tile out of the later phases.
 
     gpu_check_correctness_phase_test.py
 """
@@ -27,6 +28,7 @@ case " $* " in
   *) code=$MAIN_CODE; echo "PASS jordan_ns5 standard bf16 96x320x3 [generated]";;
 esac
 if [ "$code" = 3 ]; then echo "HUNG jordan_ns5 gram bf16 256x1024x1 [generated] after 30 s"; exit 3; fi
+if [ "$code" = 4 ]; then echo "STICKY jordan_ns5 standard bf16 256x1024x1 [generated hopper]: CUDA_ERROR_ILLEGAL_ADDRESS"; exit 4; fi
 if [ "$code" = 0 ]; then echo "3 passed, 0 failed, 1 not applicable, 1.0 s"; else echo "2 passed, 1 failed, 1 not applicable, 1.0 s"; fi
 exit $code
 """
@@ -49,7 +51,7 @@ def run_phase(gpu_check, folder, main_code, one_sm_code):
     check.env = dict(os.environ, MAIN_CODE=str(main_code), ONE_SM_CODE=str(one_sm_code))
     entry = check.phase_correctness(0, True)
     with open(calls) as f:
-        return entry, [line.split() for line in f]
+        return entry, [line.split() for line in f], check.env.get("ORTHOJIT_CUDA_SM90A")
 
 
 def main():
@@ -57,9 +59,13 @@ def main():
     problems = []
     with tempfile.TemporaryDirectory() as folder:
         # (main check's exit, one-SM rerun's exit, the phase's status, whether the rerun runs)
-        for main_code, one_sm_code, status, rerun in ((0, 0, "ok", True), (0, 1, "failed", True), (1, 0, "failed", True), (3, 0, "failed", False)):
+        for main_code, one_sm_code, status, rerun in ((0, 0, "ok", True), (0, 1, "failed", True), (1, 0, "failed", True), (3, 0, "failed", False),
+                                                      (0, 4, "failed", True)):
             label = f"check exit {main_code}, one-SM exit {one_sm_code}"
-            entry, calls = run_phase(gpu_check, folder, main_code, one_sm_code)
+            entry, calls, sm90a = run_phase(gpu_check, folder, main_code, one_sm_code)
+            # A rerun stopped by an sm_90a case keeps the tile out of the later phases, as the check does.
+            if (one_sm_code == 4) != (sm90a == "off"):
+                problems.append(f"{label}: ORTHOJIT_CUDA_SM90A is {sm90a!r} for the later phases")
             one_sm_calls = [c for c in calls if "--one-sm" in c]
             if entry["status"] != status:
                 problems.append(f"{label}: phase {entry['status']}, expected {status}: {entry['message']}")

@@ -80,7 +80,13 @@ key() { printf '%064x' "$1"; }
 cat > "$stub/bin/cuda_device_test" <<STUB
 #!/bin/sh
 [ "\$1 \$2" = "--host-only sm_90" ] || { echo "stand-in: unexpected arguments \$*"; exit 2; }
+[ -z "\$ORTHOJIT_CUDA_SM_COUNT" ] || { echo "stand-in: ORTHOJIT_CUDA_SM_COUNT=\$ORTHOJIT_CUDA_SM_COUNT reached the prewarm"; exit 2; }
 mkdir -p "\$ORTHOJIT_CACHE_DIR/cuda"
+if [ "\$3" = "--one-sm" ]; then
+  echo four > "\$ORTHOJIT_CACHE_DIR/cuda/$(key 4).ojbin"
+  echo "  host phase: 1/1 cases, programs compiled 1, from the disk cache 0, already loaded 0 (1 s)"
+  exit 0
+fi
 echo one > "\$ORTHOJIT_CACHE_DIR/cuda/$(key 1).ojbin"; echo two > "\$ORTHOJIT_CACHE_DIR/cuda/$(key 2).ojbin"
 echo "not a program" > "\$ORTHOJIT_CACHE_DIR/cuda/notes.txt"
 echo "  host phase: 2/2 cases, programs compiled 2, from the disk cache 0, already loaded 0 (1 s)"
@@ -96,14 +102,16 @@ STUB
 printf '#!/bin/sh\necho "nvrtc:      13.0 (a stand-in)"\n' > "$stub/bin/orthojit"
 chmod +x "$stub/bin/"*
 cached=$work/cached-kit
-expect 0 "3 CUDA programs for sm_90 (NVRTC 13.0" -- "$root/scripts/gpu-kit" --out "$cached" --python "$python" --build-dir "$stub"
+# (ORTHOJIT_CUDA_SM_COUNT set by the user must not reach the prewarm: the main check's programs are
+# for the whole device; the stand-in refuses it.)
+expect 0 "4 CUDA programs for sm_90 (NVRTC 13.0" -- env ORTHOJIT_CUDA_SM_COUNT=7 "$root/scripts/gpu-kit" --out "$cached" --python "$python" --build-dir "$stub"
 "$python" - "$cached" <<'PY' || fail "the cached kit's manifest or archive is not what the stand-ins compiled"
 import json, sys, tarfile
 kit = sys.argv[1]
 cache = json.load(open(kit + "/manifest.json"))["cuda_cache"]
-assert cache["programs"] == 3 and cache["target"] == "sm_90" and cache["nvrtc"] == "13.0", cache
+assert cache["programs"] == 4 and cache["target"] == "sm_90" and cache["nvrtc"] == "13.0", cache
 names = sorted(tarfile.open(kit + "/" + cache["file"]).getnames())
-assert [n for n in names if n.endswith(".ojbin")] == ["cuda/%064x.ojbin" % i for i in (1, 2, 3)], names
+assert [n for n in names if n.endswith(".ojbin")] == ["cuda/%064x.ojbin" % i for i in (1, 2, 3, 4)], names
 print("ok: manifest cuda_cache", cache["programs"], "programs;", len(names), "archive entries")
 PY
 [[ ! -e $cached/cuda-cache.work ]] || fail "the kit kept its uncompressed cache folder"
@@ -133,9 +141,9 @@ env -u ORTHOJIT_CACHE_DIR PATH="$work/fake-cmake:$PATH" "$root/scripts/gpu-check
 import json, os, sys
 phases = {p["phase"]: p for p in json.load(open(sys.argv[1]))["phases"]}
 entry = phases.get("cuda-cache", {})
-assert entry.get("status") == "ok" and entry["message"].startswith("3 programs for sm_90"), entry
+assert entry.get("status") == "ok" and entry["message"].startswith("4 programs for sm_90"), entry
 files = sorted(os.listdir(sys.argv[2]))
-assert files == ["%064x.ojbin" % i for i in (1, 2, 3)], files
+assert files == ["%064x.ojbin" % i for i in (1, 2, 3, 4)], files
 assert phases["build"]["status"] == "failed", phases["build"]
 print("ok: gpu-check unpacked", len(files), "programs, not notes.txt")
 PY

@@ -19,7 +19,7 @@ int resident_ctas(const DriverApi& api, CUfunction function, const Launch& launc
         "cuOccupancyMaxActiveBlocksPerMultiprocessor(" + launch.kernel + ")");
   if (resident < 1)
     throw std::invalid_argument(launch.kernel + " (" + launch.summary + "): no CTA of " + std::to_string(launch.block) + " threads and " +
-                                std::to_string(launch.dynamic_shared_bytes) + " bytes of dynamic shared memory fits on one SM (the driver's occupancy calculator says 0)");
+                                std::to_string(launch.dynamic_shared_bytes) + " bytes of dynamic shared memory (plus its static shared memory and registers) fits on one SM (the driver's occupancy calculator says 0)");
   return resident;
 }
 

@@ -1,11 +1,13 @@
 // ORTHOJIT_CUDA_SM_COUNT=N: orthojit sizes its work as if the device had N multiprocessors (at
 // most the real count). What the count decides: the wave of a persistent kernel (how many CTAs
 // loop over the work items, Launch::ctas), the default tiles and the split-K candidates (enough
-// CTAs to fill the SMs), the element-wise kernels' grid. Kernels that are not persistent still
-// spread over every SM. What it is for: a device check in which each persistent CTA takes several
-// work items one after the other (on 132 SMs the checked shapes give each CTA one, so the pipeline
-// phases carried from one item into the next would run in no device check: scripts/gpu-check's
-// persistence phase sets it to 1), and tuning for the share of a GPU a job gets.
+// CTAs to fill the SMs), the element-wise kernels' grid. The other kernels' grids follow their
+// tiles, and the hardware still spreads any grid over every SM. What it is for: a device check in
+// which each persistent CTA takes several work items one after the other (on 132 SMs the checked
+// shapes give each CTA one, so the pipeline phases carried from one item into the next would run
+// in no device check: `cuda_device_test --one-sm`, which scripts/gpu-check's correctness phase runs
+// after its check), and tuning for the share of a GPU a job gets (a tuning record's device
+// fingerprint counts these SMs, so records do not mix counts).
 #pragma once
 
 #include <string>

@@ -9,6 +9,13 @@
 // Conventions: 16-bit storage is carried as raw bits (unsigned short); arithmetic is f32.
 #pragma once
 
+// A static shared array declared inside a device template (`OJ_TEMPLATE_SHARED(__align__(128) u16,
+// stages, N);`): here a plain `__shared__` declaration. The host emulation turns `__shared__` into a
+// C++ static placed in a section it poisons before every CTA, but GCC ignores section attributes on
+// the static locals of templates (GCC bug 70435), so there this macro registers the array instead
+// (poisoned at its first use and before every later CTA). Outside templates, plain `__shared__`.
+#define OJ_TEMPLATE_SHARED(type, name, count) __shared__ type name[count]
+
 namespace oj {
 
 typedef unsigned short u16;

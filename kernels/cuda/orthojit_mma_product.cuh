@@ -417,7 +417,7 @@ __device__ __forceinline__ void product_tile(u16* stages, const u16* __restrict_
 template <class P, class CPointer, class OutPointer>
 __device__ __forceinline__ void product(const u16* __restrict__ a_all, const u16* __restrict__ b_all, CPointer c_all, OutPointer out_all) {
   typedef Tiles<P> T;
-  __shared__ __align__(128) u16 stages[P::STAGES * (T::A_ELEMENTS + T::B_ELEMENTS)];
+  OJ_TEMPLATE_SHARED(__align__(128) u16, stages, P::STAGES * (T::A_ELEMENTS + T::B_ELEMENTS));
   const Position p = P::position(static_cast<int>(threadIdx.x));
   if constexpr (P::TRIANGULAR) {
     for (int work = blockIdx.x; work < P::WORK; work += gridDim.x) {
