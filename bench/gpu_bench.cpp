@@ -59,6 +59,7 @@
 #include "cuda/cuda_driver.h"
 #include "cuda/hopper_product.h"
 #include "cuda/sm90a_switch.h"
+#include "cuda/sm_count_override.h"
 #include "cuda/sticky_error.h"
 #include "kernels/cuda_device_headers.h"
 #include "kernels/program_library.h"
@@ -372,7 +373,7 @@ std::vector<Work> variant_work(std::vector<Row>& rows, std::vector<dsl::Program>
 // NVRTC on every core; a variant that fails keeps its error. `stop()` returning a reason leaves the
 // variants not yet started uncompiled, with that reason. Returns how many variants it handled.
 template <class Stop>
-size_t compile_variants(std::vector<Work>& work, size_t row, const std::string& device_target, int shared_limit, Stop stop) {
+size_t compile_variants(std::vector<Work>& work, size_t row, const std::string& device_target, int shared_limit, int multiprocessors, Stop stop) {
   const auto& headers = kernels::cuda_device_headers();
   std::vector<size_t> items;
   for (size_t index = 0; index < work.size(); ++index)
@@ -389,7 +390,9 @@ size_t compile_variants(std::vector<Work>& work, size_t row, const std::string& 
           continue;
         }
         try {
-          const cuda::CudaProgram generated = cuda::generate_variant(item.function, item.variant, shared_limit);
+          // The SMs the runner will generate for (the device's, or an H100/H200's 132 in --prewarm),
+          // so that it finds this very program in the cache.
+          const cuda::CudaProgram generated = cuda::generate_variant(item.function, item.variant, shared_limit, multiprocessors);
           cuda::ProgramCache::process_default().get_or_compile(generated.source, headers, generated.compile_target(device_target));
         } catch (const std::exception& error) {
           item.error = error.what();
@@ -419,7 +422,7 @@ int prewarm(const std::string& target, bool quick) {
   std::vector<Work> work = variant_work(rows, programs, sm, shared_limit);
   const auto start = std::chrono::steady_clock::now();
   std::atomic<int> done{0};
-  const size_t count = compile_variants(work, std::string::npos, target, shared_limit, [&] {
+  const size_t count = compile_variants(work, std::string::npos, target, shared_limit, cuda::multiprocessors_to_use(132), [&] {
     const int finished = done++;
     if (finished % 10 == 0) std::printf("  compiling %d/%zu variants\n", finished, work.size()), std::fflush(stdout);
     return std::string();
@@ -540,7 +543,7 @@ int main(int argc, char** argv) {
   double compile_seconds = 0;
   auto compile_case = [&](size_t row) {
     const auto compile_start = std::chrono::steady_clock::now();
-    const size_t count = compile_variants(work, row, device.compile_target(), device.info().max_shared_per_block_optin, [&] {
+    const size_t count = compile_variants(work, row, device.compile_target(), device.info().max_shared_per_block_optin, std::max(1, device.info().multiprocessors), [&] {
       return budget_seconds > 0 && elapsed() > budget_seconds ? "not compiled: --budget " + std::to_string(static_cast<int>(budget_seconds)) + " s spent" : std::string();
     });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count();
