@@ -128,7 +128,7 @@ std::vector<MuonStepOutcome> check_muon_steps(int device_sm, bool host_only, con
     for (const auto& [rows, cols, batch] : {std::tuple<int64_t, int64_t, int64_t>{256, 1024, 2}, {512, 256, 1}}) cases.push_back({rows, cols, batch, variant});
   std::vector<MuonStepOutcome> outcomes;
   for (const StepCase& c : cases) {
-    if (!filters.empty() && std::none_of(filters.begin(), filters.end(), [&](const std::string& f) { return c.name().find(f) != std::string::npos; })) continue;
+    if (!passes_filters(c.name(), filters)) continue;
     const bool needs_90 = c.variant.needs_sm90a();
     if (const std::string off = cuda::sm90a_disabled_reason(); needs_90 && !off.empty()) {
       skipped_reason = "the sm_90a tile is turned off by " + off;

@@ -21,6 +21,14 @@ struct MuonStepOutcome {
   std::string message;
 };
 
+// Whether `name` passes cuda_device_test's --filter texts: it contains one of them (no texts: all).
+inline bool passes_filters(const std::string& name, const std::vector<std::string>& filters) {
+  if (filters.empty()) return true;
+  for (const std::string& text : filters)
+    if (name.find(text) != std::string::npos) return true;
+  return false;
+}
+
 // device_sm: the device's (the hopper variant runs on 90 only and not while ORTHOJIT_CUDA_SM90A
 // turns the tile off, else it is skipped with the reason in `skipped_reason`). host_only:
 // generate and compile the steps for `host_target`. filters: only the cases whose name contains

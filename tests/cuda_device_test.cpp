@@ -256,12 +256,7 @@ int main(int argc, char** argv) {
       cases.push_back({"jordan_ns5", ir::StrategyKind::Standard, ScalarType::BF16, shape, cuda::CudaVariant::parse(split_steps)});
   }
   const int target_sm = std::atoi(target.c_str() + target.find('_') + 1);
-  if (!filters.empty())
-    cases.erase(std::remove_if(cases.begin(), cases.end(),
-                               [&](const Case& c) {
-                                 return std::none_of(filters.begin(), filters.end(), [&](const std::string& f) { return c.name().find(f) != std::string::npos; });
-                               }),
-                cases.end());
+  cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const Case& c) { return !device_test::passes_filters(c.name(), filters); }), cases.end());
 
   // Schedules, eligibility, and the reference per distinct (program, strategy, precision, shape)
   // computed in parallel on the host; the generated programs compiled in parallel (NVRTC is
