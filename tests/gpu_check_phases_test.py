@@ -1,13 +1,16 @@
-"""scripts/gpu-check's correctness phase on a device, with a stand-in cuda_device_test (a shell
-script that logs its arguments and answers as told): after a check that ran to its end, the
+"""scripts/gpu-check's correctness and bench phases on a device, with stand-in binaries (shell
+scripts that log their arguments and answer as told). In the correctness phase: after a check that ran to its end, the
 persistent kernels run once more with --one-sm, and that rerun decides the phase as much as the
-check does; after a check that stopped (hung), no one-SM rerun (the stop has its own rerun).
+check does; after a check that stopped (hung), no one-SM rerun (the stop has its own rerun). The
+check leaves the benchmark its full time when both fit; the bench phase times the headline cases
+before the compile benchmark.
 
 Bugs this sees: the one-SM rerun not run, run without --one-sm, its failure not failing the phase,
 run after a hang, its result missing from the phase's message, or its stop on an sm_90a case not
-keeping the tile out of the later phases.
+keeping the tile out of the later phases; a correctness check that does not leave the benchmark its
+full time when both fit; the compile benchmark run before the benchmark's headline cases.
 
-    gpu_check_correctness_phase_test.py
+    gpu_check_phases_test.py
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_check_interruption_test import load_gpu_check  # noqa: E402
@@ -77,9 +81,38 @@ def main():
                 problems.append(f"{label}: the rerun's result is not in the message: {entry['message']}")
             if rerun and one_sm_calls and "--json" not in one_sm_calls[0]:
                 problems.append(f"{label}: the rerun keeps no JSON: {one_sm_calls[0]}")
+    # The benchmark phase runs orthojit_gpu_bench before the compile benchmark (a short budget then
+    # costs the compile times, not the headline cases), and gives it a --budget.
+    with tempfile.TemporaryDirectory() as folder:
+        build = os.path.join(folder, "build")
+        os.makedirs(os.path.join(build, "bin"))
+        for name in ("orthojit_gpu_bench", "orthojit_cuda_compile_bench"):
+            with open(os.path.join(build, "bin", name), "w") as f:
+                f.write(f'#!/bin/sh\necho "{name} $*" >> "{folder}/calls.txt"\n')
+            os.chmod(os.path.join(build, "bin", name), 0o755)
+        check = gpu_check.Check(gpu_check.parse_arguments(["--out-dir", os.path.join(folder, "out"), "--build-dir", build, "--budget", "600"]))
+        os.makedirs(check.out, exist_ok=True)
+        check.preflight = {"python": {}}
+        check.phase_bench(True)
+        with open(os.path.join(folder, "calls.txt")) as f:
+            order = [line.split()[0] for line in f]
+        if order != ["orthojit_gpu_bench", "orthojit_cuda_compile_bench"]:
+            problems.append(f"bench phase ran {order}, expected the benchmark before the compile benchmark")
+
+    # What the check leaves for the benchmark: its full time while both fit, else its minimum,
+    # else nothing (the check first); nothing when the benchmark is not selected.
+    check = gpu_check.Check(gpu_check.parse_arguments(["--out-dir", os.path.join(tempfile.gettempdir(), "gc-reserve"), "--budget", "600"]))
+    full, minimum, correctness = gpu_check.BENCH["full"], gpu_check.BENCH["minimum"], gpu_check.CORRECTNESS["minimum"]
+    for left, selected, expected in ((600, gpu_check.PHASES, full), (correctness + full, gpu_check.PHASES, full),
+                                     (correctness + full - 1, gpu_check.PHASES, minimum), (correctness + minimum, gpu_check.PHASES, minimum),
+                                     (correctness + minimum - 1, gpu_check.PHASES, 0), (600, ("correctness", "muon"), 0)):
+        check.start = time.time() - (600 - left) + 0.5  # left() = `left` + 0.5 s less the time this takes
+        got = check.correctness_reserve(list(selected), True)
+        if got != expected:
+            problems.append(f"correctness_reserve with {left} s left, phases {selected}: {got}, expected {expected}")
     for problem in problems:
         print("FAIL " + problem)
-    print("gpu-check correctness phase: " + ("ok" if not problems else f"{len(problems)} problem(s)"))
+    print("gpu-check phases: " + ("ok" if not problems else f"{len(problems)} problem(s)"))
     return 1 if problems else 0
 
 
