@@ -15,6 +15,10 @@
 // per step, m <= n), so strategies that skip work (gram, triangular products) show as a higher
 // effective rate and the rates of all variants of a case compare directly.
 //
+// Each variant's output is checked once after its timing (poisoned first) against the cuBLASLt NS
+// of the same strategy on the same input, within twice the error bounds (both are within them of
+// the f64 result); a variant that fails is listed with the error, not timed as orthojit's number.
+//
 // Failures are results, not aborts: without cuBLAS (a machine whose libcublas cannot be loaded)
 // the rate and the cuBLAS columns say why they are missing; a variant or a baseline that fails
 // to compile or run is reported with its error in the table and the JSON. gpu_bench.json and
@@ -52,6 +56,7 @@
 #include <thread>
 #include <vector>
 
+#include "autotune/error_measure.h"
 #include "cuda/cublas_newton_schulz.h"
 #include "cuda/cublaslt_newton_schulz.h"
 #include "bench/json_text.h"
@@ -172,6 +177,7 @@ struct Row {
   double best_ms = 0, cublas_ms = 0, cublas_loop_ms = 0, torch_ms = 0;
   double lt_ms = 0, lt_gram_ms = 0, lt_loop_ms = 0;  // cuBLASLt: standard NS, Gram NS, standard looped over the batch
   std::string cublas_error, lt_error, lt_gram_error, status = "not run";  // status: "ok", "failed: ...", "not run (budget)"
+  std::string unchecked;  // why the variants' outputs were not checked (empty: each was, against the cuBLASLt NS)
 };
 
 struct Report {
@@ -280,6 +286,7 @@ std::string table_text(const Report& report) {
     if (!row.lt_error.empty()) ++failures["cublaslt standard baseline: " + brief(row.lt_error, 160)];
     if (!row.lt_gram_error.empty()) ++failures["cublaslt gram baseline: " + brief(row.lt_gram_error, 160)];
     for (const auto& [label, error] : row.failures) ++failures[label + ": " + brief(error, 160)];
+    if (!row.unchecked.empty()) ++failures[brief(row.unchecked, 200)];
   }
   for (const auto& [what, count] : failures) table << "failed" << (count > 1 ? " (" + std::to_string(count) + " cases)" : std::string()) << ": " << what << "\n";
   if (!report.stopped.empty()) table << "stopped: the CUDA context was unusable after " << brief(report.stopped, 300) << "\n";
@@ -303,7 +310,7 @@ void write_outputs(const std::string& out_dir, const Report& report) {
          << ", \"best_ms\": " << row.best_ms << ", \"cublas_ms\": " << row.cublas_ms << ", \"cublas_looped_ms\": " << row.cublas_loop_ms
          << ", \"cublas_error\": " << json_string(row.cublas_error) << ", \"cublaslt_ms\": " << row.lt_ms << ", \"cublaslt_gram_ms\": " << row.lt_gram_ms
          << ", \"cublaslt_looped_ms\": " << row.lt_loop_ms << ", \"cublaslt_error\": " << json_string(row.lt_error)
-         << ", \"cublaslt_gram_error\": " << json_string(row.lt_gram_error) << ", \"torch_ms\": " << row.torch_ms << ", \"standard_flops\": " << standard_flops(row.c)
+         << ", \"cublaslt_gram_error\": " << json_string(row.lt_gram_error) << ", \"outputs_unchecked\": " << json_string(row.unchecked) << ", \"torch_ms\": " << row.torch_ms << ", \"standard_flops\": " << standard_flops(row.c)
          << ", \"variants\": {";
     for (size_t v = 0; v < row.variants.size(); ++v) json << (v ? ", " : "") << json_string(row.variants[v].first) << ": " << row.variants[v].second;
     json << "}, \"failures\": {";
@@ -583,6 +590,35 @@ int main(int argc, char** argv) {
       const std::vector<float> host(values.begin(), values.end());
       cuda::DeviceBuffer input(elements * 4), output(elements * 4);
       input.upload(host.data(), elements * 4);
+      // What each variant's output is checked against: the cuBLASLt NS of the case's strategy on
+      // the same input. A variant that computes something else (a skipped tile, a wrong
+      // coefficient) must not be timed as orthojit's number. Both are within the error bounds of
+      // the f64 result, so they agree within twice them (autotune/error_measure.h).
+      const auto& api = cuda::Device::get().api();
+      std::vector<float> produced(static_cast<size_t>(elements));
+      auto run_once = [&](const cuda::CudaRunner& runner) {
+        cuda::check(api.cuMemsetD8Async(output.get(), 0xff, static_cast<size_t>(elements * 4), nullptr), "poisoning the output");
+        runner.run_device(input.get(), output.get(), nullptr);
+        cuda::check(api.cuCtxSynchronize(), "running " + runner.description());
+        output.download(produced.data(), elements * 4);
+      };
+      std::vector<double> expected;
+      autotune::ErrorBounds agreement;
+      try {
+        const ir::Function function = schedule(programs[r], c, c.batch);
+        const cuda::CudaVariant lt{cuda::CudaVariant::Kind::Cublaslt, std::nullopt};
+        if (std::string why = cuda::variant_unavailable_reason(function, lt, 0); !why.empty()) throw std::runtime_error(why);
+        announce(c.key() + " [cublaslt output, the variants' check]");
+        run_once(*cuda::build_cuda_runner(programs[r], function, lt, headers));
+        expected.assign(produced.begin(), produced.end());
+        agreement = autotune::error_bounds(function);
+        agreement.tile *= 2;
+        agreement.frobenius *= 2;
+      } catch (const std::exception& error) {
+        row.unchecked = std::string("outputs not checked: no cuBLASLt result (") + brief(error.what(), 200) + ")";
+        std::printf("  %s\n", row.unchecked.c_str());
+        stop_if_sticky(error, c.key() + " [cublaslt output]", report, r, out_dir);
+      }
       for (const Work& item : work) {
         if (item.row != r) continue;
         const std::string label = item.variant.label();
@@ -591,6 +627,15 @@ int main(int argc, char** argv) {
           announce(c.key() + " [" + label + "]");
           auto runner = cuda::build_cuda_runner(programs[r], item.function, item.variant, headers);
           const double ms = timer->median_ms([&] { runner->run_device(input.get(), output.get(), nullptr); });
+          if (!expected.empty()) {
+            run_once(*runner);
+            const autotune::ErrorMeasure measure = autotune::measure_error(produced.data(), expected.data(), c.rows, c.cols, c.batch);
+            if (!autotune::within(measure, agreement))
+              throw std::runtime_error("wrong output (against the cuBLASLt NS, twice the error bounds): " +
+                                       (measure.finite ? autotune::describe_violation(measure, agreement, c.rows, c.cols)
+                                                       : std::to_string(measure.nonfinite_count) + " non-finite values, " + std::to_string(measure.poison_count) + " never written") +
+                                       "; its time is not reported");
+          }
           row.variants.emplace_back(label, ms);
           std::printf("  %-32s %9.3f ms\n", label.c_str(), ms);
           if (row.best.empty() || ms < row.best_ms) {
