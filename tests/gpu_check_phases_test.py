@@ -8,7 +8,9 @@ before the compile benchmark.
 Bugs this sees: the one-SM rerun not run, run without --one-sm, its failure not failing the phase,
 run after a hang, its result missing from the phase's message, or its stop on an sm_90a case not
 keeping the tile out of the later phases; a correctness check that does not leave the benchmark its
-full time when both fit; the compile benchmark run before the benchmark's headline cases.
+full time when both fit; the compile benchmark run before the benchmark's headline cases; the
+background build of the optional targets not waited for, not read back, recorded twice, or waited
+for when no phase needs it.
 
     gpu_check_phases_test.py
 """
@@ -98,6 +100,49 @@ def main():
             order = [line.split()[0] for line in f]
         if order != ["orthojit_gpu_bench", "orthojit_cuda_compile_bench"]:
             problems.append(f"bench phase ran {order}, expected the benchmark before the compile benchmark")
+
+    # On a device the optional targets build in the background: the phases that need them wait,
+    # see which built (failed_targets, the parts from `orthojit info`), and one record says so; a
+    # build no phase waited for is stopped at the end, not waited for.
+    with tempfile.TemporaryDirectory() as folder:
+        fake_bin = os.path.join(folder, "fake-bin")
+        build = os.path.join(folder, "build")
+        os.makedirs(fake_bin)
+        os.makedirs(os.path.join(build, "bin"))
+        standin = os.path.join(folder, "orthojit-standin")  # what the fake ninja "builds": an `orthojit info --json`
+        with open(standin, "w") as f:
+            f.write("#!/bin/sh\necho '{\"parts\": [{\"name\": \"cli\", \"built\": true, \"detail\": \"x\"}]}'\n")
+        os.chmod(standin, 0o755)
+        with open(os.path.join(fake_bin, "ninja"), "w") as f:
+            f.write('#!/bin/sh\nfor t; do last=$t; done\necho "ninja $last"\n'
+                    'case $last in slow) exec sleep 60;; _orthojit) echo "module.cpp: error: no"; exit 1;; esac\n'
+                    f'cp "{standin}" "{build}/bin/$last"\n')
+        os.chmod(os.path.join(fake_bin, "ninja"), 0o755)
+        check = gpu_check.Check(gpu_check.parse_arguments(["--out-dir", os.path.join(folder, "out"), "--build-dir", build, "--budget", "600"]))
+        os.makedirs(check.out, exist_ok=True)
+        check.env = dict(os.environ, PATH=fake_bin + os.pathsep + os.environ["PATH"])
+        check.start_optional_build(["orthojit", "_orthojit"], [])
+        check.wait_for_optional_build()
+        record = next((p for p in check.phases if p["phase"] == "build-optional"), None)
+        if not record or record["status"] != "failed" or "built orthojit" not in record["message"] or "_orthojit failed" not in record["message"]:
+            problems.append(f"background build: record {record}")
+        if [t.split()[0] for t in check.failed_targets] != ["_orthojit"]:
+            problems.append(f"background build: failed_targets {check.failed_targets}")
+        if [p["name"] for p in check.parts] != ["cli"]:
+            problems.append(f"background build: parts {check.parts} (orthojit info not read after it)")
+        check.wait_for_optional_build()
+        if sum(p["phase"] == "build-optional" for p in check.phases) != 1:
+            problems.append("background build: recorded more than once")
+        check = gpu_check.Check(gpu_check.parse_arguments(["--out-dir", os.path.join(folder, "out2"), "--build-dir", build, "--budget", "600"]))
+        os.makedirs(check.out, exist_ok=True)
+        check.env = dict(os.environ, PATH=fake_bin + os.pathsep + os.environ["PATH"])
+        begun = time.time()
+        check.start_optional_build(["slow"], [])
+        time.sleep(0.5)
+        check.drop_optional_build()
+        record = next((p for p in check.phases if p["phase"] == "build-optional"), None)
+        if time.time() - begun > 20 or not record or record["status"] != "skipped":
+            problems.append(f"background build not needed: {time.time() - begun:.0f} s, record {record}")
 
     # What the check leaves for the benchmark: its full time while both fit, else its minimum,
     # else nothing (the check first); nothing when the benchmark is not selected.
