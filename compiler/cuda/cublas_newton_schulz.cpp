@@ -199,9 +199,17 @@ double CublasNewtonSchulz::measure_gemm_tflops(int64_t n, int repeats) {
                                                      reinterpret_cast<void*>(c.get()), CUDA_R_16BF, size, 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmStridedBatchedEx (rate)");
   };
-  for (int warmup = 0; warmup < 3; ++warmup) gemm();
-  std::vector<float> times;
+  // Warm-up by time, not count: this is the first GPU work of the benchmark, and the clocks ramp
+  // up over the first fraction of a second (a yardstick measured cold would flatter every rate
+  // reported as a fraction of it).
   EventTimer timer;
+  float warm_ms = 0;
+  for (int warmup = 0; warmup < 1000 && warm_ms < 500; ++warmup) {
+    timer.start(nullptr);
+    gemm();
+    warm_ms += timer.stop(nullptr);
+  }
+  std::vector<float> times;
   for (int repeat = 0; repeat < repeats; ++repeat) {
     timer.start(nullptr);
     gemm();
