@@ -37,8 +37,10 @@
 // out, saying why ("sm90a_off" in the JSON).
 //
 // Usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--budget SECONDS]
-//                           [--list-cases] [--quick] [--prewarm sm_XX]
+//                           [--case-timeout SECONDS] [--list-cases] [--quick] [--prewarm sm_XX]
 //   --budget: stop starting cases after SECONDS (those left are listed as not run).
+//   --case-timeout: the watchdog's limit on one timed thing (default 120 s; 0: none): past it the
+//     run ends with "HUNG <what> after N s" and exit code 3.
 //   --prewarm: no device; compile every variant for a device of that kind into the program cache
 //     (ORTHOJIT_CACHE_DIR), as scripts/gpu-kit does before a device run. Exit 1 if one fails.
 #include <algorithm>
@@ -50,6 +52,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -334,9 +337,51 @@ void write_outputs(const std::string& out_dir, const Report& report) {
 }
 
 // "RUN <what>", flushed: a run killed while `what` hangs names it.
+// The watchdog (--case-timeout): what runs on the device now and since when; it is paused while
+// NVRTC compiles (minutes on a cold cache are not a hang).
+struct InFlight {
+  std::mutex mutex;
+  std::string what;
+  std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+  bool paused = false;
+};
+InFlight in_flight;
+
 void announce(const std::string& what) {
+  {
+    std::lock_guard<std::mutex> lock(in_flight.mutex);
+    in_flight.what = what;
+    in_flight.since = std::chrono::steady_clock::now();
+    in_flight.paused = false;
+  }
   std::printf("RUN %s\n", what.c_str());
   std::fflush(stdout);
+}
+
+// Compiles are not timed by the watchdog: paused until the next announce.
+void pause_watchdog() {
+  std::lock_guard<std::mutex> lock(in_flight.mutex);
+  in_flight.paused = true;
+}
+
+// A hung kernel never returns, so no result is coming: after `limit` seconds on one thing the run
+// ends with "HUNG <what> after N s" and exit code 3 (the table and the JSON hold every case before
+// it: they are written after each), so that scripts/gpu-check keeps the rest of its phase, turns
+// the sm_90a tile off when that was it, and runs the benchmark again.
+void start_watchdog(double limit) {
+  if (limit <= 0) return;
+  std::thread([limit] {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      std::lock_guard<std::mutex> lock(in_flight.mutex);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - in_flight.since).count();
+      if (!in_flight.paused && !in_flight.what.empty() && seconds > limit) {
+        std::printf("HUNG %s after %.0f s\n", in_flight.what.c_str(), seconds);
+        std::fflush(stdout);
+        std::_Exit(3);
+      }
+    }
+  }).detach();
 }
 
 // After `failure` of `what` (in row `current`, or none: report.rows.size()): when it left the
@@ -472,7 +517,7 @@ int prewarm(const std::string& target, bool quick) {
 int main(int argc, char** argv) {
   std::string out_dir = ".", torch_path;
   int repeats = 10;
-  double budget_seconds = 0;
+  double budget_seconds = 0, case_timeout = 120;
   bool list = false, quick = false;
   std::string prewarm_target;
   for (int i = 1; i < argc; ++i) {
@@ -481,11 +526,12 @@ int main(int argc, char** argv) {
     else if (argument == "--torch" && i + 1 < argc) torch_path = argv[++i];
     else if (argument == "--repeats" && i + 1 < argc) repeats = std::max(3, std::atoi(argv[++i]));
     else if (argument == "--budget" && i + 1 < argc) budget_seconds = std::atof(argv[++i]);
+    else if (argument == "--case-timeout" && i + 1 < argc) case_timeout = std::atof(argv[++i]);
     else if (argument == "--list-cases") list = true;
     else if (argument == "--quick") quick = true;
     else if (argument == "--prewarm" && i + 1 < argc) prewarm_target = argv[++i];
     else {
-      std::fprintf(stderr, "usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--budget SECONDS] [--list-cases] [--quick] [--prewarm sm_XX]\n");
+      std::fprintf(stderr, "usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--budget SECONDS] [--case-timeout SECONDS] [--list-cases] [--quick] [--prewarm sm_XX]\n");
       return 2;
     }
   }
@@ -530,6 +576,7 @@ int main(int argc, char** argv) {
   const cuda::Device& device = cuda::Device::get();
   report.device = device.info().describe();
   std::printf("device: %s\n", report.device.c_str());
+  start_watchdog(case_timeout);
   // The yardstick; without cuBLAS the run goes on and the table says why the column is empty.
   report.cublas_error = cuda::CublasNewtonSchulz::unavailable_reason();
   if (report.cublas_error.empty()) try {
@@ -571,6 +618,7 @@ int main(int argc, char** argv) {
   // single case was timed.
   double compile_seconds = 0;
   auto compile_case = [&](size_t row) {
+    pause_watchdog();
     const auto compile_start = std::chrono::steady_clock::now();
     const size_t count = compile_variants(work, row, device.compile_target(), device.info().max_shared_per_block_optin, std::max(1, device.info().multiprocessors), [&] {
       return budget_seconds > 0 && elapsed() > budget_seconds ? "not compiled: --budget " + std::to_string(static_cast<int>(budget_seconds)) + " s spent" : std::string();

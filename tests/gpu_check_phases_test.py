@@ -10,7 +10,7 @@ run after a hang, its result missing from the phase's message, or its stop on an
 keeping the tile out of the later phases; a correctness check that does not leave the benchmark its
 full time when both fit; the compile benchmark run before the benchmark's headline cases; the
 background build of the optional targets not waited for, not read back, recorded twice, or waited
-for when no phase needs it.
+for when no phase needs it; a benchmark hung on an sm_90a case not run again without the tile.
 
     gpu_check_phases_test.py
 """
@@ -100,6 +100,36 @@ def main():
             order = [line.split()[0] for line in f]
         if order != ["orthojit_gpu_bench", "orthojit_cuda_compile_bench"]:
             problems.append(f"bench phase ran {order}, expected the benchmark before the compile benchmark")
+
+    # A benchmark stopped by its watchdog on an sm_90a case runs once more without the tile (the
+    # first run's table kept aside), and the later phases keep the tile off.
+    with tempfile.TemporaryDirectory() as folder:
+        build = os.path.join(folder, "build")
+        os.makedirs(os.path.join(build, "bin"))
+        out = os.path.join(folder, "out")
+        with open(os.path.join(build, "bin", "orthojit_gpu_bench"), "w") as f:
+            f.write(f'#!/bin/sh\necho "orthojit_gpu_bench sm90a=$ORTHOJIT_CUDA_SM90A $*" >> "{folder}/calls.txt"\n'
+                    f'echo "run with sm90a=$ORTHOJIT_CUDA_SM90A" > "{out}/gpu_bench_table.txt"\n'
+                    'if [ "$ORTHOJIT_CUDA_SM90A" != off ]; then echo "HUNG jordan_ns5 4096x4096x1 standard [generated hopper] after 61 s"; exit 3; fi\n')
+        with open(os.path.join(build, "bin", "orthojit_cuda_compile_bench"), "w") as f:
+            f.write(f'#!/bin/sh\necho "orthojit_cuda_compile_bench" >> "{folder}/calls.txt"\n')
+        for name in ("orthojit_gpu_bench", "orthojit_cuda_compile_bench"):
+            os.chmod(os.path.join(build, "bin", name), 0o755)
+        check = gpu_check.Check(gpu_check.parse_arguments(["--out-dir", out, "--build-dir", build, "--budget", "600"]))
+        os.makedirs(check.out, exist_ok=True)
+        check.env.pop("ORTHOJIT_CUDA_SM90A", None)
+        check.preflight = {"python": {}}
+        entry = check.phase_bench(True)
+        with open(os.path.join(folder, "calls.txt")) as f:
+            calls = [line.split() for line in f]
+        runs = [c[1] for c in calls if c[0] == "orthojit_gpu_bench"]
+        if runs != ["sm90a=", "sm90a=off"] or not all("--case-timeout" in c for c in calls if c[0] == "orthojit_gpu_bench"):
+            problems.append(f"bench after a hung sm_90a case: runs {calls}")
+        if entry["status"] != "ok" or "again without the sm_90a tile" not in entry["message"] or check.env.get("ORTHOJIT_CUDA_SM90A") != "off":
+            problems.append(f"bench after a hung sm_90a case: {entry}, ORTHOJIT_CUDA_SM90A={check.env.get('ORTHOJIT_CUDA_SM90A')!r}")
+        kept = os.path.join(out, "gpu_bench-with-sm90a_table.txt")
+        if not os.path.exists(kept) or "sm90a=\n" not in open(kept).read():
+            problems.append("bench after a hung sm_90a case: the first run's table was not kept aside")
 
     # On a device the optional targets build in the background: the phases that need them wait,
     # see which built (failed_targets, the parts from `orthojit info`), and one record says so; a
