@@ -53,7 +53,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -61,7 +60,6 @@
 #include <vector>
 
 #include "autotune/error_measure.h"
-#include "support/bf16_bits.h"
 #include "cuda/cublas_newton_schulz.h"
 #include "cuda/cublaslt_newton_schulz.h"
 #include "bench/json_text.h"
@@ -207,22 +205,13 @@ double hopper_product_tflops(bool b_mn_major, bool wide, int64_t n, int repeats)
   if (!reason.empty()) throw std::runtime_error(reason);
   const cuda::HopperProduct kernel(spec, kernels::cuda_device_headers());
   cuda::DeviceBuffer a(n * n * 2), b(n * n * 2), d(n * n * 2);
-  // The operands cuBLAS's rate is measured on (CublasNewtonSchulz::measure_gemm_tflops: uniform in
-  // [-1, 1), seed 7), so that both run at the same switching power and clocks.
-  std::vector<uint16_t> host(static_cast<size_t>(n * n));
-  std::mt19937 random(7);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (auto& bits : host) bits = bf16_bits_of(uniform(random));
+  // cuBLAS's operands and warm-up, so that both run at the same switching power and clocks.
+  const std::vector<uint16_t> host = cuda::CublasNewtonSchulz::rate_operand_bits(n * n);
   a.upload(host.data(), n * n * 2);
   b.upload(host.data(), n * n * 2);
   auto product = [&] { kernel.run(a.get(), b.get(), 0, d.get(), n, n, n, n, n, 1.0f, 0.0f, 0.0f, nullptr); };
+  cuda::warm_up_for(500, product);
   cuda::EventTimer timer;
-  float warm_ms = 0;  // warm-up by time, as cuBLAS's
-  for (int warmup = 0; warmup < 1000 && warm_ms < 500; ++warmup) {
-    timer.start(nullptr);
-    product();
-    warm_ms += timer.stop(nullptr);
-  }
   std::vector<float> times;
   for (int repeat = 0; repeat < repeats; ++repeat) {
     timer.start(nullptr);

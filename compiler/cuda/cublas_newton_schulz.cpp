@@ -177,6 +177,14 @@ void CublasNewtonSchulz::run(const float* input, float* output) const {
   s.staging_output.download(output, bytes);
 }
 
+std::vector<uint16_t> CublasNewtonSchulz::rate_operand_bits(int64_t elements) {
+  std::vector<uint16_t> bits(static_cast<size_t>(elements));
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (auto& value : bits) value = bf16_bits_of(uniform(random));
+  return bits;
+}
+
 double CublasNewtonSchulz::measure_gemm_tflops(int64_t n, int repeats) {
   if (!cublas().reason.empty()) throw std::runtime_error(cublas().reason);
   const Device& device = Device::get();
@@ -184,11 +192,7 @@ double CublasNewtonSchulz::measure_gemm_tflops(int64_t n, int repeats) {
   cublasHandle_t handle = nullptr;
   check_cublas(cublas().cublasCreate(&handle), "cublasCreate");
   DeviceBuffer a(n * n * 2), b(n * n * 2), c(n * n * 2);
-  // Random bf16 operands (zeros would flatter the rate: less switching power, higher clocks).
-  std::vector<uint16_t> host(static_cast<size_t>(n * n));
-  std::mt19937 random(7);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (auto& bits : host) bits = bf16_bits_of(uniform(random));
+  const std::vector<uint16_t> host = rate_operand_bits(n * n);
   a.upload(host.data(), n * n * 2);
   b.upload(host.data(), n * n * 2);
   const float one = 1.0f, zero = 0.0f;
@@ -199,16 +203,10 @@ double CublasNewtonSchulz::measure_gemm_tflops(int64_t n, int repeats) {
                                                      reinterpret_cast<void*>(c.get()), CUDA_R_16BF, size, 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmStridedBatchedEx (rate)");
   };
-  // Warm-up by time, not count: this is the first GPU work of the benchmark, and the clocks ramp
-  // up over the first fraction of a second (a yardstick measured cold would flatter every rate
-  // reported as a fraction of it).
+  // Warm-up by time, not count: this is the first GPU work of the benchmark (a yardstick measured
+  // on cold clocks would flatter every rate reported as a fraction of it).
+  warm_up_for(500, gemm);
   EventTimer timer;
-  float warm_ms = 0;
-  for (int warmup = 0; warmup < 1000 && warm_ms < 500; ++warmup) {
-    timer.start(nullptr);
-    gemm();
-    warm_ms += timer.stop(nullptr);
-  }
   std::vector<float> times;
   for (int repeat = 0; repeat < repeats; ++repeat) {
     timer.start(nullptr);

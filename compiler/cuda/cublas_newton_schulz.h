@@ -40,6 +40,9 @@ class CublasNewtonSchulz {
   // The bf16 GEMM rate of cuBLAS on this device (TFLOP/s), measured on n x n x n random data:
   // the yardstick the benchmarks report fractions of.
   static double measure_gemm_tflops(int64_t n, int repeats);
+  // The operands that rate is measured on, as bf16 bits: uniform in [-1, 1), seed 7 (zeros would
+  // flatter a rate: less switching power, higher clocks). Every rate compared with cuBLAS's uses them.
+  static std::vector<uint16_t> rate_operand_bits(int64_t elements);
 
  private:
   struct State;

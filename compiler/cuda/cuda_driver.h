@@ -182,4 +182,17 @@ class EventTimer {
   CUevent start_ = nullptr, stop_ = nullptr;
 };
 
+// Runs `run` on the default stream until `ms` milliseconds of GPU time have passed (at most `limit`
+// calls), before timing it: the clocks ramp up over the first fraction of a second of work.
+template <class Run>
+void warm_up_for(float ms, Run run, int limit = 1000) {
+  EventTimer timer;
+  float spent = 0;
+  for (int call = 0; call < limit && spent < ms; ++call) {
+    timer.start(nullptr);
+    run();
+    spent += timer.stop(nullptr);
+  }
+}
+
 }  // namespace orthojit::cuda
