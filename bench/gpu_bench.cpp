@@ -52,7 +52,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -60,9 +59,10 @@
 #include <vector>
 
 #include "autotune/error_measure.h"
+#include "bench/hang_watchdog.h"
+#include "bench/json_text.h"
 #include "cuda/cublas_newton_schulz.h"
 #include "cuda/cublaslt_newton_schulz.h"
-#include "bench/json_text.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/hopper_product.h"
@@ -325,52 +325,20 @@ void write_outputs(const std::string& out_dir, const Report& report) {
   std::ofstream(out_dir + "/gpu_bench_table.txt") << table_text(report);
 }
 
-// "RUN <what>", flushed: a run killed while `what` hangs names it.
-// The watchdog (--case-timeout): what runs on the device now and since when; it is paused while
-// NVRTC compiles (minutes on a cold cache are not a hang).
-struct InFlight {
-  std::mutex mutex;
-  std::string what;
-  std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
-  bool paused = false;
-};
-InFlight in_flight;
+// The watchdog (--case-timeout; bench/hang_watchdog.h): made in main once the device is up.
+std::unique_ptr<bench::HangWatchdog> watchdog;
 
+// "RUN <what>", flushed: a run killed while `what` hangs names it; the watchdog times it from now.
 void announce(const std::string& what) {
-  {
-    std::lock_guard<std::mutex> lock(in_flight.mutex);
-    in_flight.what = what;
-    in_flight.since = std::chrono::steady_clock::now();
-    in_flight.paused = false;
-  }
   std::printf("RUN %s\n", what.c_str());
   std::fflush(stdout);
+  if (watchdog) watchdog->begin(what);
 }
 
-// Compiles are not timed by the watchdog: paused until the next announce.
+// Compiles are not timed by the watchdog (minutes on a cold cache are not a hang): paused until
+// the next announce.
 void pause_watchdog() {
-  std::lock_guard<std::mutex> lock(in_flight.mutex);
-  in_flight.paused = true;
-}
-
-// A hung kernel never returns, so no result is coming: after `limit` seconds on one thing the run
-// ends with "HUNG <what> after N s" and exit code 3 (the table and the JSON hold every case before
-// it: they are written after each), so that scripts/gpu-check keeps the rest of its phase, turns
-// the sm_90a tile off when that was it, and runs the benchmark again.
-void start_watchdog(double limit) {
-  if (limit <= 0) return;
-  std::thread([limit] {
-    for (;;) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      std::lock_guard<std::mutex> lock(in_flight.mutex);
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - in_flight.since).count();
-      if (!in_flight.paused && !in_flight.what.empty() && seconds > limit) {
-        std::printf("HUNG %s after %.0f s\n", in_flight.what.c_str(), seconds);
-        std::fflush(stdout);
-        std::_Exit(3);
-      }
-    }
-  }).detach();
+  if (watchdog) watchdog->idle();
 }
 
 // After `failure` of `what` (in row `current`, or none: report.rows.size()): when it left the
@@ -509,20 +477,37 @@ int main(int argc, char** argv) {
   double budget_seconds = 0, case_timeout = 120;
   bool list = false, quick = false;
   std::string prewarm_target;
-  for (int i = 1; i < argc; ++i) {
+  const char* usage = "usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--budget SECONDS] [--case-timeout SECONDS] [--list-cases] [--quick] [--prewarm sm_XX]\n";
+  // A number that does not parse is a usage error, not 0: "--case-timeout 6O" must not turn the
+  // watchdog off, nor "--budget 5m" the budget.
+  bool bad_number = false;
+  auto number = [&](const std::string& flag, const char* text, double least) {
+    char* end = nullptr;
+    const double value = std::strtod(text, &end);
+    if (end == text || *end != '\0' || !std::isfinite(value) || value < least) {
+      std::fprintf(stderr, "orthojit_gpu_bench: %s takes a number >= %g, not \"%s\"\n", flag.c_str(), least, text);
+      bad_number = true;
+    }
+    return value;
+  };
+  for (int i = 1; i < argc && !bad_number; ++i) {
     const std::string argument = argv[i];
     if (argument == "--out-dir" && i + 1 < argc) out_dir = argv[++i];
     else if (argument == "--torch" && i + 1 < argc) torch_path = argv[++i];
-    else if (argument == "--repeats" && i + 1 < argc) repeats = std::max(3, std::atoi(argv[++i]));
-    else if (argument == "--budget" && i + 1 < argc) budget_seconds = std::atof(argv[++i]);
-    else if (argument == "--case-timeout" && i + 1 < argc) case_timeout = std::atof(argv[++i]);
+    else if (argument == "--repeats" && i + 1 < argc) repeats = static_cast<int>(std::max(3.0, number(argument, argv[++i], 1)));
+    else if (argument == "--budget" && i + 1 < argc) budget_seconds = number(argument, argv[++i], 0);
+    else if (argument == "--case-timeout" && i + 1 < argc) case_timeout = number(argument, argv[++i], 0);
     else if (argument == "--list-cases") list = true;
     else if (argument == "--quick") quick = true;
     else if (argument == "--prewarm" && i + 1 < argc) prewarm_target = argv[++i];
     else {
-      std::fprintf(stderr, "usage: orthojit_gpu_bench [--out-dir DIR] [--torch FILE] [--repeats N] [--budget SECONDS] [--case-timeout SECONDS] [--list-cases] [--quick] [--prewarm sm_XX]\n");
+      std::fputs(usage, stderr);
       return 2;
     }
+  }
+  if (bad_number) {
+    std::fputs(usage, stderr);
+    return 2;
   }
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
@@ -565,7 +550,10 @@ int main(int argc, char** argv) {
   const cuda::Device& device = cuda::Device::get();
   report.device = device.info().describe();
   std::printf("device: %s\n", report.device.c_str());
-  start_watchdog(case_timeout);
+  // A hang ends the run with "HUNG <what> after N s" and exit code 3; the table and the JSON hold
+  // every case before it (they are written after each), so scripts/gpu-check keeps the rest of
+  // its phase, turns the sm_90a tile off when that was it, and runs the benchmark again.
+  watchdog = std::make_unique<bench::HangWatchdog>(case_timeout);
   // The yardstick; without cuBLAS the run goes on and the table says why the column is empty.
   report.cublas_error = cuda::CublasNewtonSchulz::unavailable_reason();
   if (report.cublas_error.empty()) try {

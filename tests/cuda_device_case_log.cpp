@@ -20,18 +20,10 @@ std::string json_number(double value) {
   return text;
 }
 
-CaseLog::CaseLog(std::string json_path, double case_timeout_seconds) : json_path_(std::move(json_path)), case_timeout_seconds_(case_timeout_seconds) {
-  if (case_timeout_seconds_ > 0) watchdog_ = std::thread([this] { watch(); });
-}
+CaseLog::CaseLog(std::string json_path, double case_timeout_seconds)
+    : json_path_(std::move(json_path)), watchdog_(case_timeout_seconds, [this](const std::string& name, double seconds) { return record_hung(name, seconds); }) {}
 
-CaseLog::~CaseLog() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    watching_ = false;
-  }
-  stop_watching_.notify_all();
-  if (watchdog_.joinable()) watchdog_.join();
-}
+CaseLog::~CaseLog() = default;
 
 void CaseLog::set_header(std::string fields) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -45,12 +37,14 @@ void CaseLog::announce(const std::string& what) {
 }
 
 void CaseLog::begin(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  running_ = name;
-  running_since_ = std::chrono::steady_clock::now();
-  std::printf("RUN %s\n", name.c_str());
-  std::fflush(stdout);
-  write_json_locked();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = name;
+    std::printf("RUN %s\n", name.c_str());
+    std::fflush(stdout);
+    write_json_locked();
+  }
+  watchdog_.begin(name);
 }
 
 void CaseLog::add_locked(CaseRecord record) {
@@ -64,10 +58,13 @@ void CaseLog::add(CaseRecord record) {
 }
 
 void CaseLog::finish(CaseRecord record) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  add_locked(std::move(record));
-  running_.clear();
-  write_json_locked();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    add_locked(std::move(record));
+    running_.clear();
+    write_json_locked();
+  }
+  watchdog_.idle();
 }
 
 void CaseLog::set_not_applicable(int count) {
@@ -94,10 +91,13 @@ void CaseLog::stop_if_sticky(const std::string& name, const std::string& sticky_
 }
 
 void CaseLog::complete() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  running_.clear();
-  finished_ = true;
-  write_json_locked();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_.clear();
+    finished_ = true;
+    write_json_locked();
+  }
+  watchdog_.idle();
 }
 
 int CaseLog::passed() const {
@@ -132,26 +132,20 @@ void CaseLog::write_json_locked() const {
   if (std::rename(temporary.c_str(), json_path_.c_str()) != 0) std::fprintf(stderr, "cuda_device_test: could not rename %s to %s\n", temporary.c_str(), json_path_.c_str());
 }
 
-void CaseLog::watch() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (watching_) {
-    stop_watching_.wait_for(lock, std::chrono::milliseconds(250));
-    if (!watching_ || running_.empty()) continue;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - running_since_).count();
-    if (seconds <= case_timeout_seconds_) continue;
-    // The case never returns (a kernel that does not finish keeps cuCtxSynchronize waiting): the
-    // record says so, and the process ends from here, the main thread still blocked in the driver.
-    const std::string name = running_;
-    char message[160];
-    std::snprintf(message, sizeof message, "hung: no result after %.0f s (--case-timeout %.0f)", seconds, case_timeout_seconds_);
-    add_locked({name, false, message, ", \"hung\": true"});
-    running_.clear();
-    stopped_ = "hung: " + name;
-    std::printf("HUNG %s after %.0f s\n", name.c_str(), seconds);
-    std::fflush(stdout);
-    write_json_locked();
-    _exit(kExitHung);
-  }
+bool CaseLog::record_hung(const std::string& name, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (running_ != name) return false;  // it finished as the watchdog looked
+  // The case never returns (a kernel that does not finish keeps cuCtxSynchronize waiting): the
+  // record says so, and the process ends from the watchdog's thread, the main thread still
+  // blocked in the driver.
+  char message[160];
+  std::snprintf(message, sizeof message, "hung: no result after %.0f s (--case-timeout %.0f)", seconds, watchdog_.limit_seconds());
+  add_locked({name, false, message, ", \"hung\": true"});
+  running_.clear();
+  stopped_ = "hung: " + name;
+  bench::HangWatchdog::print_hung(name, seconds);
+  write_json_locked();
+  return true;
 }
 
 }  // namespace orthojit::device_test

@@ -13,16 +13,15 @@
 // renamed over FILE, so a reader never sees half of one), "finished": false until the run's end.
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "bench/hang_watchdog.h"
 
 namespace orthojit::device_test {
 
-constexpr int kExitHung = 3;    // a case ran longer than --case-timeout
+constexpr int kExitHung = bench::kExitHung;  // a case ran longer than --case-timeout
 constexpr int kExitSticky = 4;  // a case's failure poisoned the CUDA context
 
 struct CaseRecord {
@@ -69,21 +68,20 @@ class CaseLog {
  private:
   void add_locked(CaseRecord record);
   void write_json_locked() const;
-  void watch();
+  // The watchdog's callback: the case still in flight is recorded as hung (false when it is not).
+  bool record_hung(const std::string& name, double seconds);
 
   const std::string json_path_;
-  const double case_timeout_seconds_;
   mutable std::mutex mutex_;
-  std::condition_variable stop_watching_;
-  bool watching_ = true;
   std::string header_;
   std::vector<CaseRecord> records_;
   int passed_ = 0, failed_ = 0, not_applicable_ = 0;
   std::string running_;  // the case in flight, "" between cases
-  std::chrono::steady_clock::time_point running_since_;
   std::string stopped_;  // why the run stopped before its end ("hung: ...", "sticky: ...")
   bool finished_ = false;
-  std::thread watchdog_;
+  // Last: its thread calls record_hung, so it stops before the members above are destroyed. Never
+  // called with mutex_ held (record_hung takes mutex_ on the watchdog's thread).
+  bench::HangWatchdog watchdog_;
 };
 
 }  // namespace orthojit::device_test
