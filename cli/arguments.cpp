@@ -79,4 +79,26 @@ double parse_budget(const std::optional<std::string>& text, double fallback) {
   return budget;
 }
 
+runtime::OrthogonalizeOptions orthogonalize_options(const Arguments& arguments, const std::string& default_backend) {
+  runtime::OrthogonalizeOptions options;
+  options.backend = arguments.get("backend").value_or(default_backend);
+  if (auto strategy = arguments.get("strategy")) {
+    runtime::parse_strategy_option(*strategy);  // refused here, before any input is read
+    options.strategy = *strategy;
+  }
+  if (auto restarts = arguments.get("restarts")) options.gram_restarts = parse_int_list(*restarts, "restarts");
+  if (auto precision = arguments.get("precision")) {
+    options.precision = parse_scalar_type(*precision);
+    if (!options.precision) throw runtime::UsageError("unknown precision '" + *precision + "'; expected bf16, f16, f32 or f64");
+  }
+  if (auto isa = arguments.get("isa")) options.cpu_isa = *isa;
+  if (auto kernel = arguments.get("kernel")) options.cpu_kernel = *kernel;
+  if (auto threads = arguments.get("threads")) options.threads = parse_count(*threads, "threads");
+  if (auto variant = arguments.get("variant")) {
+    if (options.backend != "cuda") throw runtime::UsageError("--variant is an option of --backend cuda");
+    options.cuda_variant = *variant;
+  }
+  return options;
+}
+
 }  // namespace orthojit::cli

@@ -66,22 +66,7 @@ int bench_command(const std::vector<std::string>& args) {
   Arguments arguments(args, {"program", "shape", "backend", "strategy", "restarts", "precision", "isa", "kernel", "threads", "repeat", "variant"}, {"json"});
   const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
   const runtime::ParsedShape shape = runtime::parse_shape(arguments.require("shape"));
-  runtime::OrthogonalizeOptions options;
-  options.backend = arguments.get("backend").value_or("auto");
-  options.strategy = arguments.get("strategy").value_or("auto");
-  runtime::parse_strategy_option(options.strategy);
-  if (auto restarts = arguments.get("restarts")) options.gram_restarts = parse_int_list(*restarts, "restarts");
-  if (auto precision = arguments.get("precision")) {
-    options.precision = parse_scalar_type(*precision);
-    if (!options.precision) throw runtime::UsageError("unknown precision '" + *precision + "'; expected bf16, f16, f32 or f64");
-  }
-  if (auto isa = arguments.get("isa")) options.cpu_isa = *isa;
-  if (auto kernel = arguments.get("kernel")) options.cpu_kernel = *kernel;
-  if (auto threads = arguments.get("threads")) options.threads = parse_count(*threads, "threads");
-  if (auto variant = arguments.get("variant")) {
-    if (options.backend != "cuda") throw runtime::UsageError("--variant is an option of --backend cuda");
-    options.cuda_variant = *variant;
-  }
+  const runtime::OrthogonalizeOptions options = orthogonalize_options(arguments, "auto");
   const int repeat = parse_count(arguments.get("repeat").value_or("7"), "repeat");
   if (repeat < 1) throw runtime::UsageError("--repeat must be at least 1");
   const bool json = arguments.has("json");

@@ -43,24 +43,7 @@ int run_command(const std::vector<std::string>& args) {
   const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
   const std::string input_path = arguments.require("input");
   const std::string output_path = arguments.require("output");
-  runtime::OrthogonalizeOptions options;
-  if (auto strategy = arguments.get("strategy")) {
-    runtime::parse_strategy_option(*strategy);  // validate early
-    options.strategy = *strategy;
-  }
-  if (auto restarts = arguments.get("restarts")) options.gram_restarts = parse_int_list(*restarts, "restarts");
-  if (auto precision = arguments.get("precision")) {
-    options.precision = parse_scalar_type(*precision);
-    if (!options.precision) throw runtime::UsageError("unknown precision '" + *precision + "'; expected bf16, f16, f32 or f64");
-  }
-  if (auto backend = arguments.get("backend")) options.backend = *backend;
-  if (auto isa = arguments.get("isa")) options.cpu_isa = *isa;
-  if (auto kernel = arguments.get("kernel")) options.cpu_kernel = *kernel;
-  if (auto threads = arguments.get("threads")) options.threads = parse_count(*threads, "threads");
-  if (auto variant = arguments.get("variant")) {
-    if (options.backend != "cuda") throw runtime::UsageError("--variant is an option of --backend cuda");
-    options.cuda_variant = *variant;
-  }
+  const runtime::OrthogonalizeOptions options = orthogonalize_options(arguments, "ref");
 
   runtime::NpyArray input = runtime::read_npy(input_path);
   const bool batched = input.shape.size() == 3;
