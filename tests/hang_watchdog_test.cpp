@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
+#include <string>
 #include <thread>
 
 namespace orthojit::bench {
@@ -83,6 +85,36 @@ TEST(HangWatchdog, ACallbackThatSaysFinishedKeepsTheWatchGoing) {
         std::exit(0);
       },
       ::testing::ExitedWithCode(kExitHung), "^late first 1\nlate second 1\n$");
+}
+
+// The watchdog's thread reads what the caller's thread writes, and calls back without its lock
+// (the callback takes the caller's own lock): run under ThreadSanitizer (make
+// test-sanitize-thread). A callback that always says "finished" keeps the process alive.
+TEST(HangWatchdog, ConcurrentBeginIdleAndLateCallbacks) {
+  std::mutex caller_lock;  // as tests/cuda_device_case_log.cpp's CaseLog holds its own
+  std::string running;
+  std::atomic<int> calls{0};
+  {
+    HangWatchdog watchdog(0.05, [&](const std::string& what, double) {
+      std::lock_guard<std::mutex> lock(caller_lock);
+      ++calls;
+      EXPECT_FALSE(what.empty());
+      return false;
+    });
+    for (int thing = 0; thing < 40; ++thing) {
+      const std::string name = "thing " + std::to_string(thing);
+      {
+        std::lock_guard<std::mutex> lock(caller_lock);
+        running = name;
+      }
+      watchdog.begin(name);
+      // Every fourth runs past the limit: the callback comes while the next begin may race it.
+      std::this_thread::sleep_for(milliseconds(thing % 4 == 0 ? 150 : 1));
+      watchdog.idle();
+    }
+  }
+  EXPECT_GE(calls.load(), 1);
+  EXPECT_LE(calls.load(), 40);  // once per thing at most (a slow machine may take any past the limit)
 }
 
 TEST(HangWatchdog, NoLimitNoWatch) {
