@@ -68,6 +68,62 @@ TEST(MuonPresets, EveryNameHasItsOwnSettings) {
   EXPECT_EQ(OptimizerSettings{}.preset, names.front()) << "the default preset is the table's first";
 }
 
+// describe() prints keys apply_setting takes, with values it takes back: each line of a preset's
+// description (but those left to the program or the variant) applied to a default
+// OptimizerSettings reproduces the preset's description.
+TEST(MuonPresets, TheDescriptionIsSettingsThatApplyBack) {
+  for (const std::string& name : preset_names()) {
+    const std::string text = describe(preset_settings(name));
+    OptimizerSettings rebuilt = preset_settings(preset_names().front() == name ? preset_names().back() : preset_names().front());
+    rebuilt.preset = name;
+    std::istringstream lines(text);
+    std::string line;
+    int applied = 0;
+    while (std::getline(lines, line)) {
+      const size_t equals = line.find(" = ");
+      ASSERT_NE(equals, std::string::npos) << line;
+      const std::string key = line.substr(0, equals);
+      std::string value = line.substr(equals + 3);
+      if (const size_t comment = value.find("  # "); comment != std::string::npos) value.resize(comment);
+      if (key == "preset") continue;
+      if (value.front() == '(') {  // left to the program or variant: set that way on `rebuilt` too
+        if (key == "muon.precision") rebuilt.muon.precision.reset();
+        else if (key == "muon.ns_steps") rebuilt.muon.ns_steps.reset();
+        else if (key == "muon.ns_eps") rebuilt.muon.ns_eps.reset();
+        else if (key == "muon.beta2") rebuilt.muon.variant_beta2.reset();
+        else if (key == "muon.variant_eps") rebuilt.muon.variant_eps.reset();
+        else ADD_FAILURE() << name << ": " << key << " printed as " << value;
+        continue;
+      }
+      EXPECT_NO_THROW(apply_setting(rebuilt, key, value)) << name << ": " << line;
+      ++applied;
+    }
+    EXPECT_GE(applied, 20) << name;
+    EXPECT_EQ(describe(rebuilt), text) << name;
+  }
+}
+
+// A refused value changes nothing (adam.eps = 0 once stayed behind its error, and the next step
+// divided by it), and numbers are decimal, and integers whole and in range.
+TEST(MuonPresets, ARefusedSettingChangesNothing) {
+  const OptimizerSettings before = preset_settings("deepspeed");
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"adam.eps", "0"},         {"adam.eps", "-1e-8"},      {"muon.ns_eps", "0"},          {"muon.variant_eps", "0"},
+      {"muon.lr", "0x10"},       {"muon.lr", " 0.5"},         {"muon.lr", "nan"},            {"muon.momentum", "1"},
+      {"muon.threads", "2.5"},   {"muon.threads", "1e12"},   {"muon.threads", "3000000000"}, {"muon.threads", "-1"},
+      {"muon.threads", "4097"},  {"muon.ns_steps", "0"},     {"muon.precision", "f64"},      {"tensor_layout", "auto"}};
+  for (const auto& [key, value] : refused) {
+    OptimizerSettings settings = before;
+    EXPECT_THROW(apply_setting(settings, key, value), std::invalid_argument) << key << " = " << value;
+    EXPECT_EQ(describe(settings), describe(before)) << key << " = " << value << " changed a setting";
+  }
+  OptimizerSettings settings = before;
+  apply_setting(settings, "muon.threads", "4096");
+  EXPECT_EQ(settings.muon.threads, kMaxMuonThreads);
+  apply_setting(settings, "muon.lr", "2e-2");
+  EXPECT_EQ(settings.muon.lr, 0.02);
+}
+
 TEST(MuonPresets, AnUnknownNameIsRefusedWithTheList) {
   try {
     preset_settings("kellerr");

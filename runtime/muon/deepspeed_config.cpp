@@ -214,7 +214,7 @@ OptimizerSettings parse_optimizer(const json& section) {
   set(muon.program, params.string("program"));
   set(muon.backend, params.choice("backend", {"auto", "ref", "cpu", "cuda"}));
   if (const auto threads = params.integer("threads", 0)) {
-    if (*threads > 4096) fail(params.at("threads") + " must be <= 4096, found " + std::to_string(*threads));
+    if (*threads > kMaxMuonThreads) fail(params.at("threads") + " must be <= " + std::to_string(kMaxMuonThreads) + ", found " + std::to_string(*threads));
     muon.threads = static_cast<int>(*threads);
   }
   if (const auto batch = params.boolean("experts_as_batch")) settings.tensor_layout = *batch ? MatrixLayout::Batch : MatrixLayout::Flatten;

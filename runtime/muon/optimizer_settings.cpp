@@ -1,6 +1,7 @@
 // Presets and settings (see optimizer_settings.h).
 #include "runtime/muon/optimizer_settings.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -165,6 +166,14 @@ OptimizerSettings preset_settings(const std::string& name) {
 std::string describe(const OptimizerSettings& settings) {
   const MuonGroupSettings& m = settings.muon;
   const AdamGroupSettings& a = settings.adam;
+  // Every line is a key apply_setting takes, with a value it takes back (a setting left to the
+  // program or to its default says so in parentheses, and is not set by passing that text).
+  auto optional = [](const std::optional<double>& value, const char* otherwise) {
+    std::ostringstream text;
+    if (value) text << *value;
+    else text << otherwise;
+    return text.str();
+  };
   std::ostringstream out;
   out << "preset = " << settings.preset << "\n"
       << "muon.lr = " << m.lr << "\nmuon.momentum = " << m.momentum << "\nmuon.nesterov = " << (m.nesterov ? "true" : "false")
@@ -172,9 +181,13 @@ std::string describe(const OptimizerSettings& settings) {
       << "\nmuon.program = " << m.program << "\nmuon.strategy = " << m.strategy
       << "\nmuon.precision = " << (m.precision ? to_string(*m.precision) : "(the program's)")
       << "\nmuon.ns_steps = " << (m.ns_steps ? std::to_string(*m.ns_steps) : "(the program's)")
-      << "\nmuon.norm = " << (m.norm_clamp ? "X / max(|X|, eps)" : "X / (|X| + eps)") << "\nmuon.backend = " << m.backend
-      << "\nmuon.variant = " << to_string(m.variant) << "\nadam.lr = " << a.lr
-      << "\nadam.betas = (" << a.beta1 << ", " << a.beta2 << ")\nadam.eps = " << a.eps << "\nadam.weight_decay = " << a.weight_decay
+      << "\nmuon.ns_eps = " << optional(m.ns_eps, "(the program's)")
+      << "\nmuon.norm_clamp = " << (m.norm_clamp ? "true" : "false") << "  # " << (m.norm_clamp ? "X / max(|X|, eps)" : "X / (|X| + eps)")
+      << "\nmuon.backend = " << m.backend << "\nmuon.threads = " << m.threads << (m.threads == 0 ? "  # every core" : "")
+      << "\nmuon.variant = " << to_string(m.variant) << "\nmuon.beta2 = " << optional(m.variant_beta2, "(the variant's default)")
+      << "\nmuon.variant_eps = " << optional(m.variant_eps, "(the variant's default)")
+      << "\nmuon.sign_momentum = " << (m.sign_momentum ? "true" : "false") << "\nadam.lr = " << a.lr << "\nadam.beta1 = " << a.beta1
+      << "\nadam.beta2 = " << a.beta2 << "\nadam.eps = " << a.eps << "\nadam.weight_decay = " << a.weight_decay
       << "\nadam.formula = " << to_string(a.formula) << "\ntensor_layout = " << to_string(settings.tensor_layout)
       << "\nconv_scale = " << to_string(settings.conv_scale) << "\nmissing_grad = " << to_string(settings.missing_gradient)
       << "\ntagging = " << to_string(settings.tagging) << "\n";
@@ -183,11 +196,21 @@ std::string describe(const OptimizerSettings& settings) {
 
 namespace {
 
+// A decimal number: strtod alone would also take leading blanks and hexadecimal ("0x10" = 16).
 double parse_number(const std::string& key, const std::string& value) {
   char* end = nullptr;
   const double number = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || !std::isfinite(number)) throw std::invalid_argument(key + ": '" + value + "' is not a finite number");
+  const bool decimal = !value.empty() && !std::isspace(static_cast<unsigned char>(value[0])) && value.find_first_of("xX") == std::string::npos;
+  if (!decimal || *end != '\0' || !std::isfinite(number)) throw std::invalid_argument(key + ": '" + value + "' is not a finite decimal number");
   return number;
+}
+
+// A whole number in [least, most].
+int parse_integer(const std::string& key, const std::string& value, int least, int most) {
+  const double number = parse_number(key, value);
+  if (number != std::floor(number) || number < least || number > most)
+    throw std::invalid_argument(key + " must be an integer in " + std::to_string(least) + ".." + std::to_string(most) + " (got " + value + ")");
+  return static_cast<int>(number);
 }
 
 double parse_non_negative(const std::string& key, const std::string& value) {
@@ -210,7 +233,10 @@ bool parse_bool(const std::string& key, const std::string& value) {
 
 }  // namespace
 
-void apply_setting(OptimizerSettings& settings, const std::string& key, const std::string& value) {
+namespace {
+
+// apply_setting's body: may have changed `settings` when it throws.
+void apply_setting_unchecked(OptimizerSettings& settings, const std::string& key, const std::string& value) {
   MuonGroupSettings& m = settings.muon;
   AdamGroupSettings& a = settings.adam;
   if (key == "muon.lr") m.lr = parse_non_negative(key, value);
@@ -235,11 +261,7 @@ void apply_setting(OptimizerSettings& settings, const std::string& key, const st
     auto type = parse_scalar_type(value);
     if (!type || *type == ScalarType::F64) throw std::invalid_argument(key + ": '" + value + "' is not bf16, f16 or f32");
     m.precision = *type;
-  } else if (key == "muon.ns_steps") {
-    const double steps = parse_number(key, value);
-    if (steps < 1 || steps > 100 || steps != std::floor(steps)) throw std::invalid_argument(key + " must be an integer in 1..100 (got " + value + ")");
-    m.ns_steps = static_cast<int>(steps);
-  } else if (key == "muon.ns_eps") {
+  } else if (key == "muon.ns_steps") m.ns_steps = parse_integer(key, value, 1, 100); else if (key == "muon.ns_eps") {
     const double eps = parse_number(key, value);
     if (eps <= 0) throw std::invalid_argument(key + " must be > 0 (got " + value + ")");
     m.ns_eps = eps;
@@ -248,7 +270,7 @@ void apply_setting(OptimizerSettings& settings, const std::string& key, const st
     if (value != "auto" && value != "ref" && value != "cpu" && value != "cuda")
       throw std::invalid_argument(key + ": '" + value + "' is not auto, ref, cpu or cuda");
     m.backend = value;
-  } else if (key == "muon.threads") m.threads = static_cast<int>(parse_non_negative(key, value));
+  } else if (key == "muon.threads") m.threads = parse_integer(key, value, 0, kMaxMuonThreads);  // 0: every core
   else if (key == "muon.variant") {
     auto variant = parse_muon_variant(value);
     if (!variant) throw std::invalid_argument(key + ": '" + value + "' is not muon, normuon or adamuon");
@@ -263,8 +285,9 @@ void apply_setting(OptimizerSettings& settings, const std::string& key, const st
   else if (key == "adam.beta1") a.beta1 = parse_unit_interval(key, value);
   else if (key == "adam.beta2") a.beta2 = parse_unit_interval(key, value);
   else if (key == "adam.eps") {
-    a.eps = parse_number(key, value);
-    if (a.eps <= 0) throw std::invalid_argument(key + " must be > 0 (got " + value + ")");
+    const double eps = parse_number(key, value);
+    if (eps <= 0) throw std::invalid_argument(key + " must be > 0 (got " + value + ")");
+    a.eps = eps;
   } else if (key == "adam.weight_decay") a.weight_decay = parse_non_negative(key, value);
   else if (key == "adam.formula") {
     auto formula = parse_adam_formula(value);
@@ -294,6 +317,16 @@ void apply_setting(OptimizerSettings& settings, const std::string& key, const st
                                 "muon.beta2, muon.variant_eps, muon.sign_momentum, adam.lr, "
                                 "adam.beta1, adam.beta2, adam.eps, adam.weight_decay, adam.formula, tensor_layout, conv_scale, missing_grad, tagging, "
                                 "experts_as_batch");
+}
+
+}  // namespace
+
+void apply_setting(OptimizerSettings& settings, const std::string& key, const std::string& value) {
+  // On a copy: a refused value leaves every setting as it was (a branch that assigned before its
+  // check once left adam.eps = 0 behind its error, and the next step wrote NaN).
+  OptimizerSettings changed = settings;
+  apply_setting_unchecked(changed, key, value);
+  settings = std::move(changed);
 }
 
 }  // namespace orthojit::runtime

@@ -116,11 +116,17 @@ struct OptimizerSettings {
 // (one f32 rounding). Under a momentum schedule (β changing between steps) no conversion is exact.
 double momentum_conversion_factor(MomentumKind from, MomentumKind to, double beta);
 
+// The most worker threads muon.threads (and DeepSpeed's "threads") may ask for: more is a typo,
+// not a machine (0 means one per core).
+constexpr int kMaxMuonThreads = 4096;
+
 // One of muon_presets() (runtime/muon/presets.h); throws std::invalid_argument naming them.
 OptimizerSettings preset_settings(const std::string& name);
 std::vector<std::string> preset_names();
 
-// One line per setting ("muon.lr = 0.02"), for logs and `orthojit memory`.
+// One line per setting ("muon.lr = 0.02"), for logs and `orthojit memory`: each key one that
+// apply_setting takes, with its value (settings left to the program or the variant say so in
+// parentheses; a "  # ..." tail explains a value).
 std::string describe(const OptimizerSettings& settings);
 
 // Applies "key=value" overrides (muon.lr, muon.momentum, muon.nesterov, muon.weight_decay,
@@ -128,8 +134,9 @@ std::string describe(const OptimizerSettings& settings);
 // muon.ns_eps, muon.norm_clamp, muon.backend, muon.threads, muon.variant, muon.beta2,
 // muon.variant_eps, muon.sign_momentum, adam.lr, adam.beta1, adam.beta2,
 // adam.eps, adam.weight_decay, adam.formula, tensor_layout, conv_scale, missing_grad, tagging,
-// and experts_as_batch: true = tensor_layout batch, false = flatten). Throws
-// std::invalid_argument naming the key and what is valid.
+// and experts_as_batch: true = tensor_layout batch, false = flatten). Numbers are decimal.
+// Throws std::invalid_argument naming the key and what is valid, and then leaves `settings` as
+// it was.
 void apply_setting(OptimizerSettings& settings, const std::string& key, const std::string& value);
 
 }  // namespace orthojit::runtime
