@@ -20,6 +20,7 @@
 
 #include "cpu/build_status.h"
 #include "kernels/program_library.h"
+#include "runtime/input_check.h"
 #include "runtime/muon/deepspeed_config.h"
 #include "runtime/muon/device_optimizer.h"
 #include "runtime/muon/hybrid_optimizer.h"
@@ -602,6 +603,9 @@ oj_status oj_orthogonalize(const char* program, const char* backend, const char*
     options.strategy = strategy ? strategy : "auto";
     rt::parse_strategy_option(options.strategy);  // UsageError naming the strategies
     check_backend_available(options.backend);
+    // As `orthojit run` and Python's orthogonalize: a NaN or an infinity would make every output
+    // element NaN with OJ_OK; refused, naming the element, output untouched.
+    rt::require_finite_input(input, batch, rows, cols, "input");
     const orthojit::dsl::Program loaded = orthojit::kernels::load_program_by_name_or_path(program_name);
     auto compiled = rt::compile_orthogonalizer(loaded, batch, rows, cols, options);
     if (input == output) {

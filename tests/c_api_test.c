@@ -630,6 +630,23 @@ static void test_orthogonalize(void) {
   CHECK_FAILS(oj_orthogonalize("jordan_ns5", "ref", "standard", B, 0, C, input, ref), OJ_INVALID_ARGUMENT, "> 0");
   CHECK_FAILS(oj_orthogonalize("jordan_ns5", "ref", "standard", B, R, C, NULL, ref), OJ_INVALID_ARGUMENT, "input");
   CHECK_FAILS(oj_orthogonalize("jordan_ns5", "ref", "standard", B, R, C, input, NULL), OJ_INVALID_ARGUMENT, "output");
+  {
+    /* A NaN or an infinity is refused, naming the element, and the output is left as it was (it
+       once came back all NaN with OJ_OK). */
+    const float saved = input[R * C + 3 * C + 5];
+    memcpy(inplace, ref, sizeof ref);
+    input[R * C + 3 * C + 5] = NAN;
+    CHECK_FAILS(oj_orthogonalize("jordan_ns5", "ref", "standard", B, R, C, input, inplace), OJ_INVALID_ARGUMENT, "element (1, 3, 5) is nan");
+    input[R * C + 3 * C + 5] = -INFINITY;
+    CHECK_FAILS(oj_orthogonalize("jordan_ns5", "auto", "gram", B, R, C, input, inplace), OJ_INVALID_ARGUMENT, "element (1, 3, 5) is -inf");
+    input[R * C + 3 * C + 5] = saved;
+    for (i = 0; i < N; ++i)
+      if (memcmp(&inplace[i], &ref[i], sizeof(float)) != 0) {
+        fprintf(stderr, "FAIL %s:%d: a refused input changed output element %d\n", __FILE__, __LINE__, i);
+        ++g_failures;
+        break;
+      }
+  }
   if (!backend_available("cuda")) CHECK_FAILS(oj_orthogonalize("jordan_ns5", "cuda", "standard", B, R, C, input, ref), OJ_UNAVAILABLE, "cuda");
 }
 

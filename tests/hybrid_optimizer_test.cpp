@@ -232,6 +232,56 @@ TEST(HybridOptimizer, NonFiniteGradientSkipsTheWholeStepAndChangesNothing) {
   EXPECT_NE(optimizer.step().reason.find("is infinite"), std::string::npos);
 }
 
+// The Jordan quintic written on the n x n side (docs/dsl.md, section 8): the gram strategy refuses
+// it when it compiles a shape, which for an optimizer is at its first step.
+std::string write_right_side_program(const std::string& name) {
+  const std::string path = ::testing::TempDir() + name + "." + std::to_string(::getpid()) + ".oj";
+  std::ofstream(path) << "orthogonalizer right_side {\n  precision { storage = f32; accumulate = f32; norm = f32; }\n"
+                         "  coefficients jordan repeat 5;\n  step {\n    S = X.T @ X;\n    X = a * X + b * X @ S + c * X @ S @ S;\n  }\n}\n";
+  return path;
+}
+
+// A kernel that fails to compile in step() (after build accepted the settings) throws before any
+// parameter or state changes: the AdamW bias before the Muon matrix was once updated, and
+// updated again at every retry.
+TEST(HybridOptimizer, AStepWhoseCompileFailsChangesNothing) {
+  std::mt19937 random(std::random_device{}());
+  std::vector<float> b = random_values(5, random), gb = random_values(5, random), w = random_values(8 * 16, random), gw = random_values(8 * 16, random);
+  const std::string path = write_right_side_program("failing_step");
+  OptimizerSettings settings = exact("keller");
+  settings.muon.program = path;
+  settings.muon.strategy = "gram";
+  HybridOptimizer optimizer({make("b", {5}, b, gb), make("w", {8, 16}, w, gw)}, settings);
+  const std::vector<float> b_before = b, w_before = w;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    EXPECT_THROW(optimizer.step(), std::exception);
+    EXPECT_EQ(std::memcmp(b.data(), b_before.data(), b.size() * 4), 0) << "the AdamW parameter before the failing one changed";
+    EXPECT_EQ(std::memcmp(w.data(), w_before.data(), w.size() * 4), 0);
+    EXPECT_EQ(optimizer.state().at("b").step, 0);
+    EXPECT_EQ(optimizer.state().at("b").exp_avg, std::vector<float>(5, 0.0f));
+    EXPECT_EQ(optimizer.state().at("w").momentum, std::vector<float>(8 * 16, 0.0f));
+    EXPECT_EQ(optimizer.steps_taken(), 0);
+  }
+  std::remove(path.c_str());
+}
+
+// The program file is read at build: removing it afterwards does not fail a later step (the
+// first compile of a new shape once read it again).
+TEST(HybridOptimizer, TheProgramFileIsReadOnceAtBuild) {
+  std::mt19937 random(std::random_device{}());
+  std::vector<float> w = random_values(8 * 16, random), gw = random_values(8 * 16, random);
+  const std::string path = write_right_side_program("read_once");
+  OptimizerSettings settings = exact("keller");
+  settings.muon.program = path;
+  settings.muon.strategy = "standard";
+  HybridOptimizer optimizer({make("w", {8, 16}, w, gw)}, settings);
+  std::remove(path.c_str());
+  const std::vector<float> w_before = w;
+  EXPECT_NO_THROW(optimizer.step());
+  EXPECT_NE(std::memcmp(w.data(), w_before.data(), w.size() * 4), 0);
+  EXPECT_EQ(optimizer.steps_taken(), 1);
+}
+
 TEST(HybridOptimizer, StateSavesAndLoadsBitExactly) {
   std::mt19937 random(std::random_device{}());
   const std::string path = (std::filesystem::temp_directory_path() / ("orthojit_state_" + std::to_string(random()) + ".safetensors")).string();
@@ -362,6 +412,10 @@ TEST(HybridOptimizer, QkClipScalesOnlyTheHeadsAboveTau) {
   }
   EXPECT_THROW(optimizer.qk_clip("q_proj", "k_proj", 3, {1.0}, 100.0), std::invalid_argument);
   EXPECT_THROW(optimizer.qk_clip("q_proj", "nope", 2, {1.0, 1.0}, 100.0), std::invalid_argument);
+  // One matrix as both q and k would be scaled by γ, not √γ: refused, nothing scaled.
+  const std::vector<float> q1 = q;
+  EXPECT_THROW(optimizer.qk_clip("q_proj", "q_proj", 2, {50.0, 400.0}, 100.0), std::invalid_argument);
+  EXPECT_EQ(q, q1);
 }
 
 TEST(HybridOptimizer, Bf16ParametersAreRoundedOnceFromTheF64Update) {

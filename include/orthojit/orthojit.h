@@ -298,6 +298,7 @@ oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path);
  *   backend   "ref" (the float64 reference interpreter, emulating the program's storage rounding),
  *             "cpu", "cuda", or "auto" (ref for a program that stores f64, else cpu); NULL: "ref"
  *   strategy  "auto", "standard" or "gram"; NULL: "auto"
+ * A NaN or an infinity in `input`: OJ_INVALID_ARGUMENT naming the element (output untouched).
  * A backend that cannot run here: OJ_UNAVAILABLE. */
 oj_status oj_orthogonalize(const char* program, const char* backend, const char* strategy, int64_t batch, int64_t rows, int64_t cols,
                            const float* input, float* output);

@@ -55,7 +55,6 @@ DeviceOptimizer::DeviceOptimizer(std::vector<Parameter> parameters, OptimizerSet
     entries_.push_back(std::move(entry));
   }
   const bool any_muon = std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.muon; });
-  if (any_muon) muon_program(settings_.muon);  // fail now on a program or setting that cannot compile
   for (Entry& entry : entries_) {
     const int64_t elements = entry.parameter.elements();
     largest = std::max(largest, elements);
@@ -70,6 +69,7 @@ DeviceOptimizer::DeviceOptimizer(std::vector<Parameter> parameters, OptimizerSet
   MuonGroupSettings muon = settings_.muon;
   if (memory_->is_device()) muon.backend = "cuda";
   orthogonalizer_ = std::make_unique<BlockOrthogonalizer>(muon);
+  if (any_muon) orthogonalizer_->program();  // fail now on a program or setting that cannot compile; read once
 }
 
 DeviceOptimizer::~DeviceOptimizer() = default;
@@ -184,6 +184,8 @@ StateBytes DeviceOptimizer::state_bytes() const {
 
 void DeviceOptimizer::qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
   check_qk_clip(head_rows, s_max, tau);
+  // One matrix as both would be scaled twice (by γ, not √γ).
+  if (q_name == k_name) throw std::invalid_argument("QK-clip: W_q and W_k are the same parameter '" + q_name + "'");
   for (const std::string* name : {&q_name, &k_name}) check_qk_clip_target(find(*name).parameter, head_rows, s_max.size());
   std::vector<unsigned char> host;
   for (const std::string* name : {&q_name, &k_name}) {

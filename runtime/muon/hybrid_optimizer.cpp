@@ -59,8 +59,9 @@ HybridOptimizer::HybridOptimizer(std::vector<Parameter> parameters, OptimizerSet
     entry.parameter = std::move(parameter);
     entries_.push_back(std::move(entry));
   }
-  // Fail now, not at the first step, on a program or setting that cannot compile.
-  if (std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.muon; })) muon_program(settings_.muon);
+  // Fail now, not at the first step, on a program or setting that cannot compile; the program is
+  // read once, here (a file removed or changed after build does not change what runs).
+  if (std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.muon; })) orthogonalizer_->program();
 }
 
 HybridOptimizer::~HybridOptimizer() = default;
@@ -79,6 +80,15 @@ StepReport HybridOptimizer::step() {
                       "; the step was skipped and no parameter or state changed";
       return report;
     }
+  }
+  // Every kernel the step runs is compiled before anything changes: a compile that fails (a
+  // setting the backend refuses, a shape it cannot take) leaves every parameter and state as it
+  // was, and the step can be retried after a fix without stepping the first parameters twice.
+  for (const Entry& entry : entries_) {
+    if (!entry.muon || (!entry.parameter.grad && settings_.missing_gradient == MissingGradient::Skip)) continue;
+    std::optional<ir::MuonStepSpec> fused;
+    if (settings_.muon.variant == MuonVariant::Muon) fused = BlockOrthogonalizer::step_spec(settings_.muon, DType::F32, entry.parameter.dtype);
+    orthogonalizer_->prepare(entry.plan, fused);
   }
   std::vector<float> gradient;
   for (Entry& entry : entries_) {
@@ -188,6 +198,8 @@ StateBytes HybridOptimizer::state_bytes() const {
 
 void HybridOptimizer::qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
   check_qk_clip(head_rows, s_max, tau);
+  // One matrix as both would be scaled twice (by γ, not √γ).
+  if (q_name == k_name) throw std::invalid_argument("QK-clip: W_q and W_k are the same parameter '" + q_name + "'");
   for (const std::string* name : {&q_name, &k_name}) check_qk_clip_target(find_entry(entries_, *name).parameter, head_rows, s_max.size());
   for (const std::string* name : {&q_name, &k_name}) {
     Parameter& p = find_entry(entries_, *name).parameter;

@@ -201,7 +201,7 @@ double parse_number(const std::string& key, const std::string& value) {
   char* end = nullptr;
   const double number = std::strtod(value.c_str(), &end);
   const bool decimal = !value.empty() && !std::isspace(static_cast<unsigned char>(value[0])) && value.find_first_of("xX") == std::string::npos;
-  if (!decimal || *end != '\0' || !std::isfinite(number)) throw std::invalid_argument(key + ": '" + value + "' is not a finite decimal number");
+  if (!decimal || *end != '\0' || !std::isfinite(number)) throw std::invalid_argument(key + ": '" + value + "' is not a finite number (write it in decimal, e.g. 0.02 or 2e-2)");
   return number;
 }
 

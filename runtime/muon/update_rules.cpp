@@ -190,6 +190,22 @@ dsl::Program muon_program(const MuonGroupSettings& muon) {
   return program;
 }
 
+const dsl::Program& BlockOrthogonalizer::program() {
+  if (!program_) program_ = muon_program(muon_);
+  return *program_;
+}
+
+ir::MuonStepSpec BlockOrthogonalizer::step_spec(const MuonGroupSettings& muon, DType grad_type, DType type) {
+  return {muon.momentum_kind == MomentumKind::Ema, muon.nesterov, scalar_type(grad_type), scalar_type(type)};
+}
+
+void BlockOrthogonalizer::prepare(const MatrixPlan& plan, const std::optional<ir::MuonStepSpec>& step) {
+  // The batches muon_step and orthogonalize form: every block of one height, over the plan's batch.
+  std::map<int64_t, int64_t> blocks_by_height;
+  for (const MatrixBlock& block : plan.blocks) blocks_by_height[block.rows] += plan.batch;
+  for (const auto& [rows, count] : blocks_by_height) compiled(count, rows, plan.cols, step);
+}
+
 std::shared_ptr<CompiledOrthogonalizer> BlockOrthogonalizer::compiled(int64_t batch, int64_t rows, int64_t cols, const std::optional<ir::MuonStepSpec>& step) {
   std::string key = std::to_string(batch) + "x" + std::to_string(rows) + "x" + std::to_string(cols);
   if (step) key += " step " + step->describe();
@@ -206,7 +222,7 @@ std::shared_ptr<CompiledOrthogonalizer> BlockOrthogonalizer::compiled(int64_t ba
     options.gram_restarts.reset();
     if (muon_.square_precision) options.precision = muon_.square_precision;
   }
-  auto result = compile_orthogonalizer(muon_program(muon_), batch, rows, cols, options);
+  auto result = compile_orthogonalizer(program(), batch, rows, cols, options);
   cache_.emplace(key, result);
   return result;
 }
@@ -216,7 +232,7 @@ void BlockOrthogonalizer::muon_step(const MuonGroupSettings& muon, const MatrixP
   const int64_t cols = plan.cols, matrix_elements = plan.rows * plan.cols;
   std::map<int64_t, std::vector<ir::MuonStepMatrix>> by_height;
   const double decay = 1.0 - muon.lr * muon.weight_decay;  // as apply_muon
-  const ir::MuonStepSpec spec{muon.momentum_kind == MomentumKind::Ema, muon.nesterov, scalar_type(grad_type), scalar_type(type)};
+  const ir::MuonStepSpec spec = step_spec(muon, grad_type, type);
   char* const param = static_cast<char*>(data);
   const char* const grad = static_cast<const char*>(gradient);
   for (int64_t matrix = 0; matrix < plan.batch; ++matrix)

@@ -62,6 +62,9 @@ dsl::Program muon_program(const MuonGroupSettings& muon);
 class BlockOrthogonalizer {
  public:
   explicit BlockOrthogonalizer(MuonGroupSettings muon) : muon_(std::move(muon)) {}
+  // muon_program of the constructor's settings, read once (a program file is not read again at
+  // every new block shape: what was checked at build is what runs). Throws as muon_program.
+  const dsl::Program& program();
   // `update` and `orthogonal` hold the whole parameter (plan.batch x plan.rows x plan.cols).
   void orthogonalize(const MatrixPlan& plan, const float* update, float* orthogonal);
   // One whole Muon step of a parameter as compiled Muon steps (compiler/ir/muon_step.h: the
@@ -76,12 +79,19 @@ class BlockOrthogonalizer {
   // The same with the gradient in its own storage type (f32, bf16 or f16), read by the compiled
   // step directly: the same bits as widening it to f32 first (widening is exact).
   void muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, const void* gradient, DType grad_type, float* momentum, DType type, void* data);
+  // The compiled Muon step muon_step runs for these settings and types.
+  static ir::MuonStepSpec step_spec(const MuonGroupSettings& muon, DType grad_type, DType type);
+  // Compiles now what muon_step (`step` set: its spec) or orthogonalize (no `step`) will run for
+  // `plan`, so that a caller that must change nothing when a compile fails (HybridOptimizer::step)
+  // can compile every parameter's kernels before it updates the first. Throws as compiled().
+  void prepare(const MatrixPlan& plan, const std::optional<ir::MuonStepSpec>& step);
   // `step` set: the compiled Muon step of that spec; else the orthogonalizer.
   std::shared_ptr<CompiledOrthogonalizer> compiled(int64_t batch, int64_t rows, int64_t cols, const std::optional<ir::MuonStepSpec>& step = std::nullopt);
   double seconds() const { return seconds_; }
 
  private:
   MuonGroupSettings muon_;
+  std::optional<dsl::Program> program_;
   std::map<std::string, std::shared_ptr<CompiledOrthogonalizer>> cache_;
   double seconds_ = 0;
 };

@@ -137,7 +137,8 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
   flat_ = buffers_.take(plan_.padded_elements);
   slice_ = buffers_.take(plan_.partition_elements);
   orthogonalizer_ = std::make_unique<BlockOrthogonalizer>(settings_.muon);
-  if (std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.muon; })) muon_program(settings_.muon);
+  // Fail now on a program or setting that cannot compile; read once (update_rules.h).
+  if (std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.muon; })) orthogonalizer_->program();
 }
 
 DistributedOptimizer::~DistributedOptimizer() = default;
