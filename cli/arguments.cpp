@@ -54,7 +54,7 @@ std::string Arguments::require(const std::string& name) const {
 int parse_count(const std::string& text, const std::string& option) {
   bool digits = !text.empty() && text.size() <= 6;
   for (char c : text) digits &= std::isdigit(static_cast<unsigned char>(c)) != 0;
-  if (!digits) throw runtime::UsageError("invalid --" + option + " '" + text + "'; expected a non-negative integer");
+  if (!digits) throw runtime::UsageError("invalid --" + option + " '" + text + "'; expected a whole number from 0 to 999999");
   return std::stoi(text);
 }
 

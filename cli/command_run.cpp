@@ -23,7 +23,7 @@ options:
   --strategy S          auto (default), standard or gram
   --restarts LIST       gram restart steps, e.g. 2 or 2,4 ('' for none); default: the program's
   --precision P         override the storage type: bf16, f16, f32 or f64 (f64 = the exact iteration)
-  --backend B           ref (the float64 reference interpreter, emulating the storage rounding)
+  --backend B           ref (the default: the float64 reference interpreter, emulating the storage rounding)
                         or cpu (LLVM JIT-compiled kernels; bf16, f16 and f32 policies)
                         or cuda (NVRTC-compiled tensor-core kernels; bf16 and f16 storage)
                         or auto (ref for f64 storage, e.g. --precision f64; cpu otherwise)

@@ -91,6 +91,8 @@ int main(int argc, char** argv) {
       return code;
     }
   }
-  std::fprintf(stderr, "orthojit: unknown command '%s'; expected run, compile, info, demo, bench, tune or memory (see `orthojit --help`)\n", command.c_str());
+  std::string names;
+  for (const auto& entry : entries) names += (names.empty() ? "" : ", ") + std::string(entry.name);
+  std::fprintf(stderr, "orthojit: unknown command '%s'; expected one of %s (see `orthojit --help`)\n", command.c_str(), names.c_str());
   return 2;
 }

@@ -294,6 +294,8 @@ oj_status oj_optimizer_create_from_deepspeed_config(const char* path, oj_optimiz
         const std::string file = require_string(path, "path");
         require(out, "out");
         if (!std::ifstream(file)) throw rt::FileError("cannot read " + file + ": " + std::strerror(errno));
+        // A directory opens as a stream on Linux and reads as nothing ("not valid JSON").
+        if (std::error_code ignored; std::filesystem::is_directory(file, ignored)) throw rt::FileError("cannot read " + file + ": it is a directory");
         auto optimizer = std::make_unique<oj_optimizer>();
         const rt::DeepSpeedConfig config = rt::load_deepspeed_config(file);
         // DeepSpeed ignores keys it does not know; so does this reader, saying which.

@@ -673,6 +673,7 @@ static void test_deepspeed_config(void) {
   }
   opt = NULL;
   CHECK_FAILS(oj_optimizer_create_from_deepspeed_config("/nonexistent-dir/ds.json", &opt), OJ_IO_ERROR, "nonexistent-dir");
+  CHECK_FAILS(oj_optimizer_create_from_deepspeed_config("/tmp", &opt), OJ_IO_ERROR, "is a directory");
   file = fopen(g_path_json, "w");
   if (file) {
     fputs("{\"optimizer\": {\"type\": \"Muon\", \"params\": {\"lr\": 0.01, \"learning_rate_typo\": 1}}}\n", file);

@@ -99,6 +99,8 @@ const Malformed kMalformed[] = {
      "expected an operand (a name such as X, A, a, I, a number, or '('), found ';'"},
     {"unbalanced_parenthesis", "orthogonalizer x {\n  coefficients jordan repeat 5;\n  step {\n    X = (a * X;\n  }\n}", 4, 15, "expected ')' to close '(' at"},
     {"bad_character", "orthogonalizer x {\n  coefficients jordan repeat 5;\n  step {\n    X = a * X $ X;\n  }\n}", 4, 15, "unexpected character '$'"},
+    // A pasted UTF-8 '×' (0xc3 0x97): the byte in hexadecimal.
+    {"non_ascii_byte", "orthogonalizer x {\n  coefficients jordan repeat 5;\n  step {\n    X = a * X \xc3\x97 X;\n  }\n}", 4, 15, "unexpected character '\\xc3'"},
     {"duplicate_section", "orthogonalizer x {\n  coefficients jordan repeat 5;\n  coefficients jordan repeat 3;\n}", 3, 3,
      "duplicate 'coefficients' section; the first one is at <string>:2:3"},
     {"missing_step_block", "orthogonalizer x {\n  coefficients jordan repeat 5;\n}", 3, 1, "program 'x' has no 'step { ... }' block"},

@@ -2,6 +2,7 @@
 #include "dsl/lexer.h"
 
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -91,7 +92,10 @@ std::vector<Token> tokenize(std::string_view text, const std::string& file_name)
       token.text = std::string(1, c);
       advance(1);
     } else {
-      std::string shown = std::isprint(static_cast<unsigned char>(c)) ? std::string(1, c) : "\\x" + std::to_string(static_cast<unsigned char>(c));
+      // A byte that does not print, in hexadecimal ("\xc3": the first byte of a pasted UTF-8 '×').
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      const std::string shown = std::isprint(static_cast<unsigned char>(c)) ? std::string(1, c) : std::string(hex);
       throw CompileError(token.location,
                          "unexpected character '" + shown +
                              "'; expected a name, a number, an operator (+ - * @ .T) or one of { } ( ) [ ] ; , =");
