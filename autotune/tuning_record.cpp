@@ -65,6 +65,7 @@ LoadedRecords parse_tuning_file(const std::string& text, const std::string& orig
     const nlohmann::json document = nlohmann::json::parse(text);
     if (!document.is_object()) throw std::runtime_error("the top level is not a JSON object");
     const int schema = json_int(document.at("schema_version"), "schema_version");
+    if (schema > kTuningSchemaVersion) result.newer_schema = schema;
     if (schema != kTuningSchemaVersion)
       throw std::runtime_error("schema version " + std::to_string(schema) + " (this build reads " + std::to_string(kTuningSchemaVersion) + ")");
     TuningFile file;
@@ -82,6 +83,9 @@ nlohmann::json merged_tuning_document(const LoadedRecords& existing, const std::
                                       const nlohmann::json& entries, std::string* warning) {
   TuningFile file;
   file.fingerprint = fingerprint;
+  if (existing.newer_schema)
+    throw std::runtime_error(path + " holds tuning records of a newer orthojit (schema version " + std::to_string(*existing.newer_schema) +
+                             "; this build writes " + std::to_string(kTuningSchemaVersion) + "), which writing here would lose; write to another file with --out");
   if (!existing.warning.empty()) {
     if (warning) *warning = existing.warning + "; the file is rebuilt";
   } else if (existing.file) {
@@ -135,6 +139,22 @@ void merge_into_tuning_file(const std::string& path, const DeviceFingerprint& fi
     std::filesystem::remove(temporary, ignored);
     throw std::runtime_error("cannot replace " + path + ": " + error.message());
   }
+}
+
+std::string tuning_path_unwritable_reason(const std::string& path) {
+  const std::filesystem::path target(path);
+  std::error_code error;
+  if (std::filesystem::is_directory(target, error)) return path + " is a folder, not a file";
+  const std::filesystem::path folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  std::filesystem::create_directories(folder, error);
+  if (error) return "cannot create the folder " + folder.string() + " for " + target.filename().string() + ": " + error.message();
+  // What merge_into_tuning_file does at the end: a new file beside the target.
+  const std::string probe = path + ".probe." + std::to_string(::getpid());
+  const int descriptor = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (descriptor < 0) return "cannot create a file in " + folder.string() + ": " + std::strerror(errno);
+  ::close(descriptor);
+  std::filesystem::remove(probe, error);
+  return "";
 }
 
 std::string default_tuning_path(const DeviceFingerprint& fingerprint) {

@@ -35,6 +35,9 @@ struct TuningFile {
 struct LoadedRecords {
   std::optional<TuningFile> file;  // nullopt: no file, or not usable (see warning)
   std::string warning;             // non-empty when the file was corrupt or of another schema
+  // Set when the file's schema is newer than this build's: written by a newer orthojit, whose
+  // records this build cannot read but must not destroy (merged_tuning_document refuses it).
+  std::optional<int> newer_schema;
 };
 
 // Reads `path`. A missing file gives {nullopt, ""}; an unreadable, truncated or malformed one
@@ -44,15 +47,22 @@ LoadedRecords load_tuning_file(const std::string& path);
 LoadedRecords parse_tuning_file(const std::string& text, const std::string& origin);
 
 // Merges `entries` into the file at `path` for `fingerprint` under the lock and writes it
-// atomically; creates directories as needed. A corrupt existing file is replaced (its name and
-// the problem go to `warning`). Throws std::runtime_error when the file holds another device's
-// records (the message names the difference) or cannot be written.
+// atomically; creates directories as needed. A corrupt existing file, or one of an older schema,
+// is replaced (its name and the problem go to `warning`). Throws std::runtime_error when the file
+// holds another device's records (the message names the difference) or a newer schema's, or
+// cannot be written.
 void merge_into_tuning_file(const std::string& path, const DeviceFingerprint& fingerprint, const nlohmann::json& entries, std::string* warning);
 // The document merge_into_tuning_file writes, given what `path` held (`existing`, from
 // load_tuning_file or parse_tuning_file): `entries` over the existing ones. Throws
-// std::runtime_error for another device's records or an `entries` that is not an object.
+// std::runtime_error for another device's records, a newer schema, or an `entries` that is not
+// an object.
 nlohmann::json merged_tuning_document(const LoadedRecords& existing, const std::string& path, const DeviceFingerprint& fingerprint,
                                       const nlohmann::json& entries, std::string* warning);
+
+// Why the tuning records cannot be written at `path` ("" when they can): its folder cannot be
+// made, or a file cannot be created in it, or `path` is a folder. Creates the folder; leaves no
+// file behind. Asked before tuning, so that minutes of timing are not lost to it at the end.
+std::string tuning_path_unwritable_reason(const std::string& path);
 
 // Default location: $ORTHOJIT_TUNING_FILE, else <cache dir>/tuning/<fingerprint id>.json, the
 // cache dir being $ORTHOJIT_CACHE_DIR, else $XDG_CACHE_HOME/orthojit, else ~/.cache/orthojit.

@@ -146,7 +146,14 @@ TuneTarget prepare_tuning(const TuneRequest& request) {
   const autotune::DeviceFingerprint fingerprint = autotune::cpu_fingerprint();
 #endif
   TuneTarget target{fingerprint, request.out.value_or(autotune::default_tuning_path(fingerprint)), {}};
+  // Before any timing: a records file that cannot be written, or that a newer orthojit wrote,
+  // would otherwise be found only when the first shape's results are merged.
+  if (const std::string why = autotune::tuning_path_unwritable_reason(target.path); !why.empty())
+    throw runtime::FileError("cannot write the tuning records " + target.path + ": " + why + "; choose another file with --out (or ORTHOJIT_CACHE_DIR)");
   target.existing = autotune::load_tuning_file(target.path);
+  if (target.existing.newer_schema)
+    throw runtime::UsageError(target.path + " holds tuning records of a newer orthojit (schema version " + std::to_string(*target.existing.newer_schema) +
+                              "), which tuning here would overwrite; choose another file with --out");
   if (target.existing.file) {
     if (auto reason = fingerprint.mismatch(target.existing.file->fingerprint))
       throw runtime::UsageError(target.path + " holds tuning records of another device (" + *reason + "); choose another file with --out");

@@ -133,7 +133,7 @@ TEST(TuningRecords, CorruptOrTruncatedFileWarnsAndIsRebuilt) {
     text.assign(std::istreambuf_iterator<char>(in), {});
   }
   for (const std::string& broken : {text.substr(0, text.size() / 2), std::string("\x00\x01garbage", 9), std::string("[1, 2]"),
-                                     std::string("{\"schema_version\": 99}")}) {
+                                     std::string("{\"schema_version\": 0}")}) {
     {
       std::ofstream out(path, std::ios::trunc | std::ios::binary);
       out << broken;
@@ -166,6 +166,53 @@ TEST(TuningRecords, IntegerFieldsOutsideIntAreRefusedByName) {
   nlohmann::json broken = document;
   broken["schema_version"] = 1e300;
   EXPECT_NE(parse_tuning_file(broken.dump(), "t.json").warning.find("schema_version is 1e+300, not an integer"), std::string::npos);
+}
+
+// A file of a newer schema was written by a newer orthojit: this build cannot read its records
+// and must not destroy them (it once rebuilt the file, keeping only the shapes tuned now).
+TEST(TuningRecords, ANewerSchemasFileIsNotOverwritten) {
+  const std::string path = temporary_path("newer_schema.json");
+  nlohmann::json document = {{"schema_version", kTuningSchemaVersion + 1}, {"fingerprint", cpu_fingerprint().to_json()},
+                             {"entries", {{"a", sample_entry(1)}, {"b", sample_entry(2)}}}};
+  const std::string text = document.dump(2);
+  std::ofstream(path, std::ios::trunc) << text;
+  const LoadedRecords loaded = load_tuning_file(path);
+  EXPECT_FALSE(loaded.file.has_value());
+  ASSERT_TRUE(loaded.newer_schema.has_value());
+  EXPECT_EQ(*loaded.newer_schema, kTuningSchemaVersion + 1);
+  try {
+    merge_into_tuning_file(path, cpu_fingerprint(), {{"fresh", sample_entry(3)}}, nullptr);
+    ADD_FAILURE() << "a newer schema's file was overwritten";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("newer orthojit"), std::string::npos) << error.what();
+  }
+  std::ifstream in(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), text) << "the file changed";
+}
+
+// Asked before tuning: a records path that cannot be written is said up front, not after the
+// first shape's minutes of timing.
+TEST(TuningRecords, AnUnwritablePathIsNamedBeforeTuning) {
+  const std::string file = temporary_path("plain_file");
+  std::ofstream(file) << "x";
+  const std::string under_file = tuning_path_unwritable_reason(file + "/tuning/cpu.json");
+  EXPECT_NE(under_file.find("cannot create the folder"), std::string::npos) << under_file;
+  const std::string folder = temporary_path("a_folder");
+  std::filesystem::create_directories(folder);
+  EXPECT_NE(tuning_path_unwritable_reason(folder).find("is a folder"), std::string::npos);
+  const std::string fine = temporary_path("fresh_dir") + "/tuning/cpu.json";
+  EXPECT_EQ(tuning_path_unwritable_reason(fine), "");
+  EXPECT_TRUE(std::filesystem::is_directory(std::filesystem::path(fine).parent_path()));
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(fine).parent_path())) left.push_back(entry.path().string());
+  EXPECT_TRUE(left.empty()) << "the probe file was left behind: " << left.front();
+  if (::geteuid() != 0) {  // root writes anywhere
+    const std::string locked = temporary_path("read_only_dir");
+    std::filesystem::create_directories(locked);
+    std::filesystem::permissions(locked, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    EXPECT_NE(tuning_path_unwritable_reason(locked + "/cpu.json").find("cannot create a file"), std::string::npos);
+    std::filesystem::permissions(locked, std::filesystem::perms::owner_all);
+  }
 }
 
 TEST(TuningRecords, AnotherDevicesRecordsAreNotUsedAndNotOverwritten) {
