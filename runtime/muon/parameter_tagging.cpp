@@ -50,7 +50,9 @@ MatrixPlan plan_matrices(const Parameter& parameter, MatrixLayout layout, ConvSc
     throw std::invalid_argument(where + " is tagged for Muon but has " + std::to_string(parameter.shape.size()) +
                                 " dimension(s); Muon orthogonalizes matrices (2 or more dimensions): tag it AdamW");
   for (int64_t extent : parameter.shape)
-    if (extent <= 0) throw std::invalid_argument(where + " has an empty dimension");
+    if (extent <= 0)
+      throw std::invalid_argument(where + " has an empty dimension: Muon has no matrix to orthogonalize there; tag it for AdamW (use_muon false) "
+                                          "or leave it out");
   MatrixPlan plan;
   const std::vector<int64_t>& shape = parameter.shape;
   const size_t ndim = shape.size();

@@ -66,6 +66,40 @@ def _count_in_place_change(p: torch.Tensor) -> None:
         p.detach().view(-1)[:0].zero_()
 
 
+def _number(group: Dict[str, Any], key: str, value: Any, least: float, below: Optional[float] = None, above_least: bool = False) -> None:
+    try:
+        if isinstance(value, bool) or isinstance(value, str):
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    bad = number is None or not math.isfinite(number) or number < least or (above_least and number == least) or \
+        (below is not None and number >= below)
+    if bad:
+        bound = (f"> {least:g}" if above_least else f">= {least:g}") + (f" and < {below:g}" if below is not None else "")
+        raise ValueError(f"orthojit.Muon: param group '{group.get('name', '?')}' "
+                         f"({'Muon' if group.get('use_muon') else 'AdamW'}): {key} = {value!r}; expected a finite number {bound}")
+
+
+def _check_group(group: Dict[str, Any]) -> None:
+    """A group's hyperparameters, checked where torch's optimizers check theirs (construction,
+    add_param_group) and again before each step (param_groups may be edited)."""
+    _number(group, "lr", group.get("lr"), 0.0)
+    _number(group, "weight_decay", group.get("weight_decay"), 0.0)
+    if group.get("use_muon"):
+        _number(group, "momentum", group.get("momentum"), 0.0, below=1.0)
+        nesterov = group.get("nesterov")
+        if not isinstance(nesterov, bool) and not (isinstance(nesterov, int) and nesterov in (0, 1)):
+            raise ValueError(f"orthojit.Muon: param group '{group.get('name', '?')}' (Muon): nesterov = {nesterov!r}; expected True or False")
+    else:
+        betas = group.get("betas")
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"orthojit.Muon: param group '{group.get('name', '?')}' (AdamW): betas = {betas!r}; expected two numbers (beta1, beta2)")
+        for key, beta in zip(("betas[0]", "betas[1]"), betas):
+            _number(group, key, beta, 0.0, below=1.0)
+        _number(group, "eps", group.get("eps"), 0.0, above_least=True)
+
+
 def _label(name: str) -> str:
     return f"parameter '{name}'"
 
@@ -162,9 +196,20 @@ class Muon(torch.optim.Optimizer):
         if isinstance(params, torch.nn.Module):
             params = params.named_parameters()
         super().__init__(params, {})
+        # torch's schedulers read hyperparameters from defaults (OneCycleLR and CyclicLR cycle
+        # "momentum" when it is there, and refuse an optimizer without it): the Muon group's.
+        # Set after the groups are added, so that AdamW groups do not take Muon's keys.
+        muon_defaults = self._defaults()["muon"]
+        self.defaults = {key: muon_defaults[key] for key in ("lr", "momentum", "nesterov", "weight_decay")}
         unused = set(self._matrix_options) - {n for g in self.param_groups for n in g["param_names"]}
         if unused:
             raise ValueError(f"orthojit.Muon: matrix_options name parameters it was not given: {sorted(unused)}")
+
+    def __getstate__(self):
+        # torch.optim.Optimizer pickles only defaults, state and param_groups: a copy would have no
+        # settings or matrix plans and fail at its first step. Refused here, where it is made.
+        raise TypeError("orthojit.Muon cannot be pickled or deep-copied (torch.save(optimizer), copy.deepcopy); "
+                        "save optimizer.state_dict() and load it with load_state_dict into a new orthojit.Muon")
 
     # ----------------------------------------------------------------------------- groups
     def _defaults(self) -> Dict[str, Any]:
@@ -222,6 +267,16 @@ class Muon(torch.optim.Optimizer):
             self._next_index += 1
         for name, p in zip(names, tensors):
             self._check_parameter(name, p)
+        # Refused before anything is added or planned (torch adds nothing when it refuses a group;
+        # a refused AdamW part once left the Muon part added and a parameter's plan replaced).
+        present = {id(p) for g in self.param_groups for p in g["params"]}
+        seen: Dict[int, str] = {}
+        for name, p in zip(names, tensors):
+            if id(p) in present or id(p) in seen:
+                raise ValueError(f"orthojit.Muon: {_label(name)} is already a parameter of this optimizer"
+                                 + (f" (as '{seen[id(p)]}' in this group)" if id(p) in seen else "")
+                                 + "; some parameters appear in more than one parameter group")
+            seen[id(p)] = name
 
         group_tag = group.pop("use_muon", None)
         matrix = {k: group.pop(k) for k in _MATRIX_KEYS if k in group}
@@ -246,12 +301,18 @@ class Muon(torch.optim.Optimizer):
             part["use_muon"] = is_muon
             part["params"] = [p for _, p in chosen]
             part["param_names"] = [n for n, _ in chosen]
-            if is_muon:
-                for n, p in chosen:
-                    self._plans[id(p)] = self._plan(n, p, matrix)
+            _check_group(part)
             parts.append(part)
-        for part in parts:
-            super().add_param_group(part)
+        plans = {id(p): self._plan(n, p, matrix) for part in parts if part["use_muon"] for n, p in zip(part["param_names"], part["params"])}
+        self._plans.update(plans)
+        # torch's add_param_group fills a group's missing keys from defaults (Muon's: above); each
+        # part here already has its own, and an AdamW part must not take Muon's.
+        defaults, self.defaults = self.defaults, {}
+        try:
+            for part in parts:
+                super().add_param_group(part)
+        finally:
+            self.defaults = defaults
 
     def _check_parameter(self, name: str, p: Any) -> None:
         if not isinstance(p, torch.Tensor):
@@ -308,8 +369,17 @@ class Muon(torch.optim.Optimizer):
         report = StepReport()
         work = []
         zero_missing = self._settings.values()["missing_grad"] == "zero"
+        # Everything is checked before anything changes: the groups' hyperparameters (param_groups
+        # may have been edited since they were added), the parameters' layouts (a model moved to
+        # channels_last after construction), the gradients below.
+        for group in self.param_groups:
+            _check_group(group)
+            for name, p in zip(group["param_names"], group["params"]):
+                self._check_parameter(name, p)
         for group in self.param_groups:
             for name, p in zip(group["param_names"], group["params"]):
+                if not p.requires_grad:  # frozen: never touched (docs/muon.md), as the C++ optimizer
+                    continue
                 if p.grad is None:
                     report.without_gradient += 1
                     if zero_missing:  # DeepSpeed, Keller: zeros and the full step
@@ -520,6 +590,8 @@ class Muon(torch.optim.Optimizer):
             if index not in index_to_param:
                 raise problem(f"it holds state for parameter index {index!r}, which this optimizer does not have")
             name, p, is_muon = index_to_param[index]
+            if not values:  # an entry made by reading opt.state[p] of a parameter not yet stepped
+                continue
             expected = {"momentum_buffer": torch.float32} if is_muon else \
                 {"exp_avg": torch.float32, "exp_avg_sq": torch.float32, "step": torch.int64}
             shapes = {key: torch.Size([]) if key == "step" else p.shape for key in expected}

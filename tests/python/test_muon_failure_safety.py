@@ -1,0 +1,144 @@
+"""orthojit.Muon keeps torch's optimizer contract where a step or a call fails: bad hyperparameters
+are refused where torch refuses them (construction, add_param_group) and again before a step
+changes anything; a refused add_param_group adds nothing; frozen parameters are never touched;
+what cannot be copied says so where the copy is made. Each test compares every parameter and
+state tensor before and after, so one tensor changed by a half-done step fails it."""
+
+import copy
+import io
+import pickle
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import orthojit  # noqa: E402
+
+
+def snapshot(model, optimizer):
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    state = {id(p): {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()} for p, s in optimizer.state.items()}
+    return params, state, optimizer.steps_taken
+
+
+def assert_unchanged(model, optimizer, before):
+    params, state, steps = before
+    for name, p in model.named_parameters():
+        assert torch.equal(p.detach(), params[name]), f"{name} changed"
+    for p, s in optimizer.state.items():
+        for key, value in s.items():
+            if isinstance(value, torch.Tensor):
+                assert id(p) in state and torch.equal(value, state[id(p)][key]), f"state {key} changed"
+    assert optimizer.steps_taken == steps
+
+
+def model_and_gradients(seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 12), torch.nn.Linear(12, 6))
+    model(torch.randn(16, 8)).square().mean().backward()
+    return model
+
+
+def test_frozen_parameters_are_never_touched():
+    model = model_and_gradients()
+    optimizer = orthojit.Muon(model.named_parameters())  # deepspeed: a missing gradient counts as zeros
+    optimizer.step()
+    model[0].requires_grad_(False)
+    frozen = {n: p.detach().clone() for n, p in model[0].named_parameters()}
+    trained = model[1].weight.detach().clone()
+    for _ in range(2):
+        optimizer.zero_grad(set_to_none=True)
+        model(torch.randn(16, 8)).square().mean().backward()
+        optimizer.step()
+    for name, p in model[0].named_parameters():
+        assert torch.equal(p.detach(), frozen[name]), f"frozen {name} moved"
+    assert not torch.equal(model[1].weight.detach(), trained)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(lr=-1e-3), "lr = -0.001"), (dict(lr=float("nan")), "lr = nan"), (dict(momentum=1.0), "momentum = 1.0"),
+    (dict(betas=(0.9,)), "betas = (0.9,)"), (dict(eps=0.0), "eps = 0.0"), (dict(nesterov="false"), "nesterov = 'false'"),
+    (dict(weight_decay="0.1"), "weight_decay = '0.1'")])
+def test_bad_hyperparameters_are_refused_at_construction(kwargs, message):
+    model = model_and_gradients()
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        orthojit.Muon(model.named_parameters(), preset="keller", **kwargs)
+
+
+def test_a_bad_value_edited_into_param_groups_fails_the_step_before_anything_changes():
+    model = model_and_gradients()
+    optimizer = orthojit.Muon(model.named_parameters(), preset="keller")
+    optimizer.step()
+    model(torch.randn(16, 8)).square().mean().backward()
+    before = snapshot(model, optimizer)
+    adam_group = next(g for g in optimizer.param_groups if not g["use_muon"])  # after the Muon group
+    adam_group["lr"] = -1e-3
+    with pytest.raises(ValueError, match="AdamW.*lr = -0.001"):
+        optimizer.step()
+    assert_unchanged(model, optimizer, before)
+    adam_group["lr"] = 3e-4
+    optimizer.step()  # fixed: the step runs once, as if the failure had not been
+    assert optimizer.steps_taken == before[2] + 1
+
+
+def test_a_parameter_made_non_contiguous_fails_the_step_before_anything_changes():
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Conv2d(4, 8, 3))
+    optimizer = orthojit.Muon(model.named_parameters())
+    model.to(memory_format=torch.channels_last)
+    model[1](torch.randn(2, 4, 5, 5)).sum().backward()
+    model[0](torch.randn(2, 4)).sum().backward()
+    before = snapshot(model, optimizer)
+    with pytest.raises(ValueError, match="'1.weight' is not a contiguous"):
+        optimizer.step()
+    assert_unchanged(model, optimizer, before)
+
+
+def test_a_refused_add_param_group_adds_nothing():
+    w1, b1, w2 = (torch.nn.Parameter(torch.randn(*shape)) for shape in ((8, 6), (6,), (8, 6)))
+    optimizer = orthojit.Muon([("w1", w1), ("b1", b1)])
+    groups = [list(g["param_names"]) for g in optimizer.param_groups]
+    with pytest.raises(ValueError, match="'b1' is already a parameter"):
+        optimizer.add_param_group({"params": [("w2", w2), ("b1", b1)]})
+    assert [list(g["param_names"]) for g in optimizer.param_groups] == groups
+    q = torch.nn.Parameter(torch.randn(16, 6))
+    optimizer = orthojit.Muon([("q", q)], matrix_options={"q": {"row_splits": [4, 8, 4]}})
+    plan = str(optimizer.parameter_info()[0]["plan"])
+    with pytest.raises(ValueError, match="already a parameter"):
+        optimizer.add_param_group({"params": [("q_again", q)], "head_rows": 8})
+    assert str(optimizer.parameter_info()[0]["plan"]) == plan
+    with pytest.raises(ValueError, match="eps = -1"):
+        optimizer.add_param_group({"params": [("w2", w2), ("b2", torch.nn.Parameter(torch.randn(6)))], "eps": -1})
+    assert len(optimizer.param_groups) == 1, "the Muon part of a refused group was added"
+
+
+def test_copying_the_optimizer_is_refused_where_it_is_made():
+    model = model_and_gradients()
+    optimizer = orthojit.Muon(model.named_parameters())
+    optimizer.step()
+    for copy_it in (copy.deepcopy, pickle.dumps, lambda o: torch.save(o, io.BytesIO())):
+        with pytest.raises(TypeError, match="state_dict"):
+            copy_it(optimizer)
+
+
+def test_state_dict_with_an_entry_made_by_reading_state_loads_back():
+    w2, w3 = torch.nn.Parameter(torch.randn(8, 6)), torch.nn.Parameter(torch.randn(8, 6))
+    optimizer = orthojit.Muon([("w2", w2), ("w3", w3)], preset="torch")  # skips a missing gradient
+    w2.grad = torch.randn(8, 6)
+    optimizer.step()
+    assert "momentum_buffer" not in optimizer.state[w3]  # makes an empty entry (a defaultdict)
+    saved = optimizer.state_dict()
+    optimizer.load_state_dict(saved)
+    assert torch.equal(optimizer.state[w2]["momentum_buffer"], saved["state"][0]["momentum_buffer"])
+
+
+def test_one_cycle_lr_with_its_defaults():
+    model = model_and_gradients()
+    optimizer = orthojit.Muon(model.named_parameters(), preset="keller")
+    assert all("momentum" not in g for g in optimizer.param_groups if not g["use_muon"]), "an AdamW group took Muon's keys"
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.02, total_steps=10)
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+    muon_group = next(g for g in optimizer.param_groups if g["use_muon"])
+    assert 0.0 < muon_group["lr"] <= 0.02 and 0.0 <= muon_group["momentum"] < 1.0
