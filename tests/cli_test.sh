@@ -33,6 +33,8 @@ expect 2 "unknown option --shapes" -- "$orthojit" compile --program jordan_ns5 -
 expect 2 "missing required option --shape" -- "$orthojit" compile --program jordan_ns5
 expect 2 "neither a shipped program nor a readable file; shipped programs: cans5, classical," -- "$orthojit" compile --program nosuch --shape 4x4
 expect 2 "gram restart at step 7 is outside 1..4" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --strategy gram --restarts 7
+# ... whatever the strategy (with standard or auto they were once accepted and ignored)
+expect 2 "gram restart at step 7 is outside 1..4" -- "$orthojit" compile --program jordan_ns5 --shape 8x32 --strategy standard --restarts 7
 
 cat > "$work/bad.oj" <<'OJ'
 orthogonalizer bad {

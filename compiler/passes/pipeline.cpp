@@ -42,7 +42,16 @@ ir::Function compile_program(const dsl::Program& program, const CompileOptions& 
   ir::Function function = ir::lower_program(program);
   function.policy = effective_policy(program.policy, options.precision);
   function.strategy.kind = options.strategy;
-  if (options.gram_restarts) function.strategy.gram_restarts = *options.gram_restarts;
+  if (options.gram_restarts) {
+    // Checked whatever the strategy: with `auto`, restarts outside the schedule were accepted
+    // silently whenever the standard strategy was chosen (the gram strategy checks them again).
+    const int steps = static_cast<int>(program.steps.size());
+    for (int restart : *options.gram_restarts)
+      if (restart < 1 || restart >= steps)
+        throw CompileError({}, "gram restart at step " + std::to_string(restart) + " is outside 1.." + std::to_string(steps - 1) + " (" + program.name +
+                                   " has " + std::to_string(steps) + " steps; a restart happens before the step with that index)");
+    function.strategy.gram_restarts = *options.gram_restarts;
+  }
   function.strategy.triangular_products = options.triangular_products;
 
   auto finish = [&](const std::string& name) {
