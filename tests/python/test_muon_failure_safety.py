@@ -142,3 +142,15 @@ def test_one_cycle_lr_with_its_defaults():
         scheduler.step()
     muon_group = next(g for g in optimizer.param_groups if g["use_muon"])
     assert 0.0 < muon_group["lr"] <= 0.02 and 0.0 <= muon_group["momentum"] < 1.0
+
+
+def test_names_are_unique_and_matrix_options_name_muon_parameters():
+    a, b = torch.nn.Parameter(torch.randn(8, 6)), torch.nn.Parameter(torch.randn(8, 6))
+    with pytest.raises(ValueError, match="two different tensors are named 'w'"):
+        orthojit.Muon([("w", a), ("w", b)])
+    optimizer = orthojit.Muon([("w", a)])
+    with pytest.raises(ValueError, match="named 'w'"):
+        optimizer.add_param_group({"params": [("w", b)]})
+    bias = torch.nn.Parameter(torch.randn(6))
+    with pytest.raises(ValueError, match=r"matrix_options name \['bias'\], which are tagged AdamW"):
+        orthojit.Muon([("w", a), ("bias", bias)], matrix_options={"bias": {"layout": "batch"}})

@@ -270,13 +270,20 @@ class Muon(torch.optim.Optimizer):
         # Refused before anything is added or planned (torch adds nothing when it refuses a group;
         # a refused AdamW part once left the Muon part added and a parameter's plan replaced).
         present = {id(p) for g in self.param_groups for p in g["params"]}
+        present_names = {n for g in self.param_groups for n in g["param_names"]}
         seen: Dict[int, str] = {}
+        seen_names = set()
         for name, p in zip(names, tensors):
             if id(p) in present or id(p) in seen:
                 raise ValueError(f"orthojit.Muon: {_label(name)} is already a parameter of this optimizer"
                                  + (f" (as '{seen[id(p)]}' in this group)" if id(p) in seen else "")
                                  + "; some parameters appear in more than one parameter group")
+            # Names key the state_dict's groups and the settings by name: two tensors under one
+            # name would take each other's (the C++ optimizer refuses it too).
+            if name in present_names or name in seen_names:
+                raise ValueError(f"orthojit.Muon: two different tensors are named '{name}'; parameter names must be unique")
             seen[id(p)] = name
+            seen_names.add(name)
 
         group_tag = group.pop("use_muon", None)
         matrix = {k: group.pop(k) for k in _MATRIX_KEYS if k in group}
@@ -302,6 +309,11 @@ class Muon(torch.optim.Optimizer):
             part["params"] = [p for _, p in chosen]
             part["param_names"] = [n for n, _ in chosen]
             _check_group(part)
+            if not is_muon:
+                misplaced = sorted(n for n, _ in chosen if n in self._matrix_options)
+                if misplaced:
+                    raise ValueError(f"orthojit.Muon: matrix_options name {misplaced}, which are tagged AdamW (matrix options "
+                                     "split Muon matrices); tag them Muon with use_muon, or drop their matrix options")
             parts.append(part)
         plans = {id(p): self._plan(n, p, matrix) for part in parts if part["use_muon"] for n, p in zip(part["param_names"], part["params"])}
         self._plans.update(plans)
