@@ -214,6 +214,21 @@ double muon_update(MuonSettings& self, const runtime::MatrixPlan& plan, const nb
   return orthogonalizer.seconds() - before;
 }
 
+// Compiles what muon_update (or muon_variant_update, under a variant) will run for this
+// parameter, without changing anything: Muon.step calls it for every parameter before it updates
+// the first, so that a compile that fails leaves every parameter and state as it was.
+void muon_prepare(MuonSettings& self, const runtime::MatrixPlan& plan, const nb::ndarray<>& param, const nb::ndarray<>& grad, bool nesterov,
+                  const std::string& name) {
+  const std::string who = label(name);
+  const Elements p = elements(param, who), g = elements(grad, who + ": the gradient");
+  runtime::MuonGroupSettings muon = self.settings.muon;
+  muon.nesterov = nesterov;
+  std::optional<ir::MuonStepSpec> fused;
+  if (muon.variant == runtime::MuonVariant::Muon) fused = runtime::BlockOrthogonalizer::step_spec(muon, g.dtype, p.dtype);
+  nb::gil_scoped_release release;
+  self.blocks().prepare(plan, fused);
+}
+
 // NorMuon / AdaMuon (muon.variant): HybridOptimizer::muon_update's variant path on the tensors'
 // memory, `second_moment` the variant's f32 state (variant_state_elements values) and `step`
 // AdaMuon's count, already incremented (NorMuon ignores it).
@@ -591,6 +606,8 @@ void register_optimizer(nb::module_& m) {
         "CUDA tensors: one AdamW step (the settings' formula) with the generated kernel on `stream`.");
   m.def("find_nonfinite", &find_nonfinite, nb::arg("grad"), nb::arg("name") = "",
         "None when every gradient element is finite, else the C++ step's report of the first NaN or infinity.");
+  m.def("muon_prepare", &muon_prepare, nb::arg("settings"), nb::arg("plan"), nb::arg("param"), nb::arg("grad"), nb::arg("nesterov"), nb::arg("name") = "",
+        "Compiles what muon_update will run for this parameter; changes nothing.");
   m.def("muon_update", &muon_update, nb::arg("settings"), nb::arg("plan"), nb::arg("param"), nb::arg("grad"), nb::arg("momentum_buffer"), nb::arg("lr"),
         nb::arg("momentum"), nb::arg("weight_decay"), nb::arg("nesterov"), nb::arg("name") = "",
         "One Muon step in place: momentum (f32 buffer), Nesterov, O = NS(U) per block, p <- p(1 - lr wd) - lr s O. Returns the "

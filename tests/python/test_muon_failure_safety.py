@@ -154,3 +154,34 @@ def test_names_are_unique_and_matrix_options_name_muon_parameters():
     bias = torch.nn.Parameter(torch.randn(6))
     with pytest.raises(ValueError, match=r"matrix_options name \['bias'\], which are tagged AdamW"):
         orthojit.Muon([("w", a), ("bias", bias)], matrix_options={"bias": {"layout": "batch"}})
+
+
+RIGHT_SIDE = """orthogonalizer right_side {
+  precision { storage = f32; accumulate = f32; norm = f32; }
+  coefficients jordan repeat 5;
+  step {
+    S = X.T @ X;
+    X = a * X + b * X @ S + c * X @ S @ S;
+  }
+}
+"""
+
+
+def test_a_kernel_that_fails_to_compile_fails_the_step_before_anything_changes(tmp_path):
+    # The quintic on the n x n side: the standard strategy runs it, the gram strategy refuses it when it
+    # compiles a wide shape (docs/dsl.md, section 8). Under deepspeed a square matrix runs standard, so
+    # the square parameter (first) compiles and the wide one (second) fails.
+    program = tmp_path / "right_side.oj"
+    program.write_text(RIGHT_SIDE)
+    torch.manual_seed(2)
+    square, wide = torch.nn.Parameter(torch.randn(8, 8)), torch.nn.Parameter(torch.randn(8, 16))
+    module = torch.nn.Module()
+    module.square, module.wide = square, wide
+    optimizer = orthojit.Muon(module.named_parameters(), preset="deepspeed",
+                              settings={"muon.program": str(program), "muon.strategy": "gram"})
+    square.grad, wide.grad = torch.randn(8, 8), torch.randn(8, 16)
+    before = snapshot(module, optimizer)
+    with pytest.raises(Exception, match="gram strategy"):
+        optimizer.step()
+    assert_unchanged(module, optimizer, before)
+    assert "momentum_buffer" not in optimizer.state[square] or not optimizer.state[square]["momentum_buffer"].any()

@@ -413,6 +413,11 @@ class Muon(torch.optim.Optimizer):
         if problem is not None:
             self.last_report = StepReport(skipped=True, reason=problem)
             return loss
+        # Every kernel the host updates run is compiled before the first changes anything (a
+        # compile that fails leaves every parameter and state as it was).
+        for group, name, p, g in on_host:
+            if group["use_muon"]:
+                _orthojit.muon_prepare(self._settings, self._plans[id(p)], p.detach(), g, bool(group["nesterov"]), name)
         self._tensor_step(on_tensors, report)
         for group, name, p, g in on_host:
             state = self.state[p]
