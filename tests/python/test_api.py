@@ -284,6 +284,15 @@ def test_out_torch_is_written_in_place():
 
 
 @needs_torch
+def test_out_of_another_kind_is_refused():
+    # The result of one kind written into the other would be whichever the core accepted: refused.
+    with pytest.raises(TypeError, match="out must be of x's kind"):
+        orthojit.orthogonalize(torch.randn(16, 32), "jordan_ns5_f32", out=np.empty((16, 32), np.float32))
+    with pytest.raises(TypeError, match="out must be of x's kind"):
+        orthojit.orthogonalize(random_matrix((16, 32)), "jordan_ns5_f32", out=torch.empty(16, 32))
+
+
+@needs_torch
 def test_out_torch_bf16_is_filled():
     g = torch.randn(32, 96).bfloat16()
     out = torch.zeros_like(g)

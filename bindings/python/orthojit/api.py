@@ -157,6 +157,9 @@ def _run(call, x, out, backend: str):
         return result
     elif not hasattr(x, "__dlpack__") and not hasattr(x, "__array_interface__"):
         raise TypeError(f"x: expected an array, got {type(x).__name__}; accepted: {_ACCEPTED}")
+    if out is not None and _is_torch_tensor(out) != _is_torch_tensor(x):
+        raise TypeError(f"out must be of x's kind ({'a torch tensor' if _is_torch_tensor(x) else 'an array'}), "
+                        f"got {type(out).__module__}.{type(out).__name__}")
     if out is not None and _is_torch_tensor(out) and out.requires_grad:
         raise ValueError("out requires grad; pass a tensor that does not (or out.detach())")
     return call(x, out)
