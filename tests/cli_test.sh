@@ -64,6 +64,8 @@ expect 0 "ref" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat 1
 expect 0 "bf16 kernel: " -- "$orthojit" info
 expect 0 '"engine": "fma"' -- "$orthojit" bench --program jordan_ns5 --shape 16x64 --repeat 1 --kernel fma --json
 expect 2 "unknown kernel 'tpu'; expected fma, bf16dot or amx" -- "$orthojit" bench --program jordan_ns5 --shape 16x64 --repeat 1 --kernel tpu
+# --isa, like --kernel, is the cpu backend's (it was once accepted and ignored on ref)
+expect 2 "isa generic is an option of the cpu backend (this run is on ref)" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat 1 --backend ref --isa generic
 # --backend auto (bench's default) runs f64 on the reference interpreter; cpu refuses it, saying why.
 expect 0 '"backend": "ref"' -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat 1 --precision f64 --json
 expect 0 '"backend": "cpu"' -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --repeat 1 --json
