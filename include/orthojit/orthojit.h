@@ -150,14 +150,15 @@ void oj_optimizer_destroy(oj_optimizer* optimizer);
  * tensor_layout (flatten | batch | trailing), conv_scale (kernel | matrix), missing_grad
  * (skip | zero: what a step does with a parameter whose gradient is NULL), tagging
  * (deepspeed | moonlight), experts_as_batch, memory (host | cuda: where data, gradients and state
- * live; see "Device memory" below). An unknown key or bad value: OJ_INVALID_ARGUMENT naming what
- * is valid.
+ * live; see "Device memory" below). Numbers are decimal. An unknown key or bad value:
+ * OJ_INVALID_ARGUMENT naming what is valid, and every setting stays as it was.
  * After the optimizer is built only "muon.lr" and "adam.lr" may change (OJ_INVALID_STATE for the
  * others); oj_optimizer_set_learning_rates does the same. */
 oj_status oj_optimizer_set_option(oj_optimizer* optimizer, const char* key, const char* value);
 
-/* The current settings, one "key = value" per line. The string is owned by the handle and valid
- * until the next call on it. */
+/* The current settings, one "key = value" per line, each a key oj_optimizer_set_option takes
+ * (a value in parentheses is left to the program or variant; "  # ..." explains a value). The
+ * string is owned by the handle and valid until the next call on it. */
 oj_status oj_optimizer_describe(oj_optimizer* optimizer, const char** out);
 
 /* Adds a parameter (collecting phase only; OJ_INVALID_STATE after build). The optimizer keeps
@@ -210,7 +211,9 @@ typedef struct oj_step_report {
 } oj_step_report;
 
 /* One optimizer step over every parameter with a gradient (builds first if needed). A skipped
- * step is not an error: it returns OJ_OK with report->skipped = 1. report may be NULL.
+ * step is not an error: it returns OJ_OK with report->skipped = 1. report may be NULL. A step
+ * that fails (a kernel the backend cannot compile for a parameter's shape) fails before any
+ * parameter or state changes, so it can be retried.
  * An optimizer with memory = cuda: OJ_INVALID_STATE (use oj_optimizer_step_on_stream). */
 oj_status oj_optimizer_step(oj_optimizer* optimizer, oj_step_report* report);
 
