@@ -387,7 +387,8 @@ class Muon(torch.optim.Optimizer):
         for group in self.param_groups:
             _check_group(group)
             for name, p in zip(group["param_names"], group["params"]):
-                self._check_parameter(name, p)
+                if p.dtype not in _PARAM_DTYPES or not p.is_contiguous():  # what a model's .to() may change
+                    self._check_parameter(name, p)  # raises, saying what is wrong
         for group in self.param_groups:
             for name, p in zip(group["param_names"], group["params"]):
                 if not p.requires_grad:  # frozen: never touched (docs/muon.md), as the C++ optimizer
