@@ -91,7 +91,12 @@ runtime::OrthogonalizeOptions orthogonalize_options(const Arguments& arguments, 
     options.precision = parse_scalar_type(*precision);
     if (!options.precision) throw runtime::UsageError("unknown precision '" + *precision + "'; expected bf16, f16, f32 or f64");
   }
-  if (auto isa = arguments.get("isa")) options.cpu_isa = *isa;
+  if (auto isa = arguments.get("isa")) {
+    // As --kernel: the cpu backend's (ref and cuda would ignore it).
+    if (options.backend == "ref" || options.backend == "cuda")
+      throw runtime::UsageError("--isa " + *isa + " is an option of the cpu backend (this run is on " + options.backend + ")");
+    options.cpu_isa = *isa;
+  }
   if (auto kernel = arguments.get("kernel")) options.cpu_kernel = *kernel;
   if (auto threads = arguments.get("threads")) options.threads = parse_count(*threads, "threads");
   if (auto variant = arguments.get("variant")) {

@@ -45,6 +45,9 @@ int bench_model_command(const std::vector<std::string>& args) {
   const std::optional<ScalarType> precision = runtime::parse_tuning_precision(arguments.get("precision"));
   const double budget = parse_budget(arguments.get("budget"), 60);
   const int threads = arguments.has("threads") ? parse_count(*arguments.get("threads"), "threads") : 0;
+  // Before the benchmark, not after its minutes: a chart that cannot be drawn.
+  if (auto png = arguments.get("plot"))
+    if (const std::string why = plot_unavailable_reason(*png); !why.empty()) throw runtime::UsageError("--plot " + *png + ": " + why);
   std::vector<autotune::UniqueShape> shapes;
   std::string title;
   if (auto model = arguments.get("model")) {

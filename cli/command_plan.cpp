@@ -109,6 +109,8 @@ int plan_command(const std::vector<std::string>& args) {
   autotune::ModelShapeOptions shape_options;
   shape_options.per_head = arguments.has("per-head");
   const std::string model = arguments.require("model");
+  if (auto png = arguments.get("plot"))
+    if (const std::string why = plot_unavailable_reason(*png); !why.empty()) throw runtime::UsageError("--plot " + *png + ": " + why);
   const autotune::ModelShapes shapes = runtime::load_model_matrices(model, shape_options);
   const runtime::PartitionPlan plan = runtime::plan_partitions(runtime::model_plan_tensors(shapes), settings);
 

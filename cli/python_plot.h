@@ -7,8 +7,14 @@
 
 namespace orthojit::cli {
 
-// Runs `script` with /usr/bin/python3 as `script DATA.json PNG`; throws runtime::UsageError when
-// python3 or matplotlib is missing or the script fails.
+// Why a chart could not be drawn to `png` ("" when it can): its folder is missing or not
+// writable, /usr/bin/python3 is missing, or it cannot import matplotlib. Asked before the work
+// whose results the chart shows, so that minutes of benchmarking are not lost to it.
+std::string plot_unavailable_reason(const std::string& png);
+
+// Runs `script` with /usr/bin/python3 as `script DATA.json PNG`, without a shell (a path holding
+// quotes or `;` is one argument); throws runtime::UsageError when python3 or matplotlib is
+// missing or the script fails.
 void run_plot_script(const char* script, const nlohmann::json& data, const std::string& png);
 
 }  // namespace orthojit::cli

@@ -362,8 +362,6 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
   }
   if (!options.cpu_kernel.empty() && backend != "cpu")
     throw UsageError("--kernel " + options.cpu_kernel + " is an option of the cpu backend (this run is on " + backend + ")");
-  if (!options.cpu_isa.empty() && backend != "cpu")
-    throw UsageError("--isa " + options.cpu_isa + " is an option of the cpu backend (this run is on " + backend + ")");
   if (backend == "cpu") choose_bf16_engine(options, engine_from_record, cpu_options);
 #ifdef ORTHOJIT_HAVE_CUDA
   cuda::CudaVariant variant;

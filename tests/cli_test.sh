@@ -133,6 +133,11 @@ expect 2 "unknown --mode 'fastest'" -- "$orthojit" plan --model default --world 
 expect 2 "missing required option --world" -- "$orthojit" plan --model default --stage 1
 expect 0 "plot: $work/plan.png" -- "$orthojit" plan --model default --world 4 --stage 2 --plot "$work/plan.png"
 [[ -s "$work/plan.png" ]] || { echo "FAIL: plan --plot wrote no image"; failures=$((failures + 1)); }
+# The chart's path is one argument, whatever it holds (it once went through a shell: a quote broke
+# it, and '; cmd' ran cmd), and a chart that cannot be drawn is refused before the work it shows.
+expect 0 "plot: $work/it's; touch INJECTED.png" -- "$orthojit" plan --model default --world 2 --stage 1 --plot "$work/it's; touch INJECTED.png"
+[[ -s "$work/it's; touch INJECTED.png" && ! -e INJECTED.png ]] || { echo "FAIL: plan --plot with quotes in the path"; failures=$((failures + 1)); }
+expect 2 "the folder $work/missing of $work/missing/p.png does not exist" -- "$orthojit" bench --shape 32x128 --compare --budget 60 --plot "$work/missing/p.png"
 
 # tune and bench --model (small shapes and budgets; records in the work directory)
 records="$work/records.json"
