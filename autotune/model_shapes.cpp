@@ -33,6 +33,14 @@ int64_t optional_int(const nlohmann::json& config, const char* key, int64_t fall
 
 bool has(const nlohmann::json& config, const char* key) { return config.contains(key) && !config.at(key).is_null(); }
 
+// A boolean field: absent or null is `fallback`; anything but true or false is refused by name
+// ("true" as a string or 1 used to escape as nlohmann's type_error, an internal error).
+bool optional_bool(const nlohmann::json& config, const char* key, bool fallback) {
+  if (!has(config, key)) return fallback;
+  if (!config.at(key).is_boolean()) throw std::invalid_argument(std::string("\"") + key + "\" must be true or false, got " + config.at(key).dump());
+  return config.at(key).get<bool>();
+}
+
 }  // namespace
 
 int64_t ModelShapes::parameters(bool muon) const {
@@ -89,7 +97,7 @@ ModelShapes derive_model_matrices(const nlohmann::json& config, const ModelShape
     throw std::invalid_argument("\"hidden_size\" (" + std::to_string(hidden) + ") must be a multiple of \"num_attention_heads\" (" + std::to_string(heads) +
                                 ") when \"head_dim\" is not given");
   const int64_t head_dim = optional_int(config, "head_dim", hidden / heads);
-  const bool tied = config.value("tie_word_embeddings", false);
+  const bool tied = optional_bool(config, "tie_word_embeddings", false);
   add(tied ? "embed_tokens (tied with lm_head)" : "embed_tokens", vocab, hidden, 1, 1, false);
   if (!tied) add("lm_head", vocab, hidden, 1, 1, false);
 
@@ -143,7 +151,12 @@ ModelShapes derive_model_matrices(const nlohmann::json& config, const ModelShape
   const int64_t first_dense = optional_int(config, "first_k_dense_replace", 0);
   const int64_t frequency = std::max(optional_int(config, "moe_layer_freq", 1), optional_int(config, "decoder_sparse_step", 1));
   std::vector<int64_t> dense_only;
-  if (config.contains("mlp_only_layers") && config.at("mlp_only_layers").is_array()) dense_only = config.at("mlp_only_layers").get<std::vector<int64_t>>();
+  if (config.contains("mlp_only_layers") && config.at("mlp_only_layers").is_array()) {
+    for (const nlohmann::json& layer : config.at("mlp_only_layers"))
+      if (!layer.is_number_integer())
+        throw std::invalid_argument("\"mlp_only_layers\" must list layer indices (integers), found " + layer.dump());
+    dense_only = config.at("mlp_only_layers").get<std::vector<int64_t>>();
+  }
   int64_t expert_layers = 0;
   for (int64_t layer = 0; layer < layers; ++layer) {
     const bool sparse = layer >= first_dense && (layer - first_dense) % frequency == 0 &&

@@ -34,6 +34,9 @@ autotune::ModelShapes parse_model_matrices(const std::string& text, const std::s
     return autotune::derive_model_matrices(config, options);
   } catch (const std::invalid_argument& error) {
     throw UsageError(path + ": " + error.what());
+  } catch (const nlohmann::json::exception& error) {
+    // A field of a type the reader does not check by name: still the file's fault, not ours.
+    throw UsageError(path + ": a field has the wrong type (" + std::string(error.what()) + ")");
   }
 }
 

@@ -386,6 +386,35 @@ TEST(ModelShapes, MissingKeysAreNamed) {
   EXPECT_THROW(derive_model_matrices({{"n_embd", 64}, {"n_layer", -1}, {"n_head", 4}, {"vocab_size", 10}}), std::invalid_argument);
 }
 
+// Fields of the wrong type are refused by name (a null or string tie_word_embeddings, or a string
+// in mlp_only_layers, once escaped as nlohmann's type_error: an internal error, exit 1).
+TEST(ModelShapes, FieldsOfTheWrongTypeAreNamed) {
+  const nlohmann::json llama = {{"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 100}};
+  for (const nlohmann::json& tied : {nlohmann::json("true"), nlohmann::json(1)}) {
+    nlohmann::json config = llama;
+    config["tie_word_embeddings"] = tied;
+    try {
+      derive_model_matrices(config);
+      ADD_FAILURE() << "tie_word_embeddings = " << tied.dump() << " was accepted";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find("\"tie_word_embeddings\" must be true or false"), std::string::npos) << error.what();
+    }
+  }
+  nlohmann::json null_tied = llama;
+  null_tied["tie_word_embeddings"] = nullptr;  // as absent
+  EXPECT_EQ(derive_model_matrices(null_tied).matrices.size(), derive_model_matrices(llama).matrices.size());
+  nlohmann::json moe = llama;
+  moe["num_experts"] = 4;
+  moe["moe_intermediate_size"] = 32;
+  moe["mlp_only_layers"] = {"1"};
+  try {
+    derive_model_matrices(moe);
+    ADD_FAILURE() << "a string in mlp_only_layers was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("\"mlp_only_layers\" must list layer indices"), std::string::npos) << error.what();
+  }
+}
+
 // Heads that do not split hidden_size (hidden 2, 4 heads: fuzz_model_config's find) are refused
 // with both numbers unless head_dim says the size; with head_dim they are fine.
 TEST(ModelShapes, HeadsThatDoNotSplitTheHiddenSizeNeedAHeadDim) {
