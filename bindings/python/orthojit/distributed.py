@@ -183,8 +183,12 @@ class DistributedMuon:
                                  "(torchrun sets up its environment) first")
             self._comm, handle = _mpi_handle(comm)
             collectives = None
-        if stage not in (1, 2, 3):
+        if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (1, 2, 3):
             raise ValueError(f"stage must be 1, 2 or 3, got {stage!r}")
+        # bool() of a string is True: "false" from a config file would turn a switch on.
+        for flag, value in (("average_gradients", average_gradients), ("offload", offload), ("gradients_reduced", gradients_reduced)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{flag} must be True or False, got {value!r}")
         if mode not in ("deepspeed", "balanced"):
             raise ValueError(f"mode must be 'deepspeed' or 'balanced', got {mode!r}")
         use_muon = dict(use_muon or {})
@@ -196,6 +200,19 @@ class DistributedMuon:
             if getattr(tensor, "requires_grad", True) is False:
                 continue
             self._parameters.append((name, tensor))
+        # Names key each tensor's gradient and state (two tensors under one name once stepped the
+        # first with the second's gradient and the second with zeros), as in orthojit.Muon.
+        names, tensors = {}, {}
+        for name, tensor in self._parameters:
+            if name in names:
+                raise ValueError(f"two tensors are named '{name}'; parameter names must be unique (e.g. prefix each module's "
+                                 "named_parameters with its name)")
+            if id(tensor) in tensors:
+                raise ValueError(f"'{name}' is the tensor already given as '{tensors[id(tensor)]}'")
+            names[name], tensors[id(tensor)] = tensor, name
+        if not self._parameters:
+            raise ValueError("DistributedMuon was given no trainable parameters")
+        self._accumulated = False
         overrides = _overrides(settings, lr=lr, muon_lr=muon_lr, adam_lr=adam_lr, momentum=momentum, nesterov=nesterov,
                                weight_decay=weight_decay, betas=betas, eps=eps, backend=backend)
         self._core = _orthojit.Distributed([(name, tensor.detach(), use_muon.get(name)) for name, tensor in self._parameters], handle, preset,
@@ -232,12 +249,17 @@ class DistributedMuon:
 
         return json.loads(self._core.plan_json())
 
-    def _gradients(self):
+    def _gradients(self, after_accumulation=False):
         gradients = []
         for name, tensor in self._parameters:
+            if not tensor.requires_grad:
+                # Its place in every rank's layout is fixed at construction: stepping it with zeros
+                # would still move it (momentum, weight decay), and a frozen tensor is never touched.
+                raise ValueError(f"parameter '{name}' was frozen (requires_grad=False) after DistributedMuon was built; build the "
+                                 "optimizer again (frozen tensors are left out at construction); nothing was changed")
             grad = getattr(tensor, "grad", None)
             if grad is None:
-                if self._zero_missing:
+                if self._zero_missing or after_accumulation:
                     import torch
 
                     gradients.append((name, torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device)))
@@ -248,13 +270,17 @@ class DistributedMuon:
         return gradients
 
     def accumulate(self):
-        """Adds the current gradients as one micro-batch; the next ``step()`` applies Muon once to their sum."""
+        """Adds the current gradients as one micro-batch. Call it for every micro-batch, the last one
+        included; the next ``step()`` then applies Muon once to their sum and does not read ``.grad``."""
         self._core.step(self._gradients(), True, self._stream())
+        self._accumulated = True
 
     def step(self):
-        """One optimizer step on every rank; returns the report (skipped, reason, counts, bytes sent)."""
-        gradients = self._gradients()
+        """One optimizer step on every rank; returns the report (skipped, reason, counts, bytes sent).
+        After ``accumulate()``: the step of the accumulated micro-batches (``.grad`` is not read)."""
+        gradients = self._gradients(self._accumulated)
         self.last_report = self._core.step(gradients, False, self._stream())
+        self._accumulated = False
         return self.last_report
 
     def gather_parameters(self):
