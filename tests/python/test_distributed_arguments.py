@@ -1,0 +1,76 @@
+"""orthojit.DistributedMuon's arguments and misuse, in one process (comm="local", no MPI): what
+orthojit.Muon refuses is refused here too, and a step that cannot be taken changes nothing."""
+import pytest
+
+torch = pytest.importorskip("torch")
+import orthojit  # noqa: E402
+
+
+def pair_of_linears():
+    torch.manual_seed(0)
+    return torch.nn.Linear(6, 4), torch.nn.Linear(6, 4)
+
+
+def test_two_tensors_under_one_name_are_refused():
+    encoder, decoder = pair_of_linears()
+    # Each module's named_parameters yields "weight" and "bias": the second "weight" once took the
+    # first's gradient, and the first was stepped with zeros.
+    with pytest.raises(ValueError, match="two tensors are named 'weight'"):
+        orthojit.DistributedMuon(list(encoder.named_parameters()) + list(decoder.named_parameters()), comm="local")
+    with pytest.raises(ValueError, match="'again' is the tensor already given as 'weight'"):
+        orthojit.DistributedMuon([("weight", encoder.weight), ("again", encoder.weight)], comm="local")
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        orthojit.DistributedMuon([], comm="local")
+
+
+@pytest.mark.parametrize("argument, value", [("average_gradients", "no"), ("gradients_reduced", "false"), ("offload", 1)])
+def test_switches_must_be_bools(argument, value):
+    encoder, _ = pair_of_linears()
+    with pytest.raises(TypeError, match=f"{argument} must be True or False"):
+        orthojit.DistributedMuon(encoder.named_parameters(), comm="local", **{argument: value})
+
+
+@pytest.mark.parametrize("stage", [True, 2.0, "2", 4])
+def test_stage_must_be_one_two_or_three(stage):
+    encoder, _ = pair_of_linears()
+    with pytest.raises(ValueError, match="stage must be 1, 2 or 3"):
+        orthojit.DistributedMuon(encoder.named_parameters(), comm="local", stage=stage)
+
+
+def test_a_tensor_frozen_after_construction_fails_the_step_before_anything_changes():
+    encoder, _ = pair_of_linears()
+    optimizer = orthojit.DistributedMuon(encoder.named_parameters(), comm="local")  # deepspeed: zeros for a missing grad
+    encoder(torch.randn(3, 6)).sum().backward()
+    optimizer.step()
+    encoder.weight.requires_grad_(False)
+    encoder.weight.grad = None
+    encoder(torch.randn(3, 6)).sum().backward()
+    before = {n: p.detach().clone() for n, p in encoder.named_parameters()}
+    with pytest.raises(ValueError, match="'weight' was frozen"):
+        optimizer.step()
+    for name, p in encoder.named_parameters():
+        assert torch.equal(p.detach(), before[name]), f"{name} changed"
+
+
+def test_step_after_accumulate_does_not_read_grad():
+    # accumulate() for every micro-batch, then step(): the sum of the micro-batches, whatever .grad
+    # holds then (None under a preset that would refuse a missing gradient).
+    torch.manual_seed(3)
+    layer = torch.nn.Linear(6, 4)
+    reference = torch.nn.Linear(6, 4)
+    reference.load_state_dict(layer.state_dict())
+    accumulating = orthojit.DistributedMuon(layer.named_parameters(), comm="local", preset="torch", settings={"muon.backend": "ref"})
+    once = orthojit.DistributedMuon(reference.named_parameters(), comm="local", preset="torch", settings={"muon.backend": "ref"})
+    batches = [torch.randn(3, 6) for _ in range(2)]
+    for x in batches:
+        layer.zero_grad(set_to_none=True)
+        layer(x).sum().backward()
+        accumulating.accumulate()
+    layer.zero_grad(set_to_none=True)  # nothing in .grad: the torch preset would refuse a step that read it
+    accumulating.step()
+    reference.zero_grad(set_to_none=True)
+    for x in batches:
+        reference(x).sum().backward()  # .grad sums the micro-batches
+    once.step()
+    for (name, a), (_, b) in zip(layer.named_parameters(), reference.named_parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=f"{name}")
