@@ -79,9 +79,9 @@ double parse_budget(const std::optional<std::string>& text, double fallback) {
   return budget;
 }
 
-runtime::OrthogonalizeOptions orthogonalize_options(const Arguments& arguments, const std::string& default_backend) {
+runtime::OrthogonalizeOptions orthogonalize_options(const Arguments& arguments) {
   runtime::OrthogonalizeOptions options;
-  options.backend = arguments.get("backend").value_or(default_backend);
+  options.backend = arguments.get("backend").value_or("auto");
   if (auto strategy = arguments.get("strategy")) {
     runtime::parse_strategy_option(*strategy);  // refused here, before any input is read
     options.strategy = *strategy;

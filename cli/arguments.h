@@ -35,9 +35,8 @@ double parse_budget(const std::optional<std::string>& text, double fallback);
 std::vector<int> parse_int_list(const std::string& text, const std::string& option);
 
 // The options of one orthogonalization that `run` and `bench` share: --strategy, --restarts,
-// --precision, --backend (`default_backend` when absent: `run` keeps the reference interpreter,
-// `bench` auto), --isa, --kernel, --threads, --variant (cuda only), each checked here. Throws
-// UsageError.
-runtime::OrthogonalizeOptions orthogonalize_options(const Arguments& arguments, const std::string& default_backend);
+// --precision, --backend (auto when absent), --isa (cpu only), --kernel, --threads, --variant
+// (cuda only), each checked here. Throws UsageError.
+runtime::OrthogonalizeOptions orthogonalize_options(const Arguments& arguments);
 
 }  // namespace orthojit::cli

@@ -66,7 +66,7 @@ int bench_command(const std::vector<std::string>& args) {
   Arguments arguments(args, {"program", "shape", "backend", "strategy", "restarts", "precision", "isa", "kernel", "threads", "repeat", "variant"}, {"json"});
   const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
   const runtime::ParsedShape shape = runtime::parse_shape(arguments.require("shape"));
-  const runtime::OrthogonalizeOptions options = orthogonalize_options(arguments, "auto");
+  const runtime::OrthogonalizeOptions options = orthogonalize_options(arguments);
   const int repeat = parse_count(arguments.get("repeat").value_or("7"), "repeat");
   if (repeat < 1) throw runtime::UsageError("--repeat must be at least 1");
   const bool json = arguments.has("json");
@@ -90,7 +90,10 @@ int bench_command(const std::vector<std::string>& args) {
   const char* ceiling = engine == "amx"       ? "fraction of the measured AMX-BF16 ceiling: the bf16 products ran on AMX tiles"
                         : engine == "bf16dot" ? "fraction of the measured vdpbf16ps ceiling: the bf16 products ran on the bf16 dot-product kernel"
                         : engine == "fma"     ? "fraction of the f32 FMA ceiling: the products ran on f32 FMAs"
-                                              : "fraction of the nominal peak";
+                        : engine == "openblas" ? "fraction of the f32 FMA ceiling: the tuning record's winner runs the products in OpenBLAS (f32)"
+                        : engine == "onednn"   ? "fraction of the best ceiling of the operands' type on this core: the tuning record's winner runs "
+                                                 "the products in oneDNN's matmul"
+                                               : "fraction of the nominal peak";
   std::printf("peak: %s (%s)\n", record["peak"].get<std::string>().c_str(), ceiling);
   return 0;
 }

@@ -23,10 +23,11 @@ options:
   --strategy S          auto (default), standard or gram
   --restarts LIST       gram restart steps, e.g. 2 or 2,4 ('' for none); default: the program's
   --precision P         override the storage type: bf16, f16, f32 or f64 (f64 = the exact iteration)
-  --backend B           ref (the default: the float64 reference interpreter, emulating the storage rounding)
-                        or cpu (LLVM JIT-compiled kernels; bf16, f16 and f32 policies)
+  --backend B           auto (the default: ref for f64 storage, e.g. --precision f64; cpu otherwise)
+                        or ref (the float64 reference interpreter, emulating the storage rounding)
+                        or cpu (LLVM JIT-compiled kernels; bf16, f16 and f32 policies; the tuning
+                        records' winners run here)
                         or cuda (NVRTC-compiled tensor-core kernels; bf16 and f16 storage)
-                        or auto (ref for f64 storage, e.g. --precision f64; cpu otherwise)
   --isa I               cpu: generic, avx2, avx512f, avx512bf16 or amx (default: amx where usable,
                         else the best this CPU runs; `orthojit info` says which and why)
   --kernel K            cpu, bf16 products: fma (widened to f32), bf16dot (vdpbf16ps, avx512bf16 path)
@@ -43,7 +44,7 @@ int run_command(const std::vector<std::string>& args) {
   const dsl::Program program = kernels::load_program_by_name_or_path(arguments.require("program"));
   const std::string input_path = arguments.require("input");
   const std::string output_path = arguments.require("output");
-  const runtime::OrthogonalizeOptions options = orthogonalize_options(arguments, "ref");
+  const runtime::OrthogonalizeOptions options = orthogonalize_options(arguments);
 
   runtime::NpyArray input = runtime::read_npy(input_path);
   const bool batched = input.shape.size() == 3;
@@ -60,7 +61,7 @@ int run_command(const std::vector<std::string>& args) {
   if (arguments.has("verbose"))
     std::fprintf(stderr, "orthojit run: %s on %lldx%lld (batch %lld), %s, backend %s, %.3f s (JIT %.3f s) -> %s\n", program.name.c_str(),
                  static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(batch), result.strategy_reason.c_str(),
-                 options.backend.c_str(), seconds, result.jit_seconds, output_path.c_str());
+                 result.backend.c_str(), seconds, result.jit_seconds, output_path.c_str());
   return 0;
 }
 

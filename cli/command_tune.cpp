@@ -197,15 +197,28 @@ int tune_command(const std::vector<std::string>& args) {
                 static_cast<long long>(row["count"].get<int64_t>()), winner.c_str(),
                 row.contains("winner_ms") ? format_ms(row["winner_ms"].get<double>()).c_str() : "-", ratio("speedup_over_default").c_str(), vendor.c_str());
   }
-  int judged = 0, skipped = 0, by_proxy = 0;
+  int judged = 0, skipped = 0, by_proxy = 0, recorded = 0, recorded_untimed = 0;
   for (const auto& row : rows)
     if (!row["cached"].get<bool>()) {
       judged += row["judged"].get<int>();
       skipped += row["skipped_for_budget"].get<int>();
       by_proxy += row["ranked_by_proxy"].get<int>();
+    } else {
+      ++recorded;
+      recorded_untimed += row["skipped_for_budget"].get<int>();
     }
   std::printf("\ntuned in %.1f s; %d candidates judged (%d ranked by proxy), %d left untimed (over budget); records in %s\n", elapsed, judged, by_proxy,
               skipped, path.c_str());
+  // Records written elsewhere than where run, bench and the runtime look (--out) are not found
+  // by them unless the variable names the file.
+  if (path != autotune::default_tuning_path(target.fingerprint))
+    std::printf("run, bench and the runtime read these records only with ORTHOJIT_TUNING_FILE=%s (they look in %s)\n", path.c_str(),
+                autotune::default_tuning_path(target.fingerprint).c_str());
+  // Shapes found in the records were not timed now: say so, and how to redo those whose earlier
+  // run left candidates untimed (a larger --budget alone does not).
+  if (recorded > 0)
+    std::printf("%d shape(s) taken from earlier records without timing%s\n", recorded,
+                recorded_untimed > 0 ? (", where " + std::to_string(recorded_untimed) + " candidates were left untimed then; --retune times them again").c_str() : "");
   return 0;
 }
 

@@ -390,6 +390,9 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     if (stored == ScalarType::BF16) engine = cpu::engine_on(cpu_options.isa, cpu_options.blocking.bf16_dot);
     if (stored == ScalarType::F16 && cpu_options.isa == cpu::CpuIsa::AmxBf16 && cpu::amx_fp16_usable()) engine = cpu::Bf16Engine::Amx;
     compiled->engine_ = std::string(cpu::to_string(engine));
+    // A tuning record whose winner is a vendor library: the library ran the products, not the
+    // JIT's kernels (bench's ceiling and its words follow this name).
+    if (cpu_options.engine != cpu::ProductEngine::Jit) compiled->engine_ = cpu::to_string(cpu_options.engine);
 #ifdef ORTHOJIT_HAVE_CUDA
   } else if (backend == "cuda") {
     if (function.muon_step && variant.kind != cuda::CudaVariant::Kind::Generated &&
@@ -428,6 +431,7 @@ OrthogonalizeResult orthogonalize(const dsl::Program& program, const std::vector
   OrthogonalizeResult result;
   result.strategy = compiled->strategy();
   result.strategy_reason = compiled->strategy_reason();
+  result.backend = compiled->backend();
   result.jit_seconds = compiled->jit_seconds();
   if (compiled->backend() == "ref") {
     result.values = reference::interpret(compiled->function(), input);  // full f64 input

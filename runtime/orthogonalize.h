@@ -74,7 +74,8 @@ class CompiledOrthogonalizer {
   double jit_seconds() const { return jit_seconds_; }
   std::string describe_target() const { return target_; }  // "ref" or "cpu avx512bf16 threads=2 ..."
   // cpu: the engine of the bf16 products ("fma", "bf16dot" or "amx"; "fma" for other storage:
-  // compiler/cpu/bf16_engine.h) and the ISA path it runs on ("avx512bf16", ...: a tuning record or
+  // compiler/cpu/bf16_engine.h; "openblas" or "onednn" when a tuning record's winner runs the
+  // products in that library) and the ISA path it runs on ("avx512bf16", ...: a tuning record or
   // the kernel may pick it); "" on the other backends.
   const std::string& cpu_engine() const { return engine_; }
   const std::string& cpu_path() const { return isa_; }
@@ -95,6 +96,7 @@ struct OrthogonalizeResult {
   std::vector<double> values;  // batch x rows x cols, row-major
   ir::StrategyKind strategy = ir::StrategyKind::Standard;
   std::string strategy_reason;
+  std::string backend;  // the backend that ran ("auto" resolved)
   double jit_seconds = 0;
 };
 

@@ -346,9 +346,13 @@ nlohmann::json bench_record(const BenchRequest& request, bool report) {
   // The ceiling of the engine the products ran on, each measured on this core: AMX tiles (the
   // TDPBF16PS rate), the vdpbf16ps kernel (its instruction's rate), else f32 FMAs (bf16/f16
   // operands widened while packing run on them too).
+  // A vendor library's products are held to the best ceiling of their operands on this core
+  // (oneDNN's bf16 matmul uses AMX or vdpbf16ps where they exist; OpenBLAS computes in f32).
   const std::string& ran_on = compiled->cpu_engine();
-  const bool on_amx = ran_on == "amx" && peak.amx_measured_flops_per_cycle > 0;
-  const bool on_bf16_dot = ran_on == "bf16dot" && peak.bf16_measured_flops_per_cycle > 0;
+  const bool sixteen_bit = compiled->function().policy.storage != ScalarType::F32;
+  const bool library_16 = ran_on == "onednn" && sixteen_bit;
+  const bool on_amx = (ran_on == "amx" || library_16) && peak.amx_measured_flops_per_cycle > 0;
+  const bool on_bf16_dot = !on_amx && (ran_on == "bf16dot" || library_16) && peak.bf16_measured_flops_per_cycle > 0;
   const std::string engine = backend != "cpu" ? backend : ran_on;
   const double peak_gflops = on_amx ? peak.amx_gflops() : on_bf16_dot ? peak.bf16_dot_gflops() : peak.f32_gflops();
   return {{"program", program.name},

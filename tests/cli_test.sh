@@ -94,6 +94,9 @@ expect 2 "unknown ISA 'avx1024'" -- "$orthojit" run --program jordan_ns5 --input
 [[ -s "$work/y.npy" ]] && echo "ok: output written" || { echo "FAIL: no output file"; failures=$((failures + 1)); }
 expect 0 "gram: requested" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --strategy gram --verbose
 expect 0 "no tuning record; heuristic" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --verbose
+# run's default backend is auto (cpu for bf16 storage: where the tuning records' winners run), and
+# --verbose names the backend that ran, not "auto" (it once ran the f64 interpreter by default)
+expect 0 "backend cpu," -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --verbose
 expect 2 "cannot open for reading" -- "$orthojit" run --program jordan_ns5 --input "$work/missing.npy" --output "$work/z.npy"
 expect 2 "has 1 dimensions" -- "$orthojit" run --program jordan_ns5 --input "$work/vector.npy" --output "$work/z.npy"
 expect 2 "element type '<i4' is not supported" -- "$orthojit" run --program jordan_ns5 --input "$work/ints.npy" --output "$work/z.npy"
@@ -144,6 +147,9 @@ records="$work/records.json"
 expect 0 "usage: orthojit tune" -- "$orthojit" tune --help
 expect 0 "winner" -- "$orthojit" tune --shape 24x96x2 --program jordan_ns5_f32 --budget 1 --out "$records"
 expect 0 "(record)" -- "$orthojit" tune --shape 96x24x2 --program jordan_ns5_f32 --budget 1 --out "$records"   # the transpose shares it
+# records written with --out are read by run/bench/the runtime only through ORTHOJIT_TUNING_FILE: said
+expect 0 "read these records only with ORTHOJIT_TUNING_FILE=$records" -- "$orthojit" tune --shape 96x24x2 --program jordan_ns5_f32 --budget 1 --out "$records"
+expect 0 "1 shape(s) taken from earlier records without timing" -- "$orthojit" tune --shape 96x24x2 --program jordan_ns5_f32 --budget 1 --out "$records"
 expect 0 "\"winner\"" -- cat "$records"
 # The blocking override for experiments: three or four fields, each checked.
 expect 0 "mc=96 kc=128 nc=256" -- env ORTHOJIT_CPU_BLOCKING=96,128,256,0 "$orthojit" bench --program jordan_ns5 --shape 24x96x2 --repeat 1

@@ -14,12 +14,15 @@
 #include <thread>
 
 #include "autotune/record_lookup.h"
+#include "cpu/build_status.h"
+#include "cpu/openblas_library.h"
 #include "autotune/tuning_loop.h"
 #include "autotune/tuning_record.h"
 #include "autotune/device_fingerprint.h"
 #include "kernels/program_library.h"
 #include "passes/pipeline.h"
 #include "reference/interpreter.h"
+#include "runtime/orthogonalize.h"
 
 namespace orthojit::autotune {
 namespace {
@@ -425,6 +428,18 @@ TEST(TuningOptions, ARecordOfTheEarlierFormatStillLoads) {
   EXPECT_EQ(choice.winner->strategy, ir::StrategyKind::Gram);
   EXPECT_EQ(choice.winner->to_json(), config) << "written back with the same strings";
   EXPECT_EQ(parse_trial_status(entry["candidates"][1]["status"].get<std::string>()), TrialStatus::SkippedBudget);
+  // A program compiled under that record runs its products in OpenBLAS, and says so (bench's
+  // ceiling and words follow it; it once named the bf16 kernel the path would have used).
+  if (!cpu::cpu_backend_unavailable_reason().empty() || !cpu::openblas_unavailable_reason().empty()) {
+    std::filesystem::remove_all(directory);
+    return;  // a build without the CPU backend or OpenBLAS runs no such winner
+  }
+  ::setenv("ORTHOJIT_TUNING_FILE", path.c_str(), 1);
+  runtime::OrthogonalizeOptions options;
+  options.backend = "cpu";
+  const auto compiled = runtime::compile_orthogonalizer(program, 1, 256, 1024, options);
+  ::unsetenv("ORTHOJIT_TUNING_FILE");
+  EXPECT_EQ(compiled->cpu_engine(), "openblas");
   std::filesystem::remove_all(directory);
 }
 
