@@ -312,9 +312,40 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
   }
   std::string reason, tuned_variant;
   bool engine_from_record = false;  // a tuning record's winner set the engine of the bf16 products
+  // A tuning record's CPU winner: its kernels, blocking, engine and ISA path (and the restarts it
+  // was tuned with), unless ORTHOJIT_CPU_BLOCKING set the blocking.
+  auto apply_cpu_winner = [&](const autotune::TunedChoice& tuned) {
+    const autotune::Candidate& winner = *tuned.winner;
+    compile.strategy = winner.strategy;
+    compile.triangular_products = winner.triangular;
+    if (tuned.gram_restarts) compile.gram_restarts = tuned.gram_restarts;  // the restarts it was tuned with
+    if (!blocking_from_environment) {
+      engine_from_record = true;
+      cpu_options.blocking = winner.blocking();
+      cpu_options.engine = winner.engine;
+      // The ISA path the winner's kernel needs (amx, the vdpbf16ps kernel, FMAs), unless the
+      // caller forced one or this CPU cannot run it.
+      if (auto isa = winner.cpu_isa(); isa && options.cpu_isa.empty() && cpu::host_supports(*isa)) cpu_options.isa = *isa;
+    }
+  };
   if (auto explicit_strategy = parse_strategy_option(options.strategy)) {
     compile.strategy = *explicit_strategy;
     reason = std::string(ir::to_string(compile.strategy)) + ": requested";
+    // The strategy is the caller's (a Muon preset pins it), but a record whose winner has that
+    // strategy still gives its kernels and blocking: a preset's shapes run as tuned.
+    if (options.backend != "cuda" && options.use_tuning_records) {
+      const autotune::TunedChoice tuned = autotune::lookup_tuned(program, rows, cols, batch, options.precision);
+      // Requested restarts must be the ones the winner was tuned with (they change the iteration).
+      const bool same_restarts = !options.gram_restarts || *explicit_strategy == ir::StrategyKind::Standard || tuned.gram_restarts == options.gram_restarts;
+      if (tuned.winner && tuned.winner->strategy == *explicit_strategy && same_restarts) {
+        apply_cpu_winner(tuned);
+        if (*explicit_strategy == ir::StrategyKind::Standard && options.gram_restarts) compile.gram_restarts = options.gram_restarts;
+        reason += "; kernels " + tuned.reason;
+      } else if (tuned.winner) {
+        reason += " (the tuning record's winner runs " + std::string(ir::to_string(tuned.winner->strategy)) +
+                  (tuned.winner->strategy == *explicit_strategy ? " with other restarts" : "") + ": not used)";
+      }
+    }
   } else {
     autotune::TunedChoice tuned;
 #ifdef ORTHOJIT_HAVE_CUDA
@@ -337,18 +368,7 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     if (!reason.empty()) {
       // chosen from the CUDA records above
     } else if (tuned.winner) {
-      const autotune::Candidate& winner = *tuned.winner;
-      compile.strategy = winner.strategy;
-      compile.triangular_products = winner.triangular;
-      if (tuned.gram_restarts) compile.gram_restarts = tuned.gram_restarts;  // the restarts it was tuned with
-      if (!blocking_from_environment) {
-        engine_from_record = true;
-        cpu_options.blocking = winner.blocking();
-        cpu_options.engine = winner.engine;
-        // The ISA path the winner's kernel needs (amx, the vdpbf16ps kernel, FMAs), unless the
-        // caller forced one or this CPU cannot run it.
-        if (auto isa = winner.cpu_isa(); isa && options.cpu_isa.empty() && cpu::host_supports(*isa)) cpu_options.isa = *isa;
-      }
+      apply_cpu_winner(tuned);
       reason = std::string(ir::to_string(compile.strategy)) + ": " + tuned.reason;
     } else {
       // Recognition on the standard form decides whether gram is possible at all.

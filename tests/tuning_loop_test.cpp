@@ -438,8 +438,18 @@ TEST(TuningOptions, ARecordOfTheEarlierFormatStillLoads) {
   runtime::OrthogonalizeOptions options;
   options.backend = "cpu";
   const auto compiled = runtime::compile_orthogonalizer(program, 1, 256, 1024, options);
+  // A requested strategy (a Muon preset pins one) takes the record's kernels when its winner has
+  // that strategy, and says why not when it does not (records were not consulted at all).
+  options.strategy = "gram";
+  const auto requested_gram = runtime::compile_orthogonalizer(program, 1, 256, 1024, options);
+  options.strategy = "standard";
+  const auto requested_standard = runtime::compile_orthogonalizer(program, 1, 256, 1024, options);
   ::unsetenv("ORTHOJIT_TUNING_FILE");
   EXPECT_EQ(compiled->cpu_engine(), "openblas");
+  EXPECT_EQ(requested_gram->cpu_engine(), "openblas") << requested_gram->strategy_reason();
+  EXPECT_NE(requested_gram->strategy_reason().find("gram: requested; kernels"), std::string::npos) << requested_gram->strategy_reason();
+  EXPECT_NE(requested_standard->cpu_engine(), "openblas");
+  EXPECT_NE(requested_standard->strategy_reason().find("winner runs gram: not used"), std::string::npos) << requested_standard->strategy_reason();
   std::filesystem::remove_all(directory);
 }
 
