@@ -522,6 +522,40 @@ TEST(DistributedSettingsTest, OffloadNeedsAHostBackendAndStagesAreChecked) {
   EXPECT_THROW(DistributedOptimizer(buffers.parameters(model), optimizer_settings(), distributed, *world_communicator), std::invalid_argument);
 }
 
+// Ranks given different parameter lists are refused on every rank at construction: a Muon tag
+// that differs (same sizes: it once ran with no error), a shape transposed (same element count)
+// and an extra tensor on one rank (once a crash inside the transport).
+TEST(DistributedSettingsTest, RanksWithDifferentParametersAreRefusedOnEveryRank) {
+  Communicator& communicator = *world_communicator;
+  if (communicator.world() == 1) GTEST_SKIP() << "one rank: nothing to compare";
+  const Model model = random_model(77);
+  const bool last = communicator.rank() == communicator.world() - 1;
+  for (int change = 0; change < 3; ++change) {
+    Model mine = model;
+    if (last) {
+      if (change == 0) mine.muon[1] = !mine.muon[1] || mine.shapes[1].size() == 1;
+      if (change == 0 && mine.shapes[1].size() == 1) mine.names[1] += ".renamed";  // a bias cannot be Muon: rename it
+      if (change == 1) std::reverse(mine.shapes[0].begin(), mine.shapes[0].end());
+      if (change == 2) {
+        mine.names.push_back("extra.bias");
+        mine.shapes.push_back({3});
+        mine.muon.push_back(false);
+      }
+    }
+    if (change == 1 && mine.shapes[0] == model.shapes[0] && last) mine.names[0] += ".renamed";  // a square or 1-D first tensor
+    Buffers buffers = make_buffers(mine, 1);
+    try {
+      DistributedOptimizer optimizer(buffers.parameters(mine), optimizer_settings(), DistributedSettings{}, communicator);
+      ADD_FAILURE() << "change " << change << ": different parameter lists were accepted";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find("the ranks were given different parameters"), std::string::npos) << error.what();
+    }
+  }
+  // The same lists still build.
+  Buffers buffers = make_buffers(model, 1);
+  EXPECT_NO_THROW(DistributedOptimizer(buffers.parameters(model), optimizer_settings(), DistributedSettings{}, communicator));
+}
+
 }  // namespace
 }  // namespace orthojit::runtime
 

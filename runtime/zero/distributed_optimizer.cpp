@@ -50,6 +50,40 @@ DistributedSettings distributed_settings(const DeepSpeedConfig& config) {
   return settings;
 }
 
+// Every rank must pass the same parameters (names, sizes, tags, order): the partition plan is
+// computed on each rank from its own list, and lists that differ made transfers of other sizes
+// (a crash inside gloo or MPI_ERR_TRUNCATE) or, worse, a run with no error at all (a tag or a shape
+// of the same size that differs). One all-reduce at construction compares a hash of the list:
+// 16 chunks of 4 bits, each summed with its square, are all equal across the N ranks exactly when
+// N·Σx² = (Σx)² for every chunk (exact in f32 up to 74565 ranks: Σx² <= 225·N < 2^24).
+void DistributedOptimizer::require_same_parameters_on_every_rank(const std::vector<PlanTensor>& tensors) {
+  if (communicator_.world() <= 1) return;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a, 64-bit
+  auto mix = [&](const void* data, size_t bytes) {
+    for (size_t i = 0; i < bytes; ++i) hash = (hash ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
+  };
+  int64_t elements = 0;
+  for (const PlanTensor& tensor : tensors) {
+    mix(tensor.name.data(), tensor.name.size() + 1);
+    const int64_t fields[5] = {tensor.elements, tensor.muon ? 1 : 0, tensor.batch, tensor.rows, tensor.cols};
+    mix(fields, sizeof fields);
+    elements += tensor.elements;
+  }
+  float sums[32];
+  for (int chunk = 0; chunk < 16; ++chunk) {
+    const float x = static_cast<float>((hash >> (4 * chunk)) & 15u);
+    sums[2 * chunk] = x;
+    sums[2 * chunk + 1] = x * x;
+  }
+  communicator_.all_reduce_sum(sums, 32);
+  const double world = communicator_.world();
+  for (int chunk = 0; chunk < 16; ++chunk)
+    if (world * sums[2 * chunk + 1] != static_cast<double>(sums[2 * chunk]) * sums[2 * chunk])
+      throw std::invalid_argument("the ranks were given different parameters: every rank must pass the same names, shapes, Muon tags and order "
+                                  "(this rank, " + std::to_string(communicator_.rank()) + ", has " + std::to_string(tensors.size()) +
+                                  " trainable tensors of " + std::to_string(elements) + " elements in all; compare the other ranks' lists)");
+}
+
 DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, OptimizerSettings settings, DistributedSettings distributed,
                                            Communicator& communicator, std::shared_ptr<MemorySpace> memory)
     : settings_(std::move(settings)), distributed_(distributed), communicator_(communicator), memory_(std::move(memory)) {
@@ -97,6 +131,7 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
     tensors.push_back(tensor);
     entries_.push_back(std::move(entry));
   }
+  require_same_parameters_on_every_rank(tensors);
   PlanSettings plan_settings;
   plan_settings.world = communicator_.world();
   plan_settings.stage = distributed_.stage;

@@ -95,6 +95,9 @@ class DistributedOptimizer {
 
  private:
   struct Entry;
+  // Throws std::invalid_argument on every rank when the ranks' parameter lists differ (one
+  // all-reduce of a hash of the list).
+  void require_same_parameters_on_every_rank(const std::vector<PlanTensor>& tensors);
   // Every allocation in memory_, freed with the optimizer (also when the constructor throws).
   struct Buffers {
     std::shared_ptr<MemorySpace> memory;
