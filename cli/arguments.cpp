@@ -65,7 +65,7 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
   while (std::getline(stream, part, ',')) {
     bool digits = !part.empty() && part.size() <= 6;
     for (char c : part) digits &= std::isdigit(static_cast<unsigned char>(c)) != 0;
-    if (!digits) throw runtime::UsageError("invalid --" + option + " '" + text + "'; expected comma-separated step indices, e.g. 2 or 2,4");
+    if (!digits) throw runtime::UsageError("invalid --" + option + " '" + text + "'; expected comma-separated whole numbers, e.g. 2 or 2,4");
     values.push_back(std::stoi(part));
   }
   return values;

@@ -56,7 +56,8 @@ With --model (every distinct matrix shape of a Hugging Face config.json) or --co
 standard Newton–Schulz, Gram Newton–Schulz and the vendor libraries (OpenBLAS, the standard
 iteration with ssyrk, on the kernel orthojit chooses for this CPU; oneDNN's matmul for bf16/f16
 storage) side by side in one run, with the tuner's harness (caches flushed, medians of repeats
-within --budget seconds, default 60), prints the speedups against the faster library and with
+within --budget seconds, default 60; the JIT compiles, and the three repeats each engine gets
+however short its share, come on top), prints the speedups against the faster library and with
 --plot draws them.
 )";
 
