@@ -13,7 +13,13 @@
 //   * in deepspeed mode the momentum of a straddling matrix is identical on all its owners;
 //   * accumulated micro-batches give one Muon application on their sum;
 //   * the bytes each rank sends match the plan's formulas;
-//   * a non-finite gradient on one rank skips the step on all.
+//   * a non-finite gradient on one rank skips the step on all;
+//   * the step hyperparameters set between steps act as the single-rank optimizer's settings;
+//   * checkpoints: the gathered state is the single-rank optimizer's state bit for bit, a state
+//     loaded from the single-rank optimizer (or its state file) continues bit-identically, and a
+//     state that does not fit, on one rank or all, is refused on every rank with nothing changed;
+//   * a failure on one rank while building (a program that does not compile there) throws on
+//     every rank instead of leaving the others waiting in a collective.
 // GoogleTest runs on every rank (the same collectives in the same order); only rank 0 prints,
 // and the exit code is nonzero on every rank when any rank failed.
 #include <gtest/gtest.h>
@@ -24,6 +30,8 @@
 #include <cstring>
 #include <optional>
 #include <random>
+
+#include <unistd.h>
 
 #include "runtime/muon/hybrid_optimizer.h"
 #include "runtime/zero/distributed_optimizer.h"
@@ -504,6 +512,203 @@ TEST_P(Distributed, NonFiniteGradientOnOneRankSkipsEverywhere) {
   EXPECT_TRUE(report.skipped);
   EXPECT_NE(report.reason.find("skipped on every rank"), std::string::npos) << report.reason;
   for (size_t t = 0; t < model.names.size(); ++t) EXPECT_EQ(buffers.data[t], before[t]) << model.names[t];
+}
+
+// The hyperparameters set after construction are the ones a step uses: a distributed optimizer
+// built with other values and given these (every field distinct, so two swapped fields show)
+// steps bit-identically to the single-rank optimizer built with them; a learning rate changed
+// between steps (a scheduler) acts on both alike.
+TEST_P(Distributed, HyperparametersSetBetweenStepsActAsSettings) {
+  auto [stage, mode] = GetParam();
+  Communicator& communicator = *world_communicator;
+  const uint32_t seed = 5000 + 10 * static_cast<uint32_t>(stage) + static_cast<uint32_t>(mode);
+  const Model model = random_model(seed);
+  Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
+  DistributedSettings settings;
+  settings.stage = stage;
+  settings.mode = mode;
+  settings.average_gradients = false;
+  OptimizerSettings wanted = optimizer_settings();
+  wanted.muon.lr = 0.031;
+  wanted.muon.momentum = 0.83;
+  wanted.muon.weight_decay = 0.07;
+  wanted.adam.lr = 0.0021;
+  wanted.adam.beta1 = 0.71;
+  wanted.adam.beta2 = 0.93;
+  wanted.adam.eps = 3e-7;
+  wanted.adam.weight_decay = 0.05;
+  DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
+  StepHyperparameters values;
+  values.muon_lr = wanted.muon.lr;
+  values.muon_momentum = wanted.muon.momentum;
+  values.muon_weight_decay = wanted.muon.weight_decay;
+  values.adam_lr = wanted.adam.lr;
+  values.adam_beta1 = wanted.adam.beta1;
+  values.adam_beta2 = wanted.adam.beta2;
+  values.adam_eps = wanted.adam.eps;
+  values.adam_weight_decay = wanted.adam.weight_decay;
+  // A refused value changes nothing (the valid ones given with it included).
+  StepHyperparameters refused = values;
+  refused.adam_beta2 = 1.0;
+  EXPECT_THROW(optimizer.set_hyperparameters(refused), std::invalid_argument);
+  EXPECT_EQ(optimizer.hyperparameters().muon_lr, optimizer_settings().muon.lr);
+  optimizer.set_hyperparameters(values);
+  HybridOptimizer reference(single.parameters(model), wanted);
+  std::mt19937 random(seed + 2);
+  step_both_and_compare(model, distributed, single, optimizer, reference, stage, random, label(stage, mode));
+  values.muon_lr *= 0.5;
+  values.adam_lr *= 0.25;
+  optimizer.set_hyperparameters(values);
+  reference.set_learning_rates(values.muon_lr, values.adam_lr);
+  step_both_and_compare(model, distributed, single, optimizer, reference, stage, random, label(stage, mode) + ", learning rates changed");
+}
+
+void expect_same_state(const std::map<std::string, HybridOptimizer::State>& got, const std::map<std::string, HybridOptimizer::State>& expected,
+                       const std::string& where) {
+  ASSERT_EQ(got.size(), expected.size()) << where;
+  for (const auto& [name, values] : expected) {
+    const HybridOptimizer::State& mine = got.at(name);
+    EXPECT_EQ(bitwise_difference(mine.momentum.data(), values.momentum.data(), values.momentum.size()), "") << name << ".momentum_buffer, " << where;
+    EXPECT_EQ(mine.momentum.size(), values.momentum.size()) << name << ", " << where;
+    EXPECT_EQ(mine.exp_avg.size(), values.exp_avg.size()) << name << ", " << where;
+    EXPECT_EQ(bitwise_difference(mine.exp_avg.data(), values.exp_avg.data(), values.exp_avg.size()), "") << name << ".exp_avg, " << where;
+    EXPECT_EQ(bitwise_difference(mine.exp_avg_sq.data(), values.exp_avg_sq.data(), values.exp_avg_sq.size()), "") << name << ".exp_avg_sq, " << where;
+    EXPECT_EQ(mine.step, values.step) << name << ".step, " << where;
+  }
+}
+
+void barrier() {
+  float nothing = 0;
+  world_communicator->all_reduce_sum(&nothing, 1);
+}
+
+// One path for every rank: rank 0's process id, so that the ranks of one host share it.
+std::string shared_path(const std::string& stem) {
+  int64_t id = world_communicator->rank() == 0 ? static_cast<int64_t>(getpid()) : 0;
+  world_communicator->broadcast(&id, sizeof id, 0);
+  return "/tmp/orthojit-distributed-" + stem + "-" + std::to_string(id) + ".safetensors";
+}
+
+// Checkpoints are world-size independent: after steps, the gathered state is the single-rank
+// optimizer's (whatever each rank holds of it), on every rank; a fresh distributed optimizer
+// given the single-rank state (or its state file) continues bit-identically; the distributed
+// state file loads into the single-rank optimizer.
+TEST_P(Distributed, StateGathersToTheSingleRankStateAndLoadsBack) {
+  auto [stage, mode] = GetParam();
+  Communicator& communicator = *world_communicator;
+  const uint32_t seed = 7000 + 10 * static_cast<uint32_t>(stage) + static_cast<uint32_t>(mode);
+  const Model model = random_model(seed);
+  Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
+  DistributedSettings settings;
+  settings.stage = stage;
+  settings.mode = mode;
+  settings.alignment = 2;
+  settings.average_gradients = false;
+  const std::string where = label(stage, mode) + ", rank " + std::to_string(communicator.rank());
+  HybridOptimizer reference(single.parameters(model), optimizer_settings());
+  std::mt19937 random(seed + 2);
+  {
+    DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
+    step_both_and_compare(model, distributed, single, optimizer, reference, stage, random, label(stage, mode));
+    expect_same_state(optimizer.gather_state(), reference.state(), where + ", gathered");
+    EXPECT_EQ(optimizer.steps_taken(), reference.steps_taken());
+    // Its file is the single-rank optimizer's: it loads there as the same state.
+    const std::string path = shared_path("save");
+    optimizer.save_state(path);
+    HybridOptimizer loader(single.parameters(model), optimizer_settings());
+    loader.load_state(path);
+    expect_same_state(loader.state(), reference.state(), where + ", through the distributed state file");
+    EXPECT_EQ(loader.steps_taken(), reference.steps_taken());
+    barrier();  // every rank has read it
+    if (communicator.rank() == 0) std::remove(path.c_str());
+  }
+  // A fresh optimizer (another alignment: other boundaries) given the single-rank state.
+  settings.alignment = 3;
+  {
+    DistributedOptimizer resumed(distributed.parameters(model), optimizer_settings(), settings, communicator);
+    resumed.load_state(reference.state(), reference.steps_taken());
+    expect_same_state(resumed.gather_state(), reference.state(), where + ", loaded then gathered");
+    step_both_and_compare(model, distributed, single, resumed, reference, stage, random, label(stage, mode) + ", resumed from the state");
+  }
+  // And from the single-rank optimizer's file.
+  const std::string path = shared_path("load");
+  if (communicator.rank() == 0) reference.save_state(path);
+  barrier();
+  DistributedOptimizer from_file(distributed.parameters(model), optimizer_settings(), settings, communicator);
+  from_file.load_state(path);
+  barrier();
+  if (communicator.rank() == 0) std::remove(path.c_str());
+  EXPECT_EQ(from_file.steps_taken(), reference.steps_taken());
+  step_both_and_compare(model, distributed, single, from_file, reference, stage, random, label(stage, mode) + ", resumed from the file");
+}
+
+// A state that does not fit is refused on every rank, with nothing changed anywhere: wrong on
+// every rank (a tensor too short), and wrong on one rank only (the others must not load theirs).
+TEST(DistributedState, AStateThatDoesNotFitIsRefusedOnEveryRank) {
+  Communicator& communicator = *world_communicator;
+  const Model model = random_model(31);
+  Buffers buffers = make_buffers(model, 32);
+  DistributedSettings settings;
+  settings.stage = 2;
+  DistributedOptimizer optimizer(buffers.parameters(model), optimizer_settings(), settings, communicator);
+  std::mt19937 random(33);
+  fill_gradients(buffers, random);
+  ASSERT_FALSE(optimizer.step().skipped);
+  const std::map<std::string, HybridOptimizer::State> before = optimizer.gather_state();
+  std::map<std::string, HybridOptimizer::State> changed = before;
+  for (auto& [name, values] : changed) {
+    for (float& v : values.momentum) v += 1.0f;
+    for (float& v : values.exp_avg) v += 1.0f;
+    if (values.momentum.empty()) values.step += 5;  // AdamW only: Muon keeps no step count
+  }
+  const int last = communicator.world() - 1;
+  for (int wrong_on : {-1, last}) {  // -1: every rank
+    std::map<std::string, HybridOptimizer::State> given = changed;
+    if (wrong_on < 0 || communicator.rank() == wrong_on) {
+      HybridOptimizer::State& first = given.begin()->second;
+      (first.momentum.empty() ? first.exp_avg : first.momentum).pop_back();
+    }
+    try {
+      optimizer.load_state(given, 9);
+      ADD_FAILURE() << "a state that does not fit was loaded (wrong on " << (wrong_on < 0 ? std::string("every rank") : "rank " + std::to_string(wrong_on)) << ")";
+    } catch (const std::runtime_error& error) {
+      const std::string message = error.what();
+      const bool mine = wrong_on < 0 || communicator.rank() == wrong_on;
+      EXPECT_NE(message.find(mine ? "does not match this optimizer" : "failed on 1 other rank(s)"), std::string::npos) << message;
+    }
+    expect_same_state(optimizer.gather_state(), before, "after a refused load, rank " + std::to_string(communicator.rank()));
+    EXPECT_EQ(optimizer.steps_taken(), 1);
+  }
+  // A state for a parameter this optimizer does not have.
+  std::map<std::string, HybridOptimizer::State> extra = changed;
+  extra["not.a.parameter"] = extra.begin()->second;
+  EXPECT_THROW(optimizer.load_state(extra, 1), std::runtime_error);
+  // What does fit loads.
+  optimizer.load_state(changed, 9);
+  expect_same_state(optimizer.gather_state(), changed, "after a load, rank " + std::to_string(communicator.rank()));
+  EXPECT_EQ(optimizer.steps_taken(), 9);
+}
+
+// A program that cannot be read on one rank only (a path that exists elsewhere): before, that
+// rank threw at construction and the others went on into the first step's collectives and
+// waited forever. Now every rank throws at construction.
+TEST(DistributedState, AFailureOnOneRankWhileBuildingThrowsOnEveryRank) {
+  Communicator& communicator = *world_communicator;
+  const Model model = random_model(41);
+  Buffers buffers = make_buffers(model, 42);
+  OptimizerSettings settings = optimizer_settings();
+  const bool failing = communicator.rank() == communicator.world() - 1;
+  if (failing) settings.muon.program = "/nonexistent/orthojit-test-program.oj";
+  try {
+    DistributedOptimizer optimizer(buffers.parameters(model), settings, DistributedSettings{}, communicator);
+    ADD_FAILURE() << "rank " << communicator.rank() << " built an optimizer while another rank could not";
+  } catch (const std::exception& error) {
+    const std::string message = error.what();
+    if (failing) EXPECT_NE(message.find("orthojit-test-program.oj"), std::string::npos) << message;
+    else EXPECT_NE(message.find("failed on 1 other rank(s)"), std::string::npos) << message;
+  }
+  // The ranks are still in step: the same optimizer builds everywhere afterwards.
+  EXPECT_NO_THROW(DistributedOptimizer(buffers.parameters(model), optimizer_settings(), DistributedSettings{}, communicator));
 }
 
 INSTANTIATE_TEST_SUITE_P(StagesAndModes, Distributed,

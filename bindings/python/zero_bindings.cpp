@@ -181,6 +181,85 @@ class Distributed {
     return result;
   }
 
+  // torch's param_groups vocabulary: {"muon.lr": ..., "adam.beta1": ...}.
+  std::map<std::string, double> hyperparameters() const {
+    const runtime::StepHyperparameters h = optimizer_->hyperparameters();
+    return {{"muon.lr", h.muon_lr},   {"muon.momentum", h.muon_momentum}, {"muon.weight_decay", h.muon_weight_decay},
+            {"adam.lr", h.adam_lr},   {"adam.beta1", h.adam_beta1},       {"adam.beta2", h.adam_beta2},
+            {"adam.eps", h.adam_eps}, {"adam.weight_decay", h.adam_weight_decay}};
+  }
+  void set_hyperparameters(const std::map<std::string, double>& values) {
+    runtime::StepHyperparameters h = optimizer_->hyperparameters();
+    const std::map<std::string, double*> fields = {{"muon.lr", &h.muon_lr},     {"muon.momentum", &h.muon_momentum}, {"muon.weight_decay", &h.muon_weight_decay},
+                                                   {"adam.lr", &h.adam_lr},     {"adam.beta1", &h.adam_beta1},       {"adam.beta2", &h.adam_beta2},
+                                                   {"adam.eps", &h.adam_eps},   {"adam.weight_decay", &h.adam_weight_decay}};
+    for (const auto& [key, value] : values) {
+      const auto field = fields.find(key);
+      if (field == fields.end()) throw nb::value_error(("unknown step hyperparameter '" + key + "'").c_str());
+      *field->second = value;
+    }
+    optimizer_->set_hyperparameters(h);
+  }
+
+  // The whole state on every rank (collective): {name: {"momentum_buffer" | "exp_avg",
+  // "exp_avg_sq": flat f32 torch tensors, "step": int}} and the steps taken.
+  std::pair<nb::dict, int64_t> gather_state() {
+    std::map<std::string, runtime::HybridOptimizer::State> state;
+    {
+      nb::gil_scoped_release release;
+      state = optimizer_->gather_state();
+    }
+    auto tensor = [](std::vector<float>& values) {
+      auto* owned = new std::vector<float>(std::move(values));
+      nb::capsule owner(owned, [](void* pointer) noexcept { delete static_cast<std::vector<float>*>(pointer); });
+      const size_t dims[1] = {owned->size()};
+      return nb::cast(nb::ndarray<nb::pytorch, float>(owned->data(), 1, dims, owner));
+    };
+    nb::dict result;
+    for (auto& [name, values] : state) {
+      nb::dict entry;
+      if (!values.exp_avg.empty() || values.momentum.empty()) {
+        entry["exp_avg"] = tensor(values.exp_avg);
+        entry["exp_avg_sq"] = tensor(values.exp_avg_sq);
+        entry["step"] = values.step;
+      } else {
+        entry["momentum_buffer"] = tensor(values.momentum);
+      }
+      result[name.c_str()] = entry;
+    }
+    return {result, optimizer_->steps_taken()};
+  }
+
+  // `state` as gather_state returns it (CPU f32 tensors, flat or shaped); checked on every rank,
+  // loaded on every rank or on none (collective).
+  void load_state(nb::dict state, int64_t steps_taken) {
+    std::map<std::string, runtime::HybridOptimizer::State> loaded;
+    for (auto [key, value] : state) {
+      const std::string name = nb::cast<std::string>(key);
+      runtime::HybridOptimizer::State& values = loaded[name];
+      nb::dict entry = nb::cast<nb::dict>(value);
+      auto take = [&](const char* field, std::vector<float>& into) {
+        if (!entry.contains(field)) return;
+        const TensorView view = tensor_view(nb::cast<nb::ndarray<>>(entry[field]), "'" + name + "." + field + "'", true);
+        const float* data = static_cast<const float*>(view.data);
+        into.assign(data, data + view.count);
+      };
+      take("momentum_buffer", values.momentum);
+      take("exp_avg", values.exp_avg);
+      take("exp_avg_sq", values.exp_avg_sq);
+      if (entry.contains("step")) values.step = nb::cast<int64_t>(entry["step"]);
+    }
+    nb::gil_scoped_release release;
+    optimizer_->load_state(loaded, steps_taken);
+  }
+
+  // {name: True/False}: which parameters Muon takes (the tagging rule and use_muon).
+  std::vector<std::pair<std::string, bool>> muon_tags() const {
+    std::vector<std::pair<std::string, bool>> tags;
+    for (const runtime::PlannedTensor& tensor : optimizer_->plan().tensors) tags.emplace_back(tensor.tensor.name, tensor.tensor.muon);
+    return tags;
+  }
+
   void gather_parameters(uintptr_t stream) {
     nb::gil_scoped_release release;
     optimizer_->gather_parameters(reinterpret_cast<void*>(stream));
@@ -213,6 +292,11 @@ void register_zero(nb::module_& module) {
            nb::arg("offload"), nb::arg("engine") = "mpi", nb::arg("collectives") = nb::none(), nb::arg("gradients_reduced") = false)
       .def("step", &Distributed::step, nb::arg("gradients"), nb::arg("accumulate_only") = false, nb::arg("stream") = 0)
       .def("gather_parameters", &Distributed::gather_parameters, nb::arg("stream") = 0)
+      .def("hyperparameters", &Distributed::hyperparameters)
+      .def("set_hyperparameters", &Distributed::set_hyperparameters, nb::arg("values"))
+      .def("gather_state", &Distributed::gather_state)
+      .def("load_state", &Distributed::load_state, nb::arg("state"), nb::arg("steps_taken"))
+      .def("muon_tags", &Distributed::muon_tags)
       .def_prop_ro("cuda", &Distributed::cuda)
       .def_prop_ro("rank", &Distributed::rank)
       .def_prop_ro("world", &Distributed::world)

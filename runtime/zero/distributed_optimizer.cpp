@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include "runtime/muon/deepspeed_config.h"
@@ -56,8 +57,11 @@ DistributedSettings distributed_settings(const DeepSpeedConfig& config) {
 // of the same size that differs). One all-reduce at construction compares a hash of the list:
 // 16 chunks of 4 bits, each summed with its square, are all equal across the N ranks exactly when
 // N·Σx² = (Σx)² for every chunk (exact in f32 up to 74565 ranks: Σx² <= 225·N < 2^24).
-void DistributedOptimizer::require_same_parameters_on_every_rank(const std::vector<PlanTensor>& tensors) {
-  if (communicator_.world() <= 1) return;
+void DistributedOptimizer::require_same_parameters_on_every_rank(const std::vector<PlanTensor>& tensors, std::exception_ptr failure) {
+  if (communicator_.world() <= 1) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
   uint64_t hash = 1469598103934665603ull;  // FNV-1a, 64-bit
   auto mix = [&](const void* data, size_t bytes) {
     for (size_t i = 0; i < bytes; ++i) hash = (hash ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
@@ -69,19 +73,33 @@ void DistributedOptimizer::require_same_parameters_on_every_rank(const std::vect
     mix(fields, sizeof fields);
     elements += tensor.elements;
   }
-  float sums[32];
+  float sums[33];
   for (int chunk = 0; chunk < 16; ++chunk) {
     const float x = static_cast<float>((hash >> (4 * chunk)) & 15u);
     sums[2 * chunk] = x;
     sums[2 * chunk + 1] = x * x;
   }
-  communicator_.all_reduce_sum(sums, 32);
+  sums[32] = failure ? 1.0f : 0.0f;  // the ranks that cannot go on (their list is incomplete)
+  communicator_.all_reduce_sum(sums, 33);
+  if (failure) std::rethrow_exception(failure);
+  if (sums[32] > 0)
+    throw std::invalid_argument("the optimizer could not be built on " + std::to_string(static_cast<int>(sums[32])) +
+                                " other rank(s) (each says why in its own error); nothing was built on this rank either");
   const double world = communicator_.world();
   for (int chunk = 0; chunk < 16; ++chunk)
     if (world * sums[2 * chunk + 1] != static_cast<double>(sums[2 * chunk]) * sums[2 * chunk])
       throw std::invalid_argument("the ranks were given different parameters: every rank must pass the same names, shapes, Muon tags and order "
                                   "(this rank, " + std::to_string(communicator_.rank()) + ", has " + std::to_string(tensors.size()) +
                                   " trainable tensors of " + std::to_string(elements) + " elements in all; compare the other ranks' lists)");
+}
+
+void DistributedOptimizer::agree(std::exception_ptr failure, const std::string& doing) {
+  float failed = failure ? 1.0f : 0.0f;
+  if (communicator_.world() > 1) communicator_.all_reduce_sum(&failed, 1);
+  if (failure) std::rethrow_exception(failure);  // this rank's own error, as it was thrown
+  if (failed > 0)
+    throw std::runtime_error(doing + " failed on " + std::to_string(static_cast<int>(failed)) +
+                             " other rank(s) (each says why in its own error); this rank stopped with them and changed nothing");
 }
 
 DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, OptimizerSettings settings, DistributedSettings distributed,
@@ -105,7 +123,11 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
                                   communicator_.describe() + ")");
     settings_.muon.backend = "cuda";  // the state is on the device; so is the iteration
   }
+  // What can differ between ranks (a pointer the driver does not know here) is reported through
+  // the parameter-list check, the first collective, so that no rank waits for one that threw.
   std::vector<PlanTensor> tensors;
+  std::exception_ptr failure;
+  try {
   for (Parameter& parameter : parameters) {
     if (!parameter.requires_grad) continue;
     if (parameter.shape.empty()) parameter.shape = {1};
@@ -131,7 +153,10 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
     tensors.push_back(tensor);
     entries_.push_back(std::move(entry));
   }
-  require_same_parameters_on_every_rank(tensors);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  require_same_parameters_on_every_rank(tensors, failure);
   PlanSettings plan_settings;
   plan_settings.world = communicator_.world();
   plan_settings.stage = distributed_.stage;
@@ -143,6 +168,10 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
   const int rank = communicator_.rank();
   const RankSummary& mine = plan_.ranks[static_cast<size_t>(rank)];
   const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
+  // The allocations and the compiles may fail on one rank only (memory, a shape one rank
+  // compiles): decided together, below.
+  std::exception_ptr build_failure;
+  try {
   for (Entry& entry : entries_) {
     const PlannedTensor& tensor = plan_.tensors[entry.tensor];
     entry.lo = std::clamp<int64_t>(mine.begin - tensor.offset, 0, tensor.tensor.elements);
@@ -172,8 +201,43 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
   flat_ = buffers_.take(plan_.padded_elements);
   slice_ = buffers_.take(plan_.partition_elements);
   orthogonalizer_ = std::make_unique<BlockOrthogonalizer>(settings_.muon);
-  // Fail now on a program or setting that cannot compile; read once (update_rules.h).
-  if (std::any_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.muon; })) orthogonalizer_->program();
+  // Every kernel the steps run, compiled now (the program read once, update_rules.h): a program,
+  // setting or shape that cannot compile fails here on every rank, not in a step on one rank
+  // while the others wait in its collectives.
+  compile_kernels();
+  } catch (...) {
+    build_failure = std::current_exception();
+  }
+  agree(build_failure, "building the distributed optimizer (allocating its buffers, compiling its Muon kernels)");
+}
+
+std::vector<MuonStepTensor> DistributedOptimizer::owned_muon_steps() const {
+  std::vector<MuonStepTensor> owned;
+  for (const Entry& entry : entries_) {
+    if (!entry.muon || entry.hi <= entry.lo) continue;
+    owned.push_back({&entry.matrices, DType::F32, at(flat_, plan_.tensors[entry.tensor].offset), entry.momentum, entry.parameter.dtype,
+                     reinterpret_cast<std::uintptr_t>(entry.parameter.data)});
+  }
+  return owned;
+}
+
+void DistributedOptimizer::compile_kernels() {
+  if (std::none_of(entries_.begin(), entries_.end(), [](const Entry& e) { return e.muon; })) return;
+  orthogonalizer_->program();
+  if (distributed_.mode == OrthogonalizationMode::DeepSpeed) {
+    (void)muon_step_groups(*orthogonalizer_, settings_.muon, owned_muon_steps());  // compiles and caches them
+    return;
+  }
+  for (const Entry& entry : entries_) {  // balanced: the batches this rank orthogonalizes
+    if (entry.mine.empty()) continue;
+    MatrixPlan packed = entry.matrices;
+    packed.batch = static_cast<int64_t>(entry.mine.size());
+    if (!memory_->is_device()) {
+      orthogonalizer_->prepare(packed, std::nullopt);
+      continue;
+    }
+    for (const MatrixBlock& block : packed.blocks) (void)orthogonalizer_->compiled(1, block.rows, packed.cols);
+  }
 }
 
 DistributedOptimizer::~DistributedOptimizer() = default;
@@ -273,6 +337,7 @@ StepReport DistributedOptimizer::step(void* stream) {
   if (distributed_.stage <= 2) all_gather_parameters(stream);
   for (const Entry& entry : entries_) (entry.muon ? report.muon_updated : report.adam_updated) += entry.hi > entry.lo ? 1 : 0;
   bytes_last_step_ = communicator_.bytes_sent() - bytes_before;
+  ++steps_;
   return report;
 }
 
@@ -282,7 +347,6 @@ void DistributedOptimizer::muon_deepspeed(StepReport& report, void* stream) {
   // there; at stages 2-3 the other owners' pieces arrive at their places), then runs the whole
   // Muon step on it: the compiled Muon steps of every matrix it owns, batched by shape.
   std::vector<Communicator::Transfer> sends, receives;
-  std::vector<MuonStepTensor> owned;
   for (Entry& entry : entries_) {
     if (!entry.muon || entry.hi <= entry.lo) continue;
     const PlannedTensor& tensor = plan_.tensors[entry.tensor];
@@ -295,10 +359,9 @@ void DistributedOptimizer::muon_deepspeed(StepReport& report, void* stream) {
         sends.push_back({owner, reinterpret_cast<void*>(at(flat_, tensor.offset + entry.lo)), (entry.hi - entry.lo) * 4});
         receives.push_back({owner, reinterpret_cast<void*>(at(flat_, tensor.offset + lo)), (hi - lo) * 4});
       }
-    owned.push_back({&entry.matrices, DType::F32, at(flat_, tensor.offset), entry.momentum, entry.parameter.dtype,
-                     reinterpret_cast<std::uintptr_t>(entry.parameter.data)});
   }
   if (distributed_.stage >= 2 && communicator_.world() > 1) communicator_.exchange(sends, receives);
+  const std::vector<MuonStepTensor> owned = owned_muon_steps();
   if (owned.empty()) return;
   // The step writes the whole parameter; the elements outside this rank's slice get what their
   // owners compute from the same inputs, and the all-gather (or gather_parameters) overwrites them.
@@ -457,6 +520,197 @@ void DistributedOptimizer::set_gradient(const std::string& name, const void* gra
       return;
     }
   throw std::invalid_argument("no optimized parameter named '" + name + "'");
+}
+
+StepHyperparameters DistributedOptimizer::hyperparameters() const {
+  StepHyperparameters values;
+  values.muon_lr = settings_.muon.lr;
+  values.muon_momentum = settings_.muon.momentum;
+  values.muon_weight_decay = settings_.muon.weight_decay;
+  values.adam_lr = settings_.adam.lr;
+  values.adam_beta1 = settings_.adam.beta1;
+  values.adam_beta2 = settings_.adam.beta2;
+  values.adam_eps = settings_.adam.eps;
+  values.adam_weight_decay = settings_.adam.weight_decay;
+  return values;
+}
+
+void DistributedOptimizer::set_hyperparameters(const StepHyperparameters& values) {
+  // The ranges of the settings keys (optimizer_settings.h), all checked before any is set.
+  auto check = [](const char* key, double value, double least, bool open_below, double below) {
+    const bool ok = std::isfinite(value) && (open_below ? value > least : value >= least) && value < below;
+    if (ok) return;
+    std::string range = std::string(open_below ? "> " : ">= ") + std::to_string(least);
+    if (std::isfinite(below)) range += " and < " + std::to_string(below);
+    throw std::invalid_argument(std::string(key) + " = " + std::to_string(value) + ": expected a finite number " + range + "; no hyperparameter changed");
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  check("muon.lr", values.muon_lr, 0, false, inf);
+  check("muon.momentum", values.muon_momentum, 0, false, 1);
+  check("muon.weight_decay", values.muon_weight_decay, 0, false, inf);
+  check("adam.lr", values.adam_lr, 0, false, inf);
+  check("adam.beta1", values.adam_beta1, 0, false, 1);
+  check("adam.beta2", values.adam_beta2, 0, false, 1);
+  check("adam.eps", values.adam_eps, 0, true, inf);
+  check("adam.weight_decay", values.adam_weight_decay, 0, false, inf);
+  // The element rules and the compiled Muon steps take these as arguments at every launch
+  // (muon_step_launcher.h): nothing compiled depends on them.
+  settings_.muon.lr = values.muon_lr;
+  settings_.muon.momentum = values.muon_momentum;
+  settings_.muon.weight_decay = values.muon_weight_decay;
+  settings_.adam.lr = values.adam_lr;
+  settings_.adam.beta1 = values.adam_beta1;
+  settings_.adam.beta2 = values.adam_beta2;
+  settings_.adam.eps = values.adam_eps;
+  settings_.adam.weight_decay = values.adam_weight_decay;
+}
+
+std::vector<StateOwner> DistributedOptimizer::state_owners() const {
+  std::vector<StateOwner> owners;
+  for (const Entry& entry : entries_) owners.push_back({entry.parameter.name, entry.parameter.shape, entry.muon, entry.matrices});
+  return owners;
+}
+
+namespace {
+// A buffer of the step's memory space for the length of one call.
+struct ScratchBuffer {
+  MemorySpace& memory;
+  std::uintptr_t address;
+  ScratchBuffer(MemorySpace& space, int64_t floats) : memory(space), address(space.allocate(std::max<int64_t>(floats, 1) * 4)) {}
+  ~ScratchBuffer() { memory.free(address); }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+};
+}  // namespace
+
+// The partitioned state, laid like the parameters' flat buffer: each rank puts its slice of every
+// tensor's state at the tensor's place in its partition (Muon's momentum and AdamW's exp_avg in
+// one buffer, exp_avg_sq in the other: a tensor has one or the other), and one all-gather per
+// buffer gives every rank the whole of it. deepspeed mode: the owners of a matrix hold identical
+// whole momenta; each contributes its slice.
+std::map<std::string, HybridOptimizer::State> DistributedOptimizer::gather_state() {
+  communicator_.set_stream(nullptr);
+  const int64_t part = plan_.partition_elements, padded = plan_.padded_elements;
+  const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
+  const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
+  ScratchBuffer first_slice(*memory_, part), second_slice(*memory_, part);
+  for (const Entry& entry : entries_) {
+    if (entry.hi <= entry.lo) continue;
+    const int64_t place = plan_.tensors[entry.tensor].offset + entry.lo - mine.begin, count = entry.hi - entry.lo;
+    if (entry.muon) {
+      memory_->copy(at(first_slice.address, place), at(entry.momentum, balanced ? 0 : entry.lo), count * 4, nullptr);
+    } else {
+      memory_->copy(at(first_slice.address, place), entry.exp_avg, count * 4, nullptr);
+      memory_->copy(at(second_slice.address, place), entry.exp_avg_sq, count * 4, nullptr);
+    }
+  }
+  std::vector<float> first(static_cast<size_t>(padded)), second(static_cast<size_t>(padded));
+  {
+    ScratchBuffer gathered(*memory_, padded);
+    communicator_.all_gather(reinterpret_cast<const void*>(first_slice.address), part * 4, reinterpret_cast<void*>(gathered.address));
+    memory_->download(first.data(), gathered.address, padded * 4);
+    communicator_.all_gather(reinterpret_cast<const void*>(second_slice.address), part * 4, reinterpret_cast<void*>(gathered.address));
+    memory_->download(second.data(), gathered.address, padded * 4);
+  }
+  // AdamW's step counts: the first owner of each tensor gives its count, in two f32 halves (exact
+  // for counts below 2^42), through a host all-reduce (staged by device engines). steps_ is the
+  // same on every rank.
+  std::vector<float> counts(entries_.size() * 2, 0.0f);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& entry = entries_[i];
+    if (entry.muon || plan_.tensors[entry.tensor].owners.empty() || plan_.tensors[entry.tensor].owners.front() != communicator_.rank()) continue;
+    counts[2 * i] = static_cast<float>(entry.step >> 18);
+    counts[2 * i + 1] = static_cast<float>(entry.step & ((int64_t{1} << 18) - 1));
+  }
+  if (communicator_.world() > 1) communicator_.all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
+  std::map<std::string, HybridOptimizer::State> state;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& entry = entries_[i];
+    const int64_t offset = plan_.tensors[entry.tensor].offset, elements = entry.parameter.elements();
+    HybridOptimizer::State& values = state[entry.parameter.name];
+    auto piece = [&](const std::vector<float>& from) { return std::vector<float>(from.begin() + offset, from.begin() + offset + elements); };
+    if (entry.muon) {
+      values.momentum = piece(first);
+    } else {
+      values.exp_avg = piece(first);
+      values.exp_avg_sq = piece(second);
+      values.step = (static_cast<int64_t>(counts[2 * i]) << 18) + static_cast<int64_t>(counts[2 * i + 1]);
+    }
+  }
+  return state;
+}
+
+void DistributedOptimizer::load_state(const std::map<std::string, HybridOptimizer::State>& state, int64_t steps_taken) {
+  // Everything checked on every rank before any rank changes anything.
+  std::exception_ptr failure;
+  try {
+    auto mismatch = [](const std::string& what) { return std::runtime_error("optimizer state does not match this optimizer: " + what + "; nothing was loaded"); };
+    if (steps_taken < 0) throw mismatch("steps taken " + std::to_string(steps_taken));
+    for (const auto& [name, values] : state)
+      if (std::none_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.parameter.name == name; }))
+        throw mismatch("it holds state for '" + name + "', which this optimizer does not have");
+    for (const Entry& entry : entries_) {
+      const std::string& name = entry.parameter.name;
+      const auto found = state.find(name);
+      if (found == state.end()) throw mismatch("it has no state for '" + name + "'");
+      const HybridOptimizer::State& values = found->second;
+      const size_t elements = static_cast<size_t>(entry.parameter.elements());
+      auto expect = [&](const char* key, const std::vector<float>& buffer, size_t size) {
+        if (buffer.size() != size)
+          throw mismatch("'" + name + "." + key + "' has " + std::to_string(buffer.size()) + " elements, expected " + std::to_string(size));
+      };
+      if (!values.second_moment.empty() || values.variant_step != 0)
+        throw mismatch("'" + name + "' has a Muon variant's second moment (NorMuon or AdaMuon); the distributed optimizer runs Muon only");
+      expect("momentum_buffer", values.momentum, entry.muon ? elements : 0);
+      expect("exp_avg", values.exp_avg, entry.muon ? 0 : elements);
+      expect("exp_avg_sq", values.exp_avg_sq, entry.muon ? 0 : elements);
+      if (values.step < 0 || (entry.muon && values.step != 0)) throw mismatch("'" + name + ".step' is " + std::to_string(values.step));
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(failure, "loading the optimizer state");
+  const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
+  for (Entry& entry : entries_) {
+    if (entry.hi <= entry.lo) continue;
+    const HybridOptimizer::State& values = state.at(entry.parameter.name);
+    const int64_t count = entry.hi - entry.lo;
+    if (entry.muon) {
+      if (balanced) memory_->upload(entry.momentum, values.momentum.data() + entry.lo, count * 4);
+      else memory_->upload(entry.momentum, values.momentum.data(), entry.parameter.elements() * 4);
+    } else {
+      memory_->upload(entry.exp_avg, values.exp_avg.data() + entry.lo, count * 4);
+      memory_->upload(entry.exp_avg_sq, values.exp_avg_sq.data() + entry.lo, count * 4);
+      entry.step = values.step;
+    }
+  }
+  steps_ = steps_taken;
+}
+
+void DistributedOptimizer::save_state(const std::string& path) {
+  const std::map<std::string, HybridOptimizer::State> state = gather_state();
+  std::exception_ptr failure;
+  if (communicator_.rank() == 0) {
+    try {
+      write_state_file(path, state_owners(), state, settings_, steps_);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  agree(failure, "writing the optimizer state file on rank 0");
+}
+
+void DistributedOptimizer::load_state(const std::string& path) {
+  std::map<std::string, HybridOptimizer::State> state;
+  int64_t steps = 0;
+  std::exception_ptr failure;
+  try {
+    state = read_state_file(path, state_owners(), settings_, steps);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(failure, "reading the optimizer state file '" + path + "'");
+  load_state(state, steps);
 }
 
 }  // namespace orthojit::runtime

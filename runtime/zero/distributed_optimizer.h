@@ -31,8 +31,16 @@
 //
 // With `offload_optimizer` the state lives in host memory and the orthogonalization runs on the
 // host too (muon.backend cpu or ref): DeepSpeed's offload has no working Muon path.
+//
+// Collective failures: whatever can fail on one rank only (a pointer the driver does not know, a
+// kernel that does not compile, a state file a rank cannot read, a checkpoint that does not fit)
+// is decided before the next collective and shared through it, so that every rank throws (the
+// failing one its own message, the others the count of failing ranks) instead of one rank
+// throwing while the others wait forever in the next collective. Every kernel a step runs is
+// compiled at construction, under that rule, so a step never compiles.
 #pragma once
 
+#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,6 +72,13 @@ struct DistributedSettings {
 // stage, offload_optimizer {device: cpu}; NVMe offload is refused with a clear message.
 DistributedSettings distributed_settings(const DeepSpeedConfig& config);
 
+// The hyperparameters a trainer may change between steps (learning-rate, momentum and
+// weight-decay schedules; torch's param_groups). Everything else is fixed at construction.
+struct StepHyperparameters {
+  double muon_lr = 0, muon_momentum = 0, muon_weight_decay = 0;
+  double adam_lr = 0, adam_beta1 = 0, adam_beta2 = 0, adam_eps = 0, adam_weight_decay = 0;
+};
+
 class DistributedOptimizer {
  public:
   // Every rank passes the same parameters (names, shapes, order) and settings; their data and
@@ -85,6 +100,31 @@ class DistributedOptimizer {
   // The trainer may re-point a gradient between steps (frameworks reallocate them).
   void set_gradient(const std::string& name, const void* grad, DType grad_dtype);
 
+  // The current step hyperparameters, and new ones for the next step: every rank must set the
+  // same values (as every rank's scheduler does). Checked first (std::invalid_argument naming
+  // the value and its range); nothing changes when one is refused.
+  StepHyperparameters hyperparameters() const;
+  void set_hyperparameters(const StepHyperparameters& values);
+
+  // Checkpoints. The state is world-size independent: every tensor's whole state, as the
+  // single-rank optimizer holds it (HybridOptimizer::State: Muon's momentum, AdamW's moments
+  // and step), so a checkpoint moves between world sizes, stages, modes and the single-rank
+  // optimizers. All four are collective (every rank calls them, in the same order).
+  //   gather_state: every rank receives the whole state (two all-gathers of the partitioned
+  //     state through the step's memory space, plus one small all-reduce of the step counts).
+  //   load_state: each rank takes its part of `state`; every rank checks everything first and
+  //     the ranks agree (one all-reduce): when any rank finds a problem, every rank throws
+  //     std::runtime_error and no rank changes anything.
+  //   save_state: HybridOptimizer::save_state's file, written by rank 0 (a failed write throws
+  //     on every rank); load_state(path): every rank reads the file (a shared file system),
+  //     under load_state's rule.
+  std::map<std::string, HybridOptimizer::State> gather_state();
+  void load_state(const std::map<std::string, HybridOptimizer::State>& state, int64_t steps_taken);
+  void save_state(const std::string& path);
+  void load_state(const std::string& path);
+  // Steps taken (skipped steps not counted), saved with the state.
+  int64_t steps_taken() const { return steps_; }
+
   const PartitionPlan& plan() const { return plan_; }
   const DistributedSettings& settings() const { return distributed_; }
   // A host copy of the momentum this rank holds for a Muon parameter (deepspeed: the whole
@@ -97,7 +137,16 @@ class DistributedOptimizer {
   struct Entry;
   // Throws std::invalid_argument on every rank when the ranks' parameter lists differ (one
   // all-reduce of a hash of the list).
-  void require_same_parameters_on_every_rank(const std::vector<PlanTensor>& tensors);
+  // `failure`: why this rank cannot go on (null: it can); every rank throws when any rank has one.
+  void require_same_parameters_on_every_rank(const std::vector<PlanTensor>& tensors, std::exception_ptr failure);
+  // One all-reduce: returns when no rank failed; else this rank rethrows its own `failure`, and
+  // the others throw std::runtime_error saying how many ranks failed while `doing` what.
+  void agree(std::exception_ptr failure, const std::string& doing);
+  std::vector<StateOwner> state_owners() const;
+  // The compiled Muon steps of the matrices this rank orthogonalizes whole (deepspeed mode), at
+  // the step's addresses; also what the constructor compiles.
+  std::vector<MuonStepTensor> owned_muon_steps() const;
+  void compile_kernels();
   // Every allocation in memory_, freed with the optimizer (also when the constructor throws).
   struct Buffers {
     std::shared_ptr<MemorySpace> memory;
@@ -130,6 +179,7 @@ class DistributedOptimizer {
   std::unique_ptr<BlockOrthogonalizer> orthogonalizer_;
   MuonStepLauncher launcher_;
   int64_t bytes_last_step_ = 0;
+  int64_t steps_ = 0;
 };
 
 }  // namespace orthojit::runtime

@@ -74,3 +74,53 @@ def test_step_after_accumulate_does_not_read_grad():
     once.step()
     for (name, a), (_, b) in zip(layer.named_parameters(), reference.named_parameters()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=f"{name}")
+
+
+def test_it_is_a_torch_optimizer_with_muons_groups():
+    encoder, twin = pair_of_linears()
+    optimizer = orthojit.DistributedMuon(encoder.named_parameters(), comm="local", preset="keller", lr=0.01)
+    reference = orthojit.Muon(twin.named_parameters(), preset="keller", lr=0.01)
+    assert isinstance(optimizer, torch.optim.Optimizer)
+    strip = lambda groups: [{k: v for k, v in g.items() if k != "params"} for g in groups]  # noqa: E731
+    assert strip(optimizer.param_groups) == strip(reference.param_groups)
+    encoder.weight.grad = torch.ones_like(encoder.weight)
+    optimizer.zero_grad(set_to_none=True)
+    assert encoder.weight.grad is None
+    with pytest.raises(ValueError, match="cannot be added after construction"):
+        optimizer.add_param_group({"params": [torch.nn.Parameter(torch.zeros(3, 3))]})
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        torch.save(optimizer, "/dev/null")
+
+
+@pytest.mark.parametrize("key, value, message", [("lr", -1.0, "lr = -1.0"), ("momentum", 1.0, "momentum = 1.0"),
+                                                 ("nesterov", False, "nesterov = False, but it was True"), ("lr", "0.1", "lr = '0.1'")])
+def test_a_bad_group_value_fails_the_step_before_anything_changes(key, value, message):
+    encoder, _ = pair_of_linears()
+    optimizer = orthojit.DistributedMuon(encoder.named_parameters(), comm="local", preset="keller")
+    for p in encoder.parameters():
+        p.grad = torch.ones_like(p)
+    before = [p.detach().clone() for p in encoder.parameters()]
+    optimizer.param_groups[0][key] = value  # the Muon group
+    with pytest.raises(ValueError, match=message):
+        optimizer.step()
+    assert all(torch.equal(a, p) for a, p in zip(before, encoder.parameters()))
+    assert optimizer.state_dict()["orthojit"]["steps_taken"] == 0
+
+
+def test_a_checkpoint_that_does_not_fit_changes_nothing():
+    encoder, other = pair_of_linears()
+    optimizer = orthojit.DistributedMuon(encoder.named_parameters(), comm="local", preset="keller")
+    for p in encoder.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer.step()
+    before = optimizer.state_dict()
+    wider = torch.nn.Linear(7, 4)
+    foreign = orthojit.DistributedMuon(wider.named_parameters(), comm="local", preset="keller")
+    with pytest.raises(ValueError, match=r"'weight.momentum_buffer' is torch.float32 \(4, 7\), expected torch.float32 \(4, 6\)"):
+        optimizer.load_state_dict(foreign.state_dict())
+    moonlight = orthojit.DistributedMuon(other.named_parameters(), comm="local", preset="moonlight")
+    with pytest.raises(ValueError, match="momentum"):
+        moonlight.load_state_dict(before)  # keller's momentum form differs from moonlight's
+    after = optimizer.state_dict()
+    assert all(torch.equal(after["state"][i][k], v) for i, s in before["state"].items() for k, v in s.items())
+    assert after["param_groups"] == before["param_groups"]

@@ -1,6 +1,8 @@
 """orthojit.DistributedMuon in programs launched with torchrun (torch.distributed, gloo, CPU):
 torchrun_distributed_check.py with 2 and 3 processes, every stage and mode bit-identical to
-orthojit.Muon, and composed with DistributedDataParallel (gradients averaged once)."""
+orthojit.Muon, and composed with DistributedDataParallel (gradients averaged once);
+torchrun_checkpoint_check.py: LR schedulers, edited param_groups and checkpoints moving between
+DistributedMuon and orthojit.Muon, bit-identical."""
 import os
 import subprocess
 import sys
@@ -25,6 +27,17 @@ def test_distributed_muon_under_torchrun_is_bit_identical_to_muon(ranks):
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert f"{ranks} ranks: OK" in result.stdout, result.stdout + result.stderr[-4000:]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="this torch has no torch.distributed with gloo")
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_schedules_and_checkpoints_under_torchrun_match_muon(ranks):
+    script = os.path.join(os.path.dirname(__file__), "torchrun_checkpoint_check.py")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--standalone", "--tee", "1", "--redirects", "2", script]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert f"checkpoints and schedules, {ranks} ranks: OK" in result.stdout, result.stdout + result.stderr[-4000:]
 
 
 def test_a_process_group_is_taken_and_misuse_is_explained():

@@ -11,9 +11,20 @@ averaged), runs Muon where the plan says (``mode="deepspeed"``: every owner of a
 ``"balanced"``: each matrix once) and AdamW on each rank's slice, and all-gathers the parameters
 (stages 1-2; at stage 3 call ``gather_parameters()`` before the next forward). Given the same
 reduced gradients the result is bit-identical to the single-process optimizer's.
+
+It is a ``torch.optim.Optimizer`` with orthojit.Muon's two groups ("muon-params", "adam-params"):
+``param_groups`` are read at every step (LR schedulers, momentum and weight-decay schedules),
+``zero_grad()`` works, and ``state_dict()`` gathers the partitioned state into orthojit.Muon's
+layout, so a checkpoint loads into a DistributedMuon of any world size, stage or mode, or into
+orthojit.Muon, and back.
 """
 
+import copy
+
+import torch
+
 from . import _orthojit
+from .muon import _STATE_FORMAT, _check_group, _match_saved_state
 
 __all__ = ["DistributedMuon"]
 
@@ -132,7 +143,7 @@ def _mpi_handle(comm):
     return comm, MPI._handleof(comm)
 
 
-class DistributedMuon:
+class DistributedMuon(torch.optim.Optimizer):
     """Distributed hybrid Muon + AdamW.
 
     Args:
@@ -164,6 +175,14 @@ class DistributedMuon:
             (DistributedDataParallel averaged them in backward): they are taken as they are,
             neither reduced nor averaged again. Off (the default): each rank's own gradients are
             reduced, and averaged when ``average_gradients``; under DDP that would reduce twice.
+
+    ``param_groups``: a "muon-params" group (lr, momentum, nesterov, weight_decay) and an
+    "adam-params" group (lr, betas, eps, weight_decay), as orthojit.Muon makes them from
+    ``named_parameters``; empty ones are left out. Their values are read before every step and
+    must be the same on every rank (as every rank's scheduler makes them); ``nesterov`` and the
+    groups' parameters are fixed at construction (the partition layout is): ``add_param_group``
+    is refused. ``state`` stays empty: the optimizer state lives in the runtime's partitions, and
+    ``state_dict()`` gathers it.
     """
 
     def __init__(self, named_parameters, comm=None, *, stage=2, mode="deepspeed", preset="deepspeed", settings=None, use_muon=None,
@@ -218,11 +237,61 @@ class DistributedMuon:
         self._core = _orthojit.Distributed([(name, tensor.detach(), use_muon.get(name)) for name, tensor in self._parameters], handle, preset,
                                            overrides, stage, mode, bool(average_gradients), bool(offload), engine, collectives,
                                            bool(gradients_reduced))
+        values = _orthojit.MuonSettings(preset, dict(overrides)).values()
         # missing_grad = zero (deepspeed, keller): a parameter without a gradient is stepped with
         # zeros, as their code sets p.grad = zeros; under skip every rank must give every gradient.
-        self._zero_missing = _orthojit.MuonSettings(preset, dict(overrides)).values()["missing_grad"] == "zero"
+        self._zero_missing = values["missing_grad"] == "zero"
+        self._preset, self._momentum_kind, self._nesterov = preset, values["muon.momentum_kind"], bool(values["muon.nesterov"])
+        self._layout = {"stage": stage, "mode": mode}
         self._device = self._parameters[0][1].device if self._core.cuda else None
         self.last_report = None
+        self.steps_taken = 0
+        # The groups orthojit.Muon makes from named_parameters (the tagging is the runtime's), with
+        # the runtime's current hyperparameters: so state_dicts move between the two.
+        tags = dict(self._core.muon_tags())
+        current = self._core.hyperparameters()
+        groups = [
+            {"name": "muon-params", "use_muon": True, "lr": current["muon.lr"], "momentum": current["muon.momentum"],
+             "nesterov": self._nesterov, "weight_decay": current["muon.weight_decay"]},
+            {"name": "adam-params", "use_muon": False, "lr": current["adam.lr"], "betas": (current["adam.beta1"], current["adam.beta2"]),
+             "eps": current["adam.eps"], "weight_decay": current["adam.weight_decay"]},
+        ]
+        for group in groups:
+            chosen = [(name, tensor) for name, tensor in self._parameters if tags[name] == group["use_muon"]]
+            group["params"] = [tensor for _, tensor in chosen]
+            group["param_names"] = [name for name, _ in chosen]
+        self._building = True
+        super().__init__([group for group in groups if group["params"]], {})
+        self._building = False
+        # torch's schedulers read defaults (OneCycleLR and CyclicLR cycle "momentum" when it is
+        # there): the Muon group's, as orthojit.Muon's.
+        self.defaults = {"lr": current["muon.lr"], "momentum": current["muon.momentum"], "nesterov": self._nesterov,
+                         "weight_decay": current["muon.weight_decay"]}
+
+    def add_param_group(self, param_group):
+        if not getattr(self, "_building", False):
+            raise ValueError("orthojit.DistributedMuon: parameters cannot be added after construction (every rank's partition "
+                             "layout is fixed then); build a new DistributedMuon with every parameter")
+        super().add_param_group(param_group)
+
+    def __getstate__(self):
+        raise TypeError("orthojit.DistributedMuon cannot be pickled or deep-copied (torch.save(optimizer), copy.deepcopy); "
+                        "save optimizer.state_dict() and load it with load_state_dict into a new optimizer")
+
+    def _apply_groups(self):
+        """The groups' hyperparameters, checked, for the next step (every rank sets the same)."""
+        values = {}
+        for group in self.param_groups:
+            _check_group(group, owner="orthojit.DistributedMuon")
+            if group["use_muon"]:
+                if bool(group["nesterov"]) != self._nesterov:
+                    raise ValueError(f"orthojit.DistributedMuon: param group '{group['name']}': nesterov = {group['nesterov']!r}, but it "
+                                     f"was {self._nesterov} at construction and is fixed there (the compiled Muon steps depend on it)")
+                values.update({"muon.lr": group["lr"], "muon.momentum": group["momentum"], "muon.weight_decay": group["weight_decay"]})
+            else:
+                values.update({"adam.lr": group["lr"], "adam.beta1": group["betas"][0], "adam.beta2": group["betas"][1],
+                               "adam.eps": group["eps"], "adam.weight_decay": group["weight_decay"]})
+        self._core.set_hyperparameters({key: float(value) for key, value in values.items()})
 
     def _stream(self):
         if self._device is None:
@@ -275,13 +344,82 @@ class DistributedMuon:
         self._core.step(self._gradients(), True, self._stream())
         self._accumulated = True
 
-    def step(self):
-        """One optimizer step on every rank; returns the report (skipped, reason, counts, bytes sent).
-        After ``accumulate()``: the step of the accumulated micro-batches (``.grad`` is not read)."""
+    def step(self, closure=None):
+        """One optimizer step on every rank, with the hyperparameters in ``param_groups``; returns
+        the report (skipped, reason, counts, bytes sent; also ``last_report``), or the closure's
+        loss when a closure is given (torch's convention; the closure runs first, with grad
+        enabled). After ``accumulate()``: the step of the accumulated micro-batches (``.grad``
+        is not read)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._apply_groups()
         gradients = self._gradients(self._accumulated)
         self.last_report = self._core.step(gradients, False, self._stream())
         self._accumulated = False
-        return self.last_report
+        if not self.last_report["skipped"]:
+            self.steps_taken += 1
+        return loss if closure is not None else self.last_report
+
+    def state_dict(self):
+        """The whole state, gathered from every rank's partition (collective: every rank calls it
+        and every rank receives all of it, on the CPU; 8 bytes per Muon element and 12 per AdamW
+        element of host memory), in orthojit.Muon's layout: loads into orthojit.Muon or into a
+        DistributedMuon of any world size, stage or mode."""
+        state, steps = self._core.gather_state()
+        packed, groups, index = {}, [], 0
+        for group in self.param_groups:
+            saved = {key: copy.deepcopy(value) for key, value in group.items() if key != "params"}
+            saved["params"] = list(range(index, index + len(group["params"])))
+            for name, p in zip(group["param_names"], group["params"]):
+                values = state[name]
+                if group["use_muon"]:
+                    packed[index] = {"momentum_buffer": values["momentum_buffer"].reshape(p.shape)}
+                else:
+                    packed[index] = {"exp_avg": values["exp_avg"].reshape(p.shape), "exp_avg_sq": values["exp_avg_sq"].reshape(p.shape),
+                                     "step": torch.tensor(values["step"], dtype=torch.int64)}
+                index += 1
+            groups.append(saved)
+        meta = {"format": _STATE_FORMAT, "preset": self._preset, "steps_taken": int(steps), "momentum_kind": self._momentum_kind,
+                "muon_variant": "muon", "distributed": dict(self._layout, world=self.world)}
+        return {"state": packed, "param_groups": groups, "orthojit": meta}
+
+    def load_state_dict(self, state_dict):
+        """Loads a state_dict() of orthojit.Muon or of a DistributedMuon (any world size, stage or
+        mode); collective. Every rank checks everything first and the ranks agree: when anything
+        does not match on any rank, every rank raises and nothing changes (parameters the saved
+        state has no entry for start from zeros, as in orthojit.Muon)."""
+        try:
+            matched, new_groups, meta = _match_saved_state(self.param_groups, state_dict, "muon", lambda p: {}, self._momentum_kind)
+            for group in new_groups:
+                _check_group(group, owner="orthojit.DistributedMuon (the saved param_groups)")
+                if group["use_muon"] and bool(group["nesterov"]) != self._nesterov:
+                    raise ValueError(f"optimizer state does not match this optimizer: its Muon group has nesterov = {group['nesterov']!r}, "
+                                     f"this optimizer {self._nesterov} (fixed at construction: build it with nesterov="
+                                     f"{bool(group['nesterov'])}); nothing was loaded")
+            state = {}
+            for group in self.param_groups:
+                for name, p in zip(group["param_names"], group["params"]):
+                    values = matched.get(p)
+                    flat = lambda key: values[key].detach().to("cpu", torch.float32).reshape(-1).contiguous()  # noqa: E731
+                    if group["use_muon"]:
+                        state[name] = {"momentum_buffer": flat("momentum_buffer") if values else torch.zeros(p.numel())}
+                    else:
+                        state[name] = {"exp_avg": flat("exp_avg"), "exp_avg_sq": flat("exp_avg_sq"), "step": int(values["step"])} if values else \
+                            {"exp_avg": torch.zeros(p.numel()), "exp_avg_sq": torch.zeros(p.numel()), "step": 0}
+            steps = int(meta.get("steps_taken", 0))
+        except Exception:
+            # This rank cannot load: it still takes part in the ranks' agreement (with a state that
+            # every rank refuses), so that the others raise too instead of waiting for it.
+            try:
+                self._core.load_state({"": {}}, -1)
+            except Exception:  # noqa: BLE001 - the agreement's error; this rank's own is raised below
+                pass
+            raise
+        self._core.load_state(state, steps)
+        self.param_groups = new_groups
+        self.steps_taken = steps
 
     def gather_parameters(self):
         """Stage 3: every rank's parameters receive the other ranks' slices."""

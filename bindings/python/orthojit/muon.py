@@ -66,7 +66,8 @@ def _count_in_place_change(p: torch.Tensor) -> None:
         p.detach().view(-1)[:0].zero_()
 
 
-def _number(group: Dict[str, Any], key: str, value: Any, least: float, below: Optional[float] = None, above_least: bool = False) -> None:
+def _number(group: Dict[str, Any], key: str, value: Any, least: float, below: Optional[float] = None, above_least: bool = False,
+            owner: str = "orthojit.Muon") -> None:
     try:
         if isinstance(value, bool) or isinstance(value, str):
             raise TypeError
@@ -77,27 +78,27 @@ def _number(group: Dict[str, Any], key: str, value: Any, least: float, below: Op
         (below is not None and number >= below)
     if bad:
         bound = (f"> {least:g}" if above_least else f">= {least:g}") + (f" and < {below:g}" if below is not None else "")
-        raise ValueError(f"orthojit.Muon: param group '{group.get('name', '?')}' "
+        raise ValueError(f"{owner}: param group '{group.get('name', '?')}' "
                          f"({'Muon' if group.get('use_muon') else 'AdamW'}): {key} = {value!r}; expected a finite number {bound}")
 
 
-def _check_group(group: Dict[str, Any]) -> None:
+def _check_group(group: Dict[str, Any], owner: str = "orthojit.Muon") -> None:
     """A group's hyperparameters, checked where torch's optimizers check theirs (construction,
     add_param_group) and again before each step (param_groups may be edited)."""
-    _number(group, "lr", group.get("lr"), 0.0)
-    _number(group, "weight_decay", group.get("weight_decay"), 0.0)
+    _number(group, "lr", group.get("lr"), 0.0, owner=owner)
+    _number(group, "weight_decay", group.get("weight_decay"), 0.0, owner=owner)
     if group.get("use_muon"):
-        _number(group, "momentum", group.get("momentum"), 0.0, below=1.0)
+        _number(group, "momentum", group.get("momentum"), 0.0, below=1.0, owner=owner)
         nesterov = group.get("nesterov")
         if not isinstance(nesterov, bool) and not (isinstance(nesterov, int) and nesterov in (0, 1)):
-            raise ValueError(f"orthojit.Muon: param group '{group.get('name', '?')}' (Muon): nesterov = {nesterov!r}; expected True or False")
+            raise ValueError(f"{owner}: param group '{group.get('name', '?')}' (Muon): nesterov = {nesterov!r}; expected True or False")
     else:
         betas = group.get("betas")
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise ValueError(f"orthojit.Muon: param group '{group.get('name', '?')}' (AdamW): betas = {betas!r}; expected two numbers (beta1, beta2)")
+            raise ValueError(f"{owner}: param group '{group.get('name', '?')}' (AdamW): betas = {betas!r}; expected two numbers (beta1, beta2)")
         for key, beta in zip(("betas[0]", "betas[1]"), betas):
-            _number(group, key, beta, 0.0, below=1.0)
-        _number(group, "eps", group.get("eps"), 0.0, above_least=True)
+            _number(group, key, beta, 0.0, below=1.0, owner=owner)
+        _number(group, "eps", group.get("eps"), 0.0, above_least=True, owner=owner)
 
 
 def _label(name: str) -> str:
@@ -579,67 +580,15 @@ class Muon(torch.optim.Optimizer):
         return packed
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Loads a state_dict() bit-exactly: f32 state stays f32 (torch's own load casts it to the
-        parameter's dtype). Every group, name, shape and dtype is checked before anything changes."""
-        groups = self.param_groups
-        saved_groups = state_dict["param_groups"]
-        problem = lambda what: ValueError(f"optimizer state does not match this optimizer: {what}; nothing was loaded")  # noqa: E731
-        if len(groups) != len(saved_groups):
-            raise problem(f"it has {len(saved_groups)} parameter groups, this optimizer {len(groups)}")
-        saved_variant = str(state_dict.get("orthojit", {}).get("muon_variant", "muon"))
-        if saved_variant != self._variant() and any(g["use_muon"] for g in groups):
-            raise ValueError(f"the optimizer state was saved by the Muon variant '{saved_variant}' but this optimizer runs "
-                             f"'{self._variant()}' (their second-moment state differs); nothing was loaded. Load it with "
-                             f"variant='{saved_variant}' (the setting muon.variant)")
-        index_to_param: Dict[Any, Tuple[str, torch.Tensor, bool]] = {}
-        for i, (group, saved) in enumerate(zip(groups, saved_groups)):
-            if len(group["params"]) != len(saved["params"]):
-                raise problem(f"group {i} has {len(saved['params'])} parameters, this optimizer's {len(group['params'])}")
-            if "use_muon" in saved and bool(saved["use_muon"]) != group["use_muon"]:
-                raise problem(f"group {i} is {'Muon' if saved['use_muon'] else 'AdamW'} there, "
-                              f"{'Muon' if group['use_muon'] else 'AdamW'} here")
-            saved_names = saved.get("param_names")
-            for j, (index, name, p) in enumerate(zip(saved["params"], group["param_names"], group["params"])):
-                if saved_names is not None and saved_names[j] != name:
-                    raise problem(f"group {i} position {j} is '{saved_names[j]}' there, '{name}' here")
-                index_to_param[index] = (name, p, group["use_muon"])
+        """Loads a state_dict() (this optimizer's or orthojit.DistributedMuon's, of any world size)
+        bit-exactly: f32 state stays f32 (torch's own load casts it to the parameter's dtype).
+        Every group, name, shape and dtype is checked before anything changes."""
+        matched, new_groups, meta = _match_saved_state(self.param_groups, state_dict, self._variant(), self._variant_state,
+                                                      self._settings.values()["muon.momentum_kind"])
         state: Dict[Any, Dict[str, Any]] = defaultdict(dict)
-        for index, values in state_dict["state"].items():
-            if index not in index_to_param:
-                raise problem(f"it holds state for parameter index {index!r}, which this optimizer does not have")
-            name, p, is_muon = index_to_param[index]
-            if not values:  # an entry made by reading opt.state[p] of a parameter not yet stepped
-                continue
-            expected = {"momentum_buffer": torch.float32} if is_muon else \
-                {"exp_avg": torch.float32, "exp_avg_sq": torch.float32, "step": torch.int64}
-            shapes = {key: torch.Size([]) if key == "step" else p.shape for key in expected}
-            if is_muon:
-                for key, (dtype, shape) in self._variant_state(p).items():
-                    expected[key], shapes[key] = dtype, torch.Size(shape)
-            if set(values) != set(expected):
-                raise problem(f"{_label(name)} has state {sorted(values)}, expected {sorted(expected)} "
-                              f"(muon.variant = {self._variant()}; a state saved under another variant holds other buffers)")
-            for key, dtype in expected.items():
-                value = values[key]
-                shape = shapes[key]
-                if not isinstance(value, torch.Tensor) or value.dtype != dtype or value.shape != shape:
-                    what = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
-                    raise problem(f"'{name}.{key}' is {what}, expected {dtype} {tuple(shape)}")
+        for p, values in matched.items():
+            for key, value in values.items():
                 state[p][key] = value.detach().to("cpu" if key in ("step", "variant_step") else p.device).clone().contiguous()
-        new_groups = []
-        for group, saved in zip(groups, saved_groups):
-            merged = copy.deepcopy({k: v for k, v in saved.items() if k != "params"})
-            merged["params"] = group["params"]
-            merged["param_names"] = group["param_names"]
-            merged["use_muon"] = group["use_muon"]
-            new_groups.append(merged)
-        meta = state_dict.get("orthojit", {})
-        if any(g["use_muon"] for g in groups) and meta:
-            saved_kind = _orthojit.saved_momentum_kind(str(meta.get("format", "")), str(meta.get("preset", "")),
-                                                       str(meta.get("momentum_kind", "")))
-            wanted = self._settings.values()["muon.momentum_kind"]
-            if saved_kind != wanted:
-                raise ValueError(_orthojit.momentum_mismatch_message("the optimizer state", str(meta.get("format", "")), saved_kind, wanted))
         self.__setstate__({"state": state, "param_groups": new_groups})
         self.steps_taken = int(meta.get("steps_taken", 0))
 
@@ -710,6 +659,74 @@ class Muon(torch.optim.Optimizer):
         muon = sum(i["state_bytes"] for i in self.parameter_info() if i["muon"])
         adam = sum(i["state_bytes"] for i in self.parameter_info() if not i["muon"])
         return {"muon": muon, "adam": adam, "total": muon + adam}
+
+
+def _match_saved_state(groups: List[Dict[str, Any]], state_dict: Dict[str, Any], variant: str,
+                      variant_state: Callable[[torch.Tensor], Dict[str, Tuple[torch.dtype, Tuple[int, ...]]]],
+                      momentum_kind: str) -> Tuple[Dict[torch.Tensor, Dict[str, torch.Tensor]], List[Dict[str, Any]], Dict[str, Any]]:
+    """Checks a saved state_dict (orthojit.Muon's or orthojit.DistributedMuon's: the same layout)
+    against an optimizer's ``groups`` and returns, changing nothing: each parameter's saved
+    state tensors (as saved; parameters without an entry are left out), the groups with the saved
+    hyperparameters and this optimizer's parameters, and the ``orthojit`` metadata. Raises
+    ValueError saying what does not match."""
+    saved_groups = state_dict["param_groups"]
+    problem = lambda what: ValueError(f"optimizer state does not match this optimizer: {what}; nothing was loaded")  # noqa: E731
+    if len(groups) != len(saved_groups):
+        raise problem(f"it has {len(saved_groups)} parameter groups, this optimizer {len(groups)}")
+    saved_variant = str(state_dict.get("orthojit", {}).get("muon_variant", "muon"))
+    if saved_variant != variant and any(g["use_muon"] for g in groups):
+        raise ValueError(f"the optimizer state was saved by the Muon variant '{saved_variant}' but this optimizer runs "
+                         f"'{variant}' (their second-moment state differs); nothing was loaded. Load it with "
+                         f"variant='{saved_variant}' (the setting muon.variant)")
+    index_to_param: Dict[Any, Tuple[str, torch.Tensor, bool]] = {}
+    for i, (group, saved) in enumerate(zip(groups, saved_groups)):
+        if len(group["params"]) != len(saved["params"]):
+            raise problem(f"group {i} has {len(saved['params'])} parameters, this optimizer's {len(group['params'])}")
+        if "use_muon" in saved and bool(saved["use_muon"]) != group["use_muon"]:
+            raise problem(f"group {i} is {'Muon' if saved['use_muon'] else 'AdamW'} there, "
+                          f"{'Muon' if group['use_muon'] else 'AdamW'} here")
+        saved_names = saved.get("param_names")
+        for j, (index, name, p) in enumerate(zip(saved["params"], group["param_names"], group["params"])):
+            if saved_names is not None and saved_names[j] != name:
+                raise problem(f"group {i} position {j} is '{saved_names[j]}' there, '{name}' here")
+            index_to_param[index] = (name, p, group["use_muon"])
+    matched: Dict[torch.Tensor, Dict[str, torch.Tensor]] = {}
+    for index, values in state_dict["state"].items():
+        if index not in index_to_param:
+            raise problem(f"it holds state for parameter index {index!r}, which this optimizer does not have")
+        name, p, is_muon = index_to_param[index]
+        if not values:  # an entry made by reading opt.state[p] of a parameter not yet stepped
+            continue
+        expected = {"momentum_buffer": torch.float32} if is_muon else \
+            {"exp_avg": torch.float32, "exp_avg_sq": torch.float32, "step": torch.int64}
+        shapes = {key: torch.Size([]) if key == "step" else p.shape for key in expected}
+        if is_muon:
+            for key, (dtype, shape) in variant_state(p).items():
+                expected[key], shapes[key] = dtype, torch.Size(shape)
+        if set(values) != set(expected):
+            raise problem(f"{_label(name)} has state {sorted(values)}, expected {sorted(expected)} "
+                          f"(muon.variant = {variant}; a state saved under another variant holds other buffers)")
+        for key, dtype in expected.items():
+            value = values[key]
+            shape = shapes[key]
+            if not isinstance(value, torch.Tensor) or value.dtype != dtype or value.shape != shape:
+                what = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+                raise problem(f"'{name}.{key}' is {what}, expected {dtype} {tuple(shape)}")
+        matched[p] = dict(values)
+    new_groups = []
+    for group, saved in zip(groups, saved_groups):
+        merged = copy.deepcopy({k: v for k, v in saved.items() if k != "params"})
+        merged["params"] = group["params"]
+        merged["param_names"] = group["param_names"]
+        merged["use_muon"] = group["use_muon"]
+        new_groups.append(merged)
+    meta = state_dict.get("orthojit", {})
+    if any(g["use_muon"] for g in groups) and meta:
+        saved_kind = _orthojit.saved_momentum_kind(str(meta.get("format", "")), str(meta.get("preset", "")),
+                                                   str(meta.get("momentum_kind", "")))
+        if saved_kind != momentum_kind:
+            raise ValueError(_orthojit.momentum_mismatch_message("the optimizer state", str(meta.get("format", "")), saved_kind, momentum_kind))
+    return matched, new_groups, meta
 
 
 def convert_momentum_state(state_dict: Dict[str, Any], to: str, momentum: float) -> Dict[str, Any]:

@@ -1,0 +1,159 @@
+"""Run under torchrun by test_torch_distributed.py (gloo, CPU tensors): orthojit.DistributedMuon as a
+torch optimizer in a trainer's loop, against the single-process orthojit.Muon on the same reduced
+gradients (rank 0 supplies them, the others zeros, summed without averaging: exact).
+
+1. Schedules: a LambdaLR scheduler on both, and momentum and weight decay edited in param_groups
+   between steps; after every step every rank's parameters are bit-identical to orthojit.Muon's.
+2. Checkpoints: DistributedMuon.state_dict() is orthojit.Muon's state_dict, tensor for tensor, bit
+   for bit; it loads into a fresh orthojit.Muon, and orthojit.Muon's into a DistributedMuon of
+   another stage and mode (through torch.save / torch.load), and both continue bit-identically.
+3. A state that does not fit on one rank only is refused on every rank, nothing changed anywhere.
+Exits non-zero on any mismatch (on every rank)."""
+import gc
+import io
+import sys
+
+import torch
+import torch.distributed as dist
+
+import orthojit
+from distributed_steps import differences
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+SETTINGS = {"muon.backend": "ref", "muon.precision": "f32"}
+failures = []
+
+
+def model(seed=1):
+    torch.manual_seed(seed)
+    layers = torch.nn.ModuleDict({"embed": torch.nn.Embedding(11, 6), "hidden": torch.nn.Linear(6, 13), "out": torch.nn.Linear(13, 7)})
+    layers.register_parameter("experts", torch.nn.Parameter(torch.randn(3, 5, 9) * 0.2))
+    return layers
+
+
+def give_gradients(step, distributed_model, reference_model):
+    torch.manual_seed(500 + step)
+    for (_, p), (_, q) in zip(distributed_model.named_parameters(), reference_model.named_parameters()):
+        g = torch.randn_like(q)
+        q.grad = g.clone()
+        p.grad = g.clone() if rank == 0 else torch.zeros_like(p)
+
+
+def step_both(steps, first, distributed, distributed_model, reference, reference_model, where, schedulers=()):
+    for step in range(first, first + steps):
+        distributed.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        give_gradients(step, distributed_model, reference_model)
+        report = distributed.step()
+        reference.step()
+        if report["skipped"]:
+            failures.append(f"rank {rank}: {where}: step {step} skipped: {report['reason']}")
+        for scheduler in schedulers:
+            scheduler.step()
+        failures.extend(differences(rank, distributed_model, reference_model, f"{where} step {step}"))
+
+
+def same_state(a, b, where):
+    """Every state tensor and every group hyperparameter of two state_dicts, bit for bit."""
+    if set(a["state"]) != set(b["state"]):
+        failures.append(f"rank {rank}: {where}: state indices {sorted(a['state'])} vs {sorted(b['state'])}")
+        return
+    for index in a["state"]:
+        for key, value in b["state"][index].items():
+            mine = a["state"][index].get(key)
+            if mine is None or mine.dtype != value.dtype or mine.shape != value.shape or not torch.equal(mine, value.to(mine.device)):
+                failures.append(f"rank {rank}: {where}: state[{index}][{key}] differs")
+    for mine, theirs in zip(a["param_groups"], b["param_groups"]):
+        for key in ("lr", "weight_decay", "param_names", "use_muon"):
+            if mine.get(key) != theirs.get(key):
+                failures.append(f"rank {rank}: {where}: group {mine.get('name')} {key}: {mine.get(key)!r} vs {theirs.get(key)!r}")
+
+
+# 1. Schedules.
+distributed_model, reference_model = model(), model()
+distributed = orthojit.DistributedMuon(distributed_model.named_parameters(), stage=2, mode="balanced", preset="keller", settings=SETTINGS,
+                                       average_gradients=False)
+reference = orthojit.Muon(reference_model.named_parameters(), preset="keller", settings=SETTINGS)
+if [g["name"] for g in distributed.param_groups] != [g["name"] for g in reference.param_groups] or \
+        [g["param_names"] for g in distributed.param_groups] != [g["param_names"] for g in reference.param_groups]:
+    failures.append(f"rank {rank}: the groups differ from orthojit.Muon's: {[g['param_names'] for g in distributed.param_groups]}")
+decay = lambda step: 0.5 ** step  # noqa: E731
+schedulers = [torch.optim.lr_scheduler.LambdaLR(distributed, decay), torch.optim.lr_scheduler.LambdaLR(reference, decay)]
+step_both(2, 0, distributed, distributed_model, reference, reference_model, "LambdaLR", schedulers)
+for optimizer in (distributed, reference):
+    for group in optimizer.param_groups:
+        group["weight_decay"] = 0.03
+        if group["use_muon"]:
+            group["momentum"] = 0.8
+        else:
+            group["betas"] = (0.85, 0.97)
+step_both(2, 2, distributed, distributed_model, reference, reference_model, "edited groups", schedulers)
+if distributed.param_groups[0]["lr"] == distributed.param_groups[0]["initial_lr"]:
+    failures.append(f"rank {rank}: the scheduler did not change the learning rate")
+
+# 2. Checkpoints.
+saved, expected = distributed.state_dict(), reference.state_dict()
+same_state(saved, expected, "DistributedMuon.state_dict vs Muon.state_dict")
+if saved["orthojit"]["steps_taken"] != 4:
+    failures.append(f"rank {rank}: steps_taken {saved['orthojit']['steps_taken']}")
+# Distributed -> single process: a fresh orthojit.Muon on copies of the parameters.
+single_model = model()
+single_model.load_state_dict(distributed_model.state_dict())
+single = orthojit.Muon(single_model.named_parameters(), preset="keller", settings=SETTINGS)
+single.load_state_dict(saved)
+twin_model = model()
+twin_model.load_state_dict(reference_model.state_dict())
+twin = orthojit.Muon(twin_model.named_parameters(), preset="keller", settings=SETTINGS)
+twin.load_state_dict(expected)
+for step in range(4, 6):
+    give_gradients(step, single_model, twin_model)
+    for (_, p), (_, q) in zip(single_model.named_parameters(), twin_model.named_parameters()):
+        p.grad = q.grad.clone()
+    single.step()
+    twin.step()
+    failures.extend(differences(rank, single_model, twin_model, f"Muon resumed from the distributed state, step {step}"))
+# Single process -> distributed, another stage and mode, through torch.save / torch.load.
+buffer = io.BytesIO()
+torch.save(expected, buffer)
+buffer.seek(0)
+resumed_model = model()
+resumed_model.load_state_dict(reference_model.state_dict())
+resumed = orthojit.DistributedMuon(resumed_model.named_parameters(), stage=3, mode="deepspeed", preset="keller", settings=SETTINGS,
+                                   average_gradients=False)
+resumed.load_state_dict(torch.load(buffer))
+same_state(resumed.state_dict(), expected, "DistributedMuon loaded from Muon's state")
+for step in range(4, 7):
+    resumed.zero_grad(set_to_none=True)
+    reference.zero_grad(set_to_none=True)
+    give_gradients(step, resumed_model, reference_model)
+    resumed.step()
+    resumed.gather_parameters()
+    reference.step()
+    failures.extend(differences(rank, resumed_model, reference_model, f"DistributedMuon resumed from Muon's state, step {step}"))
+
+# 3. A state wrong on the last rank only: every rank refuses it, nothing changes anywhere.
+before = resumed.state_dict()
+broken = resumed.state_dict()
+if rank == world - 1:
+    broken["state"][0]["momentum_buffer"] = broken["state"][0]["momentum_buffer"][:1]
+try:
+    resumed.load_state_dict(broken)
+    failures.append(f"rank {rank}: a state wrong on rank {world - 1} was loaded")
+except (ValueError, RuntimeError) as error:
+    expected_text = "does not match" if rank == world - 1 else "failed on 1 other rank(s)"
+    if expected_text not in str(error):
+        failures.append(f"rank {rank}: the refusal says {error}")
+same_state(resumed.state_dict(), before, "after a refused load")
+
+count = torch.tensor([len(failures)])
+dist.all_reduce(count)
+for line in failures:
+    print(line, flush=True)
+if rank == 0:
+    print(f"checkpoints and schedules, {world} ranks: {'OK' if count.item() == 0 else f'{count.item()} mismatches'}", flush=True)
+del distributed, resumed
+gc.collect()
+dist.barrier()
+dist.destroy_process_group()
+sys.exit(1 if count.item() else 0)
