@@ -130,3 +130,42 @@ def test_distributed_muon_takes_muons_constructor_vocabulary_with_the_same_meani
     # The explicit arguments win over settings, as in orthojit.Muon; and a bad pair is named.
     with pytest.raises(ValueError, match="betas must be a pair"):
         orthojit.DistributedMuon(a.named_parameters(), "local", betas=(0.9,))
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_checkpoints_move_between_distributed_muon_and_muon_bit_for_bit(device):
+    # The state is gathered from (and loaded into) the step's memory: device memory for CUDA
+    # tensors. deepspeed mode is bit-identical to orthojit.Muon on both devices (run_both above),
+    # so its state_dict must be Muon's, tensor for tensor; a DistributedMuon of another stage and
+    # mode loaded with Muon's state continues bit-identically.
+    if device == "cuda":
+        _cuda_or_skip()
+    backend, engine = ("cuda", "nccl") if device == "cuda" else ("ref", "mpi")
+    a, b = model(4, device, torch.float32), model(4, device, torch.float32)
+    distributed = orthojit.DistributedMuon(a.named_parameters(), "local", stage=2, preset="keller", settings=settings(backend), engine=engine)
+    single = orthojit.Muon(b.named_parameters(), preset="keller", settings=settings(backend))
+
+    def step_both(first, count, x, y, one, other):
+        for step in range(first, first + count):
+            torch.manual_seed(70 + step)
+            for (_, p), (_, q) in zip(x.named_parameters(), y.named_parameters()):
+                p.grad = torch.randn_like(p)
+                q.grad = p.grad.clone()
+            one.step()
+            if getattr(one, "_layout", {}).get("stage") == 3:
+                one.gather_parameters()
+            other.step()
+        for (name, p), (_, q) in zip(x.named_parameters(), y.named_parameters()):
+            assert torch.equal(p.detach(), q.detach()), f"{name} after step {first + count - 1}"
+
+    step_both(0, 2, a, b, distributed, single)
+    saved, expected = distributed.state_dict(), single.state_dict()
+    for index, values in expected["state"].items():
+        for key, value in values.items():
+            assert torch.equal(saved["state"][index][key], value.cpu()), f"state[{index}][{key}]"
+    c = model(4, device, torch.float32)
+    c.load_state_dict(b.state_dict())
+    resumed = orthojit.DistributedMuon(c.named_parameters(), "local", stage=3, mode="deepspeed", preset="keller", settings=settings(backend),
+                                       engine=engine)
+    resumed.load_state_dict(expected)
+    step_both(2, 2, c, b, resumed, single)
