@@ -89,7 +89,7 @@ struct Buffers {
       p.data = data[i].data();
       p.grad = grad[i].data();
       p.use_muon = model.muon[i];
-      if (model.shapes[i].size() == 3) p.layout = MatrixLayout::Batch;
+      if (model.shapes[i].size() == 3 && model.muon[i]) p.layout = MatrixLayout::Batch;  // matrix options are for Muon tensors
       result.push_back(p);
     }
     return result;
@@ -709,6 +709,38 @@ TEST(DistributedState, AFailureOnOneRankWhileBuildingThrowsOnEveryRank) {
   }
   // The ranks are still in step: the same optimizer builds everywhere afterwards.
   EXPECT_NO_THROW(DistributedOptimizer(buffers.parameters(model), optimizer_settings(), DistributedSettings{}, communicator));
+}
+
+// Matrix options split a matrix into blocks each orthogonalized on its own (a fused QKV's row
+// splits, per-head rows): every owner of such a matrix (deepspeed) or its one orthogonalizer
+// (balanced) runs the blocks as the single-rank optimizer does, bit for bit; options on an AdamW
+// tensor are refused (they would be ignored).
+TEST_P(Distributed, SplitMatricesAreBitIdentical) {
+  auto [stage, mode] = GetParam();
+  Communicator& communicator = *world_communicator;
+  Model model;
+  model.names = {"attn.qkv.weight", "attn.out.weight", "mlp.bias", "mlp.weight"};
+  model.shapes = {{12, 5}, {6, 7}, {9}, {11, 4}};
+  model.muon = {true, true, false, true};
+  Buffers distributed = make_buffers(model, 91), single = make_buffers(model, 91);
+  auto with_options = [&](Buffers& buffers) {
+    std::vector<Parameter> parameters = buffers.parameters(model);
+    parameters[0].row_splits = {4, 4, 4};  // q, k, v
+    parameters[0].head_rows = 2;
+    parameters[1].head_rows = 3;
+    return parameters;
+  };
+  DistributedSettings settings;
+  settings.stage = stage;
+  settings.mode = mode;
+  settings.average_gradients = false;
+  DistributedOptimizer optimizer(with_options(distributed), optimizer_settings(), settings, communicator);
+  HybridOptimizer reference(with_options(single), optimizer_settings());
+  std::mt19937 random(92);
+  step_both_and_compare(model, distributed, single, optimizer, reference, stage, random, label(stage, mode) + ", split matrices");
+  std::vector<Parameter> adam_with_options = distributed.parameters(model);
+  adam_with_options[2].head_rows = 3;  // the AdamW bias
+  EXPECT_THROW(DistributedOptimizer(adam_with_options, optimizer_settings(), settings, communicator), std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(StagesAndModes, Distributed,

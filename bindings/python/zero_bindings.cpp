@@ -72,7 +72,7 @@ class Distributed {
   // (a world of one rank: the engines' single-process test, one GPU).
   Distributed(const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>& parameters, uintptr_t mpi_comm, const std::string& preset,
               nb::dict overrides, int stage, const std::string& mode, bool average_gradients, bool offload, const std::string& engine,
-              nb::object collectives, bool gradients_reduced) {
+              nb::object collectives, bool gradients_reduced, const std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>& matrix_options) {
     runtime::OptimizerSettings settings = runtime::preset_settings(preset);
     for (auto [key, value] : overrides) apply_python_setting(settings, nb::cast<std::string>(key), value);
     runtime::DistributedSettings distributed;
@@ -96,6 +96,15 @@ class Distributed {
       p.dtype = view.dtype;
       p.shape = view.shape;
       p.use_muon = use_muon;
+      if (const auto options = matrix_options.find(name); options != matrix_options.end()) {
+        const auto& [layout, row_splits, head_rows] = options->second;
+        const std::optional<runtime::MatrixLayout> parsed = runtime::parse_matrix_layout(layout);
+        if (!parsed)
+          throw nb::value_error(("parameter '" + name + "': matrix option layout '" + layout + "'; expected auto, flatten, batch or trailing").c_str());
+        p.layout = *parsed;
+        p.row_splits = row_splits;
+        p.head_rows = head_rows;
+      }
       names_.push_back(name);
       list.push_back(p);
     }
@@ -287,9 +296,11 @@ class Distributed {
 void register_zero(nb::module_& module) {
   nb::class_<Distributed>(module, "Distributed", "Distributed Muon + AdamW with ZeRO over an MPI communicator (orthojit.DistributedMuon wraps it).")
       .def(nb::init<const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>&, uintptr_t, const std::string&,
-                    nb::dict, int, const std::string&, bool, bool, const std::string&, nb::object, bool>(),
+                    nb::dict, int, const std::string&, bool, bool, const std::string&, nb::object, bool,
+                    const std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>&>(),
            nb::arg("parameters"), nb::arg("mpi_comm"), nb::arg("preset"), nb::arg("overrides"), nb::arg("stage"), nb::arg("mode"), nb::arg("average_gradients"),
-           nb::arg("offload"), nb::arg("engine") = "mpi", nb::arg("collectives") = nb::none(), nb::arg("gradients_reduced") = false)
+           nb::arg("offload"), nb::arg("engine") = "mpi", nb::arg("collectives") = nb::none(), nb::arg("gradients_reduced") = false,
+           nb::arg("matrix_options") = std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>{})
       .def("step", &Distributed::step, nb::arg("gradients"), nb::arg("accumulate_only") = false, nb::arg("stream") = 0)
       .def("gather_parameters", &Distributed::gather_parameters, nb::arg("stream") = 0)
       .def("hyperparameters", &Distributed::hyperparameters)

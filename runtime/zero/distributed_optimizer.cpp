@@ -138,6 +138,9 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
           throw std::invalid_argument("parameter '" + parameter.name + "': the " + what + " pointer " + problem);
     Entry entry;
     entry.muon = parameter.use_muon.value_or(default_use_muon(parameter.name, parameter.shape, settings_.tagging));
+    if (!entry.muon && (parameter.layout != MatrixLayout::Auto || !parameter.row_splits.empty() || parameter.head_rows != 0))
+      throw std::invalid_argument("parameter '" + parameter.name + "' is tagged AdamW but has matrix options (layout, row_splits, head_rows), which "
+                                  "split Muon matrices: tag it Muon (use_muon) or drop its matrix options");
     PlanTensor tensor;
     tensor.name = parameter.name;
     tensor.elements = parameter.elements();

@@ -124,3 +124,32 @@ def test_a_checkpoint_that_does_not_fit_changes_nothing():
     after = optimizer.state_dict()
     assert all(torch.equal(after["state"][i][k], v) for i, s in before["state"].items() for k, v in s.items())
     assert after["param_groups"] == before["param_groups"]
+
+
+def test_matrix_options_split_as_in_muon():
+    # A fused QKV projection split into q, k, v and heads: DistributedMuon (one process) steps it
+    # bit-identically to orthojit.Muon given the same options; without them the result differs.
+    torch.manual_seed(3)
+    qkv, twin, plain = torch.nn.Linear(5, 12), torch.nn.Linear(5, 12), torch.nn.Linear(5, 12)
+    twin.load_state_dict(qkv.state_dict())
+    plain.load_state_dict(qkv.state_dict())
+    options = {"weight": {"row_splits": [4, 4, 4], "head_rows": 2}}
+    settings = {"muon.backend": "ref", "muon.precision": "f32"}
+    distributed = orthojit.DistributedMuon(qkv.named_parameters(), comm="local", preset="keller", settings=settings, matrix_options=options)
+    reference = orthojit.Muon(twin.named_parameters(), preset="keller", settings=settings, matrix_options=options)
+    unsplit = orthojit.DistributedMuon(plain.named_parameters(), comm="local", preset="keller", settings=settings)
+    for module in (qkv, twin, plain):
+        torch.manual_seed(4)
+        for p in module.parameters():
+            p.grad = torch.randn_like(p)
+    distributed.step()
+    reference.step()
+    unsplit.step()
+    assert torch.equal(qkv.weight, twin.weight)
+    assert not torch.equal(plain.weight, twin.weight)
+    with pytest.raises(ValueError, match="'nope', which is not a trainable parameter"):
+        orthojit.DistributedMuon(qkv.named_parameters(), comm="local", matrix_options={"nope": {"head_rows": 2}})
+    with pytest.raises(ValueError, match="unknown matrix options"):
+        orthojit.DistributedMuon(qkv.named_parameters(), comm="local", matrix_options={"weight": {"heads": 2}})
+    with pytest.raises(ValueError, match="tagged AdamW but has matrix options"):
+        orthojit.DistributedMuon(qkv.named_parameters(), comm="local", matrix_options={"bias": {"head_rows": 2}})

@@ -24,7 +24,7 @@ import copy
 import torch
 
 from . import _orthojit
-from .muon import _STATE_FORMAT, _check_group, _match_saved_state
+from .muon import _MATRIX_KEYS, _STATE_FORMAT, _check_group, _match_saved_state
 
 __all__ = ["DistributedMuon"]
 
@@ -48,6 +48,20 @@ def _overrides(settings, *, lr, muon_lr, adam_lr, momentum, nesterov, weight_dec
         explicit["adam.beta1"], explicit["adam.beta2"] = float(betas[0]), float(betas[1])
     overrides.update({key: value for key, value in explicit.items() if value is not None})
     return overrides
+
+
+def _matrix_options(matrix_options, names):
+    """{name: (layout, row_splits, head_rows)} from orthojit.Muon's matrix_options vocabulary."""
+    result = {}
+    for name, options in (matrix_options or {}).items():
+        if name not in names:
+            raise ValueError(f"orthojit.DistributedMuon: matrix_options name '{name}', which is not a trainable parameter given here")
+        options = dict(options)
+        unknown = set(options) - set(_MATRIX_KEYS)
+        if unknown:
+            raise ValueError(f"orthojit.DistributedMuon: parameter '{name}': unknown matrix options {sorted(unknown)}; valid: {list(_MATRIX_KEYS)}")
+        result[name] = (str(options.get("layout", "auto")), [int(r) for r in options.get("row_splits", [])], int(options.get("head_rows", 0)))
+    return result
 
 
 class _TorchCollectives:
@@ -165,6 +179,9 @@ class DistributedMuon(torch.optim.Optimizer):
             rates unless ``muon_lr`` / ``adam_lr`` is given, ``weight_decay`` both groups'; they
             take precedence over ``settings``.
         use_muon: ``{name: bool}`` overriding DeepSpeed's tagging rule.
+        matrix_options: per-name matrix options, as orthojit.Muon's: ``{"attn.qkv.weight":
+            {"row_splits": [q, k, v], "head_rows": 64}, "moe.experts.w1": {"layout": "batch"}}``
+            (Muon parameters only).
         average_gradients: divide the reduced gradients by the world size (DeepSpeed does).
         offload: optimizer state in host memory with the orthogonalization on the host.
         engine: with an MPI ``comm``: ``"mpi"`` (collectives over it) or ``"nccl"`` (one GPU per
@@ -187,7 +204,7 @@ class DistributedMuon(torch.optim.Optimizer):
 
     def __init__(self, named_parameters, comm=None, *, stage=2, mode="deepspeed", preset="deepspeed", settings=None, use_muon=None,
                  average_gradients=True, offload=False, engine="mpi", gradients_reduced=False, lr=None, muon_lr=None, adam_lr=None,
-                 momentum=None, nesterov=None, weight_decay=None, betas=None, eps=None, backend=None):
+                 momentum=None, nesterov=None, weight_decay=None, betas=None, eps=None, backend=None, matrix_options=None):
         if engine not in ("mpi", "nccl"):
             raise ValueError(f"engine must be 'mpi' or 'nccl', got {engine!r}")
         group = _torch_group(comm)
@@ -231,12 +248,13 @@ class DistributedMuon(torch.optim.Optimizer):
             names[name], tensors[id(tensor)] = tensor, name
         if not self._parameters:
             raise ValueError("DistributedMuon was given no trainable parameters")
+        options = _matrix_options(matrix_options, names)
         self._accumulated = False
         overrides = _overrides(settings, lr=lr, muon_lr=muon_lr, adam_lr=adam_lr, momentum=momentum, nesterov=nesterov,
                                weight_decay=weight_decay, betas=betas, eps=eps, backend=backend)
         self._core = _orthojit.Distributed([(name, tensor.detach(), use_muon.get(name)) for name, tensor in self._parameters], handle, preset,
                                            overrides, stage, mode, bool(average_gradients), bool(offload), engine, collectives,
-                                           bool(gradients_reduced))
+                                           bool(gradients_reduced), options)
         values = _orthojit.MuonSettings(preset, dict(overrides)).values()
         # missing_grad = zero (deepspeed, keller): a parameter without a gradient is stepped with
         # zeros, as their code sets p.grad = zeros; under skip every rank must give every gradient.
