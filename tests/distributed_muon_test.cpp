@@ -743,6 +743,53 @@ TEST_P(Distributed, SplitMatricesAreBitIdentical) {
   EXPECT_THROW(DistributedOptimizer(adam_with_options, optimizer_settings(), settings, communicator), std::invalid_argument);
 }
 
+// QK-clip with each rank's own S_max (its batch's attention logits): every rank clips with the
+// largest value of each head over the ranks, so after the step and the clip every rank's
+// parameters are bit-identical to the single-rank optimizer clipped with those maxima; wrong
+// arguments on one rank only (an S_max of another length) are refused on every rank, nothing
+// changed.
+TEST_P(Distributed, QkClipTakesEachHeadsLargestLogitOverTheRanks) {
+  auto [stage, mode] = GetParam();
+  Communicator& communicator = *world_communicator;
+  Model model;
+  model.names = {"attn.q.weight", "attn.k.weight", "norm.bias", "mlp.weight"};
+  model.shapes = {{12, 5}, {12, 5}, {7}, {9, 6}};
+  model.muon = {true, true, false, true};
+  Buffers distributed = make_buffers(model, 61), single = make_buffers(model, 61);
+  DistributedSettings settings;
+  settings.stage = stage;
+  settings.mode = mode;
+  settings.average_gradients = false;
+  DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
+  HybridOptimizer reference(single.parameters(model), optimizer_settings());
+  std::mt19937 random(62);
+  const double tau = 10.0;
+  const int world = communicator.world();
+  for (int round = 0; round < 2; ++round) {
+    step_both_and_compare(model, distributed, single, optimizer, reference, stage, random, label(stage, mode) + ", before QK-clip");
+    // Head h's logit on rank r: above τ on some ranks only, the largest on a rank that moves with h.
+    std::vector<double> mine(4), largest(4, 0.0);
+    for (int h = 0; h < 4; ++h)
+      for (int r = 0; r < world; ++r) {
+        const double logit = 4.0 + 3.0 * h + 5.0 * ((r + h + round) % world) + 0.25 * r;
+        if (r == communicator.rank()) mine[static_cast<size_t>(h)] = logit;
+        largest[static_cast<size_t>(h)] = std::max(largest[static_cast<size_t>(h)], logit);
+      }
+    optimizer.qk_clip("attn.q.weight", "attn.k.weight", 3, mine, tau);
+    if (stage == 3) optimizer.gather_parameters();
+    reference.qk_clip("attn.q.weight", "attn.k.weight", 3, largest, tau);
+    for (size_t t = 0; t < model.names.size(); ++t)
+      EXPECT_EQ(bitwise_difference(distributed.data[t].data(), single.data[t].data(), distributed.data[t].size()), "")
+          << model.names[t] << " after QK-clip round " << round << " on rank " << communicator.rank() << " (" << label(stage, mode) << ")";
+  }
+  // S_max of another length on the last rank: every rank refuses, no parameter changes.
+  const std::vector<std::vector<float>> before = distributed.data;
+  std::vector<double> wrong(communicator.rank() == world - 1 ? 3 : 4, 50.0);
+  EXPECT_THROW(optimizer.qk_clip("attn.q.weight", "attn.k.weight", 3, wrong, tau), std::invalid_argument);
+  EXPECT_THROW(optimizer.qk_clip("attn.q.weight", "attn.q.weight", 3, std::vector<double>(4, 50.0), tau), std::invalid_argument);
+  EXPECT_EQ(distributed.data, before);
+}
+
 INSTANTIATE_TEST_SUITE_P(StagesAndModes, Distributed,
                          ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(OrthogonalizationMode::DeepSpeed, OrthogonalizationMode::Balanced)));
 

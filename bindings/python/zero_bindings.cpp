@@ -262,6 +262,11 @@ class Distributed {
     optimizer_->load_state(loaded, steps_taken);
   }
 
+  void qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
+    nb::gil_scoped_release release;
+    optimizer_->qk_clip(q_name, k_name, head_rows, s_max, tau);
+  }
+
   // {name: True/False}: which parameters Muon takes (the tagging rule and use_muon).
   std::vector<std::pair<std::string, bool>> muon_tags() const {
     std::vector<std::pair<std::string, bool>> tags;
@@ -308,6 +313,7 @@ void register_zero(nb::module_& module) {
       .def("gather_state", &Distributed::gather_state)
       .def("load_state", &Distributed::load_state, nb::arg("state"), nb::arg("steps_taken"))
       .def("muon_tags", &Distributed::muon_tags)
+      .def("qk_clip", &Distributed::qk_clip, nb::arg("q_name"), nb::arg("k_name"), nb::arg("head_rows"), nb::arg("s_max"), nb::arg("tau"))
       .def_prop_ro("cuda", &Distributed::cuda)
       .def_prop_ro("rank", &Distributed::rank)
       .def_prop_ro("world", &Distributed::world)

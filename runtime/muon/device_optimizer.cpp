@@ -184,9 +184,7 @@ StateBytes DeviceOptimizer::state_bytes() const {
 
 void DeviceOptimizer::qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
   check_qk_clip(head_rows, s_max, tau);
-  // One matrix as both would be scaled twice (by γ, not √γ).
-  if (q_name == k_name) throw std::invalid_argument("QK-clip: W_q and W_k are the same parameter '" + q_name + "'");
-  for (const std::string* name : {&q_name, &k_name}) check_qk_clip_target(find(*name).parameter, head_rows, s_max.size());
+  check_qk_clip_targets(find(q_name).parameter, find(k_name).parameter, head_rows, s_max.size());
   std::vector<unsigned char> host;
   for (const std::string* name : {&q_name, &k_name}) {
     Parameter& p = find(*name).parameter;

@@ -177,10 +177,13 @@ ParameterInfo parameter_info(const Parameter& parameter, bool muon, const Matrix
   return info;
 }
 
-void check_qk_clip_target(const Parameter& p, int64_t head_rows, size_t heads) {
-  if (p.shape.size() < 2 || p.shape[0] % head_rows != 0 || p.shape[0] / head_rows != static_cast<int64_t>(heads))
-    throw std::invalid_argument("QK-clip: '" + p.name + "' " + shape_text(p.shape) + " does not split into " + std::to_string(heads) + " heads of " +
-                                std::to_string(head_rows) + " rows");
+void check_qk_clip_targets(const Parameter& q, const Parameter& k, int64_t head_rows, size_t heads) {
+  // One matrix as both would be scaled twice (by γ, not √γ).
+  if (q.name == k.name) throw std::invalid_argument("QK-clip: W_q and W_k are the same parameter '" + q.name + "'");
+  for (const Parameter* p : {&q, &k})
+    if (p->shape.size() < 2 || p->shape[0] % head_rows != 0 || p->shape[0] / head_rows != static_cast<int64_t>(heads))
+      throw std::invalid_argument("QK-clip: '" + p->name + "' " + shape_text(p->shape) + " does not split into " + std::to_string(heads) +
+                                  " heads of " + std::to_string(head_rows) + " rows");
 }
 
 std::vector<ParameterInfo> HybridOptimizer::parameters() const {
@@ -198,9 +201,7 @@ StateBytes HybridOptimizer::state_bytes() const {
 
 void HybridOptimizer::qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
   check_qk_clip(head_rows, s_max, tau);
-  // One matrix as both would be scaled twice (by γ, not √γ).
-  if (q_name == k_name) throw std::invalid_argument("QK-clip: W_q and W_k are the same parameter '" + q_name + "'");
-  for (const std::string* name : {&q_name, &k_name}) check_qk_clip_target(find_entry(entries_, *name).parameter, head_rows, s_max.size());
+  check_qk_clip_targets(find_entry(entries_, q_name).parameter, find_entry(entries_, k_name).parameter, head_rows, s_max.size());
   for (const std::string* name : {&q_name, &k_name}) {
     Parameter& p = find_entry(entries_, *name).parameter;
     qk_clip_rows(p.dtype, p.data, p.elements() / p.shape[0], head_rows, s_max, tau);

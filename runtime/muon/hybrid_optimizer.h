@@ -53,9 +53,10 @@ struct StateBytes {
 };
 
 // What both optimizers (this one and DeviceOptimizer) report for one parameter, and QK-clip's
-// check that a parameter splits into `heads` heads of `head_rows` rows (std::invalid_argument).
+// check of its two targets, shared by every optimizer: two different parameters, each splitting
+// into `heads` heads of `head_rows` rows (std::invalid_argument naming what does not).
 ParameterInfo parameter_info(const Parameter& parameter, bool muon, const MatrixPlan& plan, MuonVariant variant = MuonVariant::Muon);
-void check_qk_clip_target(const Parameter& parameter, int64_t head_rows, size_t heads);
+void check_qk_clip_targets(const Parameter& q, const Parameter& k, int64_t head_rows, size_t heads);
 
 // A parameter that has optimizer state, for the state file (shared with DeviceOptimizer).
 struct StateOwner {

@@ -586,6 +586,66 @@ struct ScratchBuffer {
 };
 }  // namespace
 
+void DistributedOptimizer::qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
+  auto find = [&](const std::string& name) -> Entry& {
+    for (Entry& entry : entries_)
+      if (entry.parameter.name == name) return entry;
+    throw std::invalid_argument("QK-clip: no optimized parameter named '" + name + "'");
+  };
+  // Checked everywhere before any transfer whose size depends on the arguments: the failures and
+  // the S_max lengths (n and n², equal on every rank exactly when N·Σn² = (Σn)²) in one all-reduce.
+  std::exception_ptr failure;
+  try {
+    check_qk_clip(head_rows, s_max, tau);
+    check_qk_clip_targets(find(q_name).parameter, find(k_name).parameter, head_rows, s_max.size());
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  const int world = communicator_.world();
+  if (world > 1) {
+    const float heads = static_cast<float>(s_max.size());
+    float sums[3] = {failure ? 1.0f : 0.0f, heads, heads * heads};
+    communicator_.all_reduce_sum(sums, 3);
+    if (failure) std::rethrow_exception(failure);
+    if (sums[0] > 0)
+      throw std::invalid_argument("QK-clip failed on " + std::to_string(static_cast<int>(sums[0])) +
+                                  " other rank(s) (each says why in its own error); no rank changed anything");
+    if (static_cast<double>(world) * sums[2] != static_cast<double>(sums[1]) * sums[1])
+      throw std::invalid_argument("QK-clip: the ranks gave S_max of different lengths (this rank " + std::to_string(s_max.size()) +
+                                  "); every rank must give one value per head; no rank changed anything");
+  } else if (failure) {
+    std::rethrow_exception(failure);
+  }
+  // Every rank's S_max (f64, whole bytes: the largest is exactly one of the values given), through
+  // the step's memory space so that device engines move it.
+  std::vector<double> maxima = s_max;
+  if (world > 1 && !s_max.empty()) {
+    const int64_t bytes = static_cast<int64_t>(s_max.size() * sizeof(double));
+    ScratchBuffer mine(*memory_, (bytes + 3) / 4), every(*memory_, world * ((bytes + 3) / 4));
+    memory_->upload(mine.address, s_max.data(), bytes);
+    communicator_.set_stream(nullptr);
+    communicator_.all_gather(reinterpret_cast<const void*>(mine.address), bytes, reinterpret_cast<void*>(every.address));
+    std::vector<double> all(s_max.size() * static_cast<size_t>(world));
+    memory_->download(all.data(), every.address, bytes * world);
+    for (int r = 0; r < world; ++r)
+      for (size_t h = 0; h < s_max.size(); ++h) maxima[h] = std::max(maxima[h], all[static_cast<size_t>(r) * s_max.size() + h]);
+  }
+  std::vector<unsigned char> host;
+  for (const std::string* name : {&q_name, &k_name}) {
+    Parameter& p = find(*name).parameter;
+    const int64_t row_length = p.elements() / p.shape[0];
+    if (!memory_->is_device()) {
+      qk_clip_rows(p.dtype, p.data, row_length, head_rows, maxima, tau);
+      continue;
+    }
+    const int64_t bytes = p.elements() * dtype_bytes(p.dtype);
+    host.resize(static_cast<size_t>(bytes));
+    memory_->download(host.data(), reinterpret_cast<std::uintptr_t>(p.data), bytes);
+    qk_clip_rows(p.dtype, host.data(), row_length, head_rows, maxima, tau);
+    memory_->upload(reinterpret_cast<std::uintptr_t>(p.data), host.data(), bytes);
+  }
+}
+
 // The partitioned state, laid like the parameters' flat buffer: each rank puts its slice of every
 // tensor's state at the tensor's place in its partition (Muon's momentum and AdamW's exp_avg in
 // one buffer, exp_avg_sq in the other: a tensor has one or the other), and one all-gather per

@@ -106,6 +106,15 @@ class DistributedOptimizer {
   StepHyperparameters hyperparameters() const;
   void set_hyperparameters(const StepHyperparameters& values);
 
+  // QK-clip (MuonClip, Kimi K2), after a step, collective: each rank gives the S_max its own
+  // batch measured; every rank clips with the largest S_max of each head over the ranks (so the
+  // ranks' parameters stay equal; HybridOptimizer::qk_clip of those maxima, bit for bit). Each
+  // rank scales the rows of its whole parameters (at stage 3 the rows outside its slice are
+  // overwritten by the next gather with their owners' scaled ones). Checked on every rank first
+  // (the names, the shapes, τ, S_max values and lengths): every rank throws when any rank's
+  // arguments are wrong, and nothing changes.
+  void qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau);
+
   // Checkpoints. The state is world-size independent: every tensor's whole state, as the
   // single-rank optimizer holds it (HybridOptimizer::State: Muon's momentum, AdamW's moments
   // and step), so a checkpoint moves between world sizes, stages, modes and the single-rank

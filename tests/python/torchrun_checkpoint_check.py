@@ -8,6 +8,7 @@ gradients (rank 0 supplies them, the others zeros, summed without averaging: exa
    for bit; it loads into a fresh orthojit.Muon, and orthojit.Muon's into a DistributedMuon of
    another stage and mode (through torch.save / torch.load), and both continue bit-identically.
 3. A state that does not fit on one rank only is refused on every rank, nothing changed anywhere.
+4. QK-clip with each rank's own S_max clips with each head's largest over the ranks.
 Exits non-zero on any mismatch (on every rank)."""
 import gc
 import io
@@ -146,13 +147,28 @@ except (ValueError, RuntimeError) as error:
         failures.append(f"rank {rank}: the refusal says {error}")
 same_state(resumed.state_dict(), before, "after a refused load")
 
+# 4. QK-clip with each rank's own S_max: every rank clips with each head's largest over the ranks.
+def attention(seed=2):
+    torch.manual_seed(seed)
+    return torch.nn.ModuleDict({"q": torch.nn.Linear(8, 12), "k": torch.nn.Linear(8, 12)})
+
+
+clip_model, clip_reference_model = attention(), attention()
+clip = orthojit.DistributedMuon(clip_model.named_parameters(), stage=2, preset="keller", settings=SETTINGS, average_gradients=False)
+clip_reference = orthojit.Muon(clip_reference_model.named_parameters(), preset="keller", settings=SETTINGS)
+step_both(1, 0, clip, clip_model, clip_reference, clip_reference_model, "before QK-clip")
+logits = [[4.0 + 3.0 * h + 5.0 * ((r + h) % world) + 0.25 * r for h in range(4)] for r in range(world)]
+clip.qk_clip("q.weight", clip_model.k.weight, 3, torch.tensor(logits[rank]), 10.0)
+clip_reference.qk_clip("q.weight", "k.weight", 3, [max(column) for column in zip(*logits)], 10.0)
+failures.extend(differences(rank, clip_model, clip_reference_model, "QK-clip with every rank's own S_max"))
+
 count = torch.tensor([len(failures)])
 dist.all_reduce(count)
 for line in failures:
     print(line, flush=True)
 if rank == 0:
     print(f"checkpoints and schedules, {world} ranks: {'OK' if count.item() == 0 else f'{count.item()} mismatches'}", flush=True)
-del distributed, resumed
+del distributed, resumed, clip
 gc.collect()
 dist.barrier()
 dist.destroy_process_group()

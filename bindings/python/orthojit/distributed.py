@@ -380,6 +380,25 @@ class DistributedMuon(torch.optim.Optimizer):
             self.steps_taken += 1
         return loss if closure is not None else self.last_report
 
+    def qk_clip(self, q_param, k_param, head_rows, s_max, tau):
+        """QK-clip (MuonClip, Kimi K2) after a step, collective: ``s_max`` is this rank's largest
+        attention logit per head (its own batch); every rank clips with each head's largest value
+        over the ranks, so the ranks' parameters stay equal (orthojit.Muon.qk_clip of those
+        maxima, bit for bit). ``q_param`` / ``k_param``: names or the tensors. Wrong arguments on
+        any rank raise on every rank, with nothing changed."""
+        names = {id(tensor): name for name, tensor in self._parameters}
+
+        def resolve(param):
+            if isinstance(param, str):
+                return param
+            if id(param) not in names:
+                raise ValueError("QK-clip: the tensor is not a parameter of this optimizer")
+            return names[id(param)]
+
+        if isinstance(s_max, torch.Tensor):
+            s_max = s_max.detach().double().cpu().reshape(-1).tolist()
+        self._core.qk_clip(resolve(q_param), resolve(k_param), int(head_rows), [float(s) for s in s_max], float(tau))
+
     def state_dict(self):
         """The whole state, gathered from every rank's partition (collective: every rank calls it
         and every rank receives all of it, on the CPU; 8 bytes per Muon element and 12 per AdamW
