@@ -116,6 +116,7 @@ TEST(CudaElementwise, EveryVariantCompilesForSm80AndSm90WithoutSpills) {
     for (ScalarType d : {ScalarType::F32, ScalarType::BF16, ScalarType::F16}) sources.push_back(cuda::generate_convert(p, d));
   }
   sources.push_back(cuda::generate_divide());
+  sources.push_back(cuda::generate_sum_squares());
   for (const std::string& source : sources)
     for (const char* arch : {"sm_80", "sm_90"}) {
       const cuda::NvrtcOutput out = cuda::compile_cuda(source, kernels::cuda_device_headers(), arch);
@@ -225,6 +226,28 @@ TEST(CudaElementwise, ZeroStepKernelsMatchTheHostLoopsBitForBit) {
       kernel.function<Divide>()(x_kernel.data(), world, count, kGrid, kBlock);
       for (float& value : x_host) value /= world;
       EXPECT_EQ(std::memcmp(x_kernel.data(), x_host.data(), count * 4), 0) << "divide by " << world;
+    }
+  }
+  // The clipping norm's sum of squares: each thread's partial is the f64 sum, in order, of the
+  // squares of its grid-stride elements (bit for bit: no FMA), every thread writes one (those
+  // without elements a zero), and their sum is the f64 sum of squares (to rounding order).
+  {
+    using SumSquares = void(const float*, double*, long long, unsigned, unsigned);
+    EmulatedKernel kernel(cuda::generate_sum_squares(), "oj_sum_squares", "const float* x, double* partials, long long count", "x, partials, count");
+    for (const size_t n : {static_cast<size_t>(count), size_t{5}}) {  // 5: most threads get no element
+      const std::vector<double> x64 = random_values(n, random, 3.0);
+      const std::vector<float> x(x64.begin(), x64.end());
+      std::vector<double> partials(kGrid * kBlock, -1.0);
+      kernel.function<SumSquares>()(x.data(), partials.data(), static_cast<long long>(n), kGrid, kBlock);
+      double total = 0.0, direct = 0.0;
+      for (size_t t = 0; t < partials.size(); ++t) {
+        double expected = 0.0;
+        for (size_t i = t; i < n; i += partials.size()) expected += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+        EXPECT_EQ(std::bit_cast<uint64_t>(partials[t]), std::bit_cast<uint64_t>(expected)) << "thread " << t << " of " << partials.size() << ", " << n << " elements";
+        total += partials[t];
+      }
+      for (float v : x) direct += static_cast<double>(v) * static_cast<double>(v);
+      EXPECT_NEAR(total, direct, 1e-12 * direct) << n << " elements";
     }
   }
   // The conversions the step uses: parameters into the f32 gather buffer and back.

@@ -790,6 +790,56 @@ TEST_P(Distributed, QkClipTakesEachHeadsLargestLogitOverTheRanks) {
   EXPECT_EQ(distributed.data, before);
 }
 
+// Gradient clipping by the reduced gradient's global norm: the norm the step reports is the f64
+// norm of the whole reduced gradient (every element once, whatever the partition), and the step is
+// the single-rank optimizer's on that gradient divided by c = fl32((‖g‖ + 1e-6) / max) when
+// c > 1, bit for bit; a max above every norm changes nothing.
+TEST_P(Distributed, GradientClippingUsesTheReducedGradientsGlobalNorm) {
+  auto [stage, mode] = GetParam();
+  Communicator& communicator = *world_communicator;
+  for (const double max_norm : {3.0, 1e9}) {
+    const uint32_t seed = 8000 + 10 * static_cast<uint32_t>(stage) + static_cast<uint32_t>(mode) + (max_norm > 100 ? 5 : 0);
+    const Model model = random_model(seed);
+    Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
+    DistributedSettings settings;
+    settings.stage = stage;
+    settings.mode = mode;
+    settings.alignment = 2;
+    settings.average_gradients = false;
+    settings.max_gradient_norm = max_norm;
+    DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
+    HybridOptimizer reference(single.parameters(model), optimizer_settings());
+    std::mt19937 random(seed + 2);
+    for (int step = 0; step < 3; ++step) {
+      fill_gradients(single, random);
+      double squares = 0.0;
+      for (size_t t = 0; t < model.names.size(); ++t) {
+        for (float g : single.grad[t]) squares += static_cast<double>(g) * g;
+        if (communicator.rank() == 0) distributed.grad[t] = single.grad[t];
+        else std::fill(distributed.grad[t].begin(), distributed.grad[t].end(), 0.0f);
+      }
+      const StepReport report = optimizer.step();
+      ASSERT_FALSE(report.skipped) << report.reason;
+      if (stage == 3) optimizer.gather_parameters();
+      EXPECT_NEAR(report.gradient_norm, std::sqrt(squares), 1e-12 * std::sqrt(squares)) << label(stage, mode) << ", step " << step;
+      const double coefficient = (report.gradient_norm + 1e-6) / max_norm;
+      EXPECT_EQ(coefficient > 1.0, max_norm < 100) << "norm " << report.gradient_norm;
+      if (coefficient > 1.0)
+        for (auto& g : single.grad)
+          for (float& v : g) v /= static_cast<float>(coefficient);
+      reference.step();
+      for (size_t t = 0; t < model.names.size(); ++t)
+        EXPECT_EQ(bitwise_difference(distributed.data[t].data(), single.data[t].data(), distributed.data[t].size()), "")
+            << model.names[t] << " after step " << step << " on rank " << communicator.rank() << " (" << label(stage, mode) << ", max norm " << max_norm << ")";
+    }
+  }
+  DistributedSettings negative;
+  negative.max_gradient_norm = -1.0;
+  const Model model = random_model(3);
+  Buffers buffers = make_buffers(model, 4);
+  EXPECT_THROW(DistributedOptimizer(buffers.parameters(model), optimizer_settings(), negative, communicator), std::invalid_argument);
+}
+
 INSTANTIATE_TEST_SUITE_P(StagesAndModes, Distributed,
                          ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(OrthogonalizationMode::DeepSpeed, OrthogonalizationMode::Balanced)));
 

@@ -177,6 +177,10 @@ TEST(PartitionPlan, DeepSpeedZeroSectionsBecomeDistributedSettings) {
   const DistributedSettings offload =
       distributed_settings(parse_deepspeed_config(config(R"({"stage": 2, "reduce_scatter": false, "offload_optimizer": {"device": "cpu"}})")));
   EXPECT_TRUE(offload.offload_optimizer);
+  EXPECT_EQ(stage2.max_gradient_norm, 0.0);  // no gradient_clipping: no clipping
+  const DistributedSettings clipped = distributed_settings(parse_deepspeed_config(nlohmann::json::parse(
+      R"({"optimizer": {"type": "muon", "params": {}}, "gradient_clipping": 1.5, "zero_optimization": {"stage": 1}})")));
+  EXPECT_EQ(clipped.max_gradient_norm, 1.5);
   EXPECT_THROW(distributed_settings(parse_deepspeed_config(config(R"({"stage": 0})"))), std::invalid_argument);
   try {
     distributed_settings(parse_deepspeed_config(config(R"({"stage": 3, "reduce_scatter": false, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}})")));

@@ -72,7 +72,8 @@ class Distributed {
   // (a world of one rank: the engines' single-process test, one GPU).
   Distributed(const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>& parameters, uintptr_t mpi_comm, const std::string& preset,
               nb::dict overrides, int stage, const std::string& mode, bool average_gradients, bool offload, const std::string& engine,
-              nb::object collectives, bool gradients_reduced, const std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>& matrix_options) {
+              nb::object collectives, bool gradients_reduced, const std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>& matrix_options,
+              double max_gradient_norm) {
     runtime::OptimizerSettings settings = runtime::preset_settings(preset);
     for (auto [key, value] : overrides) apply_python_setting(settings, nb::cast<std::string>(key), value);
     runtime::DistributedSettings distributed;
@@ -81,6 +82,7 @@ class Distributed {
     distributed.average_gradients = average_gradients;
     distributed.offload_optimizer = offload;
     distributed.gradients_reduced = gradients_reduced;
+    distributed.max_gradient_norm = max_gradient_norm;
     std::vector<runtime::Parameter> list;
     std::optional<bool> cuda;
     for (const auto& [name, tensor, use_muon] : parameters) {
@@ -186,6 +188,7 @@ class Distributed {
     result["muon_updated"] = report.muon_updated;
     result["adam_updated"] = report.adam_updated;
     result["orthogonalize_seconds"] = report.orthogonalize_seconds;
+    if (report.gradient_norm >= 0) result["gradient_norm"] = report.gradient_norm;
     result["bytes_sent"] = optimizer_->bytes_sent_last_step();
     return result;
   }
@@ -302,10 +305,10 @@ void register_zero(nb::module_& module) {
   nb::class_<Distributed>(module, "Distributed", "Distributed Muon + AdamW with ZeRO over an MPI communicator (orthojit.DistributedMuon wraps it).")
       .def(nb::init<const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>&, uintptr_t, const std::string&,
                     nb::dict, int, const std::string&, bool, bool, const std::string&, nb::object, bool,
-                    const std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>&>(),
+                    const std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>&, double>(),
            nb::arg("parameters"), nb::arg("mpi_comm"), nb::arg("preset"), nb::arg("overrides"), nb::arg("stage"), nb::arg("mode"), nb::arg("average_gradients"),
            nb::arg("offload"), nb::arg("engine") = "mpi", nb::arg("collectives") = nb::none(), nb::arg("gradients_reduced") = false,
-           nb::arg("matrix_options") = std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>{})
+           nb::arg("matrix_options") = std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>{}, nb::arg("max_gradient_norm") = 0.0)
       .def("step", &Distributed::step, nb::arg("gradients"), nb::arg("accumulate_only") = false, nb::arg("stream") = 0)
       .def("gather_parameters", &Distributed::gather_parameters, nb::arg("stream") = 0)
       .def("hyperparameters", &Distributed::hyperparameters)

@@ -158,6 +158,18 @@ std::string generate_divide() {
   return out.str();
 }
 
+std::string generate_sum_squares() {
+  std::ostringstream out;
+  emit_header(out, "f32 sum of squares in f64, one partial per thread (the gradient-clipping norm)");
+  out << "extern \"C\" __global__ void oj_sum_squares(const float* __restrict__ x, double* __restrict__ partials, long long count) {\n"
+         "  double sum = 0.0;\n"
+      << kLoop
+      << "    const double v = static_cast<double>(x[i]);\n"
+         "    sum = oj::f64_add(sum, oj::f64_mul(v, v));\n  }\n"
+         "  partials[static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x] = sum;\n}\n";
+  return out.str();
+}
+
 std::string generate_convert(ScalarType from, ScalarType to) {
   const Storage s = storage(from, "the source"), d = storage(to, "the destination");
   std::ostringstream out;

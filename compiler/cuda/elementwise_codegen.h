@@ -74,6 +74,10 @@ std::string generate_nonfinite_check(ScalarType grad);
 // oj_convert(const S* s, D* d, long long count).
 std::string generate_accumulate(ScalarType grad);
 std::string generate_divide();
+// oj_sum_squares(const float* x, double* partials, long long count): thread t of the grid writes
+// partials[t] = Σ x[i]² (f64, no FMA) over its grid-stride elements in order; the caller adds the
+// partials in order (a deterministic sum: the gradient-clipping norm).
+std::string generate_sum_squares();
 std::string generate_convert(ScalarType from, ScalarType to);
 
 }  // namespace orthojit::cuda

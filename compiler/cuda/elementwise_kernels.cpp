@@ -2,6 +2,7 @@
 #include "cuda/elementwise_kernels.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "cuda/program_cache.h"
 
@@ -36,17 +37,23 @@ CUfunction ElementwiseKernels::function(const std::string& source, const char* n
   return function;
 }
 
-void ElementwiseKernels::launch(CUfunction function, int64_t count, void** arguments, CUstream stream) {
-  if (count <= 0) return;
+namespace {
+// Memory-bound: 256 threads, enough CTAs to fill the device a few times over, the rest looped.
+constexpr int64_t kThreads = 256;
+int64_t most_blocks() { return std::max<int64_t>(1, static_cast<int64_t>(Device::get().info().multiprocessors) * 8); }
+}  // namespace
+
+int64_t ElementwiseKernels::most_threads() const { return most_blocks() * kThreads; }
+
+int64_t ElementwiseKernels::launch(CUfunction function, int64_t count, void** arguments, CUstream stream) {
+  if (count <= 0) return 0;
   const Device& device = Device::get();
   device.make_current();
-  // Memory-bound: 256 threads, enough CTAs to fill the device a few times over, the rest looped.
-  constexpr int64_t kThreads = 256;
   const int64_t wanted = (count + kThreads - 1) / kThreads;
-  const int64_t limit = std::max<int64_t>(1, static_cast<int64_t>(device.info().multiprocessors) * 8);
-  const unsigned blocks = static_cast<unsigned>(std::min(wanted, limit));
+  const unsigned blocks = static_cast<unsigned>(std::min(wanted, most_blocks()));
   check(device.api().cuLaunchKernel(function, blocks, 1, 1, static_cast<unsigned>(kThreads), 1, 1, 0, stream, arguments, nullptr),
         "cuLaunchKernel(element-wise)");
+  return static_cast<int64_t>(blocks) * kThreads;
 }
 
 void ElementwiseKernels::muon_momentum(const MuonMomentumKernel& kernel, CUdeviceptr g, CUdeviceptr m, CUdeviceptr u, double beta, int64_t count,
@@ -92,6 +99,26 @@ void ElementwiseKernels::adamw(const AdamWKernel& kernel, CUdeviceptr g, CUdevic
   long long n = count;
   void* arguments[] = {&g, &m, &v, &p, &beta1, &beta2, &lr, &bias1, &bias2, &eps, &scale, &decay, &n};
   launch(f, count, arguments, stream);
+}
+
+double ElementwiseKernels::sum_squares(CUdeviceptr x, int64_t count, CUstream stream) {
+  if (count <= 0) return 0.0;
+  CUfunction f = function(generate_sum_squares(), "oj_sum_squares");
+  const Device& device = Device::get();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!partials_) check(device.api().cuMemAlloc(&partials_, static_cast<size_t>(most_threads()) * sizeof(double)), "cuMemAlloc(sum of squares partials)");
+  }
+  long long n = count;
+  CUdeviceptr partials = partials_;
+  void* arguments[] = {&x, &partials, &n};
+  const int64_t threads = launch(f, count, arguments, stream);
+  std::vector<double> host(static_cast<size_t>(threads));
+  check(device.api().cuMemcpyDtoHAsync(host.data(), partials, host.size() * sizeof(double), stream), "cuMemcpyDtoHAsync(sum of squares)");
+  check(device.api().cuStreamSynchronize(stream), "cuStreamSynchronize");
+  double sum = 0.0;
+  for (double partial : host) sum += partial;
+  return sum;
 }
 
 void ElementwiseKernels::nonfinite(ScalarType grad, CUdeviceptr g, CUdeviceptr flag, int64_t count, CUstream stream) {

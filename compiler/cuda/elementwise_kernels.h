@@ -34,17 +34,23 @@ class ElementwiseKernels {
 
   // *flag (a device u32) ← 1 when one of g's `count` elements is a NaN or an infinity (never 0).
   void nonfinite(ScalarType grad, CUdeviceptr g, CUdeviceptr flag, int64_t count, CUstream stream);
+  // Σ x[i]² in f64 over `count` f32 elements: one partial per thread, copied back and added in
+  // order (deterministic for a device); waits for `stream`.
+  double sum_squares(CUdeviceptr x, int64_t count, CUstream stream);
 
   // The process's (device headers from the embedded vocabulary).
   static ElementwiseKernels& process_default(const NamedSources& headers);
 
  private:
   CUfunction function(const std::string& source, const char* name);
-  void launch(CUfunction function, int64_t count, void** arguments, CUstream stream);
+  // Returns the number of threads launched (blocks × 256).
+  int64_t launch(CUfunction function, int64_t count, void** arguments, CUstream stream);
+  int64_t most_threads() const;
 
   NamedSources headers_;
   std::mutex mutex_;
   std::map<std::string, std::pair<CUmodule, CUfunction>> loaded_;  // by source
+  CUdeviceptr partials_ = 0;  // sum_squares' partials (most_threads() doubles), allocated once
 };
 
 }  // namespace orthojit::cuda

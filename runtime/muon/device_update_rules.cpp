@@ -67,6 +67,16 @@ void device_divide(std::uintptr_t values, float divisor, int64_t count, void* st
 #endif
 }
 
+double device_sum_squares(std::uintptr_t values, int64_t count, void* stream) {
+#ifdef ORTHOJIT_HAVE_CUDA
+  return kernels_or_throw().sum_squares(values, count, static_cast<CUstream>(stream));
+#else
+  (void)values, (void)count, (void)stream;
+  no_cuda();
+  return 0.0;
+#endif
+}
+
 void device_convert(DType from, std::uintptr_t source, DType to, std::uintptr_t destination, int64_t count, void* stream) {
 #ifdef ORTHOJIT_HAVE_CUDA
   kernels_or_throw().convert(scalar_type(from), source, scalar_type(to), destination, count, static_cast<CUstream>(stream));

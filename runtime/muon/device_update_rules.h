@@ -25,6 +25,8 @@ void device_apply_muon(double lr, double weight_decay, DType param_type, std::ui
 // acc ← acc + g (acc f32), x ← x / divisor (f32), and d ← s converted (rounded once).
 void device_accumulate(DType grad_type, std::uintptr_t grad, std::uintptr_t accumulator, int64_t count, void* stream);
 void device_divide(std::uintptr_t values, float divisor, int64_t count, void* stream);
+// Σ x[i]² in f64 over f32 values (ElementwiseKernels::sum_squares); waits for `stream`.
+double device_sum_squares(std::uintptr_t values, int64_t count, void* stream);
 void device_convert(DType from, std::uintptr_t source, DType to, std::uintptr_t destination, int64_t count, void* stream);
 
 // One AdamW step (`step` already incremented), as adam_step.

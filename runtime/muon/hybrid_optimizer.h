@@ -36,6 +36,9 @@ struct StepReport {
   std::string reason;            // why the step was skipped
   int muon_updated = 0, adam_updated = 0, without_gradient = 0;
   double orthogonalize_seconds = 0;
+  // The distributed optimizer with max_gradient_norm: the reduced gradient's global norm before
+  // clipping (-1: not computed).
+  double gradient_norm = -1;
 };
 
 struct ParameterInfo {

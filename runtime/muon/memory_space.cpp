@@ -45,6 +45,12 @@ class HostMemory final : public MemorySpace {
       if (first_nonfinite(span.type, reinterpret_cast<const void*>(span.address), span.count) >= 0) return true;
     return false;
   }
+  double sum_squares(std::uintptr_t values, int64_t count, void*) override {
+    const float* x = reinterpret_cast<const float*>(values);
+    double sum = 0.0;
+    for (int64_t i = 0; i < count; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    return sum;
+  }
   void adam_step(const AdamGroupSettings& adam, int64_t step, DType grad_type, std::uintptr_t grad, std::uintptr_t exp_avg, std::uintptr_t exp_avg_sq,
                  DType param_type, std::uintptr_t param, int64_t count, void*) override {
     // adam_step reads an f32 gradient: a 16-bit one is widened first (exactly), as HybridOptimizer does.
@@ -183,6 +189,7 @@ class CudaMemory final : public MemorySpace {
     device_accumulate(grad_type, grad, accumulator, count, stream);
   }
   void divide(std::uintptr_t values, float divisor, int64_t count, void* stream) override { device_divide(values, divisor, count, stream); }
+  double sum_squares(std::uintptr_t values, int64_t count, void* stream) override { return device_sum_squares(values, count, stream); }
   void convert(DType from, std::uintptr_t source, DType to, std::uintptr_t destination, int64_t count, void* stream) override {
     device_convert(from, source, to, destination, count, stream);
   }

@@ -54,6 +54,10 @@ class MemorySpace {
   // span (elementwise_codegen.h oj_nonfinite) sets one device flag, which comes back with one
   // 4-byte copy on `stream` and one synchronization of that stream: the step's only wait.
   virtual bool any_nonfinite(const std::vector<TensorSpan>& spans, void* stream) = 0;
+  // Σ x[i]² in f64 over `count` f32 values (the gradient-clipping norm): host in order; CUDA one
+  // generated kernel with a partial per thread, added in order on the host after a wait for
+  // `stream`. Deterministic on each.
+  virtual double sum_squares(std::uintptr_t values, int64_t count, void* stream) = 0;
 
   // One AdamW step (update_rules.h adam_step; `step` already incremented) on `count` elements:
   // g in its own type, m and v f32 in place, p in its own type. CUDA: the generated kernel

@@ -48,6 +48,10 @@ DistributedSettings distributed_settings(const DeepSpeedConfig& config) {
   if (config.zero.offload_optimizer_device == "nvme")
     throw std::invalid_argument("zero_optimization.offload_optimizer.device \"nvme\": orthojit offloads the optimizer state to host memory (\"cpu\") only");
   settings.offload_optimizer = config.zero.offload_optimizer_device == "cpu";
+  // DeepSpeed clips the flat buffer after Muon has put its update there, so the normalized
+  // update is divided by a norm it contributes to (a defect not copied): here the gradient is
+  // clipped, as gradient_clipping means for every other optimizer.
+  settings.max_gradient_norm = config.gradient_clipping;
   return settings;
 }
 
@@ -112,6 +116,8 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
                                 "optimizer for NorMuon and AdaMuon, or set muon.variant = muon");
   buffers_.memory = memory_;
   if (distributed_.stage < 1 || distributed_.stage > 3) throw std::invalid_argument("ZeRO stage must be 1, 2 or 3 (got " + std::to_string(distributed_.stage) + ")");
+  if (!(distributed_.max_gradient_norm >= 0) || !std::isfinite(distributed_.max_gradient_norm))
+    throw std::invalid_argument("max_gradient_norm must be a finite number >= 0 (0: no clipping), got " + std::to_string(distributed_.max_gradient_norm));
   if (distributed_.offload_optimizer && settings_.muon.backend == "cuda")
     throw std::invalid_argument("optimizer offload keeps the state in host memory and orthogonalizes on the host: set muon.backend to cpu (it is cuda)");
   if (memory_->is_device()) {
@@ -334,6 +340,7 @@ StepReport DistributedOptimizer::step(void* stream) {
     bytes_last_step_ = communicator_.bytes_sent() - bytes_before;
     return report;
   }
+  if (distributed_.max_gradient_norm > 0) clip_gradients(report, stream);
   if (distributed_.mode == OrthogonalizationMode::DeepSpeed) muon_deepspeed(report, stream);
   else muon_balanced(report, stream);
   adam(stream);
@@ -342,6 +349,23 @@ StepReport DistributedOptimizer::step(void* stream) {
   bytes_last_step_ = communicator_.bytes_sent() - bytes_before;
   ++steps_;
   return report;
+}
+
+// Each element counted once: every rank sums the squares of its own partition (which holds the
+// reduced gradient at every stage), and every rank adds the ranks' f64 sums in rank order, so all
+// ranks get the same norm and the same divisor. Where every rank holds the whole reduced gradient
+// (stage 1, gradients_reduced) the whole of it is divided; else this rank's partition (the pieces
+// other owners send in deepspeed mode are divided by them).
+void DistributedOptimizer::clip_gradients(StepReport& report, void* stream) {
+  const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
+  double total = 0.0;
+  for (double sum : all_gather_doubles({memory_->sum_squares(at(flat_, mine.begin), mine.end - mine.begin, stream)})) total += sum;
+  report.gradient_norm = std::sqrt(total);
+  const double coefficient = (report.gradient_norm + 1e-6) / distributed_.max_gradient_norm;
+  if (!(coefficient > 1.0)) return;
+  const float divisor = static_cast<float>(coefficient);
+  if (distributed_.stage == 1 || distributed_.gradients_reduced) memory_->divide(flat_, divisor, plan_.padded_elements, stream);
+  else memory_->divide(at(flat_, mine.begin), divisor, mine.end - mine.begin, stream);
 }
 
 void DistributedOptimizer::muon_deepspeed(StepReport& report, void* stream) {
@@ -586,6 +610,18 @@ struct ScratchBuffer {
 };
 }  // namespace
 
+std::vector<double> DistributedOptimizer::all_gather_doubles(const std::vector<double>& values) {
+  const int world = communicator_.world();
+  if (world <= 1 || values.empty()) return values;
+  const int64_t bytes = static_cast<int64_t>(values.size() * sizeof(double));
+  ScratchBuffer mine(*memory_, bytes / 4), every(*memory_, world * (bytes / 4));
+  memory_->upload(mine.address, values.data(), bytes);
+  communicator_.all_gather(reinterpret_cast<const void*>(mine.address), bytes, reinterpret_cast<void*>(every.address));
+  std::vector<double> all(values.size() * static_cast<size_t>(world));
+  memory_->download(all.data(), every.address, bytes * world);
+  return all;
+}
+
 void DistributedOptimizer::qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
   auto find = [&](const std::string& name) -> Entry& {
     for (Entry& entry : entries_)
@@ -620,13 +656,8 @@ void DistributedOptimizer::qk_clip(const std::string& q_name, const std::string&
   // the step's memory space so that device engines move it.
   std::vector<double> maxima = s_max;
   if (world > 1 && !s_max.empty()) {
-    const int64_t bytes = static_cast<int64_t>(s_max.size() * sizeof(double));
-    ScratchBuffer mine(*memory_, (bytes + 3) / 4), every(*memory_, world * ((bytes + 3) / 4));
-    memory_->upload(mine.address, s_max.data(), bytes);
     communicator_.set_stream(nullptr);
-    communicator_.all_gather(reinterpret_cast<const void*>(mine.address), bytes, reinterpret_cast<void*>(every.address));
-    std::vector<double> all(s_max.size() * static_cast<size_t>(world));
-    memory_->download(all.data(), every.address, bytes * world);
+    const std::vector<double> all = all_gather_doubles(s_max);
     for (int r = 0; r < world; ++r)
       for (size_t h = 0; h < s_max.size(); ++h) maxima[h] = std::max(maxima[h], all[static_cast<size_t>(r) * s_max.size() + h]);
   }

@@ -11,6 +11,8 @@
 //                   of the whole matrix and applies its own slice;
 //        balanced   owners keep the momentum of their slice and send U's pieces to the matrix's
 //                   orthogonalizer, which computes NS once and sends O's pieces back;
+//      With max_gradient_norm, the reduced gradient's global norm (every rank's partition, each
+//      element once) is clipped to it: g ← g / c, c = fl32((‖g‖ + 1e-6) / max) when c > 1;
 //   3. AdamW on the rank's slice (plain ZeRO);
 //   4. parameters: all-gathered at stages 1 and 2; at stage 3 they stay partitioned until
 //      gather_parameters().
@@ -66,6 +68,9 @@ struct DistributedSettings {
   // averaged them in backward): taken as they are, neither reduced nor averaged again.
   bool gradients_reduced = false;
   bool offload_optimizer = false;  // state in host memory, NS on the CPU backend
+  // > 0: the reduced gradient's global norm is clipped to this before momentum and AdamW see it
+  // (DeepSpeed's gradient_clipping; torch.nn.utils.clip_grad_norm_'s rule). 0: off.
+  double max_gradient_norm = 0;
 };
 
 // From DeepSpeed's zero_optimization section (already validated by the config reader): the
@@ -165,6 +170,10 @@ class DistributedOptimizer {
   };
   std::uintptr_t at(std::uintptr_t base, int64_t floats) const { return base + static_cast<std::uintptr_t>(floats * 4); }
   void reduce_gradients(void* stream);
+  void clip_gradients(StepReport& report, void* stream);
+  // Every rank's `values` (the same count on every rank), rank after rank, through the step's
+  // memory space (device engines move device buffers); bit-exact.
+  std::vector<double> all_gather_doubles(const std::vector<double>& values);
   std::string locate_nonfinite() const;
   void muon_deepspeed(StepReport& report, void* stream);
   void muon_balanced(StepReport& report, void* stream);

@@ -153,3 +153,32 @@ def test_matrix_options_split_as_in_muon():
         orthojit.DistributedMuon(qkv.named_parameters(), comm="local", matrix_options={"weight": {"heads": 2}})
     with pytest.raises(ValueError, match="tagged AdamW but has matrix options"):
         orthojit.DistributedMuon(qkv.named_parameters(), comm="local", matrix_options={"bias": {"head_rows": 2}})
+
+
+def test_max_grad_norm_clips_the_reduced_gradient():
+    # One process: the reduced gradient is the gradient. The step must be orthojit.Muon's on the
+    # gradient divided by c = fl32((|g| + 1e-6) / max), the norm reported; a bad max is refused.
+    torch.manual_seed(5)
+    net, twin = torch.nn.Linear(6, 4), torch.nn.Linear(6, 4)
+    twin.load_state_dict(net.state_dict())
+    settings = {"muon.backend": "ref", "muon.precision": "f32"}
+    distributed = orthojit.DistributedMuon(net.named_parameters(), comm="local", preset="keller", settings=settings, max_grad_norm=0.5)
+    reference = orthojit.Muon(twin.named_parameters(), preset="keller", settings=settings)
+    for step in range(2):
+        torch.manual_seed(10 + step)
+        for p, q in zip(net.parameters(), twin.parameters()):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        report = distributed.step()
+        norm = torch.cat([q.grad.double().reshape(-1) for q in twin.parameters()]).norm().item()
+        assert abs(report["gradient_norm"] - norm) <= 1e-12 * norm
+        divisor = torch.tensor((report["gradient_norm"] + 1e-6) / 0.5, dtype=torch.float32)
+        assert divisor.item() > 1
+        for q in twin.parameters():
+            q.grad.div_(divisor)
+        reference.step()
+        for p, q in zip(net.parameters(), twin.parameters()):
+            assert torch.equal(p, q)
+    for bad in (0, -1.0, float("inf"), "1", True):
+        with pytest.raises(ValueError, match="max_grad_norm must be a finite number > 0"):
+            orthojit.DistributedMuon(net.named_parameters(), comm="local", max_grad_norm=bad)

@@ -179,6 +179,11 @@ class DistributedMuon(torch.optim.Optimizer):
             rates unless ``muon_lr`` / ``adam_lr`` is given, ``weight_decay`` both groups'; they
             take precedence over ``settings``.
         use_muon: ``{name: bool}`` overriding DeepSpeed's tagging rule.
+        max_grad_norm: clip the reduced gradient's global norm to this before momentum and AdamW
+            (torch.nn.utils.clip_grad_norm_'s rule on the gradient every rank reduces; the
+            step's report gives ``gradient_norm``). Calling clip_grad_norm_ on ``.grad`` before
+            ``step()`` would clip each rank's unreduced gradient by its own norm instead. With
+            ``gradients_reduced`` (DDP) either works. None: no clipping.
         matrix_options: per-name matrix options, as orthojit.Muon's: ``{"attn.qkv.weight":
             {"row_splits": [q, k, v], "head_rows": 64}, "moe.experts.w1": {"layout": "batch"}}``
             (Muon parameters only).
@@ -204,7 +209,8 @@ class DistributedMuon(torch.optim.Optimizer):
 
     def __init__(self, named_parameters, comm=None, *, stage=2, mode="deepspeed", preset="deepspeed", settings=None, use_muon=None,
                  average_gradients=True, offload=False, engine="mpi", gradients_reduced=False, lr=None, muon_lr=None, adam_lr=None,
-                 momentum=None, nesterov=None, weight_decay=None, betas=None, eps=None, backend=None, matrix_options=None):
+                 momentum=None, nesterov=None, weight_decay=None, betas=None, eps=None, backend=None, matrix_options=None,
+                 max_grad_norm=None):
         if engine not in ("mpi", "nccl"):
             raise ValueError(f"engine must be 'mpi' or 'nccl', got {engine!r}")
         group = _torch_group(comm)
@@ -249,12 +255,15 @@ class DistributedMuon(torch.optim.Optimizer):
         if not self._parameters:
             raise ValueError("DistributedMuon was given no trainable parameters")
         options = _matrix_options(matrix_options, names)
+        if max_grad_norm is not None and (isinstance(max_grad_norm, (bool, str)) or not isinstance(max_grad_norm, (int, float))
+                                          or not max_grad_norm > 0 or max_grad_norm == float("inf")):
+            raise ValueError(f"max_grad_norm must be a finite number > 0 (or None: no clipping), got {max_grad_norm!r}")
         self._accumulated = False
         overrides = _overrides(settings, lr=lr, muon_lr=muon_lr, adam_lr=adam_lr, momentum=momentum, nesterov=nesterov,
                                weight_decay=weight_decay, betas=betas, eps=eps, backend=backend)
         self._core = _orthojit.Distributed([(name, tensor.detach(), use_muon.get(name)) for name, tensor in self._parameters], handle, preset,
                                            overrides, stage, mode, bool(average_gradients), bool(offload), engine, collectives,
-                                           bool(gradients_reduced), options)
+                                           bool(gradients_reduced), options, float(max_grad_norm or 0.0))
         values = _orthojit.MuonSettings(preset, dict(overrides)).values()
         # missing_grad = zero (deepspeed, keller): a parameter without a gradient is stepped with
         # zeros, as their code sets p.grad = zeros; under skip every rank must give every gradient.
