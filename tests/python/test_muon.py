@@ -923,3 +923,49 @@ def test_a_graph_saved_before_the_step_fails_in_backward_as_after_torchs_optimiz
     assert all(p._version > before[name] for name, p in model.named_parameters())
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def _conv_net(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 12, (3, 2)), torch.nn.Conv2d(12, 5, 1))
+
+
+@pytest.mark.parametrize("tensor_path", [False, True])
+@pytest.mark.parametrize("preset, variant", [("keller", None), ("deepspeed", None), ("keller", "adamuon")])
+def test_channels_last_filters_step_as_their_contiguous_twins(tensor_path, preset, variant):
+    # A vision model moved to channels_last (airbench-style speedruns do) holds its filters as
+    # (out, kh, kw, in) in memory. Muon steps that memory in order: the filter's matrix with its
+    # columns permuted, which Newton-Schulz commutes with. In f64 the two runs agree to rounding
+    # (1e-10 relative; a transposed or mis-scaled matrix is off by O(1)), the parameters and state
+    # stay channels_last, and the state_dict loads into the contiguous twin.
+    if tensor_path and variant is not None:
+        pytest.skip("variants run on the host path only")
+    settings = {"muon.backend": "ref", "muon.precision": "f64"}
+    last = _conv_net(1).to(memory_format=torch.channels_last)
+    plain = _conv_net(1)
+    assert last[0].weight.is_contiguous(memory_format=torch.channels_last) and not last[0].weight.is_contiguous()
+    a = orthojit.Muon(last.named_parameters(), preset=preset, settings=settings, variant=variant)
+    b = orthojit.Muon(plain.named_parameters(), preset=preset, settings=settings, variant=variant)
+    a._force_tensor_path = b._force_tensor_path = tensor_path
+    for step in range(3):
+        torch.manual_seed(20 + step)
+        for p, q in zip(last.parameters(), plain.parameters()):
+            q.grad = torch.randn_like(q)
+            p.grad = q.grad.clone()  # a contiguous gradient for a channels_last parameter: converted
+        a.step()
+        b.step()
+        for (name, p), q in zip(last.named_parameters(), plain.parameters()):
+            moved = (q.detach() - _conv_net(1).state_dict()[name]).abs().max()
+            assert (p.detach() - q.detach()).abs().max() <= 1e-10 * moved, f"{name} after step {step}"
+    assert last[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert a.state[last[0].weight]["momentum_buffer"].is_contiguous(memory_format=torch.channels_last)
+    restored = orthojit.Muon(_conv_net(1).named_parameters(), preset=preset, settings=settings, variant=variant)
+    restored.load_state_dict(a.state_dict())
+    for key, value in a.state[last[0].weight].items():
+        assert torch.equal(restored.state[restored.param_groups[0]["params"][0]][key], value), key
+
+
+def test_a_channels_last_filter_cut_into_a_batch_of_matrices_is_refused():
+    net = _conv_net(1).to(memory_format=torch.channels_last)
+    with pytest.raises(ValueError, match="is channels_last, and its matrix plan"):
+        orthojit.Muon(net.named_parameters(), preset="keller", matrix_options={"0.weight": {"layout": "batch"}})

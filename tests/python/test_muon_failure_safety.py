@@ -83,15 +83,20 @@ def test_a_bad_value_edited_into_param_groups_fails_the_step_before_anything_cha
 
 def test_a_parameter_made_non_contiguous_fails_the_step_before_anything_changes():
     torch.manual_seed(1)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Conv2d(4, 8, 3))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Conv2d(4, 8, 3), torch.nn.Linear(6, 5))
     optimizer = orthojit.Muon(model.named_parameters())
-    model.to(memory_format=torch.channels_last)
+    model.to(memory_format=torch.channels_last)  # the filter: channels_last, which is stepped as it is
+    model[2].weight.data = model[2].weight.data.t().contiguous().t()  # a transposed layout, which is not
     model[1](torch.randn(2, 4, 5, 5)).sum().backward()
     model[0](torch.randn(2, 4)).sum().backward()
+    model[2](torch.randn(3, 6)).sum().backward()
     before = snapshot(model, optimizer)
-    with pytest.raises(ValueError, match="'1.weight' is not a contiguous"):
+    with pytest.raises(ValueError, match="'2.weight' is not a contiguous dense tensor"):
         optimizer.step()
     assert_unchanged(model, optimizer, before)
+    model[2].weight.data = model[2].weight.data.contiguous()
+    optimizer.step()
+    assert model[1].weight.is_contiguous(memory_format=torch.channels_last)
 
 
 def test_a_refused_add_param_group_adds_nothing():

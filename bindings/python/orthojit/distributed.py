@@ -24,7 +24,7 @@ import copy
 import torch
 
 from . import _orthojit
-from .muon import _MATRIX_KEYS, _STATE_FORMAT, _check_group, _match_saved_state
+from .muon import _MATRIX_KEYS, _STATE_FORMAT, _channels_last, _check_group, _match_saved_state
 
 __all__ = ["DistributedMuon"]
 
@@ -241,6 +241,9 @@ class DistributedMuon(torch.optim.Optimizer):
             name, tensor = item
             if getattr(tensor, "requires_grad", True) is False:
                 continue
+            if isinstance(tensor, torch.Tensor) and _channels_last(tensor):
+                raise ValueError(f"parameter '{name}' is channels_last: DistributedMuon partitions contiguous parameters (orthojit.Muon "
+                                 "steps channels_last filters); make the model contiguous (model.to(memory_format=torch.contiguous_format))")
             self._parameters.append((name, tensor))
         # Names key each tensor's gradient and state (two tensors under one name once stepped the
         # first with the second's gradient and the second with zeros), as in orthojit.Muon.

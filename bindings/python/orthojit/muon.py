@@ -63,7 +63,7 @@ def _count_in_place_change(p: torch.Tensor) -> None:
         bump(p)
         return
     with torch.no_grad():  # an in-place op on an empty view: the shared counter moves, no kernel runs
-        p.detach().view(-1)[:0].zero_()
+        p.detach().reshape(-1)[:0].zero_() if p.is_contiguous() else p.detach()[(slice(0, 0),)].zero_()
 
 
 def _number(group: Dict[str, Any], key: str, value: Any, least: float, below: Optional[float] = None, above_least: bool = False,
@@ -99,6 +99,25 @@ def _check_group(group: Dict[str, Any], owner: str = "orthojit.Muon") -> None:
         for key, beta in zip(("betas[0]", "betas[1]"), betas):
             _number(group, key, beta, 0.0, below=1.0, owner=owner)
         _number(group, "eps", group.get("eps"), 0.0, above_least=True, owner=owner)
+
+
+def _channels_last(t: torch.Tensor) -> bool:
+    """A 4-D tensor laid out channels_last (and not also plain contiguous: a 1x1 kernel is both)."""
+    return t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+
+
+def _physical(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's memory in order, as the runtime steps it: a channels_last (out, in, kh, kw)
+    tensor as its contiguous (out, kh, kw, in) view; any other tensor as it is. Muon's matrix of
+    such a filter, (out, in*kh*kw), is then stepped with its columns permuted: Newton-Schulz is
+    equivariant under column permutations (NS(X P) = NS(X) P) and every other term is element-wise,
+    so each element gets its own update (to the rounding of the products' sums)."""
+    return t.permute(0, 2, 3, 1) if _channels_last(t) else t
+
+
+def _in_format_of(t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """`t` (a gradient or a state tensor of p's shape) in p's memory format."""
+    return t.contiguous(memory_format=torch.channels_last if _channels_last(p) else torch.contiguous_format)
 
 
 def _label(name: str) -> str:
@@ -336,8 +355,9 @@ class Muon(torch.optim.Optimizer):
         if p.device.type not in ("cpu", "cuda"):
             raise ValueError(f"orthojit.Muon: {_label(name)} is on {p.device}; orthojit steps parameters in CPU memory "
                              "or on CUDA devices")
-        if p.layout != torch.strided or not p.is_contiguous():
-            raise ValueError(f"orthojit.Muon: {_label(name)} is not a contiguous dense tensor")
+        if p.layout != torch.strided or not (p.is_contiguous() or _channels_last(p)):
+            raise ValueError(f"orthojit.Muon: {_label(name)} is not a contiguous dense tensor (contiguous, or a 4-D tensor in "
+                             "torch.channels_last)")
         if p.device.type == "cuda":
             try:  # one device per process: the kernels, their caches and the context are that device's
                 _orthojit.check_cuda_device(p.device.index if p.device.index is not None else torch.cuda.current_device())
@@ -356,6 +376,15 @@ class Muon(torch.optim.Optimizer):
             return bool(_orthojit.default_use_muon(name, list(p.shape), self._settings.values()["tagging"]))
         return bool(tag)
 
+    def _check_channels_last_plan(self, name: str, p: torch.Tensor, plan: Any) -> None:
+        """A channels_last filter is stepped in its memory order (_physical): right when its
+        matrices are row blocks of one (out, in*kh*kw) matrix (the trailing and flatten layouts,
+        row_splits, head_rows), not when a layout makes a batch of matrices out of it."""
+        if _channels_last(p) and (plan.batch != 1 or plan.rows != p.shape[0]):
+            raise ValueError(f"orthojit.Muon: {_label(name)} is channels_last, and its matrix plan ({plan.batch} x {plan.rows} x {plan.cols}) "
+                             f"is not one ({p.shape[0]}, {p[0].numel()}) matrix: the layout 'batch' cuts its memory into matrices it does not "
+                             "hold in this format. Use layout 'trailing' or 'flatten', or make the parameter contiguous")
+
     def _plan(self, name: str, p: torch.Tensor, group_matrix: Mapping[str, Any]):
         options = dict(group_matrix)
         options.update(self._matrix_options.get(name, {}))
@@ -365,10 +394,12 @@ class Muon(torch.optim.Optimizer):
                              f"valid: {list(_MATRIX_KEYS)}")
         shape = list(p.shape) if p.dim() > 0 else [1]
         values = self._settings.values()
-        return _orthojit.plan_matrices(name, shape, layout=str(options.get("layout", "auto")),
+        plan = _orthojit.plan_matrices(name, shape, layout=str(options.get("layout", "auto")),
                                        row_splits=[int(r) for r in options.get("row_splits", [])],
                                        head_rows=int(options.get("head_rows", 0)),
                                        tensor_layout=values["tensor_layout"], conv_scale=values["conv_scale"])
+        self._check_channels_last_plan(name, p, plan)
+        return plan
 
     # ----------------------------------------------------------------------------- step
     @torch.no_grad()
@@ -390,6 +421,8 @@ class Muon(torch.optim.Optimizer):
             for name, p in zip(group["param_names"], group["params"]):
                 if p.dtype not in _PARAM_DTYPES or not p.is_contiguous():  # what a model's .to() may change
                     self._check_parameter(name, p)  # raises, saying what is wrong
+                    if group["use_muon"]:
+                        self._check_channels_last_plan(name, p, self._plans[id(p)])
         for group in self.param_groups:
             for name, p in zip(group["param_names"], group["params"]):
                 if not p.requires_grad:  # frozen: never touched (docs/muon.md), as the C++ optimizer
@@ -402,12 +435,12 @@ class Muon(torch.optim.Optimizer):
                 g = p.grad
                 if g.is_sparse:
                     raise RuntimeError(f"orthojit.Muon: {_label(name)} has a sparse gradient; Muon and AdamW need dense ones")
-                work.append((group, name, p, g.detach().contiguous()))
+                work.append((group, name, p, _in_format_of(g.detach(), p)))
         on_tensors, on_host = [], []
         for w in work:
             (on_tensors if w[2].device.type != "cpu" or self._force_tensor_path else on_host).append(w)
         for _, name, _, g in on_host:  # everything is checked before anything changes
-            problem = _orthojit.find_nonfinite(g, name)
+            problem = _orthojit.find_nonfinite(_physical(g), name)
             if problem is not None:
                 self.last_report = StepReport(skipped=True, reason=problem)
                 return loss
@@ -419,29 +452,29 @@ class Muon(torch.optim.Optimizer):
         # compile that fails leaves every parameter and state as it was).
         for group, name, p, g in on_host:
             if group["use_muon"]:
-                _orthojit.muon_prepare(self._settings, self._plans[id(p)], p.detach(), g, bool(group["nesterov"]), name)
+                _orthojit.muon_prepare(self._settings, self._plans[id(p)], _physical(p.detach()), _physical(g), bool(group["nesterov"]), name)
         self._tensor_step(on_tensors, report)
         for group, name, p, g in on_host:
             state = self.state[p]
-            data = p.detach()
+            data, g = _physical(p.detach()), _physical(g)  # the memory in order (channels_last filters)
             if group["use_muon"]:
                 if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros(p.shape, dtype=torch.float32)
+                    state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
                 if self._variant() != "muon":
                     report.orthogonalize_seconds += self._variant_update(group, name, p, g, state)
                     report.muon_updated += 1
                     continue
                 report.orthogonalize_seconds += _orthojit.muon_update(
-                    self._settings, self._plans[id(p)], data, g, state["momentum_buffer"], float(group["lr"]),
+                    self._settings, self._plans[id(p)], data, g, _physical(state["momentum_buffer"]), float(group["lr"]),
                     float(group["momentum"]), float(group["weight_decay"]), bool(group["nesterov"]), name)
                 report.muon_updated += 1
             else:
                 if "step" not in state:
                     state["step"] = torch.zeros((), dtype=torch.int64)
-                    state["exp_avg"] = torch.zeros(p.shape, dtype=torch.float32)
-                    state["exp_avg_sq"] = torch.zeros(p.shape, dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
                 beta1, beta2 = group["betas"]
-                _orthojit.adam_update(self._settings, int(state["step"]) + 1, data, g, state["exp_avg"], state["exp_avg_sq"],
+                _orthojit.adam_update(self._settings, int(state["step"]) + 1, data, g, _physical(state["exp_avg"]), _physical(state["exp_avg_sq"]),
                                       float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
                                       float(group["weight_decay"]), name)
                 state["step"] += 1
@@ -472,11 +505,13 @@ class Muon(torch.optim.Optimizer):
     def _variant_update(self, group: Dict[str, Any], name: str, p: torch.Tensor, g: torch.Tensor, state: Dict[str, Any]) -> float:
         for key, (dtype, shape) in self._variant_state(p).items():
             if key not in state:
-                state[key] = torch.zeros(shape, dtype=dtype)
+                # p's shape: p's memory format too (a channels_last filter's per-element moment)
+                state[key] = torch.zeros_like(p, dtype=dtype) if tuple(shape) == tuple(p.shape) else torch.zeros(shape, dtype=dtype)
         variant = self._variant()
         moment = state["second_momentum_buffer" if variant == "normuon" else "v_buffer"]
         step = int(state["variant_step"]) + 1 if variant == "adamuon" else 0
-        seconds = _orthojit.muon_variant_update(self._settings, self._plans[id(p)], p.detach(), g, state["momentum_buffer"], moment, step,
+        seconds = _orthojit.muon_variant_update(self._settings, self._plans[id(p)], _physical(p.detach()), g, _physical(state["momentum_buffer"]),
+                                                _physical(moment), step,
                                                 float(group["lr"]), float(group["momentum"]), float(group["weight_decay"]),
                                                 bool(group["nesterov"]), name)
         if variant == "adamuon":
@@ -499,19 +534,20 @@ class Muon(torch.optim.Optimizer):
         muon_items = []
         for group, name, p, g in work:
             state = self.state[p]
-            g = g.to(p.device).contiguous()
+            g = _physical(_in_format_of(g.to(p.device), p))
             if group["use_muon"]:
                 if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
-                muon_items.append((self._plans[id(p)], p.detach(), g, state["momentum_buffer"], float(group["lr"]), float(group["momentum"]),
+                    state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
+                muon_items.append((self._plans[id(p)], _physical(p.detach()), g, _physical(state["momentum_buffer"]), float(group["lr"]), float(group["momentum"]),
                                    float(group["weight_decay"]), kind == "ema", bool(group["nesterov"])))
             else:
                 if "step" not in state:
                     state["step"] = torch.zeros((), dtype=torch.int64)
-                    state["exp_avg"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
-                    state["exp_avg_sq"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
                 beta1, beta2 = group["betas"]
-                _tensor_step.adam_step(self._settings, p, g, state["exp_avg"], state["exp_avg_sq"], int(state["step"]) + 1, float(group["lr"]),
+                _tensor_step.adam_step(self._settings, _physical(p), g, _physical(state["exp_avg"]), _physical(state["exp_avg_sq"]),
+                                       int(state["step"]) + 1, float(group["lr"]),
                                        float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]), formula)
                 state["step"] += 1
                 report.adam_updated += 1
@@ -588,7 +624,8 @@ class Muon(torch.optim.Optimizer):
         state: Dict[Any, Dict[str, Any]] = defaultdict(dict)
         for p, values in matched.items():
             for key, value in values.items():
-                state[p][key] = value.detach().to("cpu" if key in ("step", "variant_step") else p.device).clone().contiguous()
+                value = value.detach().to("cpu" if key in ("step", "variant_step") else p.device).clone()
+                state[p][key] = _in_format_of(value, p) if value.shape == p.shape else value.contiguous()
         self.__setstate__({"state": state, "param_groups": new_groups})
         self.steps_taken = int(meta.get("steps_taken", 0))
 
