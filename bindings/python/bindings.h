@@ -14,6 +14,9 @@ namespace orthojit::python {
 // muon.coefficients, and a cuda backend checked for. orthojit.Muon and orthojit.DistributedMuon
 // read their settings through this one function (optimizer_bindings.cpp).
 void apply_python_setting(runtime::OptimizerSettings& settings, const std::string& key, nanobind::handle value);
+// The settings an orthojit._orthojit.MuonSettings object holds (a TypeError for anything else):
+// DistributedMuon.from_deepspeed_config hands the config's settings to the distributed step.
+const runtime::OptimizerSettings& settings_of(nanobind::handle muon_settings);
 
 void register_compiler(nanobind::module_& module);   // compiler_bindings.cpp: orthogonalize, compile, programs, tune, bench, info
 void register_optimizer(nanobind::module_& module);  // optimizer_bindings.cpp: the Muon + AdamW update rules on tensors

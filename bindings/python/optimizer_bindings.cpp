@@ -89,6 +89,8 @@ std::string value_text(const std::string& key, nb::handle value) {
 // gram), "muon.coefficients" (a, b, c for every step); a cuda backend is checked for here.
 }  // namespace
 
+const runtime::OptimizerSettings& settings_of(nb::handle muon_settings) { return nb::cast<const MuonSettings&>(muon_settings).settings; }
+
 void apply_python_setting(runtime::OptimizerSettings& settings, const std::string& key, nb::handle value) {
   runtime::MuonGroupSettings& muon = settings.muon;
   if (key == "muon.coefficients") {

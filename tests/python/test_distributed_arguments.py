@@ -182,3 +182,37 @@ def test_max_grad_norm_clips_the_reduced_gradient():
     for bad in (0, -1.0, float("inf"), "1", True):
         with pytest.raises(ValueError, match="max_grad_norm must be a finite number > 0"):
             orthojit.DistributedMuon(net.named_parameters(), comm="local", max_grad_norm=bad)
+
+
+def test_from_deepspeed_config_takes_stage_offload_clipping_and_the_optimizer_params():
+    config = {"train_batch_size": 8, "gradient_clipping": 0.25,
+              "zero_optimization": {"stage": 3, "reduce_scatter": False},
+              "optimizer": {"type": "muon", "params": {"lr": 0.01, "muon_lr": 0.03, "weight_decay": 0.02, "betas": [0.8, 0.9],
+                                                        "orthojit_backend": "ref", "not_a_key": 1}}}
+    torch.manual_seed(7)
+    net, twin = torch.nn.Linear(6, 4), torch.nn.Linear(6, 4)
+    twin.load_state_dict(net.state_dict())
+    with pytest.warns(UserWarning, match="ignored unknown key optimizer.params.not_a_key"):
+        configured = orthojit.DistributedMuon.from_deepspeed_config(net.named_parameters(), config, "local", mode="balanced")
+    by_hand = orthojit.DistributedMuon(twin.named_parameters(), "local", stage=3, mode="balanced", muon_lr=0.03, adam_lr=0.01, weight_decay=0.02,
+                                       betas=(0.8, 0.9), backend="ref", max_grad_norm=0.25)
+    assert configured._layout == {"stage": 3, "mode": "balanced"}
+    assert [g["lr"] for g in configured.param_groups] == [0.03, 0.01]
+    for step in range(2):
+        torch.manual_seed(30 + step)
+        for p, q in zip(net.parameters(), twin.parameters()):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        report = configured.step()
+        by_hand.step()
+        configured.gather_parameters()
+        by_hand.gather_parameters()
+        assert report["gradient_norm"] > 0.25  # clipped
+        for p, q in zip(net.parameters(), twin.parameters()):
+            assert torch.equal(p, q)
+    with pytest.raises(ValueError, match="stage 0 is plain data parallelism"):
+        orthojit.DistributedMuon.from_deepspeed_config(net.named_parameters(), {"optimizer": {"type": "muon"}}, "local")
+    with pytest.raises(TypeError, match="takes stage from the config"):
+        orthojit.DistributedMuon.from_deepspeed_config(net.named_parameters(), config, "local", stage=1)
+    with pytest.raises(ValueError, match="unknown"):
+        orthojit.DistributedMuon.from_deepspeed_config(net.named_parameters(), config, "local", strict=True)

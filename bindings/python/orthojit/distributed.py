@@ -20,6 +20,7 @@ orthojit.Muon, and back.
 """
 
 import copy
+import json as _json
 
 import torch
 
@@ -210,7 +211,7 @@ class DistributedMuon(torch.optim.Optimizer):
     def __init__(self, named_parameters, comm=None, *, stage=2, mode="deepspeed", preset="deepspeed", settings=None, use_muon=None,
                  average_gradients=True, offload=False, engine="mpi", gradients_reduced=False, lr=None, muon_lr=None, adam_lr=None,
                  momentum=None, nesterov=None, weight_decay=None, betas=None, eps=None, backend=None, matrix_options=None,
-                 max_grad_norm=None):
+                 max_grad_norm=None, _base_settings=None):
         if engine not in ("mpi", "nccl"):
             raise ValueError(f"engine must be 'mpi' or 'nccl', got {engine!r}")
         group = _torch_group(comm)
@@ -264,10 +265,14 @@ class DistributedMuon(torch.optim.Optimizer):
         self._accumulated = False
         overrides = _overrides(settings, lr=lr, muon_lr=muon_lr, adam_lr=adam_lr, momentum=momentum, nesterov=nesterov,
                                weight_decay=weight_decay, betas=betas, eps=eps, backend=backend)
+        if _base_settings is not None:  # from_deepspeed_config: the config's settings, the overrides on top
+            for key, value in overrides.items():
+                _base_settings.set(key, value)
+            overrides, preset = {}, _base_settings.preset
         self._core = _orthojit.Distributed([(name, tensor.detach(), use_muon.get(name)) for name, tensor in self._parameters], handle, preset,
                                            overrides, stage, mode, bool(average_gradients), bool(offload), engine, collectives,
-                                           bool(gradients_reduced), options, float(max_grad_norm or 0.0))
-        values = _orthojit.MuonSettings(preset, dict(overrides)).values()
+                                           bool(gradients_reduced), options, float(max_grad_norm or 0.0), _base_settings)
+        values = (_base_settings if _base_settings is not None else _orthojit.MuonSettings(preset, dict(overrides))).values()
         # missing_grad = zero (deepspeed, keller): a parameter without a gradient is stepped with
         # zeros, as their code sets p.grad = zeros; under skip every rank must give every gradient.
         self._zero_missing = values["missing_grad"] == "zero"
@@ -297,6 +302,27 @@ class DistributedMuon(torch.optim.Optimizer):
         # there): the Muon group's, as orthojit.Muon's.
         self.defaults = {"lr": current["muon.lr"], "momentum": current["muon.momentum"], "nesterov": self._nesterov,
                          "weight_decay": current["muon.weight_decay"]}
+
+    @classmethod
+    def from_deepspeed_config(cls, named_parameters, config, comm=None, *, strict=False, **kwargs):
+        """A DistributedMuon configured as DeepSpeed reads ``config`` (a path, JSON text or a dict):
+        the optimizer's settings from ``optimizer.params`` (as orthojit.Muon.from_deepspeed_config),
+        the ZeRO stage and the optimizer offload from ``zero_optimization``, and
+        ``gradient_clipping`` as ``max_grad_norm`` (the reduced gradient clipped, not DeepSpeed's
+        clipping of the Muon update: docs/distributed.md). Ignored keys are named in warnings
+        (``strict=True``: a ValueError). ``kwargs`` go to the constructor (``mode``, ``settings``,
+        ``engine``, ...), except what the config decides."""
+        from .muon import _deepspeed_settings, _read_deepspeed_config
+
+        for key in ("preset", "stage", "offload", "max_grad_norm", "_base_settings"):
+            if key in kwargs:
+                raise TypeError(f"from_deepspeed_config takes {key} from the config, not {key}= (edit the config, or build "
+                                "DistributedMuon directly)")
+        data, origin = _read_deepspeed_config(config)
+        base = _deepspeed_settings(data, origin, strict)
+        zero = _orthojit.deepspeed_distributed_settings(_json.dumps(data), origin)
+        return cls(named_parameters, comm, stage=zero["stage"], offload=zero["offload"], max_grad_norm=zero["max_gradient_norm"] or None,
+                   _base_settings=base, **kwargs)
 
     def add_param_group(self, param_group):
         if not getattr(self, "_building", False):

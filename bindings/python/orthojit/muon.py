@@ -641,35 +641,11 @@ class Muon(torch.optim.Optimizer):
         not know, and so does this: each ignored key is named in a warning with the keys valid
         at its place; ``strict=True`` makes it a ValueError. ``kwargs`` go to :class:`Muon`
         (``settings=`` overrides apply on top of the config)."""
-        origin = "the DeepSpeed configuration"
-        if isinstance(config, Mapping):
-            data: Any = dict(config)
-        elif isinstance(config, (str, os.PathLike)):
-            text = os.fspath(config)
-            if text.lstrip().startswith("{"):
-                data = _json.loads(text)
-            else:
-                if not os.path.isfile(text):
-                    raise FileNotFoundError(f"DeepSpeed configuration {text!r}: no such file (give a path, JSON text or a dict)")
-                origin = text
-                with open(text, "r", encoding="utf-8") as f:
-                    try:
-                        data = _json.load(f)
-                    except ValueError as error:
-                        raise ValueError(f"{text}: not valid JSON: {error}") from None
-        else:
-            raise TypeError(f"config must be a path, JSON text or a dict, not {type(config).__name__}")
-        if not isinstance(data, dict):
-            raise ValueError(f"{origin}: expected a JSON object, found {type(data).__name__}")
-        if "optimizer" not in data and "type" in data:
-            data = {"optimizer": data}  # the optimizer section alone
+        data, origin = _read_deepspeed_config(config)
         for key in ("preset", "_base_settings"):
             if key in kwargs:
                 raise TypeError(f"from_deepspeed_config takes the preset from the config (optimizer.params.orthojit_preset), not {key}=")
-        base, ignored = _orthojit.deepspeed_settings(_json.dumps(data), bool(strict), origin)
-        for path, valid in ignored:
-            warnings.warn(f"{origin}: ignored unknown key {path} (DeepSpeed ignores it too; strict=True refuses it); "
-                          f"valid keys there: {valid}", UserWarning, stacklevel=2)
+        base = _deepspeed_settings(data, origin, strict)
         return cls(named_parameters, preset=base.preset, _base_settings=base, **kwargs)
 
     # ----------------------------------------------------------------------------- info
@@ -696,6 +672,43 @@ class Muon(torch.optim.Optimizer):
         muon = sum(i["state_bytes"] for i in self.parameter_info() if i["muon"])
         adam = sum(i["state_bytes"] for i in self.parameter_info() if not i["muon"])
         return {"muon": muon, "adam": adam, "total": muon + adam}
+
+
+def _read_deepspeed_config(config: Any) -> Tuple[Dict[str, Any], str]:
+    """(the config as a dict, where it came from) from a path, JSON text or a dict; the optimizer
+    section alone is taken as {"optimizer": section}."""
+    origin = "the DeepSpeed configuration"
+    if isinstance(config, Mapping):
+        data: Any = dict(config)
+    elif isinstance(config, (str, os.PathLike)):
+        text = os.fspath(config)
+        if text.lstrip().startswith("{"):
+            data = _json.loads(text)
+        else:
+            if not os.path.isfile(text):
+                raise FileNotFoundError(f"DeepSpeed configuration {text!r}: no such file (give a path, JSON text or a dict)")
+            origin = text
+            with open(text, "r", encoding="utf-8") as f:
+                try:
+                    data = _json.load(f)
+                except ValueError as error:
+                    raise ValueError(f"{text}: not valid JSON: {error}") from None
+    else:
+        raise TypeError(f"config must be a path, JSON text or a dict, not {type(config).__name__}")
+    if not isinstance(data, dict):
+        raise ValueError(f"{origin}: expected a JSON object, found {type(data).__name__}")
+    if "optimizer" not in data and "type" in data:
+        data = {"optimizer": data}  # the optimizer section alone
+    return data, origin
+
+
+def _deepspeed_settings(data: Dict[str, Any], origin: str, strict: bool) -> Any:
+    """The MuonSettings of a config's optimizer section; each ignored key named in a warning."""
+    base, ignored = _orthojit.deepspeed_settings(_json.dumps(data), bool(strict), origin)
+    for path, valid in ignored:
+        warnings.warn(f"{origin}: ignored unknown key {path} (DeepSpeed ignores it too; strict=True refuses it); "
+                      f"valid keys there: {valid}", UserWarning, stacklevel=3)
+    return base
 
 
 def _match_saved_state(groups: List[Dict[str, Any]], state_dict: Dict[str, Any], variant: str,
