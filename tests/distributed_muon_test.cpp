@@ -20,8 +20,7 @@
 //     state that does not fit, on one rank or all, is refused on every rank with nothing changed;
 //   * a failure on one rank while building (a program that does not compile there) throws on
 //     every rank instead of leaving the others waiting in a collective.
-// GoogleTest runs on every rank (the same collectives in the same order); only rank 0 prints,
-// and the exit code is nonzero on every rank when any rank failed.
+// GoogleTest runs on every rank (tests/mpi_test_main.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,6 +35,7 @@
 #include "runtime/muon/hybrid_optimizer.h"
 #include "runtime/zero/distributed_optimizer.h"
 #include "runtime/zero/mpi_communicator.h"
+#include "tests/mpi_test_main.h"
 
 #pragma GCC diagnostic ignored "-Wold-style-cast"  // MPI's C macros (MPI_COMM_WORLD, MPI_INT, ...)
 
@@ -124,6 +124,16 @@ OptimizerSettings optimizer_settings() {
   return settings;
 }
 
+// The settings of the bit-identical comparisons: this stage and mode, the ranks' gradients summed
+// without averaging (rank 0 gives the gradient, the others zeros: the reduction is exact).
+DistributedSettings summed(int stage, OrthogonalizationMode mode) {
+  DistributedSettings settings;
+  settings.stage = stage;
+  settings.mode = mode;
+  settings.average_gradients = false;
+  return settings;
+}
+
 std::string label(int stage, OrthogonalizationMode mode) { return "stage " + std::to_string(stage) + ", " + to_string(mode) + " mode"; }
 
 // Three steps of both optimizers on the same reduced gradients (rank 0 gives them, the others
@@ -156,11 +166,8 @@ TEST_P(Distributed, SameReducedGradientsGiveBitIdenticalParameters) {
     const uint32_t seed = 1000 * static_cast<uint32_t>(stage) + 100 * static_cast<uint32_t>(mode) + trial;
     const Model model = random_model(seed);
     Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
-    DistributedSettings settings;
-    settings.stage = stage;
-    settings.mode = mode;
+    DistributedSettings settings = summed(stage, mode);
     settings.alignment = 1 + trial;  // 1, 2, 3: boundaries move
-    settings.average_gradients = false;
     DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
     HybridOptimizer reference(single.parameters(model), optimizer_settings());
     std::mt19937 random(seed + 2);
@@ -225,10 +232,7 @@ TEST_P(Distributed, MissingGradientsAreZerosAsInTheSingleRankOptimizer) {
   const uint32_t seed = 7000 + 10 * static_cast<uint32_t>(stage) + static_cast<uint32_t>(mode);
   const Model model = random_model(seed);
   Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
-  DistributedSettings settings;
-  settings.stage = stage;
-  settings.mode = mode;
-  settings.average_gradients = false;
+  DistributedSettings settings = summed(stage, mode);
   ASSERT_EQ(optimizer_settings().missing_gradient, MissingGradient::Zero);
   DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
   HybridOptimizer reference(single.parameters(model), optimizer_settings());
@@ -446,10 +450,7 @@ TEST_P(Distributed, AccumulatedMicroBatchesAreOneStepOnTheirSum) {
   const uint32_t seed = 555 + static_cast<uint32_t>(stage);
   const Model model = random_model(seed);
   Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
-  DistributedSettings settings;
-  settings.stage = stage;
-  settings.mode = mode;
-  settings.average_gradients = false;
+  DistributedSettings settings = summed(stage, mode);
   DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
   HybridOptimizer reference(single.parameters(model), optimizer_settings());
   std::mt19937 random(seed);
@@ -524,10 +525,7 @@ TEST_P(Distributed, HyperparametersSetBetweenStepsActAsSettings) {
   const uint32_t seed = 5000 + 10 * static_cast<uint32_t>(stage) + static_cast<uint32_t>(mode);
   const Model model = random_model(seed);
   Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
-  DistributedSettings settings;
-  settings.stage = stage;
-  settings.mode = mode;
-  settings.average_gradients = false;
+  DistributedSettings settings = summed(stage, mode);
   OptimizerSettings wanted = optimizer_settings();
   wanted.muon.lr = 0.031;
   wanted.muon.momentum = 0.83;
@@ -538,15 +536,7 @@ TEST_P(Distributed, HyperparametersSetBetweenStepsActAsSettings) {
   wanted.adam.eps = 3e-7;
   wanted.adam.weight_decay = 0.05;
   DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
-  StepHyperparameters values;
-  values.muon_lr = wanted.muon.lr;
-  values.muon_momentum = wanted.muon.momentum;
-  values.muon_weight_decay = wanted.muon.weight_decay;
-  values.adam_lr = wanted.adam.lr;
-  values.adam_beta1 = wanted.adam.beta1;
-  values.adam_beta2 = wanted.adam.beta2;
-  values.adam_eps = wanted.adam.eps;
-  values.adam_weight_decay = wanted.adam.weight_decay;
+  StepHyperparameters values = step_hyperparameters(wanted);
   // A refused value changes nothing (the valid ones given with it included).
   StepHyperparameters refused = values;
   refused.adam_beta2 = 1.0;
@@ -599,11 +589,8 @@ TEST_P(Distributed, StateGathersToTheSingleRankStateAndLoadsBack) {
   const uint32_t seed = 7000 + 10 * static_cast<uint32_t>(stage) + static_cast<uint32_t>(mode);
   const Model model = random_model(seed);
   Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
-  DistributedSettings settings;
-  settings.stage = stage;
-  settings.mode = mode;
+  DistributedSettings settings = summed(stage, mode);
   settings.alignment = 2;
-  settings.average_gradients = false;
   const std::string where = label(stage, mode) + ", rank " + std::to_string(communicator.rank());
   HybridOptimizer reference(single.parameters(model), optimizer_settings());
   std::mt19937 random(seed + 2);
@@ -730,10 +717,7 @@ TEST_P(Distributed, SplitMatricesAreBitIdentical) {
     parameters[1].head_rows = 3;
     return parameters;
   };
-  DistributedSettings settings;
-  settings.stage = stage;
-  settings.mode = mode;
-  settings.average_gradients = false;
+  DistributedSettings settings = summed(stage, mode);
   DistributedOptimizer optimizer(with_options(distributed), optimizer_settings(), settings, communicator);
   HybridOptimizer reference(with_options(single), optimizer_settings());
   std::mt19937 random(92);
@@ -756,10 +740,7 @@ TEST_P(Distributed, QkClipTakesEachHeadsLargestLogitOverTheRanks) {
   model.shapes = {{12, 5}, {12, 5}, {7}, {9, 6}};
   model.muon = {true, true, false, true};
   Buffers distributed = make_buffers(model, 61), single = make_buffers(model, 61);
-  DistributedSettings settings;
-  settings.stage = stage;
-  settings.mode = mode;
-  settings.average_gradients = false;
+  DistributedSettings settings = summed(stage, mode);
   DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
   HybridOptimizer reference(single.parameters(model), optimizer_settings());
   std::mt19937 random(62);
@@ -801,11 +782,8 @@ TEST_P(Distributed, GradientClippingUsesTheReducedGradientsGlobalNorm) {
     const uint32_t seed = 8000 + 10 * static_cast<uint32_t>(stage) + static_cast<uint32_t>(mode) + (max_norm > 100 ? 5 : 0);
     const Model model = random_model(seed);
     Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
-    DistributedSettings settings;
-    settings.stage = stage;
-    settings.mode = mode;
+    DistributedSettings settings = summed(stage, mode);
     settings.alignment = 2;
-    settings.average_gradients = false;
     settings.max_gradient_norm = max_norm;
     DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
     HybridOptimizer reference(single.parameters(model), optimizer_settings());
@@ -894,25 +872,11 @@ TEST(DistributedSettingsTest, RanksWithDifferentParametersAreRefusedOnEveryRank)
 }  // namespace orthojit::runtime
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {  // one report: rank 0's (failures elsewhere still fail the run below)
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = 0;
-  {
+  return run_tests_on_every_rank(argc, argv, [](int rank) {
+    // The communicator is freed before MPI_Finalize.
     auto communicator = orthojit::runtime::MpiCommunicator::on_world();
     orthojit::runtime::world_communicator = communicator.get();
     if (rank == 0) std::printf("%s\n", communicator->describe().c_str());
-    failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-    int any = 0;
-    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any && !failed) std::fprintf(stderr, "rank %d passed, but another rank failed\n", rank);
-    failed = any;
-  }
-  MPI_Finalize();
-  return failed;
+    return RUN_ALL_TESTS();
+  });
 }

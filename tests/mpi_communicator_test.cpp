@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/zero/mpi_communicator.h"
+#include "tests/mpi_test_main.h"
 
 #pragma GCC diagnostic ignored "-Wold-style-cast"  // MPI's C macros
 
@@ -133,18 +134,5 @@ INSTANTIATE_TEST_SUITE_P(LargestMessage, MpiPieces, ::testing::Values(MpiCommuni
 }  // namespace orthojit::runtime
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {  // one report: rank 0's (failures elsewhere still fail the run below)
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  int any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any && !failed) std::fprintf(stderr, "rank %d passed, but another rank failed\n", rank);
-  MPI_Finalize();
-  return any;
+  return run_tests_on_every_rank(argc, argv, [](int) { return RUN_ALL_TESTS(); });
 }

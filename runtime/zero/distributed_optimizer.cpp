@@ -549,18 +549,20 @@ void DistributedOptimizer::set_gradient(const std::string& name, const void* gra
   throw std::invalid_argument("no optimized parameter named '" + name + "'");
 }
 
-StepHyperparameters DistributedOptimizer::hyperparameters() const {
+StepHyperparameters step_hyperparameters(const OptimizerSettings& settings) {
   StepHyperparameters values;
-  values.muon_lr = settings_.muon.lr;
-  values.muon_momentum = settings_.muon.momentum;
-  values.muon_weight_decay = settings_.muon.weight_decay;
-  values.adam_lr = settings_.adam.lr;
-  values.adam_beta1 = settings_.adam.beta1;
-  values.adam_beta2 = settings_.adam.beta2;
-  values.adam_eps = settings_.adam.eps;
-  values.adam_weight_decay = settings_.adam.weight_decay;
+  values.muon_lr = settings.muon.lr;
+  values.muon_momentum = settings.muon.momentum;
+  values.muon_weight_decay = settings.muon.weight_decay;
+  values.adam_lr = settings.adam.lr;
+  values.adam_beta1 = settings.adam.beta1;
+  values.adam_beta2 = settings.adam.beta2;
+  values.adam_eps = settings.adam.eps;
+  values.adam_weight_decay = settings.adam.weight_decay;
   return values;
 }
+
+StepHyperparameters DistributedOptimizer::hyperparameters() const { return step_hyperparameters(settings_); }
 
 void DistributedOptimizer::set_hyperparameters(const StepHyperparameters& values) {
   // The ranges of the settings keys (optimizer_settings.h), all checked before any is set.

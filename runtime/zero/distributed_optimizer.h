@@ -83,6 +83,7 @@ struct StepHyperparameters {
   double muon_lr = 0, muon_momentum = 0, muon_weight_decay = 0;
   double adam_lr = 0, adam_beta1 = 0, adam_beta2 = 0, adam_eps = 0, adam_weight_decay = 0;
 };
+StepHyperparameters step_hyperparameters(const OptimizerSettings& settings);
 
 class DistributedOptimizer {
  public:

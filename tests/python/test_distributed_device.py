@@ -169,3 +169,32 @@ def test_checkpoints_move_between_distributed_muon_and_muon_bit_for_bit(device):
                                        engine=engine)
     resumed.load_state_dict(expected)
     step_both(2, 2, c, b, resumed, single)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_gradient_clipping_on_the_steps_memory_matches_muon_on_the_divided_gradient(device):
+    # max_grad_norm's sum of squares runs where the gradients are (CUDA: a generated kernel with a
+    # partial per thread): the reported norm is the gradient's f64 norm, and the step is
+    # orthojit.Muon's on the gradient divided by c = fl32((|g| + 1e-6) / max), bit for bit
+    # (deepspeed mode runs Muon's compiled steps on both devices).
+    if device == "cuda":
+        _cuda_or_skip()
+    backend, engine = ("cuda", "nccl") if device == "cuda" else ("ref", "mpi")
+    a, b = model(6, device, torch.float32), model(6, device, torch.float32)
+    distributed = orthojit.DistributedMuon(a.named_parameters(), "local", stage=2, preset="keller", settings=settings(backend), engine=engine,
+                                           max_grad_norm=1.0)
+    single = orthojit.Muon(b.named_parameters(), preset="keller", settings=settings(backend))
+    for step in range(2):
+        torch.manual_seed(90 + step)
+        for (_, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        report = distributed.step()
+        norm = torch.cat([q.grad.double().reshape(-1) for q in b.parameters()]).norm().item()
+        assert abs(report["gradient_norm"] - norm) <= 1e-12 * norm
+        divisor = torch.tensor((report["gradient_norm"] + 1e-6) / 1.0, dtype=torch.float32, device=device)
+        for q in b.parameters():
+            q.grad.div_(divisor)
+        single.step()
+        for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+            assert torch.equal(p.detach(), q.detach()), f"{name} after step {step}"

@@ -10,15 +10,13 @@ gradients (rank 0 supplies them, the others zeros, summed without averaging: exa
 3. A state that does not fit on one rank only is refused on every rank, nothing changed anywhere.
 4. QK-clip with each rank's own S_max clips with each head's largest over the ranks.
 Exits non-zero on any mismatch (on every rank)."""
-import gc
 import io
-import sys
 
 import torch
 import torch.distributed as dist
 
 import orthojit
-from distributed_steps import differences
+from distributed_steps import differences, finish_under_torchrun
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -162,14 +160,5 @@ clip.qk_clip("q.weight", clip_model.k.weight, 3, torch.tensor(logits[rank]), 10.
 clip_reference.qk_clip("q.weight", "k.weight", 3, [max(column) for column in zip(*logits)], 10.0)
 failures.extend(differences(rank, clip_model, clip_reference_model, "QK-clip with every rank's own S_max"))
 
-count = torch.tensor([len(failures)])
-dist.all_reduce(count)
-for line in failures:
-    print(line, flush=True)
-if rank == 0:
-    print(f"checkpoints and schedules, {world} ranks: {'OK' if count.item() == 0 else f'{count.item()} mismatches'}", flush=True)
-del distributed, resumed, clip
-gc.collect()
-dist.barrier()
-dist.destroy_process_group()
-sys.exit(1 if count.item() else 0)
+del distributed, resumed, clip  # the optimizers hold the process group: gone before the teardown
+finish_under_torchrun(failures, f"checkpoints and schedules, {world} ranks")

@@ -10,14 +10,12 @@ the torch.distributed process group torchrun set up, against the single-process 
    gradients_reduced (and average_gradients off) the gradients would be summed again: the test
    checks that this is visible (the contract is not a no-op).
 Exits non-zero on any mismatch (on every rank)."""
-import gc
-import sys
 
 import torch
 import torch.distributed as dist
 
 import orthojit
-from distributed_steps import compare_every_stage_and_mode, differences
+from distributed_steps import compare_every_stage_and_mode, differences, finish_under_torchrun
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -67,19 +65,5 @@ failures += ddp_run(gradients_reduced=True, average=True)
 if world > 1 and not ddp_run(gradients_reduced=False, average=False):
     failures.append(f"rank {rank}: reducing DDP's averaged gradients again (summed over {world} ranks) went unnoticed")
 
-count = torch.tensor([len(failures)])
-dist.all_reduce(count)
-for line in failures:
-    print(line, flush=True)
-if rank == 0:
-    print(f"torch.distributed gloo, {world} ranks: {'OK' if count.item() == 0 else f'{count.item()} mismatches'}", flush=True)
-# Teardown in order, on the main thread, while every rank still holds the group: the optimizers
-# (which hold the process group) go first, then a barrier, then the group. Left to interpreter
-# shutdown, a garbage collection on another Python thread could destroy the group's gloo state
-# and abort the process ("terminate called without an active exception", about 1 run in 5 on two
-# loaded cores), after every check had passed.
-del distributed
-gc.collect()
-dist.barrier()
-dist.destroy_process_group()
-sys.exit(1 if count.item() else 0)
+del distributed  # the optimizers hold the process group: gone before the teardown
+finish_under_torchrun(failures, f"torch.distributed gloo, {world} ranks")
