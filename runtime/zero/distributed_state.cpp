@@ -1,0 +1,276 @@
+// The distributed optimizer's state and settings between steps (see distributed_optimizer.h):
+// the step hyperparameters, QK-clip, and the checkpoints (gather_state, load_state, the state
+// file). Every function here is collective where the header says so, and decides what can fail
+// on one rank before the collective that shares it.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "runtime/muon/update_rules.h"
+#include "runtime/zero/distributed_optimizer.h"
+#include "runtime/zero/distributed_optimizer_entry.h"
+
+namespace orthojit::runtime {
+
+StepHyperparameters step_hyperparameters(const OptimizerSettings& settings) {
+  StepHyperparameters values;
+  values.muon_lr = settings.muon.lr;
+  values.muon_momentum = settings.muon.momentum;
+  values.muon_weight_decay = settings.muon.weight_decay;
+  values.adam_lr = settings.adam.lr;
+  values.adam_beta1 = settings.adam.beta1;
+  values.adam_beta2 = settings.adam.beta2;
+  values.adam_eps = settings.adam.eps;
+  values.adam_weight_decay = settings.adam.weight_decay;
+  return values;
+}
+
+StepHyperparameters DistributedOptimizer::hyperparameters() const { return step_hyperparameters(settings_); }
+
+void DistributedOptimizer::set_hyperparameters(const StepHyperparameters& values) {
+  // The ranges of the settings keys (optimizer_settings.h), all checked before any is set.
+  auto check = [](const char* key, double value, double least, bool open_below, double below) {
+    const bool ok = std::isfinite(value) && (open_below ? value > least : value >= least) && value < below;
+    if (ok) return;
+    std::string range = std::string(open_below ? "> " : ">= ") + std::to_string(least);
+    if (std::isfinite(below)) range += " and < " + std::to_string(below);
+    throw std::invalid_argument(std::string(key) + " = " + std::to_string(value) + ": expected a finite number " + range + "; no hyperparameter changed");
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  check("muon.lr", values.muon_lr, 0, false, inf);
+  check("muon.momentum", values.muon_momentum, 0, false, 1);
+  check("muon.weight_decay", values.muon_weight_decay, 0, false, inf);
+  check("adam.lr", values.adam_lr, 0, false, inf);
+  check("adam.beta1", values.adam_beta1, 0, false, 1);
+  check("adam.beta2", values.adam_beta2, 0, false, 1);
+  check("adam.eps", values.adam_eps, 0, true, inf);
+  check("adam.weight_decay", values.adam_weight_decay, 0, false, inf);
+  // The element rules and the compiled Muon steps take these as arguments at every launch
+  // (muon_step_launcher.h): nothing compiled depends on them.
+  settings_.muon.lr = values.muon_lr;
+  settings_.muon.momentum = values.muon_momentum;
+  settings_.muon.weight_decay = values.muon_weight_decay;
+  settings_.adam.lr = values.adam_lr;
+  settings_.adam.beta1 = values.adam_beta1;
+  settings_.adam.beta2 = values.adam_beta2;
+  settings_.adam.eps = values.adam_eps;
+  settings_.adam.weight_decay = values.adam_weight_decay;
+}
+
+std::vector<StateOwner> DistributedOptimizer::state_owners() const {
+  std::vector<StateOwner> owners;
+  for (const Entry& entry : entries_) owners.push_back({entry.parameter.name, entry.parameter.shape, entry.muon, entry.matrices});
+  return owners;
+}
+
+namespace {
+// A buffer of the step's memory space for the length of one call.
+struct ScratchBuffer {
+  MemorySpace& memory;
+  std::uintptr_t address;
+  ScratchBuffer(MemorySpace& space, int64_t floats) : memory(space), address(space.allocate(std::max<int64_t>(floats, 1) * 4)) {}
+  ~ScratchBuffer() { memory.free(address); }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+};
+}  // namespace
+
+std::vector<double> DistributedOptimizer::all_gather_doubles(const std::vector<double>& values) {
+  const int world = communicator_.world();
+  if (world <= 1 || values.empty()) return values;
+  const int64_t bytes = static_cast<int64_t>(values.size() * sizeof(double));
+  ScratchBuffer mine(*memory_, bytes / 4), every(*memory_, world * (bytes / 4));
+  memory_->upload(mine.address, values.data(), bytes);
+  communicator_.all_gather(reinterpret_cast<const void*>(mine.address), bytes, reinterpret_cast<void*>(every.address));
+  std::vector<double> all(values.size() * static_cast<size_t>(world));
+  memory_->download(all.data(), every.address, bytes * world);
+  return all;
+}
+
+void DistributedOptimizer::qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
+  auto find = [&](const std::string& name) -> Entry& {
+    for (Entry& entry : entries_)
+      if (entry.parameter.name == name) return entry;
+    throw std::invalid_argument("QK-clip: no optimized parameter named '" + name + "'");
+  };
+  // Checked everywhere before any transfer whose size depends on the arguments: the failures and
+  // the S_max lengths (n and n², equal on every rank exactly when N·Σn² = (Σn)²) in one all-reduce.
+  std::exception_ptr failure;
+  try {
+    check_qk_clip(head_rows, s_max, tau);
+    check_qk_clip_targets(find(q_name).parameter, find(k_name).parameter, head_rows, s_max.size());
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  const int world = communicator_.world();
+  if (world > 1) {
+    const float heads = static_cast<float>(s_max.size());
+    float sums[3] = {failure ? 1.0f : 0.0f, heads, heads * heads};
+    communicator_.all_reduce_sum(sums, 3);
+    if (failure) std::rethrow_exception(failure);
+    if (sums[0] > 0)
+      throw std::invalid_argument("QK-clip failed on " + std::to_string(static_cast<int>(sums[0])) +
+                                  " other rank(s) (each says why in its own error); no rank changed anything");
+    if (static_cast<double>(world) * sums[2] != static_cast<double>(sums[1]) * sums[1])
+      throw std::invalid_argument("QK-clip: the ranks gave S_max of different lengths (this rank " + std::to_string(s_max.size()) +
+                                  "); every rank must give one value per head; no rank changed anything");
+  } else if (failure) {
+    std::rethrow_exception(failure);
+  }
+  // Every rank's S_max (f64, whole bytes: the largest is exactly one of the values given), through
+  // the step's memory space so that device engines move it.
+  std::vector<double> maxima = s_max;
+  if (world > 1 && !s_max.empty()) {
+    communicator_.set_stream(nullptr);
+    const std::vector<double> all = all_gather_doubles(s_max);
+    for (int r = 0; r < world; ++r)
+      for (size_t h = 0; h < s_max.size(); ++h) maxima[h] = std::max(maxima[h], all[static_cast<size_t>(r) * s_max.size() + h]);
+  }
+  std::vector<unsigned char> host;
+  for (const std::string* name : {&q_name, &k_name}) {
+    Parameter& p = find(*name).parameter;
+    const int64_t row_length = p.elements() / p.shape[0];
+    if (!memory_->is_device()) {
+      qk_clip_rows(p.dtype, p.data, row_length, head_rows, maxima, tau);
+      continue;
+    }
+    const int64_t bytes = p.elements() * dtype_bytes(p.dtype);
+    host.resize(static_cast<size_t>(bytes));
+    memory_->download(host.data(), reinterpret_cast<std::uintptr_t>(p.data), bytes);
+    qk_clip_rows(p.dtype, host.data(), row_length, head_rows, maxima, tau);
+    memory_->upload(reinterpret_cast<std::uintptr_t>(p.data), host.data(), bytes);
+  }
+}
+
+// The partitioned state, laid like the parameters' flat buffer: each rank puts its slice of every
+// tensor's state at the tensor's place in its partition (Muon's momentum and AdamW's exp_avg in
+// one buffer, exp_avg_sq in the other: a tensor has one or the other), and one all-gather per
+// buffer gives every rank the whole of it. deepspeed mode: the owners of a matrix hold identical
+// whole momenta; each contributes its slice.
+std::map<std::string, HybridOptimizer::State> DistributedOptimizer::gather_state() {
+  communicator_.set_stream(nullptr);
+  const int64_t part = plan_.partition_elements, padded = plan_.padded_elements;
+  const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
+  const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
+  ScratchBuffer first_slice(*memory_, part), second_slice(*memory_, part);
+  for (const Entry& entry : entries_) {
+    if (entry.hi <= entry.lo) continue;
+    const int64_t place = plan_.tensors[entry.tensor].offset + entry.lo - mine.begin, count = entry.hi - entry.lo;
+    if (entry.muon) {
+      memory_->copy(at(first_slice.address, place), at(entry.momentum, balanced ? 0 : entry.lo), count * 4, nullptr);
+    } else {
+      memory_->copy(at(first_slice.address, place), entry.exp_avg, count * 4, nullptr);
+      memory_->copy(at(second_slice.address, place), entry.exp_avg_sq, count * 4, nullptr);
+    }
+  }
+  std::vector<float> first(static_cast<size_t>(padded)), second(static_cast<size_t>(padded));
+  {
+    ScratchBuffer gathered(*memory_, padded);
+    communicator_.all_gather(reinterpret_cast<const void*>(first_slice.address), part * 4, reinterpret_cast<void*>(gathered.address));
+    memory_->download(first.data(), gathered.address, padded * 4);
+    communicator_.all_gather(reinterpret_cast<const void*>(second_slice.address), part * 4, reinterpret_cast<void*>(gathered.address));
+    memory_->download(second.data(), gathered.address, padded * 4);
+  }
+  // AdamW's step counts: the first owner of each tensor gives its count, in two f32 halves (exact
+  // for counts below 2^42), through a host all-reduce (staged by device engines). steps_ is the
+  // same on every rank.
+  std::vector<float> counts(entries_.size() * 2, 0.0f);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& entry = entries_[i];
+    if (entry.muon || plan_.tensors[entry.tensor].owners.empty() || plan_.tensors[entry.tensor].owners.front() != communicator_.rank()) continue;
+    counts[2 * i] = static_cast<float>(entry.step >> 18);
+    counts[2 * i + 1] = static_cast<float>(entry.step & ((int64_t{1} << 18) - 1));
+  }
+  if (communicator_.world() > 1) communicator_.all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
+  std::map<std::string, HybridOptimizer::State> state;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& entry = entries_[i];
+    const int64_t offset = plan_.tensors[entry.tensor].offset, elements = entry.parameter.elements();
+    HybridOptimizer::State& values = state[entry.parameter.name];
+    auto piece = [&](const std::vector<float>& from) { return std::vector<float>(from.begin() + offset, from.begin() + offset + elements); };
+    if (entry.muon) {
+      values.momentum = piece(first);
+    } else {
+      values.exp_avg = piece(first);
+      values.exp_avg_sq = piece(second);
+      values.step = (static_cast<int64_t>(counts[2 * i]) << 18) + static_cast<int64_t>(counts[2 * i + 1]);
+    }
+  }
+  return state;
+}
+
+void DistributedOptimizer::load_state(const std::map<std::string, HybridOptimizer::State>& state, int64_t steps_taken) {
+  // Everything checked on every rank before any rank changes anything.
+  std::exception_ptr failure;
+  try {
+    auto mismatch = [](const std::string& what) { return std::runtime_error("optimizer state does not match this optimizer: " + what + "; nothing was loaded"); };
+    if (steps_taken < 0) throw mismatch("steps taken " + std::to_string(steps_taken));
+    for (const auto& [name, values] : state)
+      if (std::none_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.parameter.name == name; }))
+        throw mismatch("it holds state for '" + name + "', which this optimizer does not have");
+    for (const Entry& entry : entries_) {
+      const std::string& name = entry.parameter.name;
+      const auto found = state.find(name);
+      if (found == state.end()) throw mismatch("it has no state for '" + name + "'");
+      const HybridOptimizer::State& values = found->second;
+      const size_t elements = static_cast<size_t>(entry.parameter.elements());
+      auto expect = [&](const char* key, const std::vector<float>& buffer, size_t size) {
+        if (buffer.size() != size)
+          throw mismatch("'" + name + "." + key + "' has " + std::to_string(buffer.size()) + " elements, expected " + std::to_string(size));
+      };
+      if (!values.second_moment.empty() || values.variant_step != 0)
+        throw mismatch("'" + name + "' has a Muon variant's second moment (NorMuon or AdaMuon); the distributed optimizer runs Muon only");
+      expect("momentum_buffer", values.momentum, entry.muon ? elements : 0);
+      expect("exp_avg", values.exp_avg, entry.muon ? 0 : elements);
+      expect("exp_avg_sq", values.exp_avg_sq, entry.muon ? 0 : elements);
+      if (values.step < 0 || (entry.muon && values.step != 0)) throw mismatch("'" + name + ".step' is " + std::to_string(values.step));
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(failure, "loading the optimizer state");
+  const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
+  for (Entry& entry : entries_) {
+    if (entry.hi <= entry.lo) continue;
+    const HybridOptimizer::State& values = state.at(entry.parameter.name);
+    const int64_t count = entry.hi - entry.lo;
+    if (entry.muon) {
+      if (balanced) memory_->upload(entry.momentum, values.momentum.data() + entry.lo, count * 4);
+      else memory_->upload(entry.momentum, values.momentum.data(), entry.parameter.elements() * 4);
+    } else {
+      memory_->upload(entry.exp_avg, values.exp_avg.data() + entry.lo, count * 4);
+      memory_->upload(entry.exp_avg_sq, values.exp_avg_sq.data() + entry.lo, count * 4);
+      entry.step = values.step;
+    }
+  }
+  steps_ = steps_taken;
+}
+
+void DistributedOptimizer::save_state(const std::string& path) {
+  const std::map<std::string, HybridOptimizer::State> state = gather_state();
+  std::exception_ptr failure;
+  if (communicator_.rank() == 0) {
+    try {
+      write_state_file(path, state_owners(), state, settings_, steps_);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  agree(failure, "writing the optimizer state file on rank 0");
+}
+
+void DistributedOptimizer::load_state(const std::string& path) {
+  std::map<std::string, HybridOptimizer::State> state;
+  int64_t steps = 0;
+  std::exception_ptr failure;
+  try {
+    state = read_state_file(path, state_owners(), settings_, steps);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(failure, "reading the optimizer state file '" + path + "'");
+  load_state(state, steps);
+}
+
+}  // namespace orthojit::runtime
