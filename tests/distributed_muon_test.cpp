@@ -194,10 +194,7 @@ TEST_P(Distributed, SameReducedGradientsGiveBitIdenticalParameters) {
 // optimizer at every stage; the test checks the plan really does split the tensor.
 TEST(DistributedBalanced, ExpertTensorSplitAcrossOwnersAndOrthogonalizersIsBitIdentical) {
   Communicator& communicator = *world_communicator;
-  Model model;
-  model.names = {"embed.weight", "layer.experts", "layer.bias", "head.weight"};
-  model.shapes = {{7, 5}, {8, 9, 13}, {11}, {6, 9}};
-  model.muon = {true, true, false, true};
+  const Model model{{"embed.weight", "layer.experts", "layer.bias", "head.weight"}, {{7, 5}, {8, 9, 13}, {11}, {6, 9}}, {true, true, false, true}};
   for (int stage : {1, 2, 3}) {
     Buffers distributed = make_buffers(model, 41), single = make_buffers(model, 41);
     DistributedSettings settings;
@@ -705,10 +702,7 @@ TEST(DistributedState, AFailureOnOneRankWhileBuildingThrowsOnEveryRank) {
 TEST_P(Distributed, SplitMatricesAreBitIdentical) {
   auto [stage, mode] = GetParam();
   Communicator& communicator = *world_communicator;
-  Model model;
-  model.names = {"attn.qkv.weight", "attn.out.weight", "mlp.bias", "mlp.weight"};
-  model.shapes = {{12, 5}, {6, 7}, {9}, {11, 4}};
-  model.muon = {true, true, false, true};
+  const Model model{{"attn.qkv.weight", "attn.out.weight", "mlp.bias", "mlp.weight"}, {{12, 5}, {6, 7}, {9}, {11, 4}}, {true, true, false, true}};
   Buffers distributed = make_buffers(model, 91), single = make_buffers(model, 91);
   auto with_options = [&](Buffers& buffers) {
     std::vector<Parameter> parameters = buffers.parameters(model);
@@ -735,10 +729,7 @@ TEST_P(Distributed, SplitMatricesAreBitIdentical) {
 TEST_P(Distributed, QkClipTakesEachHeadsLargestLogitOverTheRanks) {
   auto [stage, mode] = GetParam();
   Communicator& communicator = *world_communicator;
-  Model model;
-  model.names = {"attn.q.weight", "attn.k.weight", "norm.bias", "mlp.weight"};
-  model.shapes = {{12, 5}, {12, 5}, {7}, {9, 6}};
-  model.muon = {true, true, false, true};
+  const Model model{{"attn.q.weight", "attn.k.weight", "norm.bias", "mlp.weight"}, {{12, 5}, {12, 5}, {7}, {9, 6}}, {true, true, false, true}};
   Buffers distributed = make_buffers(model, 61), single = make_buffers(model, 61);
   DistributedSettings settings = summed(stage, mode);
   DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);

@@ -11,6 +11,16 @@ def pair_of_linears():
     return torch.nn.Linear(6, 4), torch.nn.Linear(6, 4)
 
 
+def same_random_gradients(seed, *modules):
+    """The same fresh random gradient on the corresponding parameters of every module."""
+    torch.manual_seed(seed)
+    first, *others = modules
+    for ps in zip(first.parameters(), *(m.parameters() for m in others)):
+        ps[0].grad = torch.randn_like(ps[0])
+        for p in ps[1:]:
+            p.grad = ps[0].grad.clone()
+
+
 def test_two_tensors_under_one_name_are_refused():
     encoder, decoder = pair_of_linears()
     # Each module's named_parameters yields "weight" and "bias": the second "weight" once took the
@@ -165,10 +175,7 @@ def test_max_grad_norm_clips_the_reduced_gradient():
     distributed = orthojit.DistributedMuon(net.named_parameters(), comm="local", preset="keller", settings=settings, max_grad_norm=0.5)
     reference = orthojit.Muon(twin.named_parameters(), preset="keller", settings=settings)
     for step in range(2):
-        torch.manual_seed(10 + step)
-        for p, q in zip(net.parameters(), twin.parameters()):
-            p.grad = torch.randn_like(p)
-            q.grad = p.grad.clone()
+        same_random_gradients(10 + step, net, twin)
         report = distributed.step()
         norm = torch.cat([q.grad.double().reshape(-1) for q in twin.parameters()]).norm().item()
         assert abs(report["gradient_norm"] - norm) <= 1e-12 * norm
@@ -199,10 +206,7 @@ def test_from_deepspeed_config_takes_stage_offload_clipping_and_the_optimizer_pa
     assert configured._layout == {"stage": 3, "mode": "balanced"}
     assert [g["lr"] for g in configured.param_groups] == [0.03, 0.01]
     for step in range(2):
-        torch.manual_seed(30 + step)
-        for p, q in zip(net.parameters(), twin.parameters()):
-            p.grad = torch.randn_like(p)
-            q.grad = p.grad.clone()
+        same_random_gradients(30 + step, net, twin)
         report = configured.step()
         by_hand.step()
         configured.gather_parameters()

@@ -132,16 +132,21 @@ def test_distributed_muon_takes_muons_constructor_vocabulary_with_the_same_meani
         orthojit.DistributedMuon(a.named_parameters(), "local", betas=(0.9,))
 
 
+def _twin_models(seed, device):
+    """(backend, engine, two equal f32 models) for a comparison on `device` (skipped without CUDA)."""
+    if device == "cuda":
+        _cuda_or_skip()
+    backend, engine = ("cuda", "nccl") if device == "cuda" else ("ref", "mpi")
+    return backend, engine, model(seed, device, torch.float32), model(seed, device, torch.float32)
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_checkpoints_move_between_distributed_muon_and_muon_bit_for_bit(device):
     # The state is gathered from (and loaded into) the step's memory: device memory for CUDA
     # tensors. deepspeed mode is bit-identical to orthojit.Muon on both devices (run_both above),
     # so its state_dict must be Muon's, tensor for tensor; a DistributedMuon of another stage and
     # mode loaded with Muon's state continues bit-identically.
-    if device == "cuda":
-        _cuda_or_skip()
-    backend, engine = ("cuda", "nccl") if device == "cuda" else ("ref", "mpi")
-    a, b = model(4, device, torch.float32), model(4, device, torch.float32)
+    backend, engine, a, b = _twin_models(4, device)
     distributed = orthojit.DistributedMuon(a.named_parameters(), "local", stage=2, preset="keller", settings=settings(backend), engine=engine)
     single = orthojit.Muon(b.named_parameters(), preset="keller", settings=settings(backend))
 
@@ -177,10 +182,7 @@ def test_gradient_clipping_on_the_steps_memory_matches_muon_on_the_divided_gradi
     # partial per thread): the reported norm is the gradient's f64 norm, and the step is
     # orthojit.Muon's on the gradient divided by c = fl32((|g| + 1e-6) / max), bit for bit
     # (deepspeed mode runs Muon's compiled steps on both devices).
-    if device == "cuda":
-        _cuda_or_skip()
-    backend, engine = ("cuda", "nccl") if device == "cuda" else ("ref", "mpi")
-    a, b = model(6, device, torch.float32), model(6, device, torch.float32)
+    backend, engine, a, b = _twin_models(6, device)
     distributed = orthojit.DistributedMuon(a.named_parameters(), "local", stage=2, preset="keller", settings=settings(backend), engine=engine,
                                            max_grad_norm=1.0)
     single = orthojit.Muon(b.named_parameters(), preset="keller", settings=settings(backend))
