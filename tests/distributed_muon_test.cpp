@@ -168,6 +168,9 @@ TEST_P(Distributed, SameReducedGradientsGiveBitIdenticalParameters) {
     Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
     DistributedSettings settings = summed(stage, mode);
     settings.alignment = 1 + trial;  // 1, 2, 3: boundaries move
+    // Bucket rounds of one element per partition, of 7 (a short last round), and the default (one
+    // round for these models).
+    settings.bucket_elements = trial == 0 ? 1 : trial == 1 ? 7 * communicator.world() : DistributedSettings{}.bucket_elements;
     DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
     HybridOptimizer reference(single.parameters(model), optimizer_settings());
     std::mt19937 random(seed + 2);
@@ -448,6 +451,7 @@ TEST_P(Distributed, AccumulatedMicroBatchesAreOneStepOnTheirSum) {
   const Model model = random_model(seed);
   Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
   DistributedSettings settings = summed(stage, mode);
+  settings.bucket_elements = 5 * communicator.world();  // several rounds, the last one short
   DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
   HybridOptimizer reference(single.parameters(model), optimizer_settings());
   std::mt19937 random(seed);
@@ -811,6 +815,44 @@ TEST_P(Distributed, GradientClippingUsesTheReducedGradientsGlobalNorm) {
 
 INSTANTIATE_TEST_SUITE_P(StagesAndModes, Distributed,
                          ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(OrthogonalizationMode::DeepSpeed, OrthogonalizationMode::Balanced)));
+
+// ZeRO-2/3 memory: at stages 2 and 3 a rank holds the reduced gradient of its own range only (its
+// partition, widened in deepspeed mode to the Muon matrices it orthogonalizes whole), never a flat
+// buffer of the whole model. The optimizer state and the bucket are the same at every stage, so
+// each rank's allocations are stage 1's less 4 bytes per flat element outside that range. A large
+// AdamW tensor makes the ranges much smaller than the model on more than one rank.
+TEST(DistributedMemory, StagesTwoAndThreeHoldOnlyTheirGradientRange) {
+  Communicator& communicator = *world_communicator;
+  const int rank = communicator.rank(), world = communicator.world();
+  Model model = random_model(97);
+  model.names.push_back("final.norm");
+  model.shapes.push_back({4000});
+  model.muon.push_back(false);
+  for (OrthogonalizationMode mode : {OrthogonalizationMode::DeepSpeed, OrthogonalizationMode::Balanced}) {
+    Buffers buffers = make_buffers(model, 98);
+    DistributedSettings settings;
+    settings.mode = mode;
+    settings.bucket_elements = 64 * world;
+    settings.stage = 1;
+    const DistributedOptimizer stage1(buffers.parameters(model), optimizer_settings(), settings, communicator);
+    const int64_t padded = stage1.plan().padded_elements;
+    for (int stage : {2, 3}) {
+      settings.stage = stage;
+      DistributedOptimizer optimizer(buffers.parameters(model), optimizer_settings(), settings, communicator);
+      const RankSummary& mine = optimizer.plan().ranks[static_cast<size_t>(rank)];
+      const int64_t range = mine.gradient_end - mine.gradient_begin;
+      EXPECT_EQ(stage1.memory_bytes() - optimizer.memory_bytes(), 4 * (padded - range)) << label(stage, mode) << " on rank " << rank << " of " << world;
+      EXPECT_LE(range, padded);
+      if (world > 1 && rank == world - 1) {  // the last partition is the AdamW tensor's only
+        EXPECT_EQ(range, optimizer.plan().partition_elements) << label(stage, mode);
+      }
+      std::mt19937 random(99);
+      fill_gradients(buffers, random);
+      EXPECT_FALSE(optimizer.step().skipped);
+      EXPECT_EQ(stage1.memory_bytes() - optimizer.memory_bytes(), 4 * (padded - range)) << label(stage, mode) << ": a step allocated";
+    }
+  }
+}
 
 TEST(DistributedSettingsTest, OffloadNeedsAHostBackendAndStagesAreChecked) {
   const Model model = random_model(5);

@@ -162,6 +162,20 @@ TEST(PartitionPlan, CollectiveBytesFollowTheRingFormulas) {
   settings.mode = OrthogonalizationMode::Balanced;
   const PartitionPlan balanced = plan_partitions(tensors, settings);
   EXPECT_EQ(balanced.ranks[1].optimizer_bytes, 4 * 35);  // slices only
+  // The reduced gradient each rank holds at stage 2: its partition, widened in deepspeed mode to
+  // the matrices it orthogonalizes whole (rank 0: a [0, 60); rank 1: a and b [0, 120); ranks 2
+  // and 3: b [60, 120), rank 3 also its own [105, 140)); balanced: the partition; stage 1: all.
+  const std::vector<std::pair<int64_t, int64_t>> deepspeed_ranges = {{0, 60}, {0, 120}, {60, 120}, {60, 140}};
+  for (int rank = 0; rank < 4; ++rank) {
+    const RankSummary& ds = plan.ranks[static_cast<size_t>(rank)];
+    const RankSummary& bal = balanced.ranks[static_cast<size_t>(rank)];
+    EXPECT_EQ(std::make_pair(ds.gradient_begin, ds.gradient_end), deepspeed_ranges[static_cast<size_t>(rank)]) << "rank " << rank;
+    EXPECT_EQ(ds.gradient_bytes, 2 * (ds.gradient_end - ds.gradient_begin)) << "rank " << rank;
+    EXPECT_EQ(std::make_pair(bal.gradient_begin, bal.gradient_end), std::make_pair(35 * int64_t{rank}, 35 * int64_t{rank + 1})) << "rank " << rank;
+  }
+  settings.stage = 1;
+  for (const RankSummary& rank : plan_partitions(tensors, settings).ranks) EXPECT_EQ(std::make_pair(rank.gradient_begin, rank.gradient_end), std::make_pair(int64_t{0}, int64_t{140}));
+  settings.stage = 2;
   EXPECT_THROW(plan_partitions(tensors, PlanSettings{0, 1}), std::invalid_argument);
   EXPECT_THROW(plan_partitions(tensors, PlanSettings{2, 4}), std::invalid_argument);
   EXPECT_THROW(plan_partitions({{"bad", 10, true, 1, 3, 3}}, settings), std::invalid_argument);
@@ -181,6 +195,8 @@ TEST(PartitionPlan, DeepSpeedZeroSectionsBecomeDistributedSettings) {
   const DistributedSettings clipped = distributed_settings(parse_deepspeed_config(nlohmann::json::parse(
       R"({"optimizer": {"type": "muon", "params": {}}, "gradient_clipping": 1.5, "zero_optimization": {"stage": 1}})")));
   EXPECT_EQ(clipped.max_gradient_norm, 1.5);
+  EXPECT_EQ(stage2.bucket_elements, 500000000);  // DeepSpeed's default reduce_bucket_size
+  EXPECT_EQ(distributed_settings(parse_deepspeed_config(config(R"({"stage": 2, "reduce_bucket_size": 12345})"))).bucket_elements, 12345);
   EXPECT_THROW(distributed_settings(parse_deepspeed_config(config(R"({"stage": 0})"))), std::invalid_argument);
   try {
     distributed_settings(parse_deepspeed_config(config(R"({"stage": 3, "reduce_scatter": false, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}})")));

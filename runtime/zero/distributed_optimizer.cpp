@@ -17,6 +17,7 @@ std::uintptr_t DistributedOptimizer::Buffers::take(int64_t floats) {
   addresses.reserve(addresses.size() + 1);  // so the push below cannot throw after allocating
   const std::uintptr_t address = memory->allocate(std::max<int64_t>(floats, 1) * 4);
   addresses.push_back(address);
+  bytes += std::max<int64_t>(floats, 1) * 4;
   return address;
 }
 
@@ -36,6 +37,7 @@ DistributedSettings distributed_settings(const DeepSpeedConfig& config) {
   // update is divided by a norm it contributes to (a defect not copied): here the gradient is
   // clipped, as gradient_clipping means for every other optimizer.
   settings.max_gradient_norm = config.gradient_clipping;
+  settings.bucket_elements = config.zero.reduce_bucket_size;
   return settings;
 }
 
@@ -100,6 +102,9 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
                                 "optimizer for NorMuon and AdaMuon, or set muon.variant = muon");
   buffers_.memory = memory_;
   if (distributed_.stage < 1 || distributed_.stage > 3) throw std::invalid_argument("ZeRO stage must be 1, 2 or 3 (got " + std::to_string(distributed_.stage) + ")");
+  if (distributed_.bucket_elements < 1)
+    throw std::invalid_argument("bucket_elements (the staging buffer of the bucketed collectives, in f32 elements) must be >= 1, got " +
+                                std::to_string(distributed_.bucket_elements));
   if (!(distributed_.max_gradient_norm >= 0) || !std::isfinite(distributed_.max_gradient_norm))
     throw std::invalid_argument("max_gradient_norm must be a finite number >= 0 (0: no clipping), got " + std::to_string(distributed_.max_gradient_norm));
   if (distributed_.offload_optimizer && settings_.muon.backend == "cuda")
@@ -191,8 +196,13 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
       entry.exp_avg_sq = buffers_.take(slice);
     }
   }
-  flat_ = buffers_.take(plan_.padded_elements);
-  slice_ = buffers_.take(plan_.partition_elements);
+  // The flat buffer holds only this rank's gradient range (everything at stage 1); flat_ is set
+  // so that at(flat_, i) addresses flat element i (unsigned arithmetic: the offset may wrap and
+  // wraps back).
+  const int64_t window = mine.gradient_end - mine.gradient_begin;
+  flat_ = buffers_.take(window) - static_cast<std::uintptr_t>(mine.gradient_begin * 4);
+  staging_chunk_ = std::clamp<int64_t>(distributed_.bucket_elements / communicator_.world(), 1, plan_.partition_elements);
+  staging_ = buffers_.take(staging_chunk_ * communicator_.world());
   orthogonalizer_ = std::make_unique<BlockOrthogonalizer>(settings_.muon);
   // Every kernel the steps run, compiled now (the program read once, update_rules.h): a program,
   // setting or shape that cannot compile fails here on every rank, not in a step on one rank
@@ -248,19 +258,68 @@ std::optional<std::vector<float>> DistributedOptimizer::momentum(const std::stri
 }
 
 void DistributedOptimizer::accumulate_gradients(void* stream) {
-  if (!have_accumulated_) memory_->zero(flat_, plan_.padded_elements * 4, stream);
-  for (const Entry& entry : entries_) {
-    const Parameter& p = entry.parameter;
-    if (!p.grad) {
-      // missing_grad = zero (DeepSpeed, Keller): nothing to add, the step takes zeros. Skipping
-      // would need every rank to agree on it, so under skip every rank must give every gradient.
-      if (settings_.missing_gradient == MissingGradient::Zero) continue;
-      throw std::invalid_argument("parameter '" + p.name + "' has no gradient: every rank must provide every gradient (zeros if unused), "
-                                  "or set missing_grad = zero");
-    }
-    memory_->accumulate(p.grad_dtype, reinterpret_cast<std::uintptr_t>(p.grad), at(flat_, plan_.tensors[entry.tensor].offset), p.elements(), stream);
+  // Checked before any collective, on every rank alike (every rank passes every gradient).
+  if (settings_.missing_gradient != MissingGradient::Zero)
+    for (const Entry& entry : entries_)
+      if (!entry.parameter.grad)
+        throw std::invalid_argument("parameter '" + entry.parameter.name + "' has no gradient: every rank must provide every gradient (zeros if "
+                                    "unused), or set missing_grad = zero");
+  const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
+  if (distributed_.stage >= 2 && !distributed_.gradients_reduced) {
+    const int64_t before = communicator_.bytes_sent();
+    reduce_scatter_gradients(stream);
+    accumulated_bytes_ += communicator_.bytes_sent() - before;
+  } else {
+    const int64_t window = mine.gradient_end - mine.gradient_begin;
+    if (!have_accumulated_) memory_->zero(at(flat_, mine.gradient_begin), window * 4, stream);
+    add_gradients(mine.gradient_begin, window, at(flat_, mine.gradient_begin), stream);
   }
   have_accumulated_ = true;
+}
+
+void DistributedOptimizer::add_gradients(int64_t begin, int64_t count, std::uintptr_t destination, void* stream) const {
+  const int64_t end = begin + count;
+  for (const Entry& entry : entries_) {
+    const Parameter& p = entry.parameter;
+    const int64_t offset = plan_.tensors[entry.tensor].offset;
+    const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + p.elements());
+    // missing_grad = zero (DeepSpeed, Keller): nothing to add, the step takes zeros.
+    if (lo >= hi || !p.grad) continue;
+    const std::uintptr_t grad = reinterpret_cast<std::uintptr_t>(p.grad) + static_cast<std::uintptr_t>((lo - offset) * dtype_bytes(p.grad_dtype));
+    memory_->accumulate(p.grad_dtype, grad, at(destination, lo - begin), hi - lo, stream);
+  }
+}
+
+void DistributedOptimizer::store_parameters(int64_t begin, int64_t count, std::uintptr_t source, void* stream) const {
+  const int64_t end = begin + count;
+  for (const Entry& entry : entries_) {
+    const Parameter& p = entry.parameter;
+    const int64_t offset = plan_.tensors[entry.tensor].offset;
+    const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + p.elements());
+    if (lo >= hi) continue;
+    const std::uintptr_t data = reinterpret_cast<std::uintptr_t>(p.data) + static_cast<std::uintptr_t>((lo - offset) * dtype_bytes(p.dtype));
+    memory_->convert(DType::F32, at(source, lo - begin), p.dtype, data, hi - lo, stream);
+  }
+}
+
+// Round j reduces elements [j·c, j·c + n) of every rank's partition: the staging buffer holds
+// rank r's piece at r·n (this rank's gradients there, zeros in the padding), and the
+// reduce-scatter leaves the sums of this rank's piece at its place in the flat buffer (the first
+// micro-batch) or adds them there (later ones: the reduced micro-batches summed in order).
+void DistributedOptimizer::reduce_scatter_gradients(void* stream) {
+  communicator_.set_stream(stream);
+  const int world = communicator_.world();
+  const int64_t part = plan_.partition_elements;
+  const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
+  if (have_accumulated_ && !received_) received_ = buffers_.take(staging_chunk_);
+  for (int64_t first = 0; first < part; first += staging_chunk_) {
+    const int64_t count = std::min(staging_chunk_, part - first);
+    memory_->zero(staging_, world * count * 4, stream);
+    for (int r = 0; r < world; ++r) add_gradients(plan_.ranks[static_cast<size_t>(r)].begin + first, count, at(staging_, r * count), stream);
+    const std::uintptr_t target = at(flat_, mine.begin + first);
+    communicator_.reduce_scatter_sum(reinterpret_cast<const float*>(staging_), reinterpret_cast<float*>(have_accumulated_ ? received_ : target), count);
+    if (have_accumulated_) memory_->accumulate(DType::F32, received_, target, count, stream);
+  }
 }
 
 // The reduced gradient of this rank's partition, in place in flat_ (stage 1: every element).
@@ -271,16 +330,14 @@ void DistributedOptimizer::reduce_gradients(void* stream) {
   if (!have_accumulated_) accumulate_gradients(stream);
   have_accumulated_ = false;
   if (distributed_.gradients_reduced) return;  // every rank holds the reduced gradients already
-  const int64_t part = plan_.partition_elements;
   const float world = static_cast<float>(communicator_.world());
   if (distributed_.stage == 1) {
     communicator_.all_reduce_sum(reinterpret_cast<float*>(flat_), plan_.padded_elements);
     if (distributed_.average_gradients) memory_->divide(flat_, world, plan_.padded_elements, stream);
-  } else {
-    communicator_.reduce_scatter_sum(reinterpret_cast<const float*>(flat_), reinterpret_cast<float*>(slice_), part);
-    if (distributed_.average_gradients) memory_->divide(slice_, world, part, stream);
-    // Keep the flat indexing: this rank's partition at its place, the rest unused.
-    memory_->copy(at(flat_, communicator_.rank() * part), slice_, part * 4, stream);
+  } else if (distributed_.average_gradients) {
+    // Reduced while accumulating (reduce_scatter_gradients).
+    const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
+    memory_->divide(at(flat_, mine.begin), world, plan_.partition_elements, stream);
   }
 }
 
@@ -304,7 +361,8 @@ std::string DistributedOptimizer::locate_nonfinite() const {
 }
 
 StepReport DistributedOptimizer::step(void* stream) {
-  const int64_t bytes_before = communicator_.bytes_sent();
+  // The reductions of the micro-batches accumulated before this call belong to this step.
+  const int64_t bytes_before = communicator_.bytes_sent() - accumulated_bytes_;
   StepReport report;
   reduce_gradients(stream);
   // A non-finite reduced gradient anywhere skips the step on every rank.
@@ -322,6 +380,7 @@ StepReport DistributedOptimizer::step(void* stream) {
     report.reason = "non-finite reduced gradient element(s) on " + std::to_string(static_cast<int64_t>(bad)) + " rank(s)" + where +
                     "; the step was skipped on every rank and no parameter or state changed";
     bytes_last_step_ = communicator_.bytes_sent() - bytes_before;
+    accumulated_bytes_ = 0;
     return report;
   }
   if (distributed_.max_gradient_norm > 0) clip_gradients(report, stream);
@@ -331,6 +390,7 @@ StepReport DistributedOptimizer::step(void* stream) {
   if (distributed_.stage <= 2) all_gather_parameters(stream);
   for (const Entry& entry : entries_) (entry.muon ? report.muon_updated : report.adam_updated) += entry.hi > entry.lo ? 1 : 0;
   bytes_last_step_ = communicator_.bytes_sent() - bytes_before;
+  accumulated_bytes_ = 0;
   ++steps_;
   return report;
 }
@@ -348,8 +408,10 @@ void DistributedOptimizer::clip_gradients(StepReport& report, void* stream) {
   const double coefficient = (report.gradient_norm + 1e-6) / distributed_.max_gradient_norm;
   if (!(coefficient > 1.0)) return;
   const float divisor = static_cast<float>(coefficient);
-  if (distributed_.stage == 1 || distributed_.gradients_reduced) memory_->divide(flat_, divisor, plan_.padded_elements, stream);
-  else memory_->divide(at(flat_, mine.begin), divisor, mine.end - mine.begin, stream);
+  if (distributed_.stage == 1 || distributed_.gradients_reduced)
+    memory_->divide(at(flat_, mine.gradient_begin), divisor, mine.gradient_end - mine.gradient_begin, stream);
+  else
+    memory_->divide(at(flat_, mine.begin), divisor, mine.end - mine.begin, stream);
 }
 
 void DistributedOptimizer::muon_deepspeed(StepReport& report, void* stream) {
@@ -486,35 +548,33 @@ void DistributedOptimizer::adam(void* stream) {
   }
 }
 
+// Each rank's updated slice as f32 (exact for every parameter type) at its partition's place in
+// the flat buffer (the reduced gradient there is used up; stage 3 between micro-batches, where
+// the flat buffer accumulates, in a buffer of its own), all-gathered bucket by bucket: round j
+// gathers elements [j·c, j·c + n) of every partition into the staging buffer and stores the
+// other ranks' pieces into the parameters (this rank's own slice is already there).
 void DistributedOptimizer::all_gather_parameters(void* stream) {
   const int64_t part = plan_.partition_elements;
-  const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
-  memory_->zero(slice_, part * 4, stream);
-  auto address = [](const Entry& entry, int64_t element) {
-    return reinterpret_cast<std::uintptr_t>(entry.parameter.data) + static_cast<std::uintptr_t>(element * dtype_bytes(entry.parameter.dtype));
-  };
+  const int world = communicator_.world(), rank = communicator_.rank();
+  const RankSummary& mine = plan_.ranks[static_cast<size_t>(rank)];
+  std::uintptr_t send = at(flat_, mine.begin);
+  if (have_accumulated_) {
+    if (!slice_) slice_ = buffers_.take(part);
+    send = slice_;
+  }
+  memory_->zero(send, part * 4, stream);
   for (const Entry& entry : entries_) {
     if (entry.hi <= entry.lo) continue;
     const int64_t offset = plan_.tensors[entry.tensor].offset;
-    memory_->convert(entry.parameter.dtype, address(entry, entry.lo), DType::F32, at(slice_, offset + entry.lo - mine.begin), entry.hi - entry.lo, stream);
-  }
-  // The gathered parameters land in flat_ when no micro-batch is accumulating there (after a
-  // step; the next accumulation zeroes it), else (stage 3 between micro-batches) in a buffer of
-  // their own, allocated the first time.
-  std::uintptr_t gathered = flat_;
-  if (have_accumulated_) {
-    if (!gather_) gather_ = buffers_.take(plan_.padded_elements);
-    gathered = gather_;
+    const std::uintptr_t data = reinterpret_cast<std::uintptr_t>(entry.parameter.data) + static_cast<std::uintptr_t>(entry.lo * dtype_bytes(entry.parameter.dtype));
+    memory_->convert(entry.parameter.dtype, data, DType::F32, at(send, offset + entry.lo - mine.begin), entry.hi - entry.lo, stream);
   }
   communicator_.set_stream(stream);
-  communicator_.all_gather(reinterpret_cast<const void*>(slice_), part * 4, reinterpret_cast<void*>(gathered));
-  // Every value came from a parameter of the same type, so the stores are exact.
-  for (const Entry& entry : entries_) {
-    const int64_t offset = plan_.tensors[entry.tensor].offset;
-    const int64_t elements = entry.parameter.elements();
-    const int64_t lo = entry.hi > entry.lo ? entry.lo : elements, hi = entry.hi > entry.lo ? entry.hi : elements;
-    if (lo > 0) memory_->convert(DType::F32, at(gathered, offset), entry.parameter.dtype, address(entry, 0), lo, stream);
-    if (hi < elements) memory_->convert(DType::F32, at(gathered, offset + hi), entry.parameter.dtype, address(entry, hi), elements - hi, stream);
+  for (int64_t first = 0; first < part; first += staging_chunk_) {
+    const int64_t count = std::min(staging_chunk_, part - first);
+    communicator_.all_gather(reinterpret_cast<const void*>(at(send, first)), count * 4, reinterpret_cast<void*>(staging_));
+    for (int r = 0; r < world; ++r)
+      if (r != rank) store_parameters(plan_.ranks[static_cast<size_t>(r)].begin + first, count, at(staging_, r * count), stream);
   }
 }
 

@@ -1,10 +1,12 @@
 // Distributed Muon + AdamW with ZeRO partitioning (docs/distributed.md), over any Communicator.
 //
 // One step on rank r:
-//   1. gradients: the local ones (or the micro-batches accumulated since the last step) are
-//      reduced: all-reduced at stage 1, reduce-scattered at stages 2 and 3 (summed, then divided
-//      by the world size unless `average_gradients` is off); a NaN or infinity on any rank skips
-//      the step everywhere;
+//   1. gradients: reduced, summed, then divided by the world size unless `average_gradients` is
+//      off. Stage 1: the local ones (or the micro-batches accumulated since the last step) are
+//      all-reduced. Stages 2 and 3 (ZeRO-2's gradient partitioning): each micro-batch is
+//      reduce-scattered when it is accumulated, in buckets, into this rank's partition, where
+//      the reduced micro-batches are summed; no rank holds the whole model's gradient. A NaN or
+//      infinity on any rank skips the step everywhere;
 //   2. Muon, per the plan's mode (partition_plan.h):
 //        deepspeed  each owner of a matrix assembles its whole reduced gradient (the pieces other
 //                   owners hold come by point-to-point), keeps a full momentum copy, computes NS
@@ -71,6 +73,11 @@ struct DistributedSettings {
   // > 0: the reduced gradient's global norm is clipped to this before momentum and AdamW see it
   // (DeepSpeed's gradient_clipping; torch.nn.utils.clip_grad_norm_'s rule). 0: off.
   double max_gradient_norm = 0;
+  // The staging buffer of the bucketed collectives, in f32 elements over all ranks (DeepSpeed's
+  // reduce_bucket_size): the gradients are reduce-scattered, and the parameters all-gathered, in
+  // rounds of bucket_elements / world elements of each rank's partition, so that no rank holds a
+  // flat buffer of the whole model at stages 2 and 3. Larger: fewer, larger messages.
+  int64_t bucket_elements = int64_t{1} << 24;
 };
 
 // From DeepSpeed's zero_optimization section (already validated by the config reader): the
@@ -97,7 +104,9 @@ class DistributedOptimizer {
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
   // `stream`: a CUstream on CUDA memory (null: the legacy default stream), ignored on the host.
-  // Adds the parameters' current gradients to the accumulation buffer (one micro-batch).
+  // Adds the parameters' current gradients to the accumulation buffer (one micro-batch). At
+  // stages 2 and 3 (gradients not yet reduced) this reduce-scatters them: collective, every rank
+  // accumulates the same number of micro-batches.
   void accumulate_gradients(void* stream = nullptr);
   // One optimizer step (Muon applied once, however many micro-batches were accumulated).
   StepReport step(void* stream = nullptr);
@@ -146,6 +155,11 @@ class DistributedOptimizer {
   // matrix on each owner; balanced: its slice), or nothing when it holds none.
   std::optional<std::vector<float>> momentum(const std::string& name) const;
   const MemorySpace& memory() const { return *memory_; }
+  // Bytes this optimizer has allocated in its memory space (optimizer state and step buffers);
+  // the trainer's parameters and gradients are not counted.
+  int64_t memory_bytes() const { return buffers_.bytes; }
+  // Bytes this rank sent for the last step, the reductions of the micro-batches it accumulated
+  // (stages 2-3) included.
   int64_t bytes_sent_last_step() const { return bytes_last_step_; }
 
  private:
@@ -166,11 +180,19 @@ class DistributedOptimizer {
   struct Buffers {
     std::shared_ptr<MemorySpace> memory;
     std::vector<std::uintptr_t> addresses;
+    int64_t bytes = 0;
     std::uintptr_t take(int64_t floats);
     ~Buffers();
   };
   std::uintptr_t at(std::uintptr_t base, int64_t floats) const { return base + static_cast<std::uintptr_t>(floats * 4); }
   void reduce_gradients(void* stream);
+  // Flat-buffer coordinates [begin, begin + count): adds the parameters' gradients there (as f32)
+  // into `destination` (its element 0 is flat element `begin`); missing gradients add nothing.
+  void add_gradients(int64_t begin, int64_t count, std::uintptr_t destination, void* stream) const;
+  // Stores f32 values of flat elements [begin, begin + count) into the parameters.
+  void store_parameters(int64_t begin, int64_t count, std::uintptr_t source, void* stream) const;
+  // One micro-batch of gradients reduce-scattered, bucket by bucket, into this rank's partition.
+  void reduce_scatter_gradients(void* stream);
   void clip_gradients(StepReport& report, void* stream);
   // Every rank's `values` (the same count on every rank), rank after rank, through the step's
   // memory space (device engines move device buffers); bit-exact.
@@ -189,15 +211,22 @@ class DistributedOptimizer {
   Buffers buffers_;
   PartitionPlan plan_;
   std::vector<Entry> entries_;
-  // f32, plan_.padded_elements: the accumulated gradients, then the reduced ones (this rank's
-  // partition; the whole of the matrices it orthogonalizes in deepspeed mode).
+  // The flat f32 buffer in its own coordinates: at(flat_, i) is flat element i, for i in this
+  // rank's gradient range (plan_.ranks[rank].gradient_begin..end: everything at stage 1; the
+  // partition, widened to the Muon matrices it orthogonalizes whole in deepspeed mode, at stages
+  // 2-3), the only part that is memory. It holds the accumulated (stage 1) or reduced gradients,
+  // then this rank's updated parameters as the all-gather's input.
   std::uintptr_t flat_ = 0;
-  std::uintptr_t slice_ = 0;   // f32, partition_elements: reduce-scatter output, all-gather input
-  std::uintptr_t gather_ = 0;  // f32, padded_elements, when needed: the all-gathered parameters
+  // f32, world x staging_chunk_: one bucket round of the reduce-scatter or the all-gather.
+  std::uintptr_t staging_ = 0;
+  int64_t staging_chunk_ = 0;  // elements of each rank's partition per round
+  std::uintptr_t received_ = 0;  // f32, staging_chunk_, when needed: a later micro-batch's reduced round
+  std::uintptr_t slice_ = 0;     // f32, partition_elements, when needed: the all-gather's input at stage 3 between micro-batches
   bool have_accumulated_ = false;
   std::unique_ptr<BlockOrthogonalizer> orthogonalizer_;
   MuonStepLauncher launcher_;
   int64_t bytes_last_step_ = 0;
+  int64_t accumulated_bytes_ = 0;  // sent by accumulate_gradients since the last step
   int64_t steps_ = 0;
 };
 

@@ -165,7 +165,19 @@ PartitionPlan plan_partitions(const std::vector<PlanTensor>& tensors, const Plan
   }
   const int64_t partition = plan.partition_elements, padded = plan.padded_elements;
   for (RankSummary& rank : plan.ranks) {
-    rank.gradient_bytes = settings.gradient_bytes * (settings.stage >= 2 ? partition : padded);
+    rank.gradient_begin = settings.stage >= 2 ? rank.begin : 0;
+    rank.gradient_end = settings.stage >= 2 ? rank.end : padded;
+  }
+  if (deepspeed && settings.stage >= 2)
+    for (const PlannedTensor& tensor : plan.tensors)
+      if (tensor.tensor.muon)
+        for (int owner : tensor.owners) {
+          RankSummary& rank = plan.ranks[static_cast<size_t>(owner)];
+          rank.gradient_begin = std::min(rank.gradient_begin, tensor.offset);
+          rank.gradient_end = std::max(rank.gradient_end, tensor.offset + tensor.tensor.elements);
+        }
+  for (RankSummary& rank : plan.ranks) {
+    rank.gradient_bytes = settings.gradient_bytes * (rank.gradient_end - rank.gradient_begin);
     rank.parameter_bytes = settings.parameter_bytes * (settings.stage >= 3 ? partition : padded);
   }
   // Bytes on the wire per step, summed over ranks (ring collectives: a reduce-scatter or an

@@ -58,6 +58,10 @@ struct RankSummary {
   int matrices = 0;                  // matrices it orthogonalizes (each of a batch counted)
   int64_t optimizer_bytes = 0;       // Muon momentum (whole matrices it orthogonalizes) + AdamW moments of its slice
   int64_t gradient_bytes = 0, parameter_bytes = 0;  // what it holds of each (full or partitioned by stage)
+  // The range of the flat buffer whose reduced gradient it holds: stage 1 all of it; stages 2-3
+  // its partition, widened in deepspeed mode to the whole of every Muon matrix it orthogonalizes
+  // (the pieces other owners reduced arrive there). gradient_bytes is this range times g.
+  int64_t gradient_begin = 0, gradient_end = 0;
 };
 
 struct CollectiveBytes {
