@@ -470,7 +470,8 @@ nlohmann::json plan_record(const std::string& model_label, const runtime::Partit
   }
   for (const auto& rank : plan.ranks)
     ranks.push_back({{"begin", rank.begin}, {"end", rank.end}, {"orthogonalization_cost", rank.orthogonalization_cost}, {"matrices", rank.matrices},
-                     {"optimizer_bytes", rank.optimizer_bytes}, {"gradient_bytes", rank.gradient_bytes}, {"parameter_bytes", rank.parameter_bytes}});
+                     {"optimizer_bytes", rank.optimizer_bytes}, {"gradient_bytes", rank.gradient_bytes}, {"parameter_bytes", rank.parameter_bytes},
+                     {"gradient_range", {rank.gradient_begin, rank.gradient_end}}});
   for (const auto& collective : plan.collectives)
     collectives.push_back({{"name", collective.name}, {"bytes", collective.bytes}, {"bytes_per_rank", collective.bytes / settings.world}, {"formula", collective.formula}});
   data["tensors"] = tensors;

@@ -74,7 +74,7 @@ class Distributed {
   Distributed(const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>& parameters, uintptr_t mpi_comm, const std::string& preset,
               nb::dict overrides, int stage, const std::string& mode, bool average_gradients, bool offload, const std::string& engine,
               nb::object collectives, bool gradients_reduced, const std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>& matrix_options,
-              double max_gradient_norm, nb::object base) {
+              double max_gradient_norm, int64_t bucket_elements, nb::object base) {
     // The preset's settings, or a MuonSettings object's (a DeepSpeed config's), then the overrides.
     runtime::OptimizerSettings settings = base.is_none() ? runtime::preset_settings(preset) : settings_of(base);
     for (auto [key, value] : overrides) apply_python_setting(settings, nb::cast<std::string>(key), value);
@@ -85,6 +85,7 @@ class Distributed {
     distributed.offload_optimizer = offload;
     distributed.gradients_reduced = gradients_reduced;
     distributed.max_gradient_norm = max_gradient_norm;
+    if (bucket_elements != 0) distributed.bucket_elements = bucket_elements;  // 0: the runtime's default
     std::vector<runtime::Parameter> list;
     std::optional<bool> cuda;
     for (const auto& [name, tensor, use_muon] : parameters) {
@@ -285,6 +286,7 @@ class Distributed {
   }
   int rank() const { return communicator_->rank(); }
   int world() const { return communicator_->world(); }
+  int64_t memory_bytes() const { return optimizer_->memory_bytes(); }
   bool cuda() const { return cuda_; }
   std::string describe() const { return communicator_->describe(); }
   std::string plan_json() const { return runtime::plan_record("parameters", optimizer_->plan()).dump(); }
@@ -307,10 +309,10 @@ void register_zero(nb::module_& module) {
   nb::class_<Distributed>(module, "Distributed", "Distributed Muon + AdamW with ZeRO over an MPI communicator (orthojit.DistributedMuon wraps it).")
       .def(nb::init<const std::vector<std::tuple<std::string, nb::ndarray<>, std::optional<bool>>>&, uintptr_t, const std::string&,
                     nb::dict, int, const std::string&, bool, bool, const std::string&, nb::object, bool,
-                    const std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>&, double, nb::object>(),
+                    const std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>&, double, int64_t, nb::object>(),
            nb::arg("parameters"), nb::arg("mpi_comm"), nb::arg("preset"), nb::arg("overrides"), nb::arg("stage"), nb::arg("mode"), nb::arg("average_gradients"),
            nb::arg("offload"), nb::arg("engine") = "mpi", nb::arg("collectives") = nb::none(), nb::arg("gradients_reduced") = false,
-           nb::arg("matrix_options") = std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>{}, nb::arg("max_gradient_norm") = 0.0, nb::arg("base") = nb::none())
+           nb::arg("matrix_options") = std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>{}, nb::arg("max_gradient_norm") = 0.0, nb::arg("bucket_elements") = 0, nb::arg("base") = nb::none())
       .def("step", &Distributed::step, nb::arg("gradients"), nb::arg("accumulate_only") = false, nb::arg("stream") = 0)
       .def("gather_parameters", &Distributed::gather_parameters, nb::arg("stream") = 0)
       .def("hyperparameters", &Distributed::hyperparameters)
@@ -322,6 +324,7 @@ void register_zero(nb::module_& module) {
       .def_prop_ro("cuda", &Distributed::cuda)
       .def_prop_ro("rank", &Distributed::rank)
       .def_prop_ro("world", &Distributed::world)
+      .def_prop_ro("memory_bytes", &Distributed::memory_bytes)
       .def("describe", &Distributed::describe)
       .def("plan_json", &Distributed::plan_json);
   module.def(
@@ -332,10 +335,12 @@ void register_zero(nb::module_& module) {
         result["stage"] = settings.stage;
         result["offload"] = settings.offload_optimizer;
         result["max_gradient_norm"] = settings.max_gradient_norm;
+        result["bucket_elements"] = settings.bucket_elements;
         return result;
       },
       nb::arg("json_text"), nb::arg("origin") = "the DeepSpeed configuration",
-      "{stage, offload, max_gradient_norm} from a DeepSpeed config's zero_optimization and gradient_clipping (runtime/zero/distributed_optimizer.h).");
+      "{stage, offload, max_gradient_norm, bucket_elements} from a DeepSpeed config's zero_optimization (stage, offload_optimizer, "
+      "reduce_bucket_size) and gradient_clipping (runtime/zero/distributed_optimizer.h).");
   module.def("plan", &plan, nb::arg("model"), nb::arg("model_is_json"), nb::arg("world"), nb::arg("stage"), nb::arg("mode") = "deepspeed",
              nb::arg("alignment") = 1, nb::arg("per_head") = false, nb::arg("parameter_bytes") = 2, nb::arg("gradient_bytes") = 2,
              "`orthojit plan --json`: the ZeRO partition plan of a model for `world` ranks; returns JSON text.");

@@ -201,8 +201,11 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
   // wraps back).
   const int64_t window = mine.gradient_end - mine.gradient_begin;
   flat_ = buffers_.take(window) - static_cast<std::uintptr_t>(mine.gradient_begin * 4);
+  // Stage 1 holds the whole flat buffer, which receives the parameters' all-gather in one round
+  // from a slice of their own; stages 2-3 reduce and gather through the bucket.
   staging_chunk_ = std::clamp<int64_t>(distributed_.bucket_elements / communicator_.world(), 1, plan_.partition_elements);
-  staging_ = buffers_.take(staging_chunk_ * communicator_.world());
+  if (distributed_.stage == 1) slice_ = buffers_.take(plan_.partition_elements);
+  else staging_ = buffers_.take(staging_chunk_ * communicator_.world());
   orthogonalizer_ = std::make_unique<BlockOrthogonalizer>(settings_.muon);
   // Every kernel the steps run, compiled now (the program read once, update_rules.h): a program,
   // setting or shape that cannot compile fails here on every rank, not in a step on one rank
@@ -548,20 +551,24 @@ void DistributedOptimizer::adam(void* stream) {
   }
 }
 
-// Each rank's updated slice as f32 (exact for every parameter type) at its partition's place in
-// the flat buffer (the reduced gradient there is used up; stage 3 between micro-batches, where
-// the flat buffer accumulates, in a buffer of its own), all-gathered bucket by bucket: round j
-// gathers elements [j·c, j·c + n) of every partition into the staging buffer and stores the
-// other ranks' pieces into the parameters (this rank's own slice is already there).
+// Each rank's updated slice as f32 (exact for every parameter type), all-gathered, and the other
+// ranks' pieces stored into the parameters (this rank's own slice is already there). Stages 2-3:
+// the slice at its partition's place in the flat buffer (the reduced gradient there is used up;
+// stage 3 between micro-batches, where the flat buffer accumulates, in a buffer of its own),
+// gathered bucket by bucket: round j gathers elements [j·c, j·c + n) of every partition into the
+// staging buffer. Stage 1: from slice_ into the whole flat buffer, in one round.
 void DistributedOptimizer::all_gather_parameters(void* stream) {
   const int64_t part = plan_.partition_elements;
   const int world = communicator_.world(), rank = communicator_.rank();
   const RankSummary& mine = plan_.ranks[static_cast<size_t>(rank)];
+  const bool whole = distributed_.stage == 1;
   std::uintptr_t send = at(flat_, mine.begin);
-  if (have_accumulated_) {
+  if (whole || have_accumulated_) {
     if (!slice_) slice_ = buffers_.take(part);
     send = slice_;
   }
+  const std::uintptr_t receive = whole ? flat_ : staging_;
+  const int64_t chunk = whole ? part : staging_chunk_;
   memory_->zero(send, part * 4, stream);
   for (const Entry& entry : entries_) {
     if (entry.hi <= entry.lo) continue;
@@ -570,11 +577,11 @@ void DistributedOptimizer::all_gather_parameters(void* stream) {
     memory_->convert(entry.parameter.dtype, data, DType::F32, at(send, offset + entry.lo - mine.begin), entry.hi - entry.lo, stream);
   }
   communicator_.set_stream(stream);
-  for (int64_t first = 0; first < part; first += staging_chunk_) {
-    const int64_t count = std::min(staging_chunk_, part - first);
-    communicator_.all_gather(reinterpret_cast<const void*>(at(send, first)), count * 4, reinterpret_cast<void*>(staging_));
+  for (int64_t first = 0; first < part; first += chunk) {
+    const int64_t count = std::min(chunk, part - first);
+    communicator_.all_gather(reinterpret_cast<const void*>(at(send, first)), count * 4, reinterpret_cast<void*>(receive));
     for (int r = 0; r < world; ++r)
-      if (r != rank) store_parameters(plan_.ranks[static_cast<size_t>(r)].begin + first, count, at(staging_, r * count), stream);
+      if (r != rank) store_parameters(plan_.ranks[static_cast<size_t>(r)].begin + first, count, at(receive, r * count), stream);
   }
 }
 

@@ -217,11 +217,13 @@ class DistributedOptimizer {
   // 2-3), the only part that is memory. It holds the accumulated (stage 1) or reduced gradients,
   // then this rank's updated parameters as the all-gather's input.
   std::uintptr_t flat_ = 0;
-  // f32, world x staging_chunk_: one bucket round of the reduce-scatter or the all-gather.
+  // f32, world x staging_chunk_, stages 2-3: one bucket round of the reduce-scatter or the all-gather.
   std::uintptr_t staging_ = 0;
   int64_t staging_chunk_ = 0;  // elements of each rank's partition per round
   std::uintptr_t received_ = 0;  // f32, staging_chunk_, when needed: a later micro-batch's reduced round
-  std::uintptr_t slice_ = 0;     // f32, partition_elements, when needed: the all-gather's input at stage 3 between micro-batches
+  // f32, partition_elements: the all-gather's input at stage 1, and at stage 3 between
+  // micro-batches (allocated then).
+  std::uintptr_t slice_ = 0;
   bool have_accumulated_ = false;
   std::unique_ptr<BlockOrthogonalizer> orthogonalizer_;
   MuonStepLauncher launcher_;

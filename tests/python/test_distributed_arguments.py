@@ -220,3 +220,33 @@ def test_from_deepspeed_config_takes_stage_offload_clipping_and_the_optimizer_pa
         orthojit.DistributedMuon.from_deepspeed_config(net.named_parameters(), config, "local", stage=1)
     with pytest.raises(ValueError, match="unknown"):
         orthojit.DistributedMuon.from_deepspeed_config(net.named_parameters(), config, "local", strict=True)
+
+
+def test_bucket_size_sets_the_staging_buffer_and_not_the_result():
+    # One process: the bucket holds min(bucket_size, the partition) elements, so the optimizer's
+    # memory differs from the default's by 4 bytes per element it no longer stages; the rounds of
+    # one element each give the same parameters bit for bit. The DeepSpeed config's
+    # reduce_bucket_size sets it too; a bad size is refused.
+    torch.manual_seed(11)
+    net, twin = torch.nn.Linear(9, 5), torch.nn.Linear(9, 5)
+    twin.load_state_dict(net.state_dict())
+    settings = {"muon.backend": "ref", "muon.precision": "f32"}
+    whole = orthojit.DistributedMuon(net.named_parameters(), comm="local", stage=2, settings=settings)
+    rounds = orthojit.DistributedMuon(twin.named_parameters(), comm="local", stage=2, settings=settings, bucket_size=1)
+    padded = whole.plan()["padded_elements"]
+    assert padded == 9 * 5 + 5
+    assert whole.memory_bytes() - rounds.memory_bytes() == 4 * (padded - 1)
+    for step in range(2):
+        same_random_gradients(50 + step, net, twin)
+        whole.step()
+        rounds.step()
+        for p, q in zip(net.parameters(), twin.parameters()):
+            assert torch.equal(p, q)
+    config = {"optimizer": {"type": "muon", "params": {}}, "zero_optimization": {"stage": 2, "reduce_bucket_size": 7}}
+    configured = orthojit.DistributedMuon.from_deepspeed_config(net.named_parameters(), config, "local")
+    assert whole.memory_bytes() - configured.memory_bytes() == 4 * (padded - 7)
+    with pytest.raises(TypeError, match="takes bucket_size from the config"):
+        orthojit.DistributedMuon.from_deepspeed_config(net.named_parameters(), config, "local", bucket_size=3)
+    for bad in (0, -5, 2.5, "8", True):
+        with pytest.raises(ValueError, match="bucket_size must be a whole number of elements >= 1"):
+            orthojit.DistributedMuon(net.named_parameters(), comm="local", bucket_size=bad)

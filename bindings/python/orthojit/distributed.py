@@ -185,6 +185,11 @@ class DistributedMuon(torch.optim.Optimizer):
             step's report gives ``gradient_norm``). Calling clip_grad_norm_ on ``.grad`` before
             ``step()`` would clip each rank's unreduced gradient by its own norm instead. With
             ``gradients_reduced`` (DDP) either works. None: no clipping.
+        bucket_size: the staging buffer of the bucketed gradient reduce-scatter and parameter
+            all-gather, in f32 elements over all ranks (DeepSpeed's ``reduce_bucket_size``; None:
+            2**24, 64 MiB). At stages 2 and 3 each rank holds the reduced gradient of its own
+            partition only (plus, in deepspeed mode, the rest of the Muon matrices it
+            orthogonalizes whole) and this bucket: larger means fewer, larger messages.
         matrix_options: per-name matrix options, as orthojit.Muon's: ``{"attn.qkv.weight":
             {"row_splits": [q, k, v], "head_rows": 64}, "moe.experts.w1": {"layout": "batch"}}``
             (Muon parameters only).
@@ -211,7 +216,7 @@ class DistributedMuon(torch.optim.Optimizer):
     def __init__(self, named_parameters, comm=None, *, stage=2, mode="deepspeed", preset="deepspeed", settings=None, use_muon=None,
                  average_gradients=True, offload=False, engine="mpi", gradients_reduced=False, lr=None, muon_lr=None, adam_lr=None,
                  momentum=None, nesterov=None, weight_decay=None, betas=None, eps=None, backend=None, matrix_options=None,
-                 max_grad_norm=None, _base_settings=None):
+                 max_grad_norm=None, bucket_size=None, _base_settings=None):
         if engine not in ("mpi", "nccl"):
             raise ValueError(f"engine must be 'mpi' or 'nccl', got {engine!r}")
         group = _torch_group(comm)
@@ -262,6 +267,8 @@ class DistributedMuon(torch.optim.Optimizer):
         if max_grad_norm is not None and (isinstance(max_grad_norm, (bool, str)) or not isinstance(max_grad_norm, (int, float))
                                           or not max_grad_norm > 0 or max_grad_norm == float("inf")):
             raise ValueError(f"max_grad_norm must be a finite number > 0 (or None: no clipping), got {max_grad_norm!r}")
+        if bucket_size is not None and (isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 1):
+            raise ValueError(f"bucket_size must be a whole number of elements >= 1 (or None: 2**24), got {bucket_size!r}")
         self._accumulated = False
         overrides = _overrides(settings, lr=lr, muon_lr=muon_lr, adam_lr=adam_lr, momentum=momentum, nesterov=nesterov,
                                weight_decay=weight_decay, betas=betas, eps=eps, backend=backend)
@@ -271,7 +278,7 @@ class DistributedMuon(torch.optim.Optimizer):
             overrides, preset = {}, _base_settings.preset
         self._core = _orthojit.Distributed([(name, tensor.detach(), use_muon.get(name)) for name, tensor in self._parameters], handle, preset,
                                            overrides, stage, mode, bool(average_gradients), bool(offload), engine, collectives,
-                                           bool(gradients_reduced), options, float(max_grad_norm or 0.0), _base_settings)
+                                           bool(gradients_reduced), options, float(max_grad_norm or 0.0), int(bucket_size or 0), _base_settings)
         values = (_base_settings if _base_settings is not None else _orthojit.MuonSettings(preset, dict(overrides))).values()
         # missing_grad = zero (deepspeed, keller): a parameter without a gradient is stepped with
         # zeros, as their code sets p.grad = zeros; under skip every rank must give every gradient.
@@ -307,14 +314,14 @@ class DistributedMuon(torch.optim.Optimizer):
     def from_deepspeed_config(cls, named_parameters, config, comm=None, *, strict=False, **kwargs):
         """A DistributedMuon configured as DeepSpeed reads ``config`` (a path, JSON text or a dict):
         the optimizer's settings from ``optimizer.params`` (as orthojit.Muon.from_deepspeed_config),
-        the ZeRO stage and the optimizer offload from ``zero_optimization``, and
+        the ZeRO stage, the optimizer offload and ``reduce_bucket_size`` from ``zero_optimization``, and
         ``gradient_clipping`` as ``max_grad_norm`` (the reduced gradient clipped, not DeepSpeed's
         clipping of the Muon update: docs/distributed.md). Ignored keys are named in warnings
         (``strict=True``: a ValueError). ``kwargs`` go to the constructor (``mode``, ``settings``,
         ``engine``, ...), except what the config decides."""
         from .muon import _deepspeed_settings, _read_deepspeed_config
 
-        for key in ("preset", "stage", "offload", "max_grad_norm", "_base_settings"):
+        for key in ("preset", "stage", "offload", "max_grad_norm", "bucket_size", "_base_settings"):
             if key in kwargs:
                 raise TypeError(f"from_deepspeed_config takes {key} from the config, not {key}= (edit the config, or build "
                                 "DistributedMuon directly)")
@@ -322,7 +329,7 @@ class DistributedMuon(torch.optim.Optimizer):
         base = _deepspeed_settings(data, origin, strict)
         zero = _orthojit.deepspeed_distributed_settings(_json.dumps(data), origin)
         return cls(named_parameters, comm, stage=zero["stage"], offload=zero["offload"], max_grad_norm=zero["max_gradient_norm"] or None,
-                   _base_settings=base, **kwargs)
+                   bucket_size=zero["bucket_elements"], _base_settings=base, **kwargs)
 
     def add_param_group(self, param_group):
         if not getattr(self, "_building", False):
@@ -367,6 +374,12 @@ class DistributedMuon(torch.optim.Optimizer):
     def describe(self):
         """The communicator, e.g. 'MPI (Open MPI v4.1.4), rank 0 of 2'."""
         return self._core.describe()
+
+    def memory_bytes(self):
+        """Bytes this rank's optimizer holds in its memory (host or CUDA): the optimizer state, the
+        reduced gradient of its range and the bucket; the model's parameters and ``.grad`` are
+        not counted."""
+        return self._core.memory_bytes
 
     def plan(self):
         """The partition plan (as ``orthojit.plan`` returns it) of these parameters."""
