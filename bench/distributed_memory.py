@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """What DistributedMuon holds per rank at ZeRO stages 1, 2 and 3: torchrun with 2 processes (gloo,
-CPU tensors), a model of 16.8M f32 elements (an 8192 x 1024 AdamW embedding and eight 1024 x 1024
-Muon matrices). For each stage, in a fresh pair of processes: the optimizer's own allocations
+CPU tensors), a model of f32 parameters: an R x 1024 AdamW embedding (--embedding-rows R, 8192 by
+default: 16.8M elements in all) and eight 1024 x 1024 Muon matrices. For each stage, in a fresh pair of processes: the optimizer's own allocations
 (memory_bytes()), the plan's per-rank gradient bytes, and the resident memory the optimizer added
 (VmRSS after construction and after two steps, and the peak VmHWM, each less VmRSS before the
 optimizer was built, when the model's parameters and gradients already exist).
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/distributed_memory.py [--ranks 2] [--bucket-size N]
+    MALLOC_MMAP_THRESHOLD_=1048576 PYTHONPATH=build/python /usr/bin/python3 bench/distributed_memory.py \
+        [--ranks 2] [--bucket-size N] [--embedding-rows R]
+
+MALLOC_MMAP_THRESHOLD_ makes glibc map every large block and unmap it when freed, so that the
+resident memory measures what is live (by default glibc keeps freed blocks of up to 32 MiB in its
+heap, and the temporaries of the gloo collectives inflate VmRSS by whatever it kept).
 """
 import argparse
 import json
@@ -25,7 +30,7 @@ def status_kib(field):
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def worker(stage, bucket_size):
+def worker(stage, bucket_size, embedding_rows):
     import torch
     import torch.distributed as dist
 
@@ -33,7 +38,7 @@ def worker(stage, bucket_size):
 
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    shapes = {"embed.weight": (8192, 1024)}
+    shapes = {"embed.weight": (embedding_rows, 1024)}
     shapes.update({f"layer.{i}.weight": (1024, 1024) for i in range(8)})
     parameters = [(name, torch.nn.Parameter(torch.randn(*shape) * 0.02)) for name, shape in shapes.items()]
     for _, parameter in parameters:
@@ -62,15 +67,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--bucket-size", type=int, default=None, help="DistributedMuon's bucket_size (default: its own)")
+    parser.add_argument("--embedding-rows", type=int, default=8192)
     parser.add_argument("--worker-stage", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker_stage:
-        worker(args.worker_stage, args.bucket_size)
+        worker(args.worker_stage, args.bucket_size, args.embedding_rows)
         return
     rows = []
     for stage in (1, 2, 3):
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.ranks), "--standalone", "--tee", "1",
-                   "--redirects", "2", os.path.abspath(__file__), "--worker-stage", str(stage)]
+                   "--redirects", "2", os.path.abspath(__file__), "--worker-stage", str(stage),
+                   "--embedding-rows", str(args.embedding_rows)]
         if args.bucket_size:
             command += ["--bucket-size", str(args.bucket_size)]
         print(f"stage {stage}: {args.ranks} processes ...", file=sys.stderr, flush=True)

@@ -409,7 +409,9 @@ class DistributedMuon(torch.optim.Optimizer):
 
     def accumulate(self):
         """Adds the current gradients as one micro-batch. Call it for every micro-batch, the last one
-        included; the next ``step()`` then applies Muon once to their sum and does not read ``.grad``."""
+        included; the next ``step()`` then applies Muon once to their sum and does not read ``.grad``.
+        At stages 2 and 3 each micro-batch is reduce-scattered here (a collective: every rank calls
+        it as often), and the reduced micro-batches are summed."""
         self._core.step(self._gradients(), True, self._stream())
         self._accumulated = True
 
