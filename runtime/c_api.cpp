@@ -29,10 +29,18 @@
 #include "runtime/muon/parameter.h"
 #include "runtime/muon/parameter_tagging.h"
 #include "runtime/muon/safetensors_file.h"
+#include "runtime/build_parts.h"
+#include "runtime/c_api_optimizer.h"
 #include "runtime/errors.h"
 #include "runtime/npy_file.h"
 #include "runtime/orthogonalize.h"
 #include "support/source_location.h"
+#ifdef ORTHOJIT_HAVE_MPI
+#include "runtime/zero/mpi_communicator.h"
+#endif
+#ifdef ORTHOJIT_HAVE_NCCL
+#include "runtime/zero/nccl_communicator.h"
+#endif
 
 #ifndef ORTHOJIT_VERSION
 #define ORTHOJIT_VERSION "unknown"
@@ -43,12 +51,19 @@ namespace rt = orthojit::runtime;
 struct oj_optimizer {
   rt::OptimizerSettings settings;
   std::vector<rt::Parameter> parameters;  // everything added, in order (kept after build for the info)
-  // Where data, gradients and state live: host memory (`built`, stepped by oj_optimizer_step) or
-  // CUDA memory (`device`, stepped by oj_optimizer_step_on_stream); set by the "memory" option.
+  // Where data, gradients and state live: host memory (stepped by oj_optimizer_step) or CUDA
+  // memory (stepped by oj_optimizer_step_on_stream); set by the "memory" option.
   bool cuda_memory = false;
-  std::unique_ptr<rt::HybridOptimizer> built;
-  std::unique_ptr<rt::DeviceOptimizer> device;
-  std::vector<rt::ParameterInfo> infos;   // of `built` or `device`, in its order
+  // ZeRO data parallelism: the communicator given by oj_optimizer_distribute_* (null: one rank)
+  // and the zero.* settings.
+  std::shared_ptr<rt::Communicator> communicator;
+  rt::DistributedSettings distributed = [] {
+    rt::DistributedSettings defaults;
+    defaults.stage = 2;  // as orthojit.DistributedMuon's
+    return defaults;
+  }();
+  std::unique_ptr<rt::CApiOptimizer> built;  // null while collecting
+  std::vector<rt::ParameterInfo> infos;      // of `built`, in its order
   std::string skip_reason, description;
 };
 
@@ -176,11 +191,9 @@ rt::Parameter& require_parameter(oj_optimizer* optimizer, const char* name) {
   throw rt::UsageError("no parameter named '" + text + "' was added");
 }
 
-bool is_built(const oj_optimizer* optimizer) { return optimizer->built || optimizer->device; }
+bool is_built(const oj_optimizer* optimizer) { return optimizer->built != nullptr; }
 
-const rt::OptimizerSettings& built_settings(const oj_optimizer* optimizer) {
-  return optimizer->device ? optimizer->device->settings() : optimizer->built->settings();
-}
+const rt::OptimizerSettings& built_settings(const oj_optimizer* optimizer) { return optimizer->built->settings(); }
 
 // OJ_UNAVAILABLE, with the reason, when device memory cannot be used here.
 void check_cuda_memory_available() {
@@ -198,18 +211,25 @@ void build(oj_optimizer* optimizer) {
   if (optimizer->cuda_memory) {
     // Every Muon step runs on the cuda backend whatever muon.backend says.
     check_cuda_memory_available();
-    auto device = std::make_unique<rt::DeviceOptimizer>(optimizer->parameters, optimizer->settings, rt::cuda_memory());
-    optimizer->infos = device->parameters();
-    optimizer->device = std::move(device);
-    return;
+  } else {
+    bool any_muon = false;
+    for (const auto& parameter : optimizer->parameters)
+      if (parameter.requires_grad && parameter.use_muon.value_or(rt::default_use_muon(parameter.name, parameter.shape, optimizer->settings.tagging)))
+        any_muon = true;
+    if (any_muon) check_backend_available(optimizer->settings.muon.backend);
   }
-  bool any_muon = false;
-  for (const auto& parameter : optimizer->parameters)
-    if (parameter.requires_grad && parameter.use_muon.value_or(rt::default_use_muon(parameter.name, parameter.shape, optimizer->settings.tagging))) any_muon = true;
-  if (any_muon) check_backend_available(optimizer->settings.muon.backend);
-  auto built = std::make_unique<rt::HybridOptimizer>(optimizer->parameters, optimizer->settings);
+  auto built = optimizer->communicator
+                   ? rt::distributed_optimizer(optimizer->parameters, optimizer->settings, optimizer->cuda_memory, optimizer->distributed, optimizer->communicator)
+                   : rt::single_rank_optimizer(optimizer->parameters, optimizer->settings, optimizer->cuda_memory);
   optimizer->infos = built->parameters();
   optimizer->built = std::move(built);
+}
+
+// Why a distributed optimizer cannot take the communicator yet: it is built, or has one.
+void require_distributable(const oj_optimizer* optimizer) {
+  require_collecting(optimizer, "distributing the optimizer");
+  if (optimizer->communicator)
+    throw rt::InvalidStateError("this optimizer is already distributed over " + optimizer->communicator->describe() + "; create another handle for another communicator");
 }
 
 // rt::apply_setting, with the C API's own key named where the runtime lists the valid ones.
@@ -218,7 +238,8 @@ void apply_c_setting(rt::OptimizerSettings& settings, const std::string& key, co
     rt::apply_setting(settings, key, value);
   } catch (const std::invalid_argument& error) {
     const std::string message = error.what();
-    if (message.rfind("unknown optimizer setting", 0) == 0) throw rt::UsageError(message + ", memory (host | cuda)");
+    if (message.rfind("unknown optimizer setting", 0) == 0)
+      throw rt::UsageError(message + ", memory (host | cuda), and the zero.* keys of a distributed optimizer (zero.stage, ...)");
     throw;
   }
 }
@@ -230,7 +251,7 @@ void fill_report(const oj_optimizer* optimizer, const rt::StepReport& result, oj
   report->adam_updated = result.adam_updated;
   report->without_gradient = result.without_gradient;
   report->orthogonalize_seconds = result.orthogonalize_seconds;
-  report->steps_taken = optimizer->device ? optimizer->device->steps_taken() : optimizer->built->steps_taken();
+  report->steps_taken = optimizer->built->steps_taken();
 }
 
 void check_learning_rate(double lr, const char* what) {
@@ -303,6 +324,14 @@ oj_status oj_optimizer_create_from_deepspeed_config(const char* path, oj_optimiz
           std::fprintf(stderr, "orthojit: warning: %s: ignored unknown key %s (DeepSpeed ignores it too); valid keys there: %s\n", file.c_str(),
                        key.path.c_str(), key.valid_keys.c_str());
         optimizer->settings = config.optimizer;
+        if (config.zero.stage >= 1) {  // stage 0 or no section: the zero.* defaults
+          try {
+            optimizer->distributed = rt::distributed_settings(config);
+          } catch (const std::invalid_argument& error) {
+            std::fprintf(stderr, "orthojit: warning: %s: zero_optimization does not configure the distributed optimizer (%s); the zero.* options keep their defaults\n",
+                         file.c_str(), error.what());
+          }
+        }
         *out = optimizer.release();
         return OJ_OK;
       },
@@ -324,6 +353,13 @@ oj_status oj_optimizer_set_option(oj_optimizer* optimizer, const char* key, cons
       optimizer->cuda_memory = where == "cuda";
       return OJ_OK;
     }
+    if (name.rfind("zero.", 0) == 0) {
+      rt::DistributedSettings changed = optimizer->distributed;
+      rt::apply_distributed_setting(changed, name.substr(5), value);  // validates key and value first
+      require_collecting(optimizer, "setting '" + name + "'");
+      optimizer->distributed = changed;
+      return OJ_OK;
+    }
     if (!is_built(optimizer)) {
       apply_c_setting(optimizer->settings, name, value);
       return OJ_OK;
@@ -332,8 +368,7 @@ oj_status oj_optimizer_set_option(oj_optimizer* optimizer, const char* key, cons
     apply_c_setting(changed, name, value);  // validates key and value first
     if (name != "muon.lr" && name != "adam.lr")
       throw rt::InvalidStateError("'" + name + "' cannot change after the optimizer is built; only muon.lr and adam.lr can");
-    if (optimizer->device) optimizer->device->set_learning_rates(changed.muon.lr, changed.adam.lr);
-    else optimizer->built->set_learning_rates(changed.muon.lr, changed.adam.lr);
+    optimizer->built->set_learning_rates(changed.muon.lr, changed.adam.lr);
     optimizer->settings = changed;
     return OJ_OK;
   });
@@ -346,6 +381,8 @@ oj_status oj_optimizer_describe(oj_optimizer* optimizer, const char** out) {
     optimizer->description = rt::describe(is_built(optimizer) ? built_settings(optimizer) : optimizer->settings);
     if (!optimizer->description.empty() && optimizer->description.back() != '\n') optimizer->description += '\n';
     optimizer->description += std::string("memory = ") + (optimizer->cuda_memory ? "cuda" : "host") + "\n";
+    if (optimizer->communicator)
+      optimizer->description += "communicator = " + optimizer->communicator->describe() + "\n" + rt::describe_distributed(optimizer->distributed);
     *out = optimizer->description.c_str();
     return OJ_OK;
   });
@@ -427,7 +464,6 @@ oj_status oj_optimizer_set_gradient(oj_optimizer* optimizer, const char* name, c
     check_handle(optimizer);
     rt::Parameter& parameter = require_parameter(optimizer, name);
     const rt::DType type = to_dtype(grad_dtype, "grad_dtype");
-    if (optimizer->device && parameter.requires_grad) optimizer->device->set_gradient(parameter.name, grad, type);
     if (optimizer->built && parameter.requires_grad) optimizer->built->set_gradient(parameter.name, grad, type);
     parameter.grad = grad;
     parameter.grad_dtype = type;
@@ -440,7 +476,6 @@ oj_status oj_optimizer_set_data(oj_optimizer* optimizer, const char* name, void*
     check_handle(optimizer);
     rt::Parameter& parameter = require_parameter(optimizer, name);
     require(data, "data");
-    if (optimizer->device && parameter.requires_grad) optimizer->device->set_data(parameter.name, data);
     if (optimizer->built && parameter.requires_grad) optimizer->built->set_data(parameter.name, data);
     parameter.data = data;
     return OJ_OK;
@@ -454,7 +489,7 @@ oj_status oj_optimizer_step(oj_optimizer* optimizer, oj_step_report* report) {
       throw rt::InvalidStateError("this optimizer's memory is cuda (its data and gradients are device pointers): use oj_optimizer_step_on_stream");
     build(optimizer);
     optimizer->skip_reason.clear();
-    const rt::StepReport result = optimizer->built->step();
+    const rt::StepReport result = optimizer->built->step(nullptr);
     if (result.skipped) optimizer->skip_reason = result.reason;
     fill_report(optimizer, result, report);
     return OJ_OK;
@@ -468,7 +503,7 @@ oj_status oj_optimizer_step_on_stream(oj_optimizer* optimizer, void* stream, oj_
       throw rt::InvalidStateError("this optimizer's memory is host (the default; set the option memory = cuda before build for device pointers): use oj_optimizer_step");
     build(optimizer);
     optimizer->skip_reason.clear();
-    const rt::StepReport result = optimizer->device->step(stream);
+    const rt::StepReport result = optimizer->built->step(stream);
     if (result.skipped) optimizer->skip_reason = result.reason;
     fill_report(optimizer, result, report);
     return OJ_OK;
@@ -483,7 +518,6 @@ oj_status oj_optimizer_set_learning_rates(oj_optimizer* optimizer, double muon_l
     check_learning_rate(muon_lr, "muon_lr");
     check_learning_rate(adam_lr, "adam_lr");
     if (optimizer->built) optimizer->built->set_learning_rates(muon_lr, adam_lr);
-    if (optimizer->device) optimizer->device->set_learning_rates(muon_lr, adam_lr);
     optimizer->settings.muon.lr = muon_lr;
     optimizer->settings.adam.lr = adam_lr;
     return OJ_OK;
@@ -494,7 +528,7 @@ oj_status oj_optimizer_state_bytes(oj_optimizer* optimizer, int64_t* muon_bytes,
   return guarded("oj_optimizer_state_bytes", [&] {
     check_handle(optimizer);
     build(optimizer);
-    const rt::StateBytes bytes = optimizer->device ? optimizer->device->state_bytes() : optimizer->built->state_bytes();
+    const rt::StateBytes bytes = optimizer->built->state_bytes();
     if (muon_bytes) *muon_bytes = bytes.muon;
     if (adam_bytes) *adam_bytes = bytes.adam;
     return OJ_OK;
@@ -505,7 +539,7 @@ oj_status oj_optimizer_steps_taken(oj_optimizer* optimizer, int64_t* out) {
   return guarded("oj_optimizer_steps_taken", [&] {
     check_handle(optimizer);
     require(out, "out");
-    *out = optimizer->device ? optimizer->device->steps_taken() : optimizer->built ? optimizer->built->steps_taken() : 0;
+    *out = optimizer->built ? optimizer->built->steps_taken() : 0;
     return OJ_OK;
   });
 }
@@ -556,8 +590,7 @@ oj_status oj_optimizer_qk_clip(oj_optimizer* optimizer, const char* q_name, cons
     if (n_heads <= 0) throw rt::UsageError("n_heads must be > 0 (got " + std::to_string(n_heads) + ")");
     build(optimizer);
     const std::vector<double> maxima(s_max, s_max + n_heads);
-    if (optimizer->device) optimizer->device->qk_clip(q, k, head_rows, maxima, tau);
-    else optimizer->built->qk_clip(q, k, head_rows, maxima, tau);
+    optimizer->built->qk_clip(q, k, head_rows, maxima, tau);
     return OJ_OK;
   });
 }
@@ -569,8 +602,7 @@ oj_status oj_optimizer_save_state(oj_optimizer* optimizer, const char* path) {
         check_handle(optimizer);
         const std::string file = require_string(path, "path");
         build(optimizer);
-        if (optimizer->device) optimizer->device->save_state(file);
-        else optimizer->built->save_state(file);
+        optimizer->built->save_state(file);
         return OJ_OK;
       },
       rt::ErrorKind::Io);
@@ -583,11 +615,82 @@ oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path) {
         check_handle(optimizer);
         const std::string file = require_string(path, "path");
         build(optimizer);
-        if (optimizer->device) optimizer->device->load_state(file);
-        else optimizer->built->load_state(file);
+        optimizer->built->load_state(file);
         return OJ_OK;
       },
       rt::ErrorKind::Io);
+}
+
+oj_status oj_optimizer_distribute_mpi(oj_optimizer* optimizer, const void* mpi_comm) {
+  return guarded("oj_optimizer_distribute_mpi", [&] {
+    check_handle(optimizer);
+    require(mpi_comm, "mpi_comm");
+    require_distributable(optimizer);
+#ifdef ORTHOJIT_HAVE_MPI
+    // Collective over the trainer's communicator (MPI_Comm_dup): its traffic never mixes with ours.
+    optimizer->communicator = std::make_shared<rt::MpiCommunicator>(*static_cast<const MPI_Comm*>(mpi_comm));
+    return OJ_OK;
+#else
+    throw rt::UnavailableError(rt::mpi_unavailable_reason());
+#endif
+  });
+}
+
+oj_status oj_optimizer_distribute_nccl(oj_optimizer* optimizer, void* nccl_comm, int32_t rank, int32_t world) {
+  return guarded("oj_optimizer_distribute_nccl", [&] {
+    check_handle(optimizer);
+    require(nccl_comm, "nccl_comm");
+    if (world < 1 || rank < 0 || rank >= world)
+      throw rt::UsageError("rank " + std::to_string(rank) + " of world " + std::to_string(world) + ": expected world >= 1 and 0 <= rank < world");
+    require_distributable(optimizer);
+#ifdef ORTHOJIT_HAVE_NCCL
+    if (const std::string why = rt::NcclCommunicator::unavailable_reason(); !why.empty()) throw rt::UnavailableError("the NCCL engine cannot run here: " + why);
+    optimizer->communicator = std::shared_ptr<rt::Communicator>(rt::NcclCommunicator::wrap(nccl_comm, rank, world));
+    return OJ_OK;
+#else
+    throw rt::UnavailableError("this build has no NCCL engine (the CUDA backend or nccl.h was not found when it was configured)");
+#endif
+  });
+}
+
+oj_status oj_optimizer_accumulate_gradients(oj_optimizer* optimizer, void* stream) {
+  return guarded("oj_optimizer_accumulate_gradients", [&] {
+    check_handle(optimizer);
+    build(optimizer);
+    optimizer->built->accumulate_gradients(stream);
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_gather_parameters(oj_optimizer* optimizer, void* stream) {
+  return guarded("oj_optimizer_gather_parameters", [&] {
+    check_handle(optimizer);
+    build(optimizer);
+    optimizer->built->gather_parameters(stream);
+    return OJ_OK;
+  });
+}
+
+oj_status oj_optimizer_distributed_info(oj_optimizer* optimizer, oj_distributed_info* out) {
+  return guarded("oj_optimizer_distributed_info", [&] {
+    check_handle(optimizer);
+    require(out, "out");
+    build(optimizer);
+    const rt::DistributedOptimizer* distributed = optimizer->built->distributed();
+    if (!distributed) throw rt::InvalidStateError("this optimizer is not distributed (oj_optimizer_distribute_mpi or _nccl before build)");
+    const int rank = optimizer->communicator->rank();
+    const rt::RankSummary& mine = distributed->plan().ranks[static_cast<size_t>(rank)];
+    oj_distributed_info info{};
+    info.rank = rank;
+    info.world = optimizer->communicator->world();
+    info.partition_begin = mine.begin;
+    info.partition_end = mine.end;
+    info.padded_elements = distributed->plan().padded_elements;
+    info.memory_bytes = distributed->memory_bytes();
+    info.bytes_sent_last_step = distributed->bytes_sent_last_step();
+    *out = info;
+    return OJ_OK;
+  });
 }
 
 oj_status oj_orthogonalize(const char* program, const char* backend, const char* strategy, int64_t batch, int64_t rows, int64_t cols, const float* input,

@@ -13,44 +13,7 @@
 
 #include "orthojit/orthojit.h"
 
-static int g_failures = 0;
-static int g_checks = 0;
-
-#define CHECK(condition)                                                                  \
-  do {                                                                                    \
-    ++g_checks;                                                                           \
-    if (!(condition)) {                                                                   \
-      ++g_failures;                                                                       \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition);       \
-    }                                                                                     \
-  } while (0)
-
-/* A call that must succeed; on failure prints the status and the last error. */
-#define CHECK_OK(call)                                                                                         \
-  do {                                                                                                         \
-    oj_status status_ = (call);                                                                                \
-    ++g_checks;                                                                                                \
-    if (status_ != OJ_OK) {                                                                                    \
-      ++g_failures;                                                                                            \
-      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call, oj_status_name(status_), oj_last_error()); \
-    }                                                                                                          \
-  } while (0)
-
-/* A call that must fail with `expected`, with a last-error message containing `fragment`. */
-#define CHECK_FAILS(call, expected, fragment)                                                                     \
-  do {                                                                                                            \
-    oj_status status_ = (call);                                                                                   \
-    ++g_checks;                                                                                                   \
-    if (status_ != (expected)) {                                                                                  \
-      ++g_failures;                                                                                               \
-      fprintf(stderr, "%s:%d: %s returned %s, expected %s (last error: %s)\n", __FILE__, __LINE__, #call,         \
-              oj_status_name(status_), oj_status_name(expected), oj_last_error());                                \
-    } else if (strstr(oj_last_error(), (fragment)) == NULL) {                                                    \
-      ++g_failures;                                                                                               \
-      fprintf(stderr, "%s:%d: %s: the message \"%s\" does not mention \"%s\"\n", __FILE__, __LINE__, #call,      \
-              oj_last_error(), (fragment));                                                                       \
-    }                                                                                                             \
-  } while (0)
+#include "tests/c_check.h"
 
 /* Deterministic values in [-1, 1). */
 static uint64_t g_rng = 0x9E3779B97F4A7C15u;

@@ -292,6 +292,63 @@ oj_status oj_optimizer_save_state(oj_optimizer* optimizer, const char* path);
 oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path);
 
 /* ------------------------------------------------------------------------------------------- */
+/* ZeRO data parallelism (docs/distributed.md)                                                   */
+
+/* Makes the optimizer a distributed one (collecting phase only; OJ_INVALID_STATE after build or
+ * when it already has a communicator): every rank creates its handle with the same options and
+ * the same parameters in the same order, and calls this with its communicator; oj_optimizer_build
+ * (or the first call that builds) is then collective, and so are the steps, the state files,
+ * QK-clip and the calls below. Each rank's gradients are reduced (averaged over the ranks unless
+ * zero.average_gradients = false), the optimizer state is partitioned over the ranks, and every
+ * rank's parameters are equal after each step (at stage 3 after oj_optimizer_gather_parameters).
+ * The results are the single-rank optimizer's on the reduced gradients (bit for bit where the
+ * reduction is exact). Options, by oj_optimizer_set_option before build (defaults in brackets):
+ *   zero.stage 1 | 2 | 3 [2]       1: the state is partitioned; 2: the reduced gradients too (each
+ *                                  rank holds its partition of them and a bucket, never the whole
+ *                                  model's); 3: the parameters too, gathered on request
+ *   zero.mode deepspeed | balanced [deepspeed]  who orthogonalizes a matrix: each rank owning a
+ *                                  piece of it (DeepSpeed's), or each matrix once (load-balanced)
+ *   zero.average_gradients [true]  zero.gradients_reduced [false]: the gradients are already
+ *                                  reduced and equal on every rank (taken as they are)
+ *   zero.offload_optimizer [false] state in host memory, Newton-Schulz on the host
+ *   zero.alignment [1]             elements; every tensor starts at a multiple of it
+ *   zero.bucket_elements [16777216] f32 elements of the bucket of the reduce-scatter and
+ *                                  all-gather at stages 2-3 (DeepSpeed's reduce_bucket_size)
+ *   zero.max_gradient_norm [0]     > 0: the reduced gradient's global norm is clipped to it
+ * A handle created from a DeepSpeed config takes these from its zero_optimization section
+ * (stage, offload_optimizer, reduce_bucket_size) and gradient_clipping when the section asks for
+ * stage 1, 2 or 3 (NVMe offload there: a warning on stderr and the defaults; stage 0 or no
+ * section: the defaults).
+ *
+ * oj_optimizer_distribute_mpi: `mpi_comm` points to the trainer's MPI_Comm (&comm; this header
+ * does not include mpi.h). The communicator is duplicated (MPI_Comm_dup: collective), so the
+ * optimizer's traffic never mixes with the trainer's. Host memory only (memory = cuda needs
+ * NCCL). OJ_UNAVAILABLE in a build without MPI.
+ * oj_optimizer_distribute_nccl: `nccl_comm` is the trainer's ncclComm_t, which it keeps owning
+ * (and must keep alive until destroy); `rank` and `world` are its rank and size. Host buffers
+ * are staged through the device. OJ_UNAVAILABLE without the NCCL engine or libnccl. */
+oj_status oj_optimizer_distribute_mpi(oj_optimizer* optimizer, const void* mpi_comm);
+oj_status oj_optimizer_distribute_nccl(oj_optimizer* optimizer, void* nccl_comm, int32_t rank, int32_t world);
+
+/* Distributed only (OJ_INVALID_STATE otherwise). Accumulate: adds the current gradients as one
+ * micro-batch; the next step applies the update once, to their sum, and does not read the
+ * gradients again. At stages 2-3 each micro-batch is reduce-scattered here. Gather: at stage 3,
+ * every rank's parameters receive the other ranks' slices (after a step, before the next forward).
+ * `stream`: a CUstream with memory = cuda (NULL: the legacy default stream); ignored on the host. */
+oj_status oj_optimizer_accumulate_gradients(oj_optimizer* optimizer, void* stream);
+oj_status oj_optimizer_gather_parameters(oj_optimizer* optimizer, void* stream);
+
+/* What this rank holds and sent (distributed only; builds first if needed). */
+typedef struct oj_distributed_info {
+  int32_t rank, world;
+  int64_t partition_begin, partition_end; /* its partition of the flat buffer of every parameter */
+  int64_t padded_elements;                /* that buffer's length */
+  int64_t memory_bytes;                   /* allocated by the optimizer: state and step buffers */
+  int64_t bytes_sent_last_step;           /* by this rank, for the last step and its micro-batches */
+} oj_distributed_info;
+oj_status oj_optimizer_distributed_info(oj_optimizer* optimizer, oj_distributed_info* out);
+
+/* ------------------------------------------------------------------------------------------- */
 /* Orthogonalization                                                                            */
 
 /* Orthogonalizes `batch` row-major rows x cols f32 matrices from `input` into `output` (which

@@ -194,10 +194,8 @@ std::string describe(const OptimizerSettings& settings) {
   return out.str();
 }
 
-namespace {
-
 // A decimal number: strtod alone would also take leading blanks and hexadecimal ("0x10" = 16).
-double parse_number(const std::string& key, const std::string& value) {
+double parse_setting_number(const std::string& key, const std::string& value) {
   char* end = nullptr;
   const double number = std::strtod(value.c_str(), &end);
   const bool decimal = !value.empty() && !std::isspace(static_cast<unsigned char>(value[0])) && value.find_first_of("xX") == std::string::npos;
@@ -206,29 +204,31 @@ double parse_number(const std::string& key, const std::string& value) {
 }
 
 // A whole number in [least, most].
-int parse_integer(const std::string& key, const std::string& value, int least, int most) {
-  const double number = parse_number(key, value);
+int parse_setting_integer(const std::string& key, const std::string& value, int least, int most) {
+  const double number = parse_setting_number(key, value);
   if (number != std::floor(number) || number < least || number > most)
     throw std::invalid_argument(key + " must be an integer in " + std::to_string(least) + ".." + std::to_string(most) + " (got " + value + ")");
   return static_cast<int>(number);
 }
 
+bool parse_setting_bool(const std::string& key, const std::string& value) {
+  if (value == "true" || value == "1") return true;
+  if (value == "false" || value == "0") return false;
+  throw std::invalid_argument(key + ": '" + value + "' is not true or false");
+}
+
+namespace {
+
 double parse_non_negative(const std::string& key, const std::string& value) {
-  const double number = parse_number(key, value);
+  const double number = parse_setting_number(key, value);
   if (number < 0) throw std::invalid_argument(key + " must be >= 0 (got " + value + ")");
   return number;
 }
 
 double parse_unit_interval(const std::string& key, const std::string& value) {
-  const double number = parse_number(key, value);
+  const double number = parse_setting_number(key, value);
   if (number < 0 || number >= 1) throw std::invalid_argument(key + " must be in [0, 1) (got " + value + ")");
   return number;
-}
-
-bool parse_bool(const std::string& key, const std::string& value) {
-  if (value == "true" || value == "1") return true;
-  if (value == "false" || value == "0") return false;
-  throw std::invalid_argument(key + ": '" + value + "' is not true or false");
 }
 
 }  // namespace
@@ -241,7 +241,7 @@ void apply_setting_unchecked(OptimizerSettings& settings, const std::string& key
   AdamGroupSettings& a = settings.adam;
   if (key == "muon.lr") m.lr = parse_non_negative(key, value);
   else if (key == "muon.momentum") m.momentum = parse_unit_interval(key, value);
-  else if (key == "muon.nesterov") m.nesterov = parse_bool(key, value);
+  else if (key == "muon.nesterov") m.nesterov = parse_setting_bool(key, value);
   else if (key == "muon.weight_decay") m.weight_decay = parse_non_negative(key, value);
   else if (key == "muon.momentum_kind") {
     auto kind = parse_momentum_kind(value);
@@ -261,31 +261,31 @@ void apply_setting_unchecked(OptimizerSettings& settings, const std::string& key
     auto type = parse_scalar_type(value);
     if (!type || *type == ScalarType::F64) throw std::invalid_argument(key + ": '" + value + "' is not bf16, f16 or f32");
     m.precision = *type;
-  } else if (key == "muon.ns_steps") m.ns_steps = parse_integer(key, value, 1, 100); else if (key == "muon.ns_eps") {
-    const double eps = parse_number(key, value);
+  } else if (key == "muon.ns_steps") m.ns_steps = parse_setting_integer(key, value, 1, 100); else if (key == "muon.ns_eps") {
+    const double eps = parse_setting_number(key, value);
     if (eps <= 0) throw std::invalid_argument(key + " must be > 0 (got " + value + ")");
     m.ns_eps = eps;
-  } else if (key == "muon.norm_clamp") m.norm_clamp = parse_bool(key, value);
+  } else if (key == "muon.norm_clamp") m.norm_clamp = parse_setting_bool(key, value);
   else if (key == "muon.backend") {
     if (value != "auto" && value != "ref" && value != "cpu" && value != "cuda")
       throw std::invalid_argument(key + ": '" + value + "' is not auto, ref, cpu or cuda");
     m.backend = value;
-  } else if (key == "muon.threads") m.threads = parse_integer(key, value, 0, kMaxMuonThreads);  // 0: every core
+  } else if (key == "muon.threads") m.threads = parse_setting_integer(key, value, 0, kMaxMuonThreads);  // 0: every core
   else if (key == "muon.variant") {
     auto variant = parse_muon_variant(value);
     if (!variant) throw std::invalid_argument(key + ": '" + value + "' is not muon, normuon or adamuon");
     m.variant = *variant;
   } else if (key == "muon.beta2") m.variant_beta2 = parse_unit_interval(key, value);
   else if (key == "muon.variant_eps") {
-    const double eps = parse_number(key, value);
+    const double eps = parse_setting_number(key, value);
     if (eps <= 0) throw std::invalid_argument(key + " must be > 0 (got " + value + ")");
     m.variant_eps = eps;
-  } else if (key == "muon.sign_momentum") m.sign_momentum = parse_bool(key, value);
+  } else if (key == "muon.sign_momentum") m.sign_momentum = parse_setting_bool(key, value);
   else if (key == "adam.lr") a.lr = parse_non_negative(key, value);
   else if (key == "adam.beta1") a.beta1 = parse_unit_interval(key, value);
   else if (key == "adam.beta2") a.beta2 = parse_unit_interval(key, value);
   else if (key == "adam.eps") {
-    const double eps = parse_number(key, value);
+    const double eps = parse_setting_number(key, value);
     if (eps <= 0) throw std::invalid_argument(key + " must be > 0 (got " + value + ")");
     a.eps = eps;
   } else if (key == "adam.weight_decay") a.weight_decay = parse_non_negative(key, value);
@@ -293,7 +293,7 @@ void apply_setting_unchecked(OptimizerSettings& settings, const std::string& key
     auto formula = parse_adam_formula(value);
     if (!formula) throw std::invalid_argument(key + ": '" + value + "' is not standard or moonlight");
     a.formula = *formula;
-  } else if (key == "experts_as_batch") settings.tensor_layout = parse_bool(key, value) ? MatrixLayout::Batch : MatrixLayout::Flatten;
+  } else if (key == "experts_as_batch") settings.tensor_layout = parse_setting_bool(key, value) ? MatrixLayout::Batch : MatrixLayout::Flatten;
   else if (key == "tensor_layout") {
     auto layout = parse_matrix_layout(value);
     if (!layout || *layout == MatrixLayout::Auto) throw std::invalid_argument(key + ": '" + value + "' is not flatten, batch or trailing");

@@ -139,4 +139,11 @@ std::string describe(const OptimizerSettings& settings);
 // it was.
 void apply_setting(OptimizerSettings& settings, const std::string& key, const std::string& value);
 
+// The value parsers of apply_setting, for other string-keyed settings (the C API's zero.*):
+// std::invalid_argument naming `key` and what is valid. A finite decimal number (no blanks, no
+// hexadecimal); a whole number in [least, most]; true/false (or 1/0).
+double parse_setting_number(const std::string& key, const std::string& value);
+int parse_setting_integer(const std::string& key, const std::string& value, int least, int most);
+bool parse_setting_bool(const std::string& key, const std::string& value);
+
 }  // namespace orthojit::runtime

@@ -600,4 +600,16 @@ void DistributedOptimizer::set_gradient(const std::string& name, const void* gra
   throw std::invalid_argument("no optimized parameter named '" + name + "'");
 }
 
+void DistributedOptimizer::set_data(const std::string& name, void* data) {
+  for (Entry& entry : entries_)
+    if (entry.parameter.name == name) {
+      if (!data) throw std::invalid_argument("parameter '" + name + "': the data pointer is null");
+      if (const std::string problem = memory_->address_problem(reinterpret_cast<std::uintptr_t>(data)); !problem.empty())
+        throw std::invalid_argument("parameter '" + name + "': the data pointer " + problem);
+      entry.parameter.data = data;  // every step plans its launches from the current addresses
+      return;
+    }
+  throw std::invalid_argument("no optimized parameter named '" + name + "'");
+}
+
 }  // namespace orthojit::runtime

@@ -112,8 +112,15 @@ class DistributedOptimizer {
   StepReport step(void* stream = nullptr);
   // Stage 3: every rank's parameter buffers receive the other ranks' slices.
   void gather_parameters(void* stream = nullptr);
-  // The trainer may re-point a gradient between steps (frameworks reallocate them).
+  // The trainer may re-point a gradient or a parameter's data between steps (frameworks
+  // reallocate them); a pointer `memory` does not know is std::invalid_argument.
   void set_gradient(const std::string& name, const void* grad, DType grad_dtype);
+  void set_data(const std::string& name, void* data);
+  // Each optimized parameter (in the order given) as the single-rank optimizers report it, with
+  // state_bytes what this rank holds for it (deepspeed: the whole momentum of a Muon matrix it
+  // owns a piece of; otherwise its slice); and the totals per group.
+  std::vector<ParameterInfo> parameters() const;
+  StateBytes state_bytes() const;
 
   // The current step hyperparameters, and new ones for the next step: every rank must set the
   // same values (as every rank's scheduler does). Checked first (std::invalid_argument naming
@@ -151,6 +158,7 @@ class DistributedOptimizer {
 
   const PartitionPlan& plan() const { return plan_; }
   const DistributedSettings& settings() const { return distributed_; }
+  const OptimizerSettings& optimizer_settings() const { return settings_; }
   // A host copy of the momentum this rank holds for a Muon parameter (deepspeed: the whole
   // matrix on each owner; balanced: its slice), or nothing when it holds none.
   std::optional<std::vector<float>> momentum(const std::string& name) const;

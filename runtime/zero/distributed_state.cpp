@@ -28,6 +28,24 @@ StepHyperparameters step_hyperparameters(const OptimizerSettings& settings) {
 
 StepHyperparameters DistributedOptimizer::hyperparameters() const { return step_hyperparameters(settings_); }
 
+std::vector<ParameterInfo> DistributedOptimizer::parameters() const {
+  const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
+  std::vector<ParameterInfo> infos;
+  for (const Entry& entry : entries_) {
+    ParameterInfo info = parameter_info(entry.parameter, entry.muon, entry.matrices);
+    const int64_t slice = entry.hi - entry.lo;
+    info.state_bytes = slice <= 0 ? 0 : entry.muon ? 4 * (balanced ? slice : entry.parameter.elements()) : 8 * slice;
+    infos.push_back(std::move(info));
+  }
+  return infos;
+}
+
+StateBytes DistributedOptimizer::state_bytes() const {
+  StateBytes bytes;
+  for (const ParameterInfo& info : parameters()) (info.muon ? bytes.muon : bytes.adam) += info.state_bytes;
+  return bytes;
+}
+
 void DistributedOptimizer::set_hyperparameters(const StepHyperparameters& values) {
   // The ranges of the settings keys (optimizer_settings.h), all checked before any is set.
   auto check = [](const char* key, double value, double least, bool open_below, double below) {
