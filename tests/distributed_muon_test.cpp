@@ -600,6 +600,12 @@ TEST_P(Distributed, StateGathersToTheSingleRankStateAndLoadsBack) {
     step_both_and_compare(model, distributed, single, optimizer, reference, stage, random, label(stage, mode));
     expect_same_state(optimizer.gather_state(), reference.state(), where + ", gathered");
     EXPECT_EQ(optimizer.steps_taken(), reference.steps_taken());
+    // To one rank only (the last): the others send their partitions and get nothing.
+    const int root = communicator.world() - 1;
+    const std::map<std::string, HybridOptimizer::State> at_root = optimizer.gather_state(root);
+    if (communicator.rank() == root) expect_same_state(at_root, reference.state(), where + ", gathered to rank " + std::to_string(root));
+    else EXPECT_TRUE(at_root.empty()) << where << ": a rank other than the root received the state";
+    EXPECT_THROW(optimizer.gather_state(communicator.world()), std::invalid_argument);
     // Its file is the single-rank optimizer's: it loads there as the same state.
     const std::string path = shared_path("save");
     optimizer.save_state(path);

@@ -216,13 +216,14 @@ class Distributed {
     optimizer_->set_hyperparameters(h);
   }
 
-  // The whole state on every rank (collective): {name: {"momentum_buffer" | "exp_avg",
-  // "exp_avg_sq": flat f32 torch tensors, "step": int}} and the steps taken.
-  std::pair<nb::dict, int64_t> gather_state() {
+  // The whole state on every rank, or on `root` only (collective): {name: {"momentum_buffer" |
+  // "exp_avg", "exp_avg_sq": flat f32 torch tensors, "step": int}} (empty on the other ranks) and
+  // the steps taken.
+  std::pair<nb::dict, int64_t> gather_state(std::optional<int> root) {
     std::map<std::string, runtime::HybridOptimizer::State> state;
     {
       nb::gil_scoped_release release;
-      state = optimizer_->gather_state();
+      state = optimizer_->gather_state(root);
     }
     auto tensor = [](std::vector<float>& values) {
       auto* owned = new std::vector<float>(std::move(values));
@@ -317,7 +318,7 @@ void register_zero(nb::module_& module) {
       .def("gather_parameters", &Distributed::gather_parameters, nb::arg("stream") = 0)
       .def("hyperparameters", &Distributed::hyperparameters)
       .def("set_hyperparameters", &Distributed::set_hyperparameters, nb::arg("values"))
-      .def("gather_state", &Distributed::gather_state)
+      .def("gather_state", &Distributed::gather_state, nb::arg("root") = nb::none())
       .def("load_state", &Distributed::load_state, nb::arg("state"), nb::arg("steps_taken"))
       .def("muon_tags", &Distributed::muon_tags)
       .def("qk_clip", &Distributed::qk_clip, nb::arg("q_name"), nb::arg("k_name"), nb::arg("head_rows"), nb::arg("s_max"), nb::arg("tau"))

@@ -142,14 +142,16 @@ class DistributedOptimizer {
   // and step), so a checkpoint moves between world sizes, stages, modes and the single-rank
   // optimizers. All four are collective (every rank calls them, in the same order).
   //   gather_state: every rank receives the whole state (two all-gathers of the partitioned
-  //     state through the step's memory space, plus one small all-reduce of the step counts).
+  //     state through the step's memory space, plus one small all-reduce of the step counts);
+  //     with a `root` rank, only that rank does (each other rank sends it its partition and
+  //     gets an empty map), so the others never hold the whole state.
   //   load_state: each rank takes its part of `state`; every rank checks everything first and
   //     the ranks agree (one all-reduce): when any rank finds a problem, every rank throws
   //     std::runtime_error and no rank changes anything.
-  //   save_state: HybridOptimizer::save_state's file, written by rank 0 (a failed write throws
-  //     on every rank); load_state(path): every rank reads the file (a shared file system),
-  //     under load_state's rule.
-  std::map<std::string, HybridOptimizer::State> gather_state();
+  //   save_state: HybridOptimizer::save_state's file, gathered to and written by rank 0 alone (a
+  //     failed write throws on every rank); load_state(path): every rank reads the file (a
+  //     shared file system), under load_state's rule.
+  std::map<std::string, HybridOptimizer::State> gather_state(std::optional<int> root = std::nullopt);
   void load_state(const std::map<std::string, HybridOptimizer::State>& state, int64_t steps_taken);
   void save_state(const std::string& path);
   void load_state(const std::string& path);

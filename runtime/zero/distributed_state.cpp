@@ -164,9 +164,13 @@ void DistributedOptimizer::qk_clip(const std::string& q_name, const std::string&
 // The partitioned state, laid like the parameters' flat buffer: each rank puts its slice of every
 // tensor's state at the tensor's place in its partition (Muon's momentum and AdamW's exp_avg in
 // one buffer, exp_avg_sq in the other: a tensor has one or the other), and one all-gather per
-// buffer gives every rank the whole of it. deepspeed mode: the owners of a matrix hold identical
-// whole momenta; each contributes its slice.
-std::map<std::string, HybridOptimizer::State> DistributedOptimizer::gather_state() {
+// buffer gives every rank the whole of it (with a root: every other rank sends its two slices to
+// the root, which receives them at their places). deepspeed mode: the owners of a matrix hold
+// identical whole momenta; each contributes its slice.
+std::map<std::string, HybridOptimizer::State> DistributedOptimizer::gather_state(std::optional<int> root) {
+  const int world = communicator_.world(), rank = communicator_.rank();
+  if (root && (*root < 0 || *root >= world))
+    throw std::invalid_argument("gather_state: root rank " + std::to_string(*root) + " is not in 0.." + std::to_string(world - 1));
   communicator_.set_stream(nullptr);
   const int64_t part = plan_.partition_elements, padded = plan_.padded_elements;
   const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
@@ -182,13 +186,33 @@ std::map<std::string, HybridOptimizer::State> DistributedOptimizer::gather_state
       memory_->copy(at(second_slice.address, place), entry.exp_avg_sq, count * 4, nullptr);
     }
   }
-  std::vector<float> first(static_cast<size_t>(padded)), second(static_cast<size_t>(padded));
-  {
+  const bool receives = !root || *root == rank;
+  std::vector<float> first(receives ? static_cast<size_t>(padded) : 0), second(receives ? static_cast<size_t>(padded) : 0);
+  if (!root) {
     ScratchBuffer gathered(*memory_, padded);
     communicator_.all_gather(reinterpret_cast<const void*>(first_slice.address), part * 4, reinterpret_cast<void*>(gathered.address));
     memory_->download(first.data(), gathered.address, padded * 4);
     communicator_.all_gather(reinterpret_cast<const void*>(second_slice.address), part * 4, reinterpret_cast<void*>(gathered.address));
     memory_->download(second.data(), gathered.address, padded * 4);
+  } else if (!receives) {
+    communicator_.exchange({{*root, reinterpret_cast<void*>(first_slice.address), part * 4}, {*root, reinterpret_cast<void*>(second_slice.address), part * 4}},
+                           {});
+  } else {
+    ScratchBuffer gathered_first(*memory_, padded), gathered_second(*memory_, padded);
+    std::vector<Communicator::Transfer> transfers;
+    for (int r = 0; r < world; ++r) {
+      const std::uintptr_t place = static_cast<std::uintptr_t>(r * part * 4);
+      if (r == rank) {
+        memory_->copy(gathered_first.address + place, first_slice.address, part * 4, nullptr);
+        memory_->copy(gathered_second.address + place, second_slice.address, part * 4, nullptr);
+        continue;
+      }
+      transfers.push_back({r, reinterpret_cast<void*>(gathered_first.address + place), part * 4});
+      transfers.push_back({r, reinterpret_cast<void*>(gathered_second.address + place), part * 4});
+    }
+    if (!transfers.empty()) communicator_.exchange({}, transfers);
+    memory_->download(first.data(), gathered_first.address, padded * 4);
+    memory_->download(second.data(), gathered_second.address, padded * 4);
   }
   // AdamW's step counts: the first owner of each tensor gives its count, in two f32 halves (exact
   // for counts below 2^42), through a host all-reduce (staged by device engines). steps_ is the
@@ -202,6 +226,7 @@ std::map<std::string, HybridOptimizer::State> DistributedOptimizer::gather_state
   }
   if (communicator_.world() > 1) communicator_.all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
   std::map<std::string, HybridOptimizer::State> state;
+  if (!receives) return state;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& entry = entries_[i];
     const int64_t offset = plan_.tensors[entry.tensor].offset, elements = entry.parameter.elements();
@@ -266,7 +291,7 @@ void DistributedOptimizer::load_state(const std::map<std::string, HybridOptimize
 }
 
 void DistributedOptimizer::save_state(const std::string& path) {
-  const std::map<std::string, HybridOptimizer::State> state = gather_state();
+  const std::map<std::string, HybridOptimizer::State> state = gather_state(0);
   std::exception_ptr failure;
   if (communicator_.rank() == 0) {
     try {

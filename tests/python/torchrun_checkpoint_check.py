@@ -96,6 +96,12 @@ saved, expected = distributed.state_dict(), reference.state_dict()
 same_state(saved, expected, "DistributedMuon.state_dict vs Muon.state_dict")
 if saved["orthojit"]["steps_taken"] != 4:
     failures.append(f"rank {rank}: steps_taken {saved['orthojit']['steps_taken']}")
+# rank0_only: the same state on rank 0, nothing on the others.
+on_rank0 = distributed.state_dict(rank0_only=True)
+if rank == 0:
+    same_state(on_rank0, expected, "DistributedMuon.state_dict(rank0_only=True) on rank 0 vs Muon.state_dict")
+elif on_rank0 != {}:
+    failures.append(f"rank {rank}: state_dict(rank0_only=True) returned {sorted(on_rank0)} on a rank other than 0")
 # Distributed -> single process: a fresh orthojit.Muon on copies of the parameters.
 single_model = model()
 single_model.load_state_dict(distributed_model.state_dict())

@@ -452,12 +452,18 @@ class DistributedMuon(torch.optim.Optimizer):
             s_max = s_max.detach().double().cpu().reshape(-1).tolist()
         self._core.qk_clip(resolve(q_param), resolve(k_param), int(head_rows), [float(s) for s in s_max], float(tau))
 
-    def state_dict(self):
+    def state_dict(self, rank0_only=False):
         """The whole state, gathered from every rank's partition (collective: every rank calls it
         and every rank receives all of it, on the CPU; 8 bytes per Muon element and 12 per AdamW
         element of host memory), in orthojit.Muon's layout: loads into orthojit.Muon or into a
-        DistributedMuon of any world size, stage or mode."""
-        state, steps = self._core.gather_state()
+        DistributedMuon of any world size, stage or mode. ``rank0_only=True`` (as FSDP's full
+        state dict): still called on every rank, but only rank 0 receives the state (the others
+        send it their partitions and get ``{}``), so only rank 0 holds it."""
+        if not isinstance(rank0_only, bool):
+            raise ValueError(f"rank0_only must be True or False, got {rank0_only!r}")
+        state, steps = self._core.gather_state(0 if rank0_only else None)
+        if rank0_only and self.rank != 0:
+            return {}
         packed, groups, index = {}, [], 0
         for group in self.param_groups:
             saved = {key: copy.deepcopy(value) for key, value in group.items() if key != "params"}
