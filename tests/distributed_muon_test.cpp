@@ -827,7 +827,8 @@ INSTANTIATE_TEST_SUITE_P(StagesAndModes, Distributed,
 // buffer of the whole model. The optimizer state is the same at every stage; stage 1 gathers the
 // parameters through a partition-sized slice, stages 2-3 through the bucket (world x c elements,
 // c = bucket / world). So each rank's allocations are stage 1's less 4 bytes per flat element
-// outside that range, and the slice's bytes for the bucket's. A large
+// outside that range, and the slice's bytes for the bucket's; a trainer that accumulates
+// micro-batches adds one round of c, once. A large
 // AdamW tensor makes the ranges much smaller than the model on more than one rank.
 TEST(DistributedMemory, StagesTwoAndThreeHoldOnlyTheirGradientRange) {
   Communicator& communicator = *world_communicator;
@@ -860,6 +861,15 @@ TEST(DistributedMemory, StagesTwoAndThreeHoldOnlyTheirGradientRange) {
       fill_gradients(buffers, random);
       EXPECT_FALSE(optimizer.step().skipped);
       EXPECT_EQ(stage1.memory_bytes() - optimizer.memory_bytes(), difference) << label(stage, mode) << ": a step allocated";
+      fill_gradients(buffers, random);
+      optimizer.accumulate_gradients();
+      optimizer.accumulate_gradients();
+      EXPECT_FALSE(optimizer.step().skipped);
+      EXPECT_EQ(stage1.memory_bytes() - optimizer.memory_bytes(), difference - 4 * chunk) << label(stage, mode) << ": accumulating micro-batches";
+      optimizer.accumulate_gradients();
+      optimizer.accumulate_gradients();
+      EXPECT_FALSE(optimizer.step().skipped);
+      EXPECT_EQ(stage1.memory_bytes() - optimizer.memory_bytes(), difference - 4 * chunk) << label(stage, mode) << ": accumulating again allocated";
     }
   }
 }

@@ -204,8 +204,11 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Parameter> parameters, Op
   // Stage 1 holds the whole flat buffer, which receives the parameters' all-gather in one round
   // from a slice of their own; stages 2-3 reduce and gather through the bucket.
   staging_chunk_ = std::clamp<int64_t>(distributed_.bucket_elements / communicator_.world(), 1, plan_.partition_elements);
-  if (distributed_.stage == 1) slice_ = buffers_.take(plan_.partition_elements);
-  else staging_ = buffers_.take(staging_chunk_ * communicator_.world());
+  if (distributed_.stage == 1) {
+    slice_ = buffers_.take(plan_.partition_elements);
+  } else {
+    staging_ = buffers_.take(staging_chunk_ * communicator_.world());
+  }
   orthogonalizer_ = std::make_unique<BlockOrthogonalizer>(settings_.muon);
   // Every kernel the steps run, compiled now (the program read once, update_rules.h): a program,
   // setting or shape that cannot compile fails here on every rank, not in a step on one rank
@@ -314,7 +317,18 @@ void DistributedOptimizer::reduce_scatter_gradients(void* stream) {
   const int world = communicator_.world();
   const int64_t part = plan_.partition_elements;
   const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
-  if (have_accumulated_ && !received_) received_ = buffers_.take(staging_chunk_);
+  if (have_accumulated_ && !received_) {
+    // The round a later micro-batch is reduced into before it is added: only trainers that
+    // accumulate need it. Every rank gets here at the same call (accumulating is collective), so
+    // a failed allocation is shared like the constructor's.
+    std::exception_ptr failure;
+    try {
+      received_ = buffers_.take(staging_chunk_);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    agree(failure, "allocating the buffer of accumulated micro-batches");
+  }
   for (int64_t first = 0; first < part; first += staging_chunk_) {
     const int64_t count = std::min(staging_chunk_, part - first);
     memory_->zero(staging_, world * count * 4, stream);

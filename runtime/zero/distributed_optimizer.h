@@ -230,7 +230,9 @@ class DistributedOptimizer {
   // f32, world x staging_chunk_, stages 2-3: one bucket round of the reduce-scatter or the all-gather.
   std::uintptr_t staging_ = 0;
   int64_t staging_chunk_ = 0;  // elements of each rank's partition per round
-  std::uintptr_t received_ = 0;  // f32, staging_chunk_, when needed: a later micro-batch's reduced round
+  // f32, staging_chunk_, stages 2-3, from the second micro-batch a trainer accumulates on: a
+  // later micro-batch's reduced round, before it is added.
+  std::uintptr_t received_ = 0;
   // f32, partition_elements: the all-gather's input at stage 1, and at stage 3 between
   // micro-batches (allocated then).
   std::uintptr_t slice_ = 0;
