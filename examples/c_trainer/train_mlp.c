@@ -11,8 +11,16 @@
  * training set) side by side, and the held-out accuracy. Exit status: 0, or 1 when an API call
  * fails or the hybrid run's final loss is not below its initial loss.
  *
+ * train_mlp_mpi is the same program built with ORTHOJIT_EXAMPLE_MPI, data parallel under mpirun:
+ * every rank computes the gradient of its share of each mini-batch (samples rank, rank + world,
+ * ...; each a part of the batch mean, so the optimizer sums them: zero.average_gradients = false),
+ * and the optimizer is distributed over MPI_COMM_WORLD with ZeRO (oj_optimizer_distribute_mpi;
+ * --zero-stage, 2 by default; stage 3 gathers the parameters after each step). It trains the same
+ * model as one process, up to the order of the f32 sums; rank 0 prints.
+ *
  *   train_mlp [--steps N (600)] [--every N (50)] [--backend cpu|ref|cuda (cpu)] [--preset NAME (keller)]
  *             [--muon-lr X (0.02)] [--adam-lr X (0.01)]
+ *   mpirun -np R train_mlp_mpi [the same options] [--zero-stage 1|2|3 (2)]
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,6 +29,13 @@
 #include <string.h>
 
 #include "orthojit/orthojit.h"
+#ifdef ORTHOJIT_EXAMPLE_MPI
+#include <mpi.h>
+#endif
+
+/* This process's rank and the number of ranks (1 and 0 without MPI); only rank 0 prints. */
+static int g_rank = 0, g_world = 1;
+#define say(...) ((void)(g_rank == 0 && printf(__VA_ARGS__)))
 
 enum { D_IN = 32, D_H = 64, D_OUT = 10, N_TRAIN = 8192, N_TEST = 512, BATCH = 128, TEACHER_H = 32 };
 
@@ -112,13 +127,14 @@ static void evaluate(const mlp* m, const float* x, const int* y, int n, double* 
   *accuracy = (double)correct / n;
 }
 
-/* Gradients of the mean cross-entropy over one mini-batch (indices `batch`) into g. */
+/* Gradients of the mean cross-entropy over one mini-batch (indices `batch`) into g: this rank's
+ * share of it (its samples' terms of the mean), the whole of it on one process. */
 static void backward(const mlp* m, mlp* g, const float* x, const int* y, const int* batch, activations* a) {
   float dz[D_OUT], dh2[D_H], dh1[D_H];
   int s, r, c;
   const float scale = 1.0f / (float)BATCH;
   memset(g, 0, sizeof *g);
-  for (s = 0; s < BATCH; ++s) {
+  for (s = g_rank; s < BATCH; s += g_world) {
     const float* xs = x + batch[s] * D_IN;
     float* h1 = a->h1[s];
     float* h2 = a->h2[s];
@@ -187,6 +203,7 @@ typedef struct options {
   const char* preset;
   const char* muon_lr;
   const char* adam_lr;
+  const char* zero_stage;
 } options;
 
 #define TRY(call)                                                                                             \
@@ -224,16 +241,24 @@ static int train(const options* o, int hybrid, mlp* m, const float* x, const int
   /* The output layer is a matrix, but Muon is for hidden layers: tagged AdamW explicitly. */
   TRY(oj_optimizer_add_parameter(opt, "mlp.out.weight", 2, s_w3, OJ_DTYPE_F32, m->w3, OJ_DTYPE_F32, g.w3, OJ_TAG_ADAMW));
   TRY(oj_optimizer_add_parameter(opt, "mlp.out.bias", 1, s_b3, OJ_DTYPE_F32, m->b3, OJ_DTYPE_F32, g.b3, OJ_TAG_AUTO));
+#ifdef ORTHOJIT_EXAMPLE_MPI
+  {
+    MPI_Comm world = MPI_COMM_WORLD;
+    TRY(oj_optimizer_set_option(opt, "zero.stage", o->zero_stage));
+    TRY(oj_optimizer_set_option(opt, "zero.average_gradients", "false")); /* each rank's gradient is a part of the mean */
+    TRY(oj_optimizer_distribute_mpi(opt, &world));
+  }
+#endif
   TRY(oj_optimizer_build(opt));
 
-  printf("%s run (preset %s, muon.backend %s):", hybrid ? "hybrid" : "adamw", o->preset, o->backend);
+  say("%s run (preset %s, muon.backend %s, %d rank%s):", hybrid ? "hybrid" : "adamw", o->preset, o->backend, g_world, g_world > 1 ? "s" : "");
   TRY(oj_optimizer_parameter_count(opt, &count));
   for (i = 0; i < count; ++i) {
     oj_parameter_info info;
     TRY(oj_optimizer_parameter_info(opt, i, &info));
-    printf(" %s=%s", info.name, info.uses_muon ? "muon" : "adamw");
+    say(" %s=%s", info.name, info.uses_muon ? "muon" : "adamw");
   }
-  printf("\n");
+  say("\n");
   TRY(oj_optimizer_state_bytes(opt, &muon_bytes, &adam_bytes));
   *state_bytes = muon_bytes + adam_bytes;
 
@@ -247,6 +272,7 @@ static int train(const options* o, int hybrid, mlp* m, const float* x, const int
     TRY(oj_optimizer_set_learning_rates(opt, muon_lr * frac, adam_lr * frac));
     backward(m, &g, x, y, batch, &a);
     TRY(oj_optimizer_step(opt, &report));
+    if (strcmp(o->zero_stage, "3") == 0) TRY(oj_optimizer_gather_parameters(opt, NULL)); /* the partitions back into every rank's model */
     if (report.skipped) fprintf(stderr, "train_mlp: step %d skipped: %s\n", step + 1, oj_optimizer_skip_reason(opt));
     if ((step + 1) % o->every == 0 || step + 1 == o->steps) {
       evaluate(m, x, y, N_TRAIN, &loss, &accuracy);
@@ -262,11 +288,16 @@ int main(int argc, char** argv) {
   static float x[N_TRAIN * D_IN], x_test[N_TEST * D_IN], tw1[TEACHER_H * D_IN], tw2[D_OUT * TEACHER_H];
   static int y[N_TRAIN], y_test[N_TEST], order[N_TRAIN];
   static mlp initial, hybrid_model, adamw_model;
-  options o = {600, 50, NULL, "keller", "0.02", "0.01"};
+  options o = {600, 50, NULL, "keller", "0.02", "0.01", "2"};
   double *hybrid_losses, *adamw_losses, hybrid_accuracy = 0, adamw_accuracy = 0, hybrid_test_loss = 0, adamw_test_loss = 0;
   int64_t hybrid_bytes = 0, adamw_bytes = 0;
   int i, points, counts[D_OUT] = {0};
 
+#ifdef ORTHOJIT_EXAMPLE_MPI
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+#endif
   for (i = 1; i < argc; ++i) {
     const char* value = i + 1 < argc ? argv[i + 1] : NULL;
     if (!value) {
@@ -279,8 +310,17 @@ int main(int argc, char** argv) {
     else if (strcmp(argv[i], "--preset") == 0) o.preset = value;
     else if (strcmp(argv[i], "--muon-lr") == 0) o.muon_lr = value;
     else if (strcmp(argv[i], "--adam-lr") == 0) o.adam_lr = value;
+#ifdef ORTHOJIT_EXAMPLE_MPI
+    else if (strcmp(argv[i], "--zero-stage") == 0) o.zero_stage = value;
+#endif
     else {
-      fprintf(stderr, "usage: train_mlp [--steps N] [--every N] [--backend cpu|ref|cuda] [--preset NAME] [--muon-lr X] [--adam-lr X]\n");
+      fprintf(stderr, "usage: train_mlp [--steps N] [--every N] [--backend cpu|ref|cuda] [--preset NAME] [--muon-lr X] [--adam-lr X]%s\n",
+#ifdef ORTHOJIT_EXAMPLE_MPI
+              " [--zero-stage 1|2|3]"
+#else
+              ""
+#endif
+      );
       return 2;
     }
     ++i;
@@ -310,12 +350,12 @@ int main(int argc, char** argv) {
   hybrid_model = initial;
   adamw_model = initial;
 
-  printf("orthojit %s (C API %d), backends %s\n", oj_version(), oj_api_version(), oj_available_backends());
-  printf("MLP %d -> %d -> %d -> %d (tanh, softmax cross-entropy), %d training / %d held-out samples from a random teacher, batch %d, %d steps\n", D_IN, D_H,
+  say("orthojit %s (C API %d), backends %s\n", oj_version(), oj_api_version(), oj_available_backends());
+  say("MLP %d -> %d -> %d -> %d (tanh, softmax cross-entropy), %d training / %d held-out samples from a random teacher, batch %d, %d steps\n", D_IN, D_H,
          D_H, D_OUT, N_TRAIN, N_TEST, BATCH, o.steps);
-  printf("class counts:");
-  for (i = 0; i < D_OUT; ++i) printf(" %d", counts[i]);
-  printf("\nlearning rates: muon %s, adam %s, decayed linearly to 10%%\n", o.muon_lr, o.adam_lr);
+  say("class counts:");
+  for (i = 0; i < D_OUT; ++i) say(" %d", counts[i]);
+  say("\nlearning rates: muon %s, adam %s, decayed linearly to 10%%\n", o.muon_lr, o.adam_lr);
 
   points = o.steps / o.every + 2;
   hybrid_losses = calloc((size_t)points, sizeof(double));
@@ -324,28 +364,31 @@ int main(int argc, char** argv) {
   if (train(&o, 1, &hybrid_model, x, y, order, hybrid_losses, &hybrid_test_loss, &hybrid_accuracy, x_test, y_test, &hybrid_bytes)) return 1;
   if (train(&o, 0, &adamw_model, x, y, order, adamw_losses, &adamw_test_loss, &adamw_accuracy, x_test, y_test, &adamw_bytes)) return 1;
 
-  printf("\n%6s  %12s  %12s\n", "step", "muon+adamw", "adamw");
+  say("\n%6s  %12s  %12s\n", "step", "muon+adamw", "adamw");
   {
     int point = 0, step;
-    printf("%6d  %12.5f  %12.5f\n", 0, hybrid_losses[point], adamw_losses[point]);
+    say("%6d  %12.5f  %12.5f\n", 0, hybrid_losses[point], adamw_losses[point]);
     ++point;
     for (step = 1; step <= o.steps; ++step)
       if (step % o.every == 0 || step == o.steps) {
-        printf("%6d  %12.5f  %12.5f\n", step, hybrid_losses[point], adamw_losses[point]);
+        say("%6d  %12.5f  %12.5f\n", step, hybrid_losses[point], adamw_losses[point]);
         ++point;
       }
     points = point;
   }
-  printf("\n%-11s %10s %14s %17s %18s\n", "final", "train loss", "held-out loss", "held-out accuracy", "optimizer state");
-  printf("%-11s %10.5f %14.5f %16.1f%% %12lld bytes\n", "muon+adamw", hybrid_losses[points - 1], hybrid_test_loss, 100.0 * hybrid_accuracy,
+  say("\n%-11s %10s %14s %17s %18s\n", "final", "train loss", "held-out loss", "held-out accuracy", g_world > 1 ? "state on rank 0" : "optimizer state");
+  say("%-11s %10.5f %14.5f %16.1f%% %12lld bytes\n", "muon+adamw", hybrid_losses[points - 1], hybrid_test_loss, 100.0 * hybrid_accuracy,
          (long long)hybrid_bytes);
-  printf("%-11s %10.5f %14.5f %16.1f%% %12lld bytes\n", "adamw", adamw_losses[points - 1], adamw_test_loss, 100.0 * adamw_accuracy,
+  say("%-11s %10.5f %14.5f %16.1f%% %12lld bytes\n", "adamw", adamw_losses[points - 1], adamw_test_loss, 100.0 * adamw_accuracy,
          (long long)adamw_bytes);
   {
     const int ok = hybrid_losses[points - 1] < hybrid_losses[0] && isfinite(hybrid_losses[points - 1]);
     if (!ok) fprintf(stderr, "train_mlp: the hybrid run did not reduce the loss (%.5f -> %.5f)\n", hybrid_losses[0], hybrid_losses[points - 1]);
     free(hybrid_losses);
     free(adamw_losses);
+#ifdef ORTHOJIT_EXAMPLE_MPI
+    MPI_Finalize();
+#endif
     return ok ? 0 : 1;
   }
 }
