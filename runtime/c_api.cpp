@@ -206,17 +206,39 @@ void require_collecting(const oj_optimizer* optimizer, const std::string& what) 
   if (is_built(optimizer)) throw rt::InvalidStateError(what + " is only possible before the optimizer is built (oj_optimizer_build or the first step)");
 }
 
-void build(oj_optimizer* optimizer) {
-  if (is_built(optimizer)) return;
+// OJ_UNAVAILABLE when this machine cannot run what the optimizer needs.
+void check_machine(const oj_optimizer* optimizer) {
   if (optimizer->cuda_memory) {
     // Every Muon step runs on the cuda backend whatever muon.backend says.
     check_cuda_memory_available();
+    return;
+  }
+  bool any_muon = false;
+  for (const auto& parameter : optimizer->parameters)
+    if (parameter.requires_grad && parameter.use_muon.value_or(rt::default_use_muon(parameter.name, parameter.shape, optimizer->settings.tagging)))
+      any_muon = true;
+  if (any_muon) check_backend_available(optimizer->settings.muon.backend);
+}
+
+void build(oj_optimizer* optimizer) {
+  if (is_built(optimizer)) return;
+  if (!optimizer->communicator) {
+    check_machine(optimizer);
   } else {
-    bool any_muon = false;
-    for (const auto& parameter : optimizer->parameters)
-      if (parameter.requires_grad && parameter.use_muon.value_or(rt::default_use_muon(parameter.name, parameter.shape, optimizer->settings.tagging)))
-        any_muon = true;
-    if (any_muon) check_backend_available(optimizer->settings.muon.backend);
+    // Building is collective: a rank whose machine cannot run it must not leave the others
+    // waiting in the optimizer's first collective. One scalar all-reduce shares the failure.
+    std::exception_ptr failure;
+    try {
+      check_machine(optimizer);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    float failed = failure ? 1.0f : 0.0f;
+    optimizer->communicator->all_reduce_sum(&failed, 1);
+    if (failure) std::rethrow_exception(failure);
+    if (failed > 0)
+      throw rt::UnavailableError(std::to_string(static_cast<int>(failed)) + " other rank(s) cannot run this optimizer (each says why in its own "
+                                 "error); this rank stopped with them and nothing was built");
   }
   auto built = optimizer->communicator
                    ? rt::distributed_optimizer(optimizer->parameters, optimizer->settings, optimizer->cuda_memory, optimizer->distributed, optimizer->communicator)

@@ -1,11 +1,14 @@
 /* The C API's distributed optimizer (oj_optimizer_distribute_mpi and the calls after it), from C99
  * under mpirun with 1 to 4 processes. Its contract is the single-rank optimizer's on the reduced
- * gradients, so each rank also runs a single-rank handle as the reference: rank 0 gives random
- * gradients, the others zeros, summed without averaging (the reduction is exact), and after every
- * step each rank's parameters must equal the reference's bit for bit, for every stage and mode,
- * with micro-batches, a changed learning rate, QK-clip (every rank its own S_max; the reference
- * clips with the largest) and a state file written by the distributed handle and loaded by a new
- * single-rank one. Then the errors. Prints each failed check; exits 1 when any failed (on any
+ * gradients, so each rank also runs a single-rank handle as the reference, given the reduced
+ * gradient: every rank gives its own gradients, multiples of 2^-10 small enough that every sum of
+ * them is exact in f32 in any order, so the reduction (and the sum of micro-batches) is exactly
+ * the reference's; averaged over the ranks in balanced mode (one f32 division, as the reference's),
+ * summed in deepspeed mode. After every step each rank's parameters must equal the reference's
+ * bit for bit, for every stage and mode, with buckets of one element, of ten (a short last round)
+ * and the default, micro-batches with a parameter gather between them, a changed learning rate,
+ * QK-clip (every rank its own S_max; the reference clips with the largest) and a state file
+ * written by the distributed handle and loaded by a new single-rank one. Then the errors. Prints each failed check; exits 1 when any failed (on any
  * rank). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -73,7 +76,7 @@ static void model_copy(Model* to, const Model* from) {
   for (t = 0; t < TENSORS; ++t) memcpy(to->data[t], from->data[t], elements(t) * sizeof(float));
 }
 
-static oj_optimizer* create(Model* model, int distributed, int stage, const char* mode, const char* bucket) {
+static oj_optimizer* create(Model* model, int distributed, int stage, const char* mode, const char* bucket, int average) {
   oj_optimizer* opt = NULL;
   char text[16];
   int t;
@@ -91,24 +94,36 @@ static oj_optimizer* create(Model* model, int distributed, int stage, const char
     snprintf(text, sizeof text, "%d", stage);
     CHECK_OK(oj_optimizer_set_option(opt, "zero.stage", text));
     CHECK_OK(oj_optimizer_set_option(opt, "zero.mode", mode));
-    CHECK_OK(oj_optimizer_set_option(opt, "zero.average_gradients", "false"));
+    CHECK_OK(oj_optimizer_set_option(opt, "zero.average_gradients", average ? "true" : "false"));
     CHECK_OK(oj_optimizer_set_option(opt, "zero.bucket_elements", bucket));
     CHECK_OK(oj_optimizer_distribute_mpi(opt, &comm));
   }
   return opt;
 }
 
-/* Rank 0's gradients for this micro-batch are `random`; the others give zeros. The reference
- * accumulates them itself: sum[] += random. */
+/* Every rank draws every rank's gradient for this micro-batch (one shared sequence), k·2^-10 with
+ * |k| <= 64, and gives its own; the reference accumulates their sum itself (exact). */
 static void draw_gradients(Model* distributed, Model* sum, int first_micro_batch) {
-  int t;
+  int t, r;
   size_t i;
   for (t = 0; t < TENSORS; ++t)
     for (i = 0; i < elements(t); ++i) {
-      const float value = uniform();
-      distributed->grad[t][i] = g_rank == 0 ? value : 0.0f;
-      sum->grad[t][i] = first_micro_batch ? 0.0f + value : sum->grad[t][i] + value;
+      float total = 0.0f;
+      for (r = 0; r < g_world; ++r) {
+        const float value = (float)(int)(64.0f * uniform()) / 1024.0f;
+        if (r == g_rank) distributed->grad[t][i] = value;
+        total += value;
+      }
+      sum->grad[t][i] = first_micro_batch ? 0.0f + total : sum->grad[t][i] + total;
     }
+}
+
+/* The mean over the ranks, as the distributed optimizer forms it: the exact sum divided once. */
+static void average_over_ranks(Model* sum) {
+  int t;
+  size_t i;
+  for (t = 0; t < TENSORS; ++t)
+    for (i = 0; i < elements(t); ++i) sum->grad[t][i] = sum->grad[t][i] / (float)g_world;
 }
 
 static int same_parameters(const Model* a, const Model* b, const char* where) {
@@ -121,7 +136,7 @@ static int same_parameters(const Model* a, const Model* b, const char* where) {
   return same;
 }
 
-static void test_steps_match_the_single_rank_optimizer(int stage, const char* mode, const char* bucket, const char* state_path) {
+static void test_steps_match_the_single_rank_optimizer(int stage, const char* mode, const char* bucket, int average, const char* state_path) {
   Model distributed, single, resumed;
   oj_optimizer *opt, *reference, *loaded;
   oj_step_report report;
@@ -133,8 +148,8 @@ static void test_steps_match_the_single_rank_optimizer(int stage, const char* mo
   model_init(&distributed, seed);
   model_init(&single, seed);
   model_init(&resumed, seed);
-  opt = create(&distributed, 1, stage, mode, bucket);
-  reference = create(&single, 0, 0, NULL, NULL);
+  opt = create(&distributed, 1, stage, mode, bucket, average);
+  reference = create(&single, 0, 0, NULL, NULL, 0);
   g_rng = seed * 31;
   for (step = 0; step < 4; ++step) {
     const int micro_batches = step == 2 ? 3 : 1;
@@ -145,8 +160,12 @@ static void test_steps_match_the_single_rank_optimizer(int stage, const char* mo
     }
     for (micro = 0; micro < micro_batches; ++micro) {
       draw_gradients(&distributed, &single, micro == 0);
-      if (micro_batches > 1) CHECK_OK(oj_optimizer_accumulate_gradients(opt, NULL));
+      if (micro_batches == 1) continue;
+      CHECK_OK(oj_optimizer_accumulate_gradients(opt, NULL));
+      /* A trainer may gather before each forward: the accumulated micro-batches must survive it. */
+      CHECK_OK(oj_optimizer_gather_parameters(opt, NULL));
     }
+    if (average) average_over_ranks(&single);
     CHECK_OK(oj_optimizer_step(opt, &report));
     CHECK(!report.skipped && report.steps_taken == step + 1);
     if (stage == 3) CHECK_OK(oj_optimizer_gather_parameters(opt, NULL));
@@ -165,10 +184,11 @@ static void test_steps_match_the_single_rank_optimizer(int stage, const char* mo
    * single-rank handle as in the reference. */
   CHECK_OK(oj_optimizer_save_state(opt, state_path));
   model_copy(&resumed, &single);
-  loaded = create(&resumed, 0, 0, NULL, NULL);
+  loaded = create(&resumed, 0, 0, NULL, NULL, 0);
   CHECK_OK(oj_optimizer_set_learning_rates(loaded, 0.05, 0.002));
   CHECK_OK(oj_optimizer_load_state(loaded, state_path));
   draw_gradients(&distributed, &single, 1);
+  if (average) average_over_ranks(&single);
   {
     int t;
     for (t = 0; t < TENSORS; ++t) memcpy(resumed.grad[t], single.grad[t], elements(t) * sizeof(float));
@@ -183,7 +203,8 @@ static void test_steps_match_the_single_rank_optimizer(int stage, const char* mo
   CHECK_OK(oj_optimizer_distributed_info(opt, &info));
   CHECK(info.rank == g_rank && info.world == g_world);
   CHECK(info.partition_end - info.partition_begin == info.padded_elements / g_world && info.partition_begin == g_rank * (info.padded_elements / g_world));
-  CHECK(info.memory_bytes > 0 && (g_world == 1 || info.bytes_sent_last_step > 0));
+  /* The gradient reduction alone sends (world - 1) x the partition's f32 per rank (stage 1 twice that). */
+  CHECK(info.memory_bytes > 0 && info.bytes_sent_last_step >= (int64_t)(g_world - 1) * (info.partition_end - info.partition_begin) * 4);
   oj_optimizer_destroy(loaded);
   oj_optimizer_destroy(reference);
   oj_optimizer_destroy(opt);
@@ -199,7 +220,7 @@ static void test_errors(void) {
   const char* text = NULL;
   oj_distributed_info info;
   model_init(&model, 5);
-  opt = create(&model, 0, 0, NULL, NULL);
+  opt = create(&model, 0, 0, NULL, NULL, 0);
   CHECK_FAILS(oj_optimizer_set_option(opt, "zero.stage", "4"), OJ_INVALID_ARGUMENT, "zero.stage must be an integer in 1..3");
   CHECK_FAILS(oj_optimizer_set_option(opt, "zero.mode", "fastest"), OJ_INVALID_ARGUMENT, "deepspeed or balanced");
   CHECK_FAILS(oj_optimizer_set_option(opt, "zero.bucket_elements", "0"), OJ_INVALID_ARGUMENT, "zero.bucket_elements must be a whole number >= 1");
@@ -217,7 +238,7 @@ static void test_errors(void) {
   CHECK_FAILS(oj_optimizer_set_option(opt, "zero.stage", "2"), OJ_INVALID_STATE, "before the optimizer is built");
   /* A single-rank handle has neither micro-batches nor a gather, nor distributed info; a built
    * one cannot become distributed. */
-  single = create(&model, 0, 0, NULL, NULL);
+  single = create(&model, 0, 0, NULL, NULL, 0);
   CHECK_FAILS(oj_optimizer_accumulate_gradients(single, NULL), OJ_INVALID_STATE, "distributed optimizer");
   CHECK_FAILS(oj_optimizer_gather_parameters(single, NULL), OJ_INVALID_STATE, "stage 3");
   CHECK_FAILS(oj_optimizer_distributed_info(single, &info), OJ_INVALID_STATE, "not distributed");
@@ -229,7 +250,7 @@ static void test_errors(void) {
 
 int main(int argc, char** argv) {
   static const char* modes[2] = {"deepspeed", "balanced"};
-  static const char* buckets[2] = {"1", "16777216"};
+  static const char* buckets[3] = {"1", "10", "16777216"};
   char state_path[256];
   int stage, mode, failures = 0;
   MPI_Init(&argc, &argv);
@@ -242,7 +263,8 @@ int main(int argc, char** argv) {
     snprintf(state_path, sizeof state_path, "c_api_distributed_test_%ld.safetensors", pid);
   }
   for (stage = 1; stage <= 3; ++stage)
-    for (mode = 0; mode < 2; ++mode) test_steps_match_the_single_rank_optimizer(stage, modes[mode], buckets[(stage + mode) % 2], state_path);
+    for (mode = 0; mode < 2; ++mode)
+      test_steps_match_the_single_rank_optimizer(stage, modes[mode], buckets[(stage + mode) % 3], /* average: */ mode == 1, state_path);
   test_errors();
   if (g_rank == 0) remove(state_path);
   MPI_Allreduce(&g_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

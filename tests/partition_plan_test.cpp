@@ -195,7 +195,7 @@ TEST(PartitionPlan, DeepSpeedZeroSectionsBecomeDistributedSettings) {
   const DistributedSettings clipped = distributed_settings(parse_deepspeed_config(nlohmann::json::parse(
       R"({"optimizer": {"type": "muon", "params": {}}, "gradient_clipping": 1.5, "zero_optimization": {"stage": 1}})")));
   EXPECT_EQ(clipped.max_gradient_norm, 1.5);
-  EXPECT_EQ(stage2.bucket_elements, 500000000);  // DeepSpeed's default reduce_bucket_size
+  EXPECT_EQ(stage2.bucket_elements, DistributedSettings{}.bucket_elements);  // not DeepSpeed's default 5e8: only a given size
   EXPECT_EQ(distributed_settings(parse_deepspeed_config(config(R"({"stage": 2, "reduce_bucket_size": 12345})"))).bucket_elements, 12345);
   EXPECT_THROW(distributed_settings(parse_deepspeed_config(config(R"({"stage": 0})"))), std::invalid_argument);
   try {

@@ -316,7 +316,7 @@ oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path);
  *                                  all-gather at stages 2-3 (DeepSpeed's reduce_bucket_size)
  *   zero.max_gradient_norm [0]     > 0: the reduced gradient's global norm is clipped to it
  * A handle created from a DeepSpeed config takes these from its zero_optimization section
- * (stage, offload_optimizer, reduce_bucket_size) and gradient_clipping when the section asks for
+ * (stage, offload_optimizer, reduce_bucket_size when given) and gradient_clipping when the section asks for
  * stage 1, 2 or 3 (NVMe offload there: a warning on stderr and the defaults; stage 0 or no
  * section: the defaults).
  *

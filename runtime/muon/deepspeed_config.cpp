@@ -308,7 +308,10 @@ ZeroSettings parse_zero(const json& section, std::vector<std::string>& auto_keys
   zero.overlap_comm = zero.stage == 3;
   set(zero.overlap_comm, zero_section.boolean("overlap_comm"));
   set(zero.contiguous_gradients, zero_section.boolean("contiguous_gradients"));
-  set(zero.reduce_bucket_size, zero_section.integer("reduce_bucket_size", 1));
+  if (const auto size = zero_section.integer("reduce_bucket_size", 1)) {
+    zero.reduce_bucket_size = *size;
+    zero.reduce_bucket_size_given = true;
+  }
   set(zero.allgather_bucket_size, zero_section.integer("allgather_bucket_size", 1));
   set(zero.allgather_partitions, zero_section.boolean("allgather_partitions"));
   set(zero.use_multi_rank_bucket_allreduce, zero_section.boolean("use_multi_rank_bucket_allreduce"));

@@ -45,6 +45,7 @@ struct ZeroSettings {
   bool overlap_comm = false;  // when not given: true at stage 3, false otherwise (DeepSpeed)
   bool contiguous_gradients = true;
   int64_t reduce_bucket_size = 500000000;
+  bool reduce_bucket_size_given = false;  // the config set it (else DeepSpeed's default above)
   int64_t allgather_bucket_size = 500000000;
   bool allgather_partitions = true;
   bool use_multi_rank_bucket_allreduce = true;

@@ -37,7 +37,9 @@ DistributedSettings distributed_settings(const DeepSpeedConfig& config) {
   // update is divided by a norm it contributes to (a defect not copied): here the gradient is
   // clipped, as gradient_clipping means for every other optimizer.
   settings.max_gradient_norm = config.gradient_clipping;
-  settings.bucket_elements = config.zero.reduce_bucket_size;
+  // DeepSpeed's default bucket (5e8 elements) would stage the whole model for any model below
+  // 5e8 elements per rank: the bucket is the config's only when it sets reduce_bucket_size.
+  if (config.zero.reduce_bucket_size_given) settings.bucket_elements = config.zero.reduce_bucket_size;
   return settings;
 }
 
@@ -264,14 +266,25 @@ std::optional<std::vector<float>> DistributedOptimizer::momentum(const std::stri
 }
 
 void DistributedOptimizer::accumulate_gradients(void* stream) {
-  // Checked before any collective, on every rank alike (every rank passes every gradient).
-  if (settings_.missing_gradient != MissingGradient::Zero)
+  // Checked before any collective. Where accumulating is collective (stages 2-3) the ranks agree
+  // on it (one scalar all-reduce per micro-batch, under missing_grad = skip only: under zero no
+  // gradient is missing), so that a rank without a gradient does not leave the others in the
+  // reduce-scatter.
+  const bool collective = distributed_.stage >= 2 && !distributed_.gradients_reduced;
+  if (settings_.missing_gradient != MissingGradient::Zero) {
+    std::exception_ptr missing;
     for (const Entry& entry : entries_)
-      if (!entry.parameter.grad)
-        throw std::invalid_argument("parameter '" + entry.parameter.name + "' has no gradient: every rank must provide every gradient (zeros if "
-                                    "unused), or set missing_grad = zero");
+      if (!entry.parameter.grad) {
+        missing = std::make_exception_ptr(std::invalid_argument("parameter '" + entry.parameter.name +
+                                                                "' has no gradient: every rank must provide every gradient (zeros if unused), "
+                                                                "or set missing_grad = zero"));
+        break;
+      }
+    if (collective) agree(missing, "accumulating gradients (a parameter without a gradient)");
+    else if (missing) std::rethrow_exception(missing);
+  }
   const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
-  if (distributed_.stage >= 2 && !distributed_.gradients_reduced) {
+  if (collective) {
     const int64_t before = communicator_.bytes_sent();
     reduce_scatter_gradients(stream);
     accumulated_bytes_ += communicator_.bytes_sent() - before;
@@ -578,7 +591,17 @@ void DistributedOptimizer::all_gather_parameters(void* stream) {
   const bool whole = distributed_.stage == 1;
   std::uintptr_t send = at(flat_, mine.begin);
   if (whole || have_accumulated_) {
-    if (!slice_) slice_ = buffers_.take(part);
+    if (!slice_) {
+      // Stage 3, a gather between micro-batches (stage 1 allocated it at construction): every rank
+      // gets here at the same call, so a failed allocation is shared like the constructor's.
+      std::exception_ptr failure;
+      try {
+        slice_ = buffers_.take(part);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      agree(failure, "allocating the buffer of a parameter gather between micro-batches");
+    }
     send = slice_;
   }
   const std::uintptr_t receive = whole ? flat_ : staging_;
@@ -599,7 +622,11 @@ void DistributedOptimizer::all_gather_parameters(void* stream) {
   }
 }
 
-void DistributedOptimizer::gather_parameters(void* stream) { all_gather_parameters(stream); }
+void DistributedOptimizer::gather_parameters(void* stream) {
+  // Stages 1-2 leave every rank's parameters whole after each step (and the flat buffer is where
+  // stage 1 accumulates, so a gather between micro-batches must not touch it).
+  if (distributed_.stage >= 3) all_gather_parameters(stream);
+}
 
 void DistributedOptimizer::set_gradient(const std::string& name, const void* grad, DType grad_dtype) {
   for (Entry& entry : entries_)

@@ -110,7 +110,8 @@ class DistributedOptimizer {
   void accumulate_gradients(void* stream = nullptr);
   // One optimizer step (Muon applied once, however many micro-batches were accumulated).
   StepReport step(void* stream = nullptr);
-  // Stage 3: every rank's parameter buffers receive the other ranks' slices.
+  // Stage 3: every rank's parameter buffers receive the other ranks' slices (collective). Stages
+  // 1-2: nothing to do (the parameters are whole after every step).
   void gather_parameters(void* stream = nullptr);
   // The trainer may re-point a gradient or a parameter's data between steps (frameworks
   // reallocate them); a pointer `memory` does not know is std::invalid_argument.

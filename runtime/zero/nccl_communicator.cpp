@@ -26,6 +26,9 @@ struct NcclApi {
   decltype(&::ncclRecv) recv = nullptr;
   decltype(&::ncclGroupStart) groupStart = nullptr;
   decltype(&::ncclGroupEnd) groupEnd = nullptr;
+  // Optional (wrap checks the caller's rank and world with them where the library has them).
+  decltype(&::ncclCommCount) commCount = nullptr;
+  decltype(&::ncclCommUserRank) commUserRank = nullptr;
   std::string reason;
 };
 
@@ -55,6 +58,8 @@ const NcclApi& nccl() {
     symbol(loaded.recv, "ncclRecv");
     symbol(loaded.groupStart, "ncclGroupStart");
     symbol(loaded.groupEnd, "ncclGroupEnd");
+    loaded.commCount = reinterpret_cast<decltype(loaded.commCount)>(dlsym(handle, "ncclCommCount"));
+    loaded.commUserRank = reinterpret_cast<decltype(loaded.commUserRank)>(dlsym(handle, "ncclCommUserRank"));
     return loaded;
   }();
   return api;
@@ -104,6 +109,14 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Communicator& bootstr
 std::unique_ptr<NcclCommunicator> NcclCommunicator::wrap(void* nccl_comm, int rank, int world) {
   if (!nccl().reason.empty()) throw std::runtime_error(nccl().reason);
   if (!nccl_comm || rank < 0 || rank >= world) throw std::invalid_argument("NcclCommunicator::wrap: a null communicator or a rank outside the world");
+  if (nccl().commCount && nccl().commUserRank) {  // a rank or world that is not the communicator's: a wrong plan or a hang
+    int count = 0, user_rank = 0;
+    check(nccl().commCount(static_cast<ncclComm_t>(nccl_comm), &count), "ncclCommCount");
+    check(nccl().commUserRank(static_cast<ncclComm_t>(nccl_comm), &user_rank), "ncclCommUserRank");
+    if (count != world || user_rank != rank)
+      throw std::invalid_argument("NcclCommunicator::wrap: rank " + std::to_string(rank) + " of " + std::to_string(world) + " was given, but the NCCL communicator is rank " +
+                                  std::to_string(user_rank) + " of " + std::to_string(count));
+  }
   std::unique_ptr<NcclCommunicator> communicator(new NcclCommunicator());
   communicator->impl_ = std::make_unique<Impl>();
   communicator->impl_->comm = static_cast<ncclComm_t>(nccl_comm);

@@ -518,5 +518,6 @@ class DistributedMuon(torch.optim.Optimizer):
         self.steps_taken = steps
 
     def gather_parameters(self):
-        """Stage 3: every rank's parameters receive the other ranks' slices."""
+        """Stage 3: every rank's parameters receive the other ranks' slices (collective). Stages 1-2:
+        nothing to do, the parameters are whole after every step."""
         self._core.gather_parameters(self._stream())
