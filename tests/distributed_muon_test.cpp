@@ -266,6 +266,23 @@ TEST_P(Distributed, MissingGradientsAreZerosAsInTheSingleRankOptimizer) {
   } catch (const std::invalid_argument& error) {
     EXPECT_NE(std::string(error.what()).find("missing_grad = zero"), std::string::npos) << error.what();
   }
+  // On one rank only (the last): every rank throws instead of the others waiting in the
+  // reduction, nothing changes, and the ranks stay in step for the next call.
+  const int last = communicator.world() - 1;
+  skipping.set_gradient(model.names[0], communicator.rank() == last ? nullptr : other.grad[0].data(), DType::F32);
+  const std::vector<std::vector<float>> before = other.data;
+  try {
+    communicator.rank() % 2 == 0 ? (void)skipping.step() : skipping.accumulate_gradients();
+    ADD_FAILURE() << "a gradient missing on rank " << last << " only was accepted on rank " << communicator.rank();
+  } catch (const std::invalid_argument& error) {
+    EXPECT_EQ(communicator.rank(), last) << error.what();
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(communicator.rank(), last) << error.what();
+    EXPECT_NE(std::string(error.what()).find("failed on 1 other rank"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(other.data, before) << "a refused micro-batch changed a parameter on rank " << communicator.rank();
+  skipping.set_gradient(model.names[0], other.grad[0].data(), DType::F32);
+  EXPECT_FALSE(skipping.step().skipped);
 }
 
 TEST_P(Distributed, RealReductionsAgreeWithinF32Tolerance) {

@@ -167,7 +167,11 @@ class Distributed {
   }
 
   // stream: the CUstream (torch.cuda.current_stream().cuda_stream) of a step on CUDA tensors.
-  nb::dict step(const std::vector<std::pair<std::string, nb::ndarray<>>>& gradients, bool accumulate_only, uintptr_t stream) {
+  // `missing`: parameters without a gradient this time (the runtime decides, with the other ranks,
+  // what that means: zeros, or an error on every rank).
+  nb::dict step(const std::vector<std::pair<std::string, nb::ndarray<>>>& gradients, bool accumulate_only, uintptr_t stream,
+                const std::vector<std::string>& missing) {
+    for (const std::string& name : missing) optimizer_->set_gradient(name, nullptr, runtime::DType::F32);
     for (const auto& [name, grad] : gradients) {
       const TensorView view = host_or_cuda_view(grad, "the gradient of '" + name + "'");
       if (view.cuda != cuda_)
@@ -314,7 +318,8 @@ void register_zero(nb::module_& module) {
            nb::arg("parameters"), nb::arg("mpi_comm"), nb::arg("preset"), nb::arg("overrides"), nb::arg("stage"), nb::arg("mode"), nb::arg("average_gradients"),
            nb::arg("offload"), nb::arg("engine") = "mpi", nb::arg("collectives") = nb::none(), nb::arg("gradients_reduced") = false,
            nb::arg("matrix_options") = std::map<std::string, std::tuple<std::string, std::vector<int64_t>, int64_t>>{}, nb::arg("max_gradient_norm") = 0.0, nb::arg("bucket_elements") = 0, nb::arg("base") = nb::none())
-      .def("step", &Distributed::step, nb::arg("gradients"), nb::arg("accumulate_only") = false, nb::arg("stream") = 0)
+      .def("step", &Distributed::step, nb::arg("gradients"), nb::arg("accumulate_only") = false, nb::arg("stream") = 0,
+           nb::arg("missing") = std::vector<std::string>{})
       .def("gather_parameters", &Distributed::gather_parameters, nb::arg("stream") = 0)
       .def("hyperparameters", &Distributed::hyperparameters)
       .def("set_hyperparameters", &Distributed::set_hyperparameters, nb::arg("values"))

@@ -266,10 +266,10 @@ std::optional<std::vector<float>> DistributedOptimizer::momentum(const std::stri
 }
 
 void DistributedOptimizer::accumulate_gradients(void* stream) {
-  // Checked before any collective. Where accumulating is collective (stages 2-3) the ranks agree
-  // on it (one scalar all-reduce per micro-batch, under missing_grad = skip only: under zero no
-  // gradient is missing), so that a rank without a gradient does not leave the others in the
-  // reduce-scatter.
+  // Checked before any collective, and agreed by the ranks (one scalar all-reduce per micro-batch,
+  // under missing_grad = skip only: under zero no gradient is missing), so that a rank without a
+  // gradient does not leave the others in the reduction (a step's, or at stages 2-3 this
+  // micro-batch's reduce-scatter).
   const bool collective = distributed_.stage >= 2 && !distributed_.gradients_reduced;
   if (settings_.missing_gradient != MissingGradient::Zero) {
     std::exception_ptr missing;
@@ -280,8 +280,7 @@ void DistributedOptimizer::accumulate_gradients(void* stream) {
                                                                 "or set missing_grad = zero"));
         break;
       }
-    if (collective) agree(missing, "accumulating gradients (a parameter without a gradient)");
-    else if (missing) std::rethrow_exception(missing);
+    agree(missing, "accumulating gradients (a parameter without a gradient)");
   }
   const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
   if (collective) {

@@ -106,7 +106,9 @@ class DistributedOptimizer {
   // `stream`: a CUstream on CUDA memory (null: the legacy default stream), ignored on the host.
   // Adds the parameters' current gradients to the accumulation buffer (one micro-batch). At
   // stages 2 and 3 (gradients not yet reduced) this reduce-scatters them: collective, every rank
-  // accumulates the same number of micro-batches.
+  // accumulates the same number of micro-batches. Under missing_grad = skip a parameter without a
+  // gradient is an error on every rank (std::invalid_argument on the ranks that lack one,
+  // std::runtime_error on the others), and nothing is accumulated.
   void accumulate_gradients(void* stream = nullptr);
   // One optimizer step (Muon applied once, however many micro-batches were accumulated).
   StepReport step(void* stream = nullptr);

@@ -250,3 +250,21 @@ def test_bucket_size_sets_the_staging_buffer_and_not_the_result():
     for bad in (0, -5, 2.5, "8", True):
         with pytest.raises(ValueError, match="bucket_size must be a whole number of elements >= 1"):
             orthojit.DistributedMuon(net.named_parameters(), comm="local", bucket_size=bad)
+
+
+def test_a_missing_gradient_under_skip_is_refused_with_nothing_changed():
+    # moonlight's missing_grad = skip: a parameter without .grad is an error, decided by the runtime
+    # with the other ranks (here one), and nothing moves; the next step with every gradient works.
+    torch.manual_seed(13)
+    net = torch.nn.Linear(6, 4)
+    distributed = orthojit.DistributedMuon(net.named_parameters(), comm="local", preset="moonlight", settings={"muon.backend": "ref"})
+    same_random_gradients(60, net)
+    net.bias.grad = None
+    before = [p.detach().clone() for p in net.parameters()]
+    for call in (distributed.accumulate, distributed.step):
+        with pytest.raises(ValueError, match="parameter 'bias' has no gradient"):
+            call()
+        assert all(torch.equal(p, q) for p, q in zip(net.parameters(), before))
+    same_random_gradients(61, net)
+    assert not distributed.step()["skipped"]
+    assert not torch.equal(net.weight, before[0])

@@ -388,7 +388,10 @@ class DistributedMuon(torch.optim.Optimizer):
         return json.loads(self._core.plan_json())
 
     def _gradients(self, after_accumulation=False):
-        gradients = []
+        """The (name, gradient) pairs to step on, and the names without a gradient under
+        missing_grad = skip, which the runtime refuses on every rank together (so that the other
+        ranks do not wait for this one in the reduction)."""
+        gradients, missing = [], []
         for name, tensor in self._parameters:
             if not tensor.requires_grad:
                 # Its place in every rank's layout is fixed at construction: stepping it with zeros
@@ -402,17 +405,18 @@ class DistributedMuon(torch.optim.Optimizer):
 
                     gradients.append((name, torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device)))
                     continue
-                raise ValueError(f"parameter '{name}' has no gradient: every rank must provide every gradient (zeros if unused), "
-                                 "or set missing_grad to zero")
+                missing.append(name)
+                continue
             gradients.append((name, grad.detach().contiguous()))
-        return gradients
+        return gradients, missing
 
     def accumulate(self):
         """Adds the current gradients as one micro-batch. Call it for every micro-batch, the last one
         included; the next ``step()`` then applies Muon once to their sum and does not read ``.grad``.
         At stages 2 and 3 each micro-batch is reduce-scattered here (a collective: every rank calls
         it as often), and the reduced micro-batches are summed."""
-        self._core.step(self._gradients(), True, self._stream())
+        gradients, missing = self._gradients()
+        self._core.step(gradients, True, self._stream(), missing)
         self._accumulated = True
 
     def step(self, closure=None):
@@ -426,8 +430,8 @@ class DistributedMuon(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._apply_groups()
-        gradients = self._gradients(self._accumulated)
-        self.last_report = self._core.step(gradients, False, self._stream())
+        gradients, missing = self._gradients(self._accumulated)
+        self.last_report = self._core.step(gradients, False, self._stream(), missing)
         self._accumulated = False
         if not self.last_report["skipped"]:
             self.steps_taken += 1
