@@ -644,7 +644,7 @@ oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path) {
 }
 
 oj_status oj_optimizer_distribute_mpi(oj_optimizer* optimizer, const void* mpi_comm) {
-  return guarded("oj_optimizer_distribute_mpi", [&] {
+  return guarded("oj_optimizer_distribute_mpi", [&]() -> oj_status {  // without the engine the body only throws
     check_handle(optimizer);
     require(mpi_comm, "mpi_comm");
     require_distributable(optimizer);
@@ -659,7 +659,7 @@ oj_status oj_optimizer_distribute_mpi(oj_optimizer* optimizer, const void* mpi_c
 }
 
 oj_status oj_optimizer_distribute_nccl(oj_optimizer* optimizer, void* nccl_comm, int32_t rank, int32_t world) {
-  return guarded("oj_optimizer_distribute_nccl", [&] {
+  return guarded("oj_optimizer_distribute_nccl", [&]() -> oj_status {  // without the engine the body only throws
     check_handle(optimizer);
     require(nccl_comm, "nccl_comm");
     if (world < 1 || rank < 0 || rank >= world)
