@@ -38,15 +38,6 @@ static size_t elements(int t) {
   return count;
 }
 
-/* Deterministic values in [-1, 1), the same sequence on every rank. */
-static uint64_t g_rng = 0x2545F4914F6CDD1Du;
-static float uniform(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (float)((double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
 typedef struct Model {
   float* data[TENSORS];
   float* grad[TENSORS];

@@ -15,14 +15,6 @@
 
 #include "tests/c_check.h"
 
-/* Deterministic values in [-1, 1). */
-static uint64_t g_rng = 0x9E3779B97F4A7C15u;
-static float uniform(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return (float)((double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
 static void fill(float* values, size_t count, float scale) {
   size_t i;
   for (i = 0; i < count; ++i) values[i] = scale * uniform();

@@ -1,9 +1,11 @@
 /* The checks of the C tests of the C API (c_api_test.c, c_api_distributed_test.c): each failed
- * check prints where and what, and the test's main exits 1 when any failed. One
- * translation unit per test, so the counters are its own. */
+ * check prints where and what, and the test's main exits 1 when any failed; and their
+ * deterministic values. One translation unit per test, so the counters and the generator's state
+ * are its own. */
 #ifndef ORTHOJIT_TESTS_C_CHECK_H
 #define ORTHOJIT_TESTS_C_CHECK_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,5 +49,14 @@ static int g_checks = 0;
               oj_last_error(), (fragment));                                                                       \
     }                                                                                                             \
   } while (0)
+
+/* Deterministic values in [-1, 1) (xorshift64); a test may reseed g_rng. */
+static uint64_t g_rng = 0x9E3779B97F4A7C15u;
+static float uniform(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return (float)((double)(g_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
 
 #endif

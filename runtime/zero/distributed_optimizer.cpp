@@ -85,6 +85,18 @@ void DistributedOptimizer::require_same_parameters_on_every_rank(const std::vect
                                   " trainable tensors of " + std::to_string(elements) + " elements in all; compare the other ranks' lists)");
 }
 
+std::uintptr_t DistributedOptimizer::take_agreed(int64_t floats, const std::string& doing) {
+  std::exception_ptr failure;
+  std::uintptr_t address = 0;
+  try {
+    address = buffers_.take(floats);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(failure, doing);
+  return address;
+}
+
 void DistributedOptimizer::agree(std::exception_ptr failure, const std::string& doing) {
   float failed = failure ? 1.0f : 0.0f;
   if (communicator_.world() > 1) communicator_.all_reduce_sum(&failed, 1);
@@ -329,18 +341,9 @@ void DistributedOptimizer::reduce_scatter_gradients(void* stream) {
   const int world = communicator_.world();
   const int64_t part = plan_.partition_elements;
   const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
-  if (have_accumulated_ && !received_) {
-    // The round a later micro-batch is reduced into before it is added: only trainers that
-    // accumulate need it. Every rank gets here at the same call (accumulating is collective), so
-    // a failed allocation is shared like the constructor's.
-    std::exception_ptr failure;
-    try {
-      received_ = buffers_.take(staging_chunk_);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    agree(failure, "allocating the buffer of accumulated micro-batches");
-  }
+  // The round a later micro-batch is reduced into before it is added: only trainers that
+  // accumulate need it (accumulating is collective, so every rank gets here at the same call).
+  if (have_accumulated_ && !received_) received_ = take_agreed(staging_chunk_, "allocating the buffer of accumulated micro-batches");
   for (int64_t first = 0; first < part; first += staging_chunk_) {
     const int64_t count = std::min(staging_chunk_, part - first);
     memory_->zero(staging_, world * count * 4, stream);
@@ -590,17 +593,8 @@ void DistributedOptimizer::all_gather_parameters(void* stream) {
   const bool whole = distributed_.stage == 1;
   std::uintptr_t send = at(flat_, mine.begin);
   if (whole || have_accumulated_) {
-    if (!slice_) {
-      // Stage 3, a gather between micro-batches (stage 1 allocated it at construction): every rank
-      // gets here at the same call, so a failed allocation is shared like the constructor's.
-      std::exception_ptr failure;
-      try {
-        slice_ = buffers_.take(part);
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      agree(failure, "allocating the buffer of a parameter gather between micro-batches");
-    }
+    // Stage 3, a gather between micro-batches (stage 1 allocated it at construction).
+    if (!slice_) slice_ = take_agreed(part, "allocating the buffer of a parameter gather between micro-batches");
     send = slice_;
   }
   const std::uintptr_t receive = whole ? flat_ : staging_;

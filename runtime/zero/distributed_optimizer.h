@@ -184,6 +184,9 @@ class DistributedOptimizer {
   // One all-reduce: returns when no rank failed; else this rank rethrows its own `failure`, and
   // the others throw std::runtime_error saying how many ranks failed while `doing` what.
   void agree(std::exception_ptr failure, const std::string& doing);
+  // A buffer allocated after construction, at a call every rank makes together: a failed
+  // allocation is shared as agree() shares it.
+  std::uintptr_t take_agreed(int64_t floats, const std::string& doing);
   std::vector<StateOwner> state_owners() const;
   // The compiled Muon steps of the matrices this rank orthogonalizes whole (deepspeed mode), at
   // the step's addresses; also what the constructor compiles.
