@@ -11,6 +11,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -285,6 +287,132 @@ TEST(SafetensorsFile, AFailedWriteLeavesNothingBehind) {
     fs::permissions(locked, fs::perms::owner_all);
   }
   fs::remove_all(dir);
+}
+
+// Tensors of random sizes and dtypes, given to the writer in pieces of random sizes in a random
+// order: the file is byte for byte the one write_safetensors makes of the whole tensors (so the
+// checksum computed from pieces out of order is right), and the reader gives back every piece.
+TEST(SafetensorsFile, PiecesInAnyOrderMakeTheSameFile) {
+  std::mt19937 random(std::random_device{}());
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<NamedTensor> tensors;
+    const int count = 1 + static_cast<int>(random() % 6);
+    for (int t = 0; t < count; ++t) {
+      const char* dtype = random() % 2 ? "F32" : "I64";
+      const int64_t rows = random() % 4, columns = random() % 5000;
+      NamedTensor tensor{"t" + std::to_string(t), dtype, {rows, columns}, std::vector<unsigned char>(static_cast<size_t>(rows * columns) * (dtype[0] == 'F' ? 4 : 8))};
+      for (unsigned char& byte : tensor.bytes) byte = static_cast<unsigned char>(random());
+      tensors.push_back(std::move(tensor));
+    }
+    const std::map<std::string, std::string> metadata = {{"trial", std::to_string(trial)}};
+    const std::string whole = temp_path("pieces-whole.safetensors"), pieces = temp_path("pieces.safetensors");
+    runtime::write_safetensors(whole, tensors, metadata);
+
+    struct Piece {
+      size_t tensor;
+      uint64_t offset, size;
+    };
+    std::vector<Piece> order;
+    for (size_t t = 0; t < tensors.size(); ++t)
+      for (uint64_t at = 0; at < tensors[t].bytes.size();) {
+        const uint64_t size = std::min<uint64_t>(tensors[t].bytes.size() - at, 1 + random() % 7000);
+        order.push_back({t, at, size});
+        at += size;
+      }
+    if (trial % 2) std::shuffle(order.begin(), order.end(), random);  // odd trials out of order; even ones in the data's order
+    {
+      std::vector<runtime::TensorPlace> places;
+      for (const NamedTensor& tensor : tensors) places.push_back({tensor.name, tensor.dtype, tensor.shape});
+      runtime::SafetensorsWriter writer(pieces, places, metadata);
+      for (const Piece& piece : order) writer.write(tensors[piece.tensor].name, piece.offset, tensors[piece.tensor].bytes.data() + piece.offset, piece.size);
+      writer.commit();
+    }
+    ASSERT_EQ(read_file(pieces), read_file(whole)) << "trial " << trial;
+
+    runtime::SafetensorsReader reader(pieces);
+    EXPECT_EQ(reader.header().metadata, metadata);
+    std::shuffle(order.begin(), order.end(), random);
+    for (const Piece& piece : order) {
+      const runtime::TensorPlace* place = reader.header().find(tensors[piece.tensor].name);
+      ASSERT_NE(place, nullptr);
+      std::vector<unsigned char> got(piece.size);
+      reader.read(*place, piece.offset, got.data(), piece.size);
+      ASSERT_TRUE(std::equal(got.begin(), got.end(), tensors[piece.tensor].bytes.begin() + static_cast<std::ptrdiff_t>(piece.offset)));
+    }
+    reader.verify_checksum();
+  }
+}
+
+TEST(SafetensorsFile, AWriterRefusesMisplacedPiecesAndLeavesNothingWithoutACommit) {
+  const fs::path dir = temp_path("writer-dir");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string target = (dir / "state.safetensors").string();
+  const std::vector<float> values = {1, 2, 3, 4};
+  const std::vector<runtime::TensorPlace> places = {{"a", "F32", {4}}, {"b", "F32", {2, 2}}};
+  {
+    runtime::SafetensorsWriter writer(target, places);
+    writer.write("a", 0, values.data(), 8);
+    EXPECT_THROW(writer.write("a", 4, values.data(), 8), std::logic_error);  // overlaps bytes [0, 8)
+    EXPECT_THROW(writer.write("a", 12, values.data(), 8), std::out_of_range);  // past the tensor's 16 bytes
+    EXPECT_THROW(writer.write("c", 0, values.data(), 4), std::out_of_range);
+    writer.write("b", 0, values.data(), 16);
+    // Bytes [8, 16) of "a" were never given: the commit says so and leaves nothing.
+    try {
+      writer.commit();
+      ADD_FAILURE() << "a commit with missing bytes succeeded";
+    } catch (const SafetensorsError& error) {
+      EXPECT_NE(std::string(error.what()).find("byte 8 of tensor \"a\" was never given"), std::string::npos) << error.what();
+    }
+    EXPECT_THROW(writer.write("a", 8, values.data(), 8), std::logic_error);
+  }
+  EXPECT_TRUE(fs::is_empty(dir));
+  {
+    runtime::SafetensorsWriter abandoned(target, places);
+    abandoned.write("a", 0, values.data(), 16);
+  }
+  EXPECT_TRUE(fs::is_empty(dir));
+  fs::remove_all(dir);
+}
+
+// A flipped byte is found whether or not the reads covered it, and a truncated file is named as
+// such; the header alone is read on opening.
+TEST(SafetensorsFile, AReaderChecksWhatItDidNotRead) {
+  std::vector<float> values(3000);
+  std::iota(values.begin(), values.end(), 0.5f);
+  const std::string path = temp_path("reader.safetensors");
+  runtime::write_safetensors(path, {f32_tensor("a", {1000}, {values.begin(), values.begin() + 1000}), f32_tensor("b", {2000}, {values.begin() + 1000, values.end()})});
+  const std::string good = read_file(path);
+  for (const size_t flipped : {good.size() - 3, good.size() - 7000}) {  // inside "b", then inside "a"
+    std::string bad = good;
+    bad[flipped] = static_cast<char>(bad[flipped] ^ 0x10);
+    write_file(path, bad);
+    runtime::SafetensorsReader reader(path);
+    float first = 0;
+    reader.read(*reader.header().find("a"), 0, &first, 4);
+    EXPECT_EQ(first, 0.5f);
+    try {
+      reader.verify_checksum();
+      ADD_FAILURE() << "a flipped byte at " << flipped << " passed the checksum";
+    } catch (const SafetensorsError& error) {
+      EXPECT_NE(std::string(error.what()).find("the data is corrupt"), std::string::npos) << error.what();
+    }
+  }
+  write_file(path, good);
+  runtime::SafetensorsReader reader(path);
+  const runtime::TensorPlace b = *reader.header().find("b");
+  float last = 0;
+  reader.read(b, 1999 * 4, &last, 4);
+  EXPECT_EQ(last, 2999.5f);
+  EXPECT_THROW(reader.read(b, 1999 * 4, &last, 8), std::out_of_range);
+  ::truncate(path.c_str(), static_cast<off_t>(good.size() - 100));  // under the open reader
+  try {
+    reader.verify_checksum();
+    ADD_FAILURE() << "a truncated file passed";
+  } catch (const SafetensorsError& error) {
+    EXPECT_NE(std::string(error.what()).find("the file ended early"), std::string::npos) << error.what();
+  }
+  fs::remove(path);
 }
 
 }  // namespace

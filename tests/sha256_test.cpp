@@ -3,6 +3,7 @@
 // is the reference for random messages of every length up to several blocks).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -52,6 +53,41 @@ TEST(Sha256, ExtensionsAgreeWithThePortableBlockFunction) {
 TEST(Sha256, AskingForMissingExtensionsSaysSo) {
   if (sha256_x86_available()) GTEST_SKIP() << "this CPU has the x86 SHA extensions";
   EXPECT_THROW(sha256_hex("abc", Sha256Implementation::X86ShaExtensions), std::runtime_error);
+}
+
+// Data fed in pieces of random lengths (0 to a few blocks, so pieces end inside, at and across
+// block boundaries) gives the digest of the whole: the NIST million 'a', and random messages
+// against the one-call digest (which takes the whole-block path without a partial block).
+TEST(Sha256, PiecesGiveTheDigestOfTheWhole) {
+  std::mt19937 random(std::random_device{}());
+  for (Sha256Implementation implementation : implementations()) {
+    SCOPED_TRACE(static_cast<int>(implementation));
+    const std::string million(1000000, 'a');
+    Sha256 streamed(implementation);
+    for (size_t at = 0; at < million.size();) {
+      const size_t piece = std::min(million.size() - at, static_cast<size_t>(random() % 300));
+      streamed.update(std::string_view(million).substr(at, piece));
+      at += piece;
+    }
+    EXPECT_EQ(streamed.bytes(), million.size());
+    EXPECT_EQ(streamed.hex_digest(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    for (int trial = 0; trial < 200; ++trial) {
+      std::string message(random() % 400, '\0');
+      for (char& c : message) c = static_cast<char>(random());
+      Sha256 pieces(implementation);
+      for (size_t at = 0; at < message.size();) {
+        const size_t piece = std::min(message.size() - at, static_cast<size_t>(random() % 130));
+        pieces.update(std::string_view(message).substr(at, piece));
+        at += piece;
+      }
+      ASSERT_EQ(pieces.hex_digest(), sha256_hex(message, Sha256Implementation::Portable)) << "length " << message.size();
+    }
+  }
+  Sha256 finished;
+  finished.update("abc");
+  EXPECT_EQ(finished.hex_digest(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_THROW(finished.update("d"), std::logic_error);
+  EXPECT_THROW(finished.hex_digest(), std::logic_error);
 }
 
 TEST(Sha256, EveryByteChangesTheDigest) {

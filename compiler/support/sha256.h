@@ -17,6 +17,26 @@ enum class Sha256Implementation { Automatic, Portable, X86ShaExtensions };
 // std::runtime_error (the tests ask for each implementation by name).
 std::string sha256_hex(std::string_view data, Sha256Implementation implementation = Sha256Implementation::Automatic);
 
+// The same digest over data that arrives in pieces (a file streamed through a fixed buffer):
+// update() any number of times, then hex_digest() once. Pieces of any length; the digest equals
+// sha256_hex of their concatenation.
+class Sha256 {
+ public:
+  explicit Sha256(Sha256Implementation implementation = Sha256Implementation::Automatic);
+  void update(std::string_view data);
+  std::string hex_digest();  // pads and finishes; update() after it throws std::logic_error
+  uint64_t bytes() const { return length_; }
+
+ private:
+  void blocks(const unsigned char* data, size_t count);
+  Sha256Implementation implementation_;
+  uint32_t state_[8];
+  unsigned char pending_[64];  // a partial block waiting for more data
+  size_t pending_size_ = 0;
+  uint64_t length_ = 0;
+  bool finished_ = false;
+};
+
 // Whether this CPU runs the x86 SHA extensions (CPUID: SHA, SSSE3, SSE4.1).
 bool sha256_x86_available();
 

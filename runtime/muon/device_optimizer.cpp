@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "ir/muon_step.h"
+#include "runtime/muon/state_format.h"
 #include "runtime/muon/update_rules.h"
 #include "runtime/orthogonalize.h"
 

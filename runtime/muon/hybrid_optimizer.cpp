@@ -18,16 +18,6 @@
 #include "support/rounding.h"
 
 namespace orthojit::runtime {
-namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "(";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + ")";
-}
-
-}  // namespace
-
 struct HybridOptimizer::Entry {
   Parameter parameter;
   bool muon = false;
@@ -221,104 +211,6 @@ void HybridOptimizer::load_state(const std::string& path) {
   std::map<std::string, State> loaded = read_state_file(path, state_owners(), settings_, steps);
   state_ = std::move(loaded);
   steps_ = steps;
-}
-
-void write_state_file(const std::string& path, const std::vector<StateOwner>& owners, const std::map<std::string, HybridOptimizer::State>& state,
-                      const OptimizerSettings& settings, int64_t steps_taken) {
-  std::vector<NamedTensor> tensors;
-  auto f32_tensor = [&](const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& values) {
-    NamedTensor tensor;
-    tensor.name = name;
-    tensor.dtype = "F32";
-    tensor.shape = shape;
-    tensor.bytes.resize(values.size() * sizeof(float));
-    std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
-    tensors.push_back(std::move(tensor));
-  };
-  for (const StateOwner& entry : owners) {
-    const HybridOptimizer::State& values = state.at(entry.name);
-    if (entry.muon) {
-      f32_tensor(entry.name + ".momentum_buffer", entry.shape, values.momentum);
-      add_variant_state_tensors(tensors, entry, values, settings.muon.variant);
-    } else {
-      f32_tensor(entry.name + ".exp_avg", entry.shape, values.exp_avg);
-      f32_tensor(entry.name + ".exp_avg_sq", entry.shape, values.exp_avg_sq);
-      NamedTensor step;
-      step.name = entry.name + ".step";
-      step.dtype = "I64";
-      step.bytes.resize(sizeof(int64_t));
-      std::memcpy(step.bytes.data(), &values.step, sizeof(int64_t));
-      tensors.push_back(std::move(step));
-    }
-  }
-  char beta[32];
-  std::snprintf(beta, sizeof beta, "%.17g", settings.muon.momentum);
-  const std::map<std::string, std::string> metadata = {{"orthojit.format", kStateFormat},
-                                                       {"orthojit.preset", settings.preset},
-                                                       {"orthojit.steps_taken", std::to_string(steps_taken)},
-                                                       {"orthojit.momentum_kind", to_string(settings.muon.momentum_kind)},
-                                                       {"orthojit.momentum", beta},
-                                                       {"orthojit.muon_variant", to_string(settings.muon.variant)}};
-  write_safetensors(path, tensors, metadata);
-}
-
-std::map<std::string, HybridOptimizer::State> read_state_file(const std::string& path, const std::vector<StateOwner>& owners,
-                                                              const OptimizerSettings& settings, int64_t& steps_taken) {
-  using State = HybridOptimizer::State;
-  const SafetensorsFile file = read_safetensors(path);
-  auto problem = [&](const std::string& what) { return std::runtime_error("optimizer state " + path + " does not match the parameters: " + what + "; nothing was loaded"); };
-  const auto format = file.metadata.find("orthojit.format");
-  if (format == file.metadata.end() || (format->second != kStateFormat && format->second != "hybrid-optimizer-state/1"))
-    throw problem(std::string("it is not an orthojit optimizer state (metadata orthojit.format is missing or not ") + kStateFormat + ")");
-  // The momentum form the buffers were saved in: recorded since format 2; format 1 files hold
-  // the form their preset had then (keller: the sum form).
-  const auto preset = file.metadata.find("orthojit.preset");
-  const auto kind = file.metadata.find("orthojit.momentum_kind");
-  const MomentumKind saved_kind = saved_momentum_kind(format->second, preset == file.metadata.end() ? "" : preset->second,
-                                                      kind == file.metadata.end() ? "" : kind->second);
-  if (saved_kind != settings.muon.momentum_kind && std::any_of(owners.begin(), owners.end(), [](const StateOwner& e) { return e.muon; }))
-    throw std::runtime_error(momentum_mismatch_message(path, format->second, saved_kind, settings.muon.momentum_kind));
-  check_saved_variant(file.metadata, path, settings.muon.variant, std::any_of(owners.begin(), owners.end(), [](const StateOwner& e) { return e.muon; }));
-  std::map<std::string, const NamedTensor*> by_name;
-  for (const NamedTensor& tensor : file.tensors) by_name[tensor.name] = &tensor;
-  std::map<std::string, State> loaded;
-  size_t used = 0;
-  auto take = [&](const std::string& name, const char* dtype, const std::vector<int64_t>& shape) -> const NamedTensor& {
-    auto found = by_name.find(name);
-    if (found == by_name.end()) throw problem("no tensor '" + name + "'");
-    if (found->second->dtype != dtype) throw problem("'" + name + "' is " + found->second->dtype + ", expected " + dtype);
-    if (found->second->shape != shape) throw problem("'" + name + "' has shape " + shape_text(found->second->shape) + ", expected " + shape_text(shape));
-    ++used;
-    return *found->second;
-  };
-  auto floats = [](const NamedTensor& tensor) {
-    std::vector<float> values(tensor.bytes.size() / sizeof(float));
-    std::memcpy(values.data(), tensor.bytes.data(), values.size() * sizeof(float));
-    return values;
-  };
-  for (const StateOwner& entry : owners) {
-    State& state = loaded[entry.name];
-    if (entry.muon) {
-      state.momentum = floats(take(entry.name + ".momentum_buffer", "F32", entry.shape));
-      read_variant_state(state, entry, settings.muon.variant, take);
-    } else {
-      state.exp_avg = floats(take(entry.name + ".exp_avg", "F32", entry.shape));
-      state.exp_avg_sq = floats(take(entry.name + ".exp_avg_sq", "F32", entry.shape));
-      std::memcpy(&state.step, take(entry.name + ".step", "I64", {}).bytes.data(), sizeof(int64_t));
-    }
-  }
-  if (used != file.tensors.size()) {
-    for (const NamedTensor& tensor : file.tensors) {
-      const std::string base = tensor.name.substr(0, tensor.name.rfind('.'));
-      const bool known = std::any_of(owners.begin(), owners.end(), [&](const StateOwner& e) { return e.name == base; });
-      if (!known) throw problem("it holds state for '" + base + "', which this optimizer does not have (or which is tagged differently)");
-    }
-    throw problem("it holds tensors this optimizer does not use (a parameter tagged differently?)");
-  }
-  int64_t steps = 0;
-  if (auto found = file.metadata.find("orthojit.steps_taken"); found != file.metadata.end()) steps = std::stoll(found->second);
-  steps_taken = steps;
-  return loaded;
 }
 
 }  // namespace orthojit::runtime

@@ -127,13 +127,4 @@ class HybridOptimizer {
   int64_t steps_ = 0;
 };
 
-// The state file save_state writes and load_state reads, for any optimizer holding `owners`'
-// state (DeviceOptimizer stages its device state through these): read_state_file checks every
-// tensor against `owners` and the settings' momentum form, throws std::runtime_error saying what
-// does not match (nothing is returned then), and sets `steps_taken`.
-void write_state_file(const std::string& path, const std::vector<StateOwner>& owners, const std::map<std::string, HybridOptimizer::State>& state,
-                      const OptimizerSettings& settings, int64_t steps_taken);
-std::map<std::string, HybridOptimizer::State> read_state_file(const std::string& path, const std::vector<StateOwner>& owners,
-                                                              const OptimizerSettings& settings, int64_t& steps_taken);
-
 }  // namespace orthojit::runtime

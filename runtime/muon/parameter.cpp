@@ -50,4 +50,10 @@ int64_t Parameter::elements() const {
   return count;
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "(";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + ")";
+}
+
 }  // namespace orthojit::runtime

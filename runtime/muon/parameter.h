@@ -54,4 +54,7 @@ struct Parameter {
   int64_t elements() const;
 };
 
+// A shape for messages: "(4, 6)".
+std::string shape_text(const std::vector<int64_t>& shape);
+
 }  // namespace orthojit::runtime

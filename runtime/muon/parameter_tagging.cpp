@@ -36,13 +36,6 @@ std::pair<int64_t, int64_t> scale_shape(const MatrixPlan& plan, const MatrixBloc
   return {block.rows, plan.cols};
 }
 
-namespace {
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "(";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + ")";
-}
-}  // namespace
 
 MatrixPlan plan_matrices(const Parameter& parameter, MatrixLayout layout, ConvScale conv_scale) {
   const std::string where = "parameter '" + parameter.name + "' " + shape_text(parameter.shape);

@@ -50,21 +50,46 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 std::string errno_text() { return std::strerror(errno); }
 
-// Writes all of `data` to `fd`; false (errno set) on failure.
-bool write_all(int fd, const char* data, size_t size) {
+// The pieces a checksum or a copy streams through.
+constexpr uint64_t kStreamBufferBytes = uint64_t{8} << 20;
+// What the checksum's place in a header holds until the data is complete (same length).
+const std::string kChecksumPlaceholder(64, '0');
+
+// pwrite / pread of all `size` bytes at `offset`; false on failure (errno set; 0 at an early end
+// of file).
+bool write_all_at(int fd, const char* data, uint64_t size, uint64_t offset) {
   while (size > 0) {
-    const ssize_t written = ::write(fd, data, size);
+    const ssize_t written = ::pwrite(fd, data, static_cast<size_t>(std::min<uint64_t>(size, uint64_t{1} << 30)), static_cast<off_t>(offset));
     if (written < 0) {
       if (errno == EINTR) continue;
       return false;
     }
     data += written;
-    size -= static_cast<size_t>(written);
+    size -= static_cast<uint64_t>(written);
+    offset += static_cast<uint64_t>(written);
   }
   return true;
 }
 
-uint64_t read_u64_le(const std::string& bytes) {
+bool read_all_at(int fd, char* data, uint64_t size, uint64_t offset) {
+  while (size > 0) {
+    const ssize_t got = ::pread(fd, data, static_cast<size_t>(std::min<uint64_t>(size, uint64_t{1} << 30)), static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (got == 0) {
+      errno = 0;
+      return false;
+    }
+    data += got;
+    size -= static_cast<uint64_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
+uint64_t read_u64_le(std::string_view bytes) {
   uint64_t value = 0;
   for (int i = 7; i >= 0; --i) value = (value << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
   return value;
@@ -77,9 +102,183 @@ int64_t read_nonnegative(const nlohmann::ordered_json& value, const std::string&
   return static_cast<int64_t>(number);
 }
 
+
+// Checks tensors to be written and lays them out one after another in the given order: the
+// header a writer declares. Throws SafetensorsError "<origin>: cannot write: ...".
+SafetensorsHeader lay_out(const std::vector<TensorPlace>& tensors, const std::map<std::string, std::string>& metadata, const std::string& origin) {
+  auto refuse = [&](const std::string& problem) -> void { throw SafetensorsError(origin + ": cannot write: " + problem); };
+  if (metadata.count(kSafetensorsChecksumKey))
+    refuse(std::string("the metadata key \"") + kSafetensorsChecksumKey + "\" is reserved (the data's checksum is computed on writing)");
+  SafetensorsHeader header;
+  header.metadata = metadata;
+  std::set<std::string> names;
+  for (const TensorPlace& tensor : tensors) {
+    if (tensor.name.empty()) refuse("a tensor has an empty name");
+    if (tensor.name == kMetadataKey) refuse("a tensor cannot be named \"__metadata__\"");
+    if (!names.insert(tensor.name).second) refuse("two tensors are named \"" + tensor.name + "\"");
+    const int element = safetensors_dtype_bytes(tensor.dtype);
+    if (element == 0)
+      refuse("tensor \"" + tensor.name + "\" has unknown dtype \"" + tensor.dtype +
+             "\"; expected one of F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2");
+    const auto bytes = byte_count(tensor.shape, element);
+    if (!bytes || *bytes > std::numeric_limits<uint64_t>::max() - header.data_bytes)
+      refuse("tensor \"" + tensor.name + "\" has an invalid shape " + shape_text(tensor.shape));
+    header.tensors.push_back({tensor.name, tensor.dtype, tensor.shape, header.data_bytes, header.data_bytes + *bytes});
+    header.data_bytes += *bytes;
+  }
+  return header;
+}
+
+// The 8-byte length and the JSON header (metadata, then the tensors in order), padded with
+// spaces to a multiple of 8. The checksum's length is fixed, so a placeholder lays out the file.
+std::string header_bytes(const SafetensorsHeader& header, const std::string& checksum) {
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
+  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : header.metadata) meta[key] = value;
+  meta[kSafetensorsChecksumKey] = checksum;
+  json[kMetadataKey] = meta;
+  for (const TensorPlace& tensor : header.tensors)
+    json[tensor.name] = {{"dtype", tensor.dtype}, {"shape", tensor.shape}, {"data_offsets", {tensor.begin, tensor.end}}};
+  std::string text = json.dump();
+  while (text.size() % 8 != 0) text.push_back(' ');
+  std::string bytes;
+  uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i) {
+    bytes.push_back(static_cast<char>(length & 0xff));
+    length >>= 8;
+  }
+  return bytes + text;
+}
+
+// The header's length from a file's first 8 bytes, checked against the file's size.
+uint64_t checked_header_length(std::string_view first_bytes, uint64_t file_bytes, const std::string& origin) {
+  if (file_bytes < 8) fail(origin, "the file has " + std::to_string(file_bytes) + " bytes, fewer than the 8 of the header length");
+  const uint64_t header_length = read_u64_le(first_bytes);
+  const uint64_t available = file_bytes - 8;
+  if (header_length > available)
+    fail(origin, "the header length " + std::to_string(header_length) + " goes beyond the end of the file (" + std::to_string(available) +
+                     " bytes after the length; the file is truncated or not safetensors)");
+  if (header_length > kMaxHeaderBytes) fail(origin, "the header length " + std::to_string(header_length) + " is over the 100 MB limit");
+  if (header_length < 2) fail(origin, "the header length " + std::to_string(header_length) + " is too small for a JSON object");
+  return header_length;
+}
+
+// Parses and checks the JSON header of a file of `file_bytes` bytes: every entry, and that the
+// tensors tile the data buffer exactly.
+SafetensorsHeader parse_header(std::string_view header_text, uint64_t file_bytes, const std::string& origin) {
+  if (header_text.front() != '{') fail(origin, "the header does not start with '{' (not a JSON object)");
+
+  // Parse, noticing duplicate names (nlohmann's parser would keep only the last).
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  using Json = nlohmann::ordered_json;  // the header's order breaks ties between empty tensors at one offset
+  const Json::parser_callback_t track = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
+    else if (event == Json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    else if (event == Json::parse_event_t::key && depth == 1 && !open_objects.empty() && duplicate.empty() &&
+             !open_objects.back().insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  Json json;
+  try {
+    json = Json::parse(header_text.begin(), header_text.end(), track);
+  } catch (const Json::exception& error) {
+    fail(origin, std::string("the header is not valid JSON: ") + error.what());
+  }
+  if (!json.is_object()) fail(origin, "the header is not a JSON object");
+  if (!duplicate.empty()) fail(origin, "the header names \"" + duplicate + "\" twice (duplicate tensor name)");
+
+  SafetensorsHeader header;
+  header.data_start = 8 + header_text.size();
+  header.data_bytes = file_bytes - header.data_start;
+  for (const auto& [name, entry] : json.items()) {
+    if (name == kMetadataKey) {
+      if (!entry.is_object()) fail(origin, "\"__metadata__\" must be an object of strings, found " + std::string(entry.type_name()));
+      for (const auto& [key, value] : entry.items()) {
+        if (!value.is_string()) fail(origin, "\"__metadata__\" value of \"" + key + "\" must be a string, found " + value.dump());
+        if (key == kSafetensorsChecksumKey) header.checksum = value.get<std::string>();
+        else header.metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    const std::string what = "tensor \"" + name + "\"";
+    if (!entry.is_object()) fail(origin, what + " must be an object with dtype, shape and data_offsets, found " + std::string(entry.type_name()));
+    for (const char* key : {"dtype", "shape", "data_offsets"})
+      if (!entry.contains(key)) fail(origin, what + " has no \"" + key + "\"");
+    TensorPlace tensor;
+    tensor.name = name;
+    if (!entry.at("dtype").is_string()) fail(origin, what + ": \"dtype\" must be a string, found " + entry.at("dtype").dump());
+    tensor.dtype = entry.at("dtype").get<std::string>();
+    const int element = safetensors_dtype_bytes(tensor.dtype);
+    if (element == 0)
+      fail(origin, what + " has unknown dtype \"" + tensor.dtype +
+                       "\"; expected one of F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2");
+    if (!entry.at("shape").is_array()) fail(origin, what + ": \"shape\" must be an array, found " + entry.at("shape").dump());
+    for (const auto& dimension : entry.at("shape")) tensor.shape.push_back(read_nonnegative(dimension, origin, what + ": a dimension"));
+    const auto& offsets = entry.at("data_offsets");
+    if (!offsets.is_array() || offsets.size() != 2) fail(origin, what + ": \"data_offsets\" must be [begin, end], found " + offsets.dump());
+    tensor.begin = static_cast<uint64_t>(read_nonnegative(offsets[0], origin, what + ": the begin offset"));
+    tensor.end = static_cast<uint64_t>(read_nonnegative(offsets[1], origin, what + ": the end offset"));
+    const std::string range = "[" + std::to_string(tensor.begin) + ", " + std::to_string(tensor.end) + "]";
+    if (tensor.begin > tensor.end) fail(origin, what + " has data_offsets " + range + " that end before they begin");
+    const auto expected = byte_count(tensor.shape, element);
+    if (!expected) fail(origin, what + " has a shape too large to address: " + shape_text(tensor.shape));
+    if (*expected != tensor.end - tensor.begin)
+      fail(origin, what + " of shape " + shape_text(tensor.shape) + " and dtype " + tensor.dtype + " needs " + std::to_string(*expected) +
+                       " bytes, but its data_offsets " + range + " hold " + std::to_string(tensor.end - tensor.begin));
+    header.tensors.push_back(std::move(tensor));
+  }
+
+  // The tensors must tile the data buffer exactly; they are kept in the order of their data.
+  std::stable_sort(header.tensors.begin(), header.tensors.end(),
+                   [](const TensorPlace& a, const TensorPlace& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  uint64_t cursor = 0;
+  std::string previous;
+  for (const TensorPlace& tensor : header.tensors) {
+    const std::string range = "[" + std::to_string(tensor.begin) + ", " + std::to_string(tensor.end) + "]";
+    if (tensor.end > header.data_bytes)
+      fail(origin, "tensor \"" + tensor.name + "\" has data_offsets " + range + " beyond the data buffer's " + std::to_string(header.data_bytes) +
+                       " bytes (the file is truncated or its offsets are out of range)");
+    if (tensor.begin < cursor) fail(origin, "tensor \"" + tensor.name + "\" has data_offsets " + range + " that overlap those of \"" + previous + "\"");
+    if (tensor.begin > cursor)
+      fail(origin, "there is a gap of " + std::to_string(tensor.begin - cursor) + " bytes in the data buffer before tensor \"" + tensor.name +
+                       "\" (offset " + std::to_string(cursor) + " to " + std::to_string(tensor.begin) + ")");
+    cursor = tensor.end;
+    if (tensor.end > tensor.begin) previous = tensor.name;
+  }
+  if (cursor != header.data_bytes)
+    fail(origin, "the data buffer has " + std::to_string(header.data_bytes) + " bytes but the tensors cover " + std::to_string(cursor) + " (" +
+                     std::to_string(header.data_bytes - cursor) + " unaccounted bytes at the end)");
+  return header;
+}
+
+[[noreturn]] void corrupt(const std::string& origin, const std::string& actual, const std::string& expected) {
+  throw SafetensorsError(origin + ": the data is corrupt: its SHA-256 is " + actual + " but the file's \"" + kSafetensorsChecksumKey + "\" says " + expected);
+}
+
+// The NamedTensors' places, after checking that each holds the bytes its shape needs.
+std::vector<TensorPlace> places_of(const std::vector<NamedTensor>& tensors, const std::string& origin) {
+  std::vector<TensorPlace> places;
+  for (const NamedTensor& tensor : tensors) {
+    const auto expected = byte_count(tensor.shape, safetensors_dtype_bytes(tensor.dtype));
+    if (safetensors_dtype_bytes(tensor.dtype) != 0 && expected && *expected != tensor.bytes.size())
+      throw SafetensorsError(origin + ": cannot write: tensor \"" + tensor.name + "\" of shape " + shape_text(tensor.shape) + " and dtype " + tensor.dtype +
+                             " needs " + std::to_string(*expected) + " bytes, has " + std::to_string(tensor.bytes.size()));
+    places.push_back({tensor.name, tensor.dtype, tensor.shape, 0, 0});
+  }
+  return places;
+}
+
 }  // namespace
 
 const NamedTensor* SafetensorsFile::find(const std::string& name) const {
+  for (const auto& tensor : tensors)
+    if (tensor.name == name) return &tensor;
+  return nullptr;
+}
+
+const TensorPlace* SafetensorsHeader::find(const std::string& name) const {
   for (const auto& tensor : tensors)
     if (tensor.name == name) return &tensor;
   return nullptr;
@@ -95,210 +294,217 @@ int safetensors_dtype_bytes(const std::string& dtype) {
 
 std::string serialize_safetensors(const std::vector<NamedTensor>& tensors, const std::map<std::string, std::string>& metadata,
                                   const std::string& origin) {
-  auto refuse = [&](const std::string& problem) -> void { throw SafetensorsError(origin + ": cannot write: " + problem); };
-  if (metadata.count(kSafetensorsChecksumKey))
-    refuse(std::string("the metadata key \"") + kSafetensorsChecksumKey + "\" is reserved (the data's checksum is computed on writing)");
-  std::set<std::string> names;
-  uint64_t total = 0;
-  for (const auto& tensor : tensors) {
-    if (tensor.name.empty()) refuse("a tensor has an empty name");
-    if (tensor.name == kMetadataKey) refuse("a tensor cannot be named \"__metadata__\"");
-    if (!names.insert(tensor.name).second) refuse("two tensors are named \"" + tensor.name + "\"");
-    const int element = safetensors_dtype_bytes(tensor.dtype);
-    if (element == 0)
-      refuse("tensor \"" + tensor.name + "\" has unknown dtype \"" + tensor.dtype +
-             "\"; expected one of F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2");
-    const auto expected = byte_count(tensor.shape, element);
-    if (!expected) refuse("tensor \"" + tensor.name + "\" has an invalid shape " + shape_text(tensor.shape));
-    if (*expected != tensor.bytes.size())
-      refuse("tensor \"" + tensor.name + "\" of shape " + shape_text(tensor.shape) + " and dtype " + tensor.dtype + " needs " + std::to_string(*expected) +
-             " bytes, has " + std::to_string(tensor.bytes.size()));
-    total += *expected;
-  }
-
+  SafetensorsHeader header = lay_out(places_of(tensors, origin), metadata, origin);
   std::string buffer;
-  buffer.reserve(total);
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-  for (const auto& [key, value] : metadata) meta[key] = value;
+  buffer.reserve(header.data_bytes);
   for (const auto& tensor : tensors) buffer.append(reinterpret_cast<const char*>(tensor.bytes.data()), tensor.bytes.size());
-  meta[kSafetensorsChecksumKey] = sha256_hex(buffer);
-  header[kMetadataKey] = meta;
-  uint64_t offset = 0;
-  for (const auto& tensor : tensors) {
-    const uint64_t end = offset + tensor.bytes.size();
-    header[tensor.name] = {{"dtype", tensor.dtype}, {"shape", tensor.shape}, {"data_offsets", {offset, end}}};
-    offset = end;
-  }
-  std::string header_text = header.dump();
-  while (header_text.size() % 8 != 0) header_text.push_back(' ');
-
-  std::string file;
-  file.reserve(8 + header_text.size() + buffer.size());
-  uint64_t length = header_text.size();
-  for (int i = 0; i < 8; ++i) {
-    file.push_back(static_cast<char>(length & 0xff));
-    length >>= 8;
-  }
-  file += header_text;
-  file += buffer;
-  return file;
-}
-
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors, const std::map<std::string, std::string>& metadata) {
-  const std::string file = serialize_safetensors(tensors, metadata, path);
-  // A unique temporary file next to the target (same file system, so the rename is atomic).
-  std::string temporary = path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(temporary.data());
-  if (fd < 0) throw SafetensorsError(path + ": cannot create a temporary file next to it: " + errno_text());
-  auto abandon = [&](const std::string& problem) {
-    const std::string why = errno_text();
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    throw SafetensorsError(path + ": " + problem + ": " + why);
-  };
-  if (!write_all(fd, file.data(), file.size())) abandon("cannot write");
-  if (::fchmod(fd, 0644) != 0) abandon("cannot set the file's permissions");
-  if (::fsync(fd) != 0) abandon("cannot flush to disk");
-  if (::close(fd) != 0) {
-    const std::string why = errno_text();
-    ::unlink(temporary.c_str());
-    throw SafetensorsError(path + ": cannot write: " + why);
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(temporary.c_str());
-    throw SafetensorsError(path + ": cannot rename the temporary file into place: " + why);
-  }
+  return header_bytes(header, sha256_hex(buffer)) + buffer;
 }
 
 SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& origin) {
-  if (bytes.size() < 8) fail(origin, "the file has " + std::to_string(bytes.size()) + " bytes, fewer than the 8 of the header length");
-  const uint64_t header_length = read_u64_le(bytes);
-  const uint64_t available = bytes.size() - 8;
-  if (header_length > available)
-    fail(origin, "the header length " + std::to_string(header_length) + " goes beyond the end of the file (" + std::to_string(available) +
-                     " bytes after the length; the file is truncated or not safetensors)");
-  if (header_length > kMaxHeaderBytes) fail(origin, "the header length " + std::to_string(header_length) + " is over the 100 MB limit");
-  if (header_length < 2) fail(origin, "the header length " + std::to_string(header_length) + " is too small for a JSON object");
-  const std::string_view header_text(bytes.data() + 8, header_length);
-  if (header_text.front() != '{') fail(origin, "the header does not start with '{' (not a JSON object)");
-
-  // Parse, noticing duplicate names (nlohmann's parser would keep only the last).
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  using Json = nlohmann::ordered_json;  // the header's order breaks ties between empty tensors at one offset
-  const Json::parser_callback_t track = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
-    else if (event == Json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
-    else if (event == Json::parse_event_t::key && depth == 1 && !open_objects.empty() && duplicate.empty() &&
-             !open_objects.back().insert(parsed.get<std::string>()).second)
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
-  Json header;
-  try {
-    header = Json::parse(header_text.begin(), header_text.end(), track);
-  } catch (const Json::exception& error) {
-    fail(origin, std::string("the header is not valid JSON: ") + error.what());
+  const uint64_t header_length = checked_header_length(bytes, bytes.size(), origin);
+  SafetensorsHeader header = parse_header(std::string_view(bytes).substr(8, header_length), bytes.size(), origin);
+  const std::string_view data = std::string_view(bytes).substr(header.data_start);
+  if (header.checksum) {
+    const std::string actual = sha256_hex(data);
+    if (actual != *header.checksum) corrupt(origin, actual, *header.checksum);
   }
-  if (!header.is_object()) fail(origin, "the header is not a JSON object");
-  if (!duplicate.empty()) fail(origin, "the header names \"" + duplicate + "\" twice (duplicate tensor name)");
-
   SafetensorsFile result;
-  struct Span {
-    uint64_t begin, end;
-    size_t index;
-  };
-  std::vector<Span> spans;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == kMetadataKey) {
-      if (!entry.is_object()) fail(origin, "\"__metadata__\" must be an object of strings, found " + std::string(entry.type_name()));
-      for (const auto& [key, value] : entry.items()) {
-        if (!value.is_string()) fail(origin, "\"__metadata__\" value of \"" + key + "\" must be a string, found " + value.dump());
-        if (key == kSafetensorsChecksumKey) result.checksum = value.get<std::string>();
-        else result.metadata[key] = value.get<std::string>();
-      }
-      continue;
-    }
-    const std::string what = "tensor \"" + name + "\"";
-    if (!entry.is_object()) fail(origin, what + " must be an object with dtype, shape and data_offsets, found " + std::string(entry.type_name()));
-    for (const char* key : {"dtype", "shape", "data_offsets"})
-      if (!entry.contains(key)) fail(origin, what + " has no \"" + key + "\"");
-    NamedTensor tensor;
-    tensor.name = name;
-    if (!entry.at("dtype").is_string()) fail(origin, what + ": \"dtype\" must be a string, found " + entry.at("dtype").dump());
-    tensor.dtype = entry.at("dtype").get<std::string>();
-    const int element = safetensors_dtype_bytes(tensor.dtype);
-    if (element == 0)
-      fail(origin, what + " has unknown dtype \"" + tensor.dtype +
-                       "\"; expected one of F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2");
-    if (!entry.at("shape").is_array()) fail(origin, what + ": \"shape\" must be an array, found " + entry.at("shape").dump());
-    for (const auto& dimension : entry.at("shape")) tensor.shape.push_back(read_nonnegative(dimension, origin, what + ": a dimension"));
-    const auto& offsets = entry.at("data_offsets");
-    if (!offsets.is_array() || offsets.size() != 2) fail(origin, what + ": \"data_offsets\" must be [begin, end], found " + offsets.dump());
-    const auto begin = static_cast<uint64_t>(read_nonnegative(offsets[0], origin, what + ": the begin offset"));
-    const auto end = static_cast<uint64_t>(read_nonnegative(offsets[1], origin, what + ": the end offset"));
-    if (begin > end) fail(origin, what + " has data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "] that end before they begin");
-    const auto expected = byte_count(tensor.shape, element);
-    if (!expected) fail(origin, what + " has a shape too large to address: " + shape_text(tensor.shape));
-    if (*expected != end - begin)
-      fail(origin, what + " of shape " + shape_text(tensor.shape) + " and dtype " + tensor.dtype + " needs " + std::to_string(*expected) +
-                       " bytes, but its data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "] hold " + std::to_string(end - begin));
-    spans.push_back({begin, end, result.tensors.size()});
-    result.tensors.push_back(std::move(tensor));
+  result.metadata = std::move(header.metadata);
+  result.checksum = std::move(header.checksum);
+  for (TensorPlace& place : header.tensors) {
+    const auto* first = reinterpret_cast<const unsigned char*>(data.data()) + place.begin;
+    result.tensors.push_back({std::move(place.name), std::move(place.dtype), std::move(place.shape), {first, first + (place.end - place.begin)}});
   }
-
-  // The tensors must tile the data buffer exactly.
-  const uint64_t buffer_size = available - header_length;
-  const size_t buffer_start = 8 + static_cast<size_t>(header_length);
-  std::stable_sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
-  uint64_t cursor = 0;
-  std::string previous;
-  for (const Span& span : spans) {
-    const std::string& name = result.tensors[span.index].name;
-    const std::string range = "[" + std::to_string(span.begin) + ", " + std::to_string(span.end) + "]";
-    if (span.end > buffer_size)
-      fail(origin, "tensor \"" + name + "\" has data_offsets " + range + " beyond the data buffer's " + std::to_string(buffer_size) +
-                       " bytes (the file is truncated or its offsets are out of range)");
-    if (span.begin < cursor) fail(origin, "tensor \"" + name + "\" has data_offsets " + range + " that overlap those of \"" + previous + "\"");
-    if (span.begin > cursor)
-      fail(origin, "there is a gap of " + std::to_string(span.begin - cursor) + " bytes in the data buffer before tensor \"" + name + "\" (offset " +
-                       std::to_string(cursor) + " to " + std::to_string(span.begin) + ")");
-    cursor = span.end;
-    if (span.end > span.begin) previous = name;
-  }
-  if (cursor != buffer_size)
-    fail(origin, "the data buffer has " + std::to_string(buffer_size) + " bytes but the tensors cover " + std::to_string(cursor) + " (" +
-                     std::to_string(buffer_size - cursor) + " unaccounted bytes at the end)");
-
-  if (result.checksum) {
-    const std::string actual = sha256_hex(std::string_view(bytes.data() + buffer_start, static_cast<size_t>(buffer_size)));
-    if (actual != *result.checksum)
-      throw SafetensorsError(origin + ": the data is corrupt: its SHA-256 is " + actual + " but the file's \"" + kSafetensorsChecksumKey + "\" says " +
-                             *result.checksum);
-  }
-
-  // Tensors in the order of their data; copy the bytes.
-  std::vector<NamedTensor> ordered;
-  ordered.reserve(spans.size());
-  for (const Span& span : spans) {
-    NamedTensor& tensor = result.tensors[span.index];
-    const auto* first = reinterpret_cast<const unsigned char*>(bytes.data()) + buffer_start + span.begin;
-    tensor.bytes.assign(first, first + (span.end - span.begin));
-    ordered.push_back(std::move(tensor));
-  }
-  result.tensors = std::move(ordered);
   return result;
 }
 
+// --- Writing in pieces --------------------------------------------------------------------------
+
+SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<TensorPlace>& tensors, const std::map<std::string, std::string>& metadata)
+    : path_(path), header_(lay_out(tensors, metadata, path)) {
+  header_.data_start = header_bytes(header_, kChecksumPlaceholder).size();
+  for (size_t i = 0; i < header_.tensors.size(); ++i) index_[header_.tensors[i].name] = i;
+  // A unique temporary file next to the target (same file system, so the rename is atomic).
+  temporary_ = path + ".tmp.XXXXXX";
+  fd_ = ::mkstemp(temporary_.data());
+  if (fd_ < 0) throw SafetensorsError(path + ": cannot create a temporary file next to it: " + errno_text());
+  if (::fchmod(fd_, 0644) != 0) abandon("cannot set the file's permissions");
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(temporary_.c_str());
+  }
+}
+
+void SafetensorsWriter::abandon(const std::string& problem) {
+  const int code = errno;
+  const std::string why = code == 0 ? "" : ": " + std::string(std::strerror(code));
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(temporary_.c_str());
+    fd_ = -1;
+  }
+  throw SafetensorsError(path_ + ": " + problem + why);
+}
+
+void SafetensorsWriter::write(const std::string& name, uint64_t offset, const void* data, uint64_t size) {
+  if (fd_ < 0) throw std::logic_error(path_ + ": write after the file was committed or abandoned");
+  const auto found = index_.find(name);
+  if (found == index_.end()) throw std::out_of_range(path_ + ": no tensor \"" + name + "\" was declared for this file");
+  const TensorPlace& tensor = header_.tensors[found->second];
+  if (offset > tensor.end - tensor.begin || size > tensor.end - tensor.begin - offset)
+    throw std::out_of_range(path_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + size) + ") are outside tensor \"" + name +
+                            "\"'s " + std::to_string(tensor.end - tensor.begin));
+  if (size == 0) return;
+  const uint64_t begin = tensor.begin + offset, end = begin + size;
+  // Refuse an overlap: the digest may already cover the first write.
+  auto next = written_.upper_bound(begin);
+  if ((next != written_.end() && next->first < end) || (next != written_.begin() && std::prev(next)->second > begin))
+    throw std::logic_error(path_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + size) + ") of tensor \"" + name +
+                           "\" overlap bytes written before");
+  if (!write_all_at(fd_, static_cast<const char*>(data), size, header_.data_start + begin)) abandon("cannot write");
+  uint64_t merged_begin = begin, merged_end = end;
+  if (next != written_.begin() && std::prev(next)->second == begin) {
+    merged_begin = std::prev(next)->first;
+    written_.erase(std::prev(next));
+  }
+  if (next != written_.end() && next->first == end) {
+    merged_end = next->second;
+    written_.erase(next);
+  }
+  written_[merged_begin] = merged_end;
+  if (begin == hashed_) {
+    digest_.update(std::string_view(static_cast<const char*>(data), size));
+    hashed_ = end;
+  }
+}
+
+void SafetensorsWriter::commit() {
+  if (fd_ < 0) throw std::logic_error(path_ + ": commit after the file was committed or abandoned");
+  // Every byte given: one written range covering the data buffer (or none for an empty buffer).
+  const uint64_t covered = written_.empty() || written_.begin()->first != 0 ? 0 : written_.begin()->second;
+  if (covered != header_.data_bytes) {
+    const TensorPlace* missing = nullptr;
+    for (const TensorPlace& tensor : header_.tensors)
+      if (tensor.end > covered) {
+        missing = &tensor;
+        break;
+      }
+    errno = 0;
+    abandon("cannot write: byte " + std::to_string(covered - missing->begin) + " of tensor \"" + missing->name + "\" was never given");
+  }
+  // The digest of whatever did not arrive in order, read back through a fixed buffer.
+  std::vector<char> buffer(static_cast<size_t>(std::min(kStreamBufferBytes, header_.data_bytes - hashed_)));
+  while (hashed_ < header_.data_bytes) {
+    const uint64_t size = std::min<uint64_t>(buffer.size(), header_.data_bytes - hashed_);
+    if (!read_all_at(fd_, buffer.data(), size, header_.data_start + hashed_)) abandon("cannot read back for the checksum");
+    digest_.update(std::string_view(buffer.data(), size));
+    hashed_ += size;
+  }
+  const std::string header = header_bytes(header_, digest_.hex_digest());
+  if (!write_all_at(fd_, header.data(), header.size(), 0)) abandon("cannot write");
+  if (::fsync(fd_) != 0) abandon("cannot flush to disk");
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    const std::string why = errno_text();
+    ::unlink(temporary_.c_str());
+    throw SafetensorsError(path_ + ": cannot write: " + why);
+  }
+  if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
+    const std::string why = errno_text();
+    ::unlink(temporary_.c_str());
+    throw SafetensorsError(path_ + ": cannot rename the temporary file into place: " + why);
+  }
+}
+
+void write_safetensors_from(const std::string& path, const std::vector<TensorSource>& tensors, const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorPlace> places;
+  for (const TensorSource& source : tensors) places.push_back(source.place);
+  SafetensorsWriter writer(path, places, metadata);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorPlace& place = writer.header().tensors[i];
+    writer.write(place.name, 0, tensors[i].bytes, place.end - place.begin);
+  }
+  writer.commit();
+}
+
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors, const std::map<std::string, std::string>& metadata) {
+  const std::vector<TensorPlace> places = places_of(tensors, path);
+  std::vector<TensorSource> sources;
+  for (size_t i = 0; i < tensors.size(); ++i) sources.push_back({places[i], tensors[i].bytes.data()});
+  write_safetensors_from(path, sources, metadata);
+}
+
+// --- Reading in pieces --------------------------------------------------------------------------
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw SafetensorsError(path + ": cannot open for reading: " + errno_text());
+  try {
+    struct stat status {};
+    if (::fstat(fd_, &status) != 0) throw SafetensorsError(path + ": cannot read: " + errno_text());
+    if (S_ISDIR(status.st_mode)) throw SafetensorsError(path + ": cannot read: it is a directory");
+    const auto file_bytes = static_cast<uint64_t>(status.st_size);
+    char first[8] = {};
+    if (file_bytes >= 8 && !read_all_at(fd_, first, 8, 0)) throw SafetensorsError(path + ": cannot read: " + errno_text());
+    const uint64_t header_length = checked_header_length(std::string_view(first, 8), file_bytes, path);
+    std::string text(static_cast<size_t>(header_length), '\0');
+    if (!read_all_at(fd_, text.data(), header_length, 8)) throw SafetensorsError(path + ": cannot read: " + errno_text());
+    header_ = parse_header(text, file_bytes, path);
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SafetensorsReader::read(const TensorPlace& tensor, uint64_t offset, void* out, uint64_t size) {
+  if (tensor.end < tensor.begin || tensor.end > header_.data_bytes || offset > tensor.end - tensor.begin || size > tensor.end - tensor.begin - offset)
+    throw std::out_of_range(path_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + size) + ") are outside tensor \"" +
+                            tensor.name + "\"");
+  const uint64_t begin = tensor.begin + offset, end = begin + size;
+  if (size > 0 && !read_all_at(fd_, static_cast<char*>(out), size, header_.data_start + begin))
+    throw SafetensorsError(path_ + ": cannot read" + (errno ? ": " + errno_text() : std::string(": the file ended early (was it truncated?)")));
+  if (!verified_ && begin <= hashed_ && hashed_ < end) {
+    digest_.update(std::string_view(static_cast<const char*>(out) + (hashed_ - begin), end - hashed_));
+    hashed_ = end;
+  }
+}
+
+void SafetensorsReader::verify_checksum() {
+  if (!header_.checksum || verified_) return;
+  std::vector<char> buffer(static_cast<size_t>(std::min(kStreamBufferBytes, header_.data_bytes - hashed_)));
+  while (hashed_ < header_.data_bytes) {
+    const uint64_t size = std::min<uint64_t>(buffer.size(), header_.data_bytes - hashed_);
+    if (!read_all_at(fd_, buffer.data(), size, header_.data_start + hashed_))
+      throw SafetensorsError(path_ + ": cannot read" + (errno ? ": " + errno_text() : std::string(": the file ended early (was it truncated?)")));
+    digest_.update(std::string_view(buffer.data(), size));
+    hashed_ += size;
+  }
+  verified_ = true;
+  const std::string actual = digest_.hex_digest();
+  if (actual != *header_.checksum) corrupt(path_, actual, *header_.checksum);
+}
+
 SafetensorsFile read_safetensors(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw SafetensorsError(path + ": cannot open for reading: " + errno_text());
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) throw SafetensorsError(path + ": cannot read: " + errno_text());
-  return parse_safetensors(contents.str(), path);
+  SafetensorsReader reader(path);
+  SafetensorsFile result;
+  for (const TensorPlace& place : reader.header().tensors) {
+    NamedTensor tensor{place.name, place.dtype, place.shape, std::vector<unsigned char>(place.end - place.begin)};
+    reader.read(place, 0, tensor.bytes.data(), tensor.bytes.size());
+    result.tensors.push_back(std::move(tensor));
+  }
+  reader.verify_checksum();
+  result.metadata = reader.header().metadata;
+  result.checksum = reader.header().checksum;
+  return result;
 }
 
 }  // namespace orthojit::runtime

@@ -13,14 +13,23 @@
 // other tools, without it, still load). Every structural problem is a SafetensorsError naming the
 // file and the problem; writes are atomic (a temporary file in the same directory renamed over
 // the target; nothing is left behind on failure).
+//
+// Files of any size go through a fixed buffer: SafetensorsWriter takes each tensor's bytes in
+// pieces, in any order, written in place (so a rank can stream a partitioned optimizer state it
+// never holds whole), and SafetensorsReader reads any piece of any tensor after checking the
+// header alone. The checksum is computed while pieces arrive in the data's order, and by one
+// streaming pass over whatever was not (verify_checksum, commit).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "support/sha256.h"
 
 namespace orthojit::runtime {
 
@@ -62,5 +71,83 @@ SafetensorsFile read_safetensors(const std::string& path);
 std::string serialize_safetensors(const std::vector<NamedTensor>& tensors, const std::map<std::string, std::string>& metadata,
                                   const std::string& origin);
 SafetensorsFile parse_safetensors(const std::string& file_bytes, const std::string& origin);
+
+// A tensor's entry in a header: dtype, shape and its bytes [begin, end) of the data buffer.
+struct TensorPlace {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+
+struct SafetensorsHeader {
+  std::vector<TensorPlace> tensors;             // in the order of their data
+  std::map<std::string, std::string> metadata;  // without kSafetensorsChecksumKey
+  std::optional<std::string> checksum;
+  uint64_t data_start = 0;  // where the data buffer begins in the file: 8 + the header's length
+  uint64_t data_bytes = 0;
+  const TensorPlace* find(const std::string& name) const;  // null when absent
+};
+
+// A tensor written from memory the caller keeps alive until write_safetensors_from returns.
+struct TensorSource {
+  TensorPlace place;  // name, dtype, shape (begin and end are laid out on writing)
+  const void* bytes;  // product(shape) · dtype size bytes
+};
+void write_safetensors_from(const std::string& path, const std::vector<TensorSource>& tensors, const std::map<std::string, std::string>& metadata = {});
+
+// Writes a file whose tensors are declared up front, laid out in the given order; their bytes
+// come by write() in pieces of any size and order, each placed at its offset in a temporary file
+// next to `path`. commit() checks that every byte was given, completes the checksum, flushes and
+// renames the file into place; without a commit (an exception, an abandoned write) the temporary
+// file is removed and `path` is untouched. Declaration errors are those of write_safetensors.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::string& path, const std::vector<TensorPlace>& tensors, const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  const SafetensorsHeader& header() const { return header_; }
+  // `size` bytes of tensor `name` from byte `offset` of it. Throws std::out_of_range for a piece
+  // outside the tensor or an unknown name, std::logic_error for a piece that overlaps one already
+  // written, SafetensorsError when the file system refuses (the write is abandoned then).
+  void write(const std::string& name, uint64_t offset, const void* data, uint64_t size);
+  void commit();
+
+ private:
+  [[noreturn]] void abandon(const std::string& problem);
+  std::string path_, temporary_;
+  int fd_ = -1;
+  SafetensorsHeader header_;
+  std::map<std::string, size_t> index_;
+  std::map<uint64_t, uint64_t> written_;  // the data buffer's written ranges, merged: begin → end
+  Sha256 digest_;
+  uint64_t hashed_ = 0;  // the digest covers the data buffer's first hashed_ bytes
+};
+
+// Reads a file's header (every structural check of read_safetensors but the checksum, which needs
+// all the data), then any piece of any tensor. verify_checksum() hashes, in one streaming pass,
+// whatever the reads so far did not cover in order, and throws SafetensorsError on a mismatch.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  const SafetensorsHeader& header() const { return header_; }
+  // Throws std::out_of_range for a piece outside the tensor, SafetensorsError on a read error.
+  void read(const TensorPlace& tensor, uint64_t offset, void* out, uint64_t size);
+  void verify_checksum();
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  SafetensorsHeader header_;
+  Sha256 digest_;
+  uint64_t hashed_ = 0;
+  bool verified_ = false;
+};
 
 }  // namespace orthojit::runtime

@@ -1,12 +1,16 @@
 // Saved-state formats and momentum conversion (see state_format.h).
 #include "runtime/muon/state_format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 
+#include "runtime/muon/muon_variants.h"
 #include "runtime/muon/safetensors_file.h"
+#include "runtime/muon/variant_state.h"
 
 namespace orthojit::runtime {
 
@@ -33,6 +37,138 @@ std::string momentum_mismatch_message(const std::string& where, const std::strin
           std::string(to_string(wanted)) + " --momentum BETA`; Python: orthojit.convert_momentum_state(state_dict, to=\"" + to_string(wanted) +
           "\", momentum=BETA); exact for a constant beta) or keep the saved form with the setting muon.momentum_kind = " + to_string(saved);
   return text;
+}
+
+namespace {
+
+int64_t element_count(const std::vector<int64_t>& shape) {
+  int64_t count = 1;
+  for (int64_t dimension : shape) count *= dimension;
+  return count;
+}
+
+}  // namespace
+
+std::vector<TensorSource> state_file_tensors(const std::vector<StateOwner>& owners, const std::map<std::string, HybridOptimizer::State>* state,
+                                             MuonVariant variant) {
+  std::vector<TensorSource> tensors;
+  for (const StateOwner& owner : owners) {
+    const HybridOptimizer::State* values = nullptr;
+    if (state) {
+      const auto found = state->find(owner.name);
+      if (found == state->end()) throw std::invalid_argument("the optimizer state has no entry for '" + owner.name + "'");
+      values = &found->second;
+    }
+    const size_t elements = static_cast<size_t>(element_count(owner.shape));
+    auto f32 = [&](const char* key, const std::vector<float>* buffer) {
+      if (buffer && buffer->size() != elements)
+        throw std::invalid_argument("the optimizer state's '" + owner.name + key + "' has " + std::to_string(buffer->size()) + " elements, its shape " +
+                                    shape_text(owner.shape) + " needs " + std::to_string(elements));
+      tensors.push_back({{owner.name + key, "F32", owner.shape}, buffer ? buffer->data() : nullptr});
+    };
+    if (owner.muon) {
+      f32(".momentum_buffer", values ? &values->momentum : nullptr);
+      if (values && variant != MuonVariant::Muon &&
+          values->second_moment.size() != static_cast<size_t>(element_count(variant_state_shape(variant, owner.plan, owner.shape))))
+        throw std::invalid_argument("the optimizer state's '" + owner.name + "' second moment has " + std::to_string(values->second_moment.size()) +
+                                    " elements, expected " + std::to_string(element_count(variant_state_shape(variant, owner.plan, owner.shape))));
+      add_variant_state_tensors(tensors, owner, values, variant);
+    } else {
+      f32(".exp_avg", values ? &values->exp_avg : nullptr);
+      f32(".exp_avg_sq", values ? &values->exp_avg_sq : nullptr);
+      tensors.push_back({{owner.name + ".step", "I64", {}}, values ? &values->step : nullptr});
+    }
+  }
+  return tensors;
+}
+
+std::map<std::string, std::string> state_file_metadata(const OptimizerSettings& settings, int64_t steps_taken) {
+  char beta[32];
+  std::snprintf(beta, sizeof beta, "%.17g", settings.muon.momentum);
+  return {{"orthojit.format", kStateFormat},
+          {"orthojit.preset", settings.preset},
+          {"orthojit.steps_taken", std::to_string(steps_taken)},
+          {"orthojit.momentum_kind", to_string(settings.muon.momentum_kind)},
+          {"orthojit.momentum", beta},
+          {"orthojit.muon_variant", to_string(settings.muon.variant)}};
+}
+
+void write_state_file(const std::string& path, const std::vector<StateOwner>& owners, const std::map<std::string, HybridOptimizer::State>& state,
+                      const OptimizerSettings& settings, int64_t steps_taken) {
+  write_safetensors_from(path, state_file_tensors(owners, &state, settings.muon.variant), state_file_metadata(settings, steps_taken));
+}
+
+int64_t check_state_file(const SafetensorsHeader& header, const std::string& path, const std::vector<StateOwner>& owners, const OptimizerSettings& settings) {
+  auto problem = [&](const std::string& what) { return std::runtime_error("optimizer state " + path + " does not match the parameters: " + what + "; nothing was loaded"); };
+  const auto format = header.metadata.find("orthojit.format");
+  if (format == header.metadata.end() || (format->second != kStateFormat && format->second != "hybrid-optimizer-state/1"))
+    throw problem(std::string("it is not an orthojit optimizer state (metadata orthojit.format is missing or not ") + kStateFormat + ")");
+  // The momentum form the buffers were saved in: recorded since format 2; format 1 files hold
+  // the form their preset had then (keller: the sum form).
+  const auto preset = header.metadata.find("orthojit.preset");
+  const auto kind = header.metadata.find("orthojit.momentum_kind");
+  const MomentumKind saved_kind = saved_momentum_kind(format->second, preset == header.metadata.end() ? "" : preset->second,
+                                                      kind == header.metadata.end() ? "" : kind->second);
+  const bool has_muon = std::any_of(owners.begin(), owners.end(), [](const StateOwner& e) { return e.muon; });
+  if (saved_kind != settings.muon.momentum_kind && has_muon) throw std::runtime_error(momentum_mismatch_message(path, format->second, saved_kind, settings.muon.momentum_kind));
+  check_saved_variant(header.metadata, path, settings.muon.variant, has_muon);
+  // Every tensor the optimizer needs, with its dtype and shape; nothing else.
+  std::set<std::string> needed;
+  for (const TensorSource& wanted : state_file_tensors(owners, nullptr, settings.muon.variant)) {
+    const TensorPlace& place = wanted.place;
+    needed.insert(place.name);
+    const TensorPlace* found = header.find(place.name);
+    if (!found) throw problem("no tensor '" + place.name + "'");
+    if (found->dtype != place.dtype) throw problem("'" + place.name + "' is " + found->dtype + ", expected " + place.dtype);
+    if (found->shape != place.shape) throw problem("'" + place.name + "' has shape " + shape_text(found->shape) + ", expected " + shape_text(place.shape));
+  }
+  for (const TensorPlace& tensor : header.tensors) {
+    if (needed.count(tensor.name)) continue;
+    const std::string base = tensor.name.substr(0, tensor.name.rfind('.'));
+    const bool known = std::any_of(owners.begin(), owners.end(), [&](const StateOwner& e) { return e.name == base; });
+    if (!known) throw problem("it holds state for '" + base + "', which this optimizer does not have (or which is tagged differently)");
+    throw problem("it holds tensors this optimizer does not use (a parameter tagged differently?)");
+  }
+  int64_t steps = 0;
+  if (auto found = header.metadata.find("orthojit.steps_taken"); found != header.metadata.end()) {
+    try {
+      size_t used = 0;
+      steps = std::stoll(found->second, &used);
+      if (used != found->second.size() || steps < 0) throw std::invalid_argument("not a count");
+    } catch (const std::exception&) {
+      throw problem("metadata orthojit.steps_taken = '" + found->second + "' is not a non-negative integer");
+    }
+  }
+  return steps;
+}
+
+std::map<std::string, HybridOptimizer::State> read_state_file(const std::string& path, const std::vector<StateOwner>& owners,
+                                                              const OptimizerSettings& settings, int64_t& steps_taken) {
+  SafetensorsReader reader(path);
+  const int64_t steps = check_state_file(reader.header(), path, owners, settings);
+  std::map<std::string, HybridOptimizer::State> loaded;
+  auto take = [&](const std::string& name, const char*, const std::vector<int64_t>&, void* out) {
+    const TensorPlace& place = *reader.header().find(name);  // checked above
+    reader.read(place, 0, out, place.end - place.begin);
+  };
+  for (const StateOwner& owner : owners) {
+    HybridOptimizer::State& state = loaded[owner.name];
+    const size_t elements = static_cast<size_t>(element_count(owner.shape));
+    if (owner.muon) {
+      state.momentum.resize(elements);
+      take(owner.name + ".momentum_buffer", "F32", owner.shape, state.momentum.data());
+      read_variant_state(state, owner, settings.muon.variant, take);
+    } else {
+      state.exp_avg.resize(elements);
+      state.exp_avg_sq.resize(elements);
+      take(owner.name + ".exp_avg", "F32", owner.shape, state.exp_avg.data());
+      take(owner.name + ".exp_avg_sq", "F32", owner.shape, state.exp_avg_sq.data());
+      take(owner.name + ".step", "I64", {}, &state.step);
+    }
+  }
+  reader.verify_checksum();  // before anything is returned
+  steps_taken = steps;
+  return loaded;
 }
 
 ConversionReport convert_state_momentum(const std::string& input, const std::string& output, MomentumKind to, double beta) {

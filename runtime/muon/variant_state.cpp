@@ -8,22 +8,11 @@
 
 namespace orthojit::runtime {
 
-void add_variant_state_tensors(std::vector<NamedTensor>& tensors, const StateOwner& owner, const HybridOptimizer::State& state, MuonVariant variant) {
+void add_variant_state_tensors(std::vector<TensorSource>& tensors, const StateOwner& owner, const HybridOptimizer::State* state, MuonVariant variant) {
   if (variant == MuonVariant::Muon || !owner.muon) return;
-  NamedTensor moment;
-  moment.name = owner.name + variant_state_suffix(variant);
-  moment.dtype = "F32";
-  moment.shape = variant_state_shape(variant, owner.plan, owner.shape);
-  moment.bytes.resize(state.second_moment.size() * sizeof(float));
-  std::memcpy(moment.bytes.data(), state.second_moment.data(), moment.bytes.size());
-  tensors.push_back(std::move(moment));
-  if (!variant_counts_steps(variant)) return;
-  NamedTensor step;
-  step.name = owner.name + ".variant_step";
-  step.dtype = "I64";
-  step.bytes.resize(sizeof(int64_t));
-  std::memcpy(step.bytes.data(), &state.variant_step, sizeof(int64_t));
-  tensors.push_back(std::move(step));
+  tensors.push_back({{owner.name + variant_state_suffix(variant), "F32", variant_state_shape(variant, owner.plan, owner.shape)},
+                     state ? state->second_moment.data() : nullptr});
+  if (variant_counts_steps(variant)) tensors.push_back({{owner.name + ".variant_step", "I64", {}}, state ? &state->variant_step : nullptr});
 }
 
 void check_saved_variant(const std::map<std::string, std::string>& metadata, const std::string& where, MuonVariant wanted, bool has_muon) {
@@ -38,10 +27,12 @@ void check_saved_variant(const std::map<std::string, std::string>& metadata, con
 
 void read_variant_state(HybridOptimizer::State& state, const StateOwner& owner, MuonVariant variant, const TakeTensor& take) {
   if (variant == MuonVariant::Muon || !owner.muon) return;
-  const NamedTensor& moment = take(owner.name + variant_state_suffix(variant), "F32", variant_state_shape(variant, owner.plan, owner.shape));
-  state.second_moment.resize(moment.bytes.size() / sizeof(float));
-  std::memcpy(state.second_moment.data(), moment.bytes.data(), state.second_moment.size() * sizeof(float));
-  if (variant_counts_steps(variant)) std::memcpy(&state.variant_step, take(owner.name + ".variant_step", "I64", {}).bytes.data(), sizeof(int64_t));
+  const std::vector<int64_t> shape = variant_state_shape(variant, owner.plan, owner.shape);
+  int64_t elements = 1;
+  for (int64_t dimension : shape) elements *= dimension;
+  state.second_moment.resize(static_cast<size_t>(elements));
+  take(owner.name + variant_state_suffix(variant), "F32", shape, state.second_moment.data());
+  if (variant_counts_steps(variant)) take(owner.name + ".variant_step", "I64", {}, &state.variant_step);
 }
 
 }  // namespace orthojit::runtime

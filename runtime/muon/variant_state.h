@@ -17,14 +17,17 @@ namespace orthojit::runtime {
 
 inline constexpr const char* kMuonVariantKey = "orthojit.muon_variant";
 
-void add_variant_state_tensors(std::vector<NamedTensor>& tensors, const StateOwner& owner, const HybridOptimizer::State& state, MuonVariant variant);
+// Appends owner's variant tensors, pointing into `state` (null pointers when `state` is null: the
+// layout alone).
+void add_variant_state_tensors(std::vector<TensorSource>& tensors, const StateOwner& owner, const HybridOptimizer::State* state, MuonVariant variant);
 
 // Throws std::runtime_error when the file's variant is not `wanted` and the optimizer has Muon
 // parameters (whose state depends on it); `where` names the file.
 void check_saved_variant(const std::map<std::string, std::string>& metadata, const std::string& where, MuonVariant wanted, bool has_muon);
 
-// Reads owner's variant tensors through `take` (name, dtype, shape → the checked tensor).
-using TakeTensor = std::function<const NamedTensor&(const std::string& name, const char* dtype, const std::vector<int64_t>& shape)>;
+// Reads owner's variant tensors through `take` (name, dtype, shape, where the checked tensor's
+// bytes go).
+using TakeTensor = std::function<void(const std::string& name, const char* dtype, const std::vector<int64_t>& shape, void* out)>;
 void read_variant_state(HybridOptimizer::State& state, const StateOwner& owner, MuonVariant variant, const TakeTensor& take);
 
 }  // namespace orthojit::runtime

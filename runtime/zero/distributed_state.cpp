@@ -7,6 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "runtime/muon/state_format.h"
 #include "runtime/muon/update_rules.h"
 #include "runtime/zero/distributed_optimizer.h"
 #include "runtime/zero/distributed_optimizer_entry.h"

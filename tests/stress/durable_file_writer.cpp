@@ -33,6 +33,7 @@
 #include "cuda/program_cache.h"
 #endif
 #include "runtime/muon/hybrid_optimizer.h"
+#include "runtime/muon/state_format.h"
 
 namespace {
 
