@@ -15,9 +15,7 @@
 //   * the bytes each rank sends match the plan's formulas;
 //   * a non-finite gradient on one rank skips the step on all;
 //   * the step hyperparameters set between steps act as the single-rank optimizer's settings;
-//   * checkpoints: the gathered state is the single-rank optimizer's state bit for bit, a state
-//     loaded from the single-rank optimizer (or its state file) continues bit-identically, and a
-//     state that does not fit, on one rank or all, is refused on every rank with nothing changed;
+//   (checkpoints: distributed_checkpoint_test.cpp);
 //   * a failure on one rank while building (a program that does not compile there) throws on
 //     every rank instead of leaving the others waiting in a collective.
 // GoogleTest runs on every rank (tests/mpi_test_main.h).
@@ -32,132 +30,13 @@
 
 #include <unistd.h>
 
-#include "runtime/muon/hybrid_optimizer.h"
-#include "runtime/zero/distributed_optimizer.h"
-#include "runtime/zero/mpi_communicator.h"
-#include "tests/mpi_test_main.h"
-
-#pragma GCC diagnostic ignored "-Wold-style-cast"  // MPI's C macros (MPI_COMM_WORLD, MPI_INT, ...)
+#include "tests/distributed_test_support.h"
 
 namespace orthojit::runtime {
 
-// GoogleTest prints the parameters of a failing test with this (not as "4-byte object <00-00 00-00>").
-void PrintTo(OrthogonalizationMode mode, std::ostream* out) { *out << to_string(mode); }
-
 namespace {
 
-MpiCommunicator* world_communicator = nullptr;
-
-struct Model {
-  std::vector<std::string> names;
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<bool> muon;
-};
-
-// A random model: matrices of awkward sizes (so partitions cut through them), a 3-D expert
-// tensor, biases; the same on every rank (shared seed).
-Model random_model(uint32_t seed) {
-  std::mt19937 random(seed);
-  std::uniform_int_distribution<int64_t> extent(2, 13);
-  Model model;
-  const int count = 4 + static_cast<int>(random() % 5);
-  for (int i = 0; i < count; ++i) {
-    const int kind = static_cast<int>(random() % 4);
-    model.names.push_back("layer" + std::to_string(i) + (kind == 0 ? ".bias" : kind == 3 ? ".experts" : ".weight"));
-    if (kind == 0) model.shapes.push_back({extent(random)});
-    else if (kind == 3) model.shapes.push_back({2, extent(random), extent(random)});
-    else model.shapes.push_back({extent(random), extent(random)});
-    model.muon.push_back(kind != 0);
-  }
-  return model;
-}
-
-int64_t elements(const std::vector<int64_t>& shape) {
-  int64_t count = 1;
-  for (int64_t extent : shape) count *= extent;
-  return count;
-}
-
-struct Buffers {
-  std::vector<std::vector<float>> data, grad;
-  std::vector<Parameter> parameters(const Model& model) {
-    std::vector<Parameter> result;
-    for (size_t i = 0; i < model.names.size(); ++i) {
-      Parameter p;
-      p.name = model.names[i];
-      p.shape = model.shapes[i];
-      p.data = data[i].data();
-      p.grad = grad[i].data();
-      p.use_muon = model.muon[i];
-      if (model.shapes[i].size() == 3 && model.muon[i]) p.layout = MatrixLayout::Batch;  // matrix options are for Muon tensors
-      result.push_back(p);
-    }
-    return result;
-  }
-};
-
-Buffers make_buffers(const Model& model, uint32_t seed) {
-  std::mt19937 random(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  Buffers buffers;
-  for (const auto& shape : model.shapes) {
-    std::vector<float> values(static_cast<size_t>(elements(shape)));
-    for (float& v : values) v = normal(random);
-    buffers.data.push_back(values);
-    buffers.grad.emplace_back(values.size(), 0.0f);
-  }
-  return buffers;
-}
-
-void fill_gradients(Buffers& buffers, std::mt19937& random) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto& g : buffers.grad)
-    for (float& v : g) v = normal(random);
-}
-
-OptimizerSettings optimizer_settings() {
-  OptimizerSettings settings = preset_settings("keller");
-  settings.muon.backend = "ref";
-  settings.muon.precision = ScalarType::F32;
-  settings.muon.weight_decay = 0.01;
-  settings.adam.weight_decay = 0.01;
-  return settings;
-}
-
-// The settings of the bit-identical comparisons: this stage and mode, the ranks' gradients summed
-// without averaging (rank 0 gives the gradient, the others zeros: the reduction is exact).
-DistributedSettings summed(int stage, OrthogonalizationMode mode) {
-  DistributedSettings settings;
-  settings.stage = stage;
-  settings.mode = mode;
-  settings.average_gradients = false;
-  return settings;
-}
-
-std::string label(int stage, OrthogonalizationMode mode) { return "stage " + std::to_string(stage) + ", " + to_string(mode) + " mode"; }
-
-// Three steps of both optimizers on the same reduced gradients (rank 0 gives them, the others
-// zeros, summed without averaging: the reduction is exact); after each, every rank's parameters
-// must be bit-identical to the single-rank optimizer's.
-void step_both_and_compare(const Model& model, Buffers& distributed, Buffers& single, DistributedOptimizer& optimizer, HybridOptimizer& reference,
-                           int stage, std::mt19937& random, const std::string& where) {
-  Communicator& communicator = *world_communicator;
-  for (int step = 0; step < 3; ++step) {
-    fill_gradients(single, random);
-    for (size_t t = 0; t < model.names.size(); ++t)
-      if (communicator.rank() == 0) distributed.grad[t] = single.grad[t];
-      else std::fill(distributed.grad[t].begin(), distributed.grad[t].end(), 0.0f);
-    const StepReport report = optimizer.step();
-    EXPECT_FALSE(report.skipped) << report.reason;
-    if (stage == 3) optimizer.gather_parameters();
-    reference.step();
-    for (size_t t = 0; t < model.names.size(); ++t)
-      EXPECT_EQ(std::memcmp(distributed.data[t].data(), single.data[t].data(), distributed.data[t].size() * 4), 0)
-          << model.names[t] << " after step " << step << " on rank " << communicator.rank() << " (" << where << ")";
-  }
-}
-
-class Distributed : public ::testing::TestWithParam<std::tuple<int, OrthogonalizationMode>> {};
+using namespace distributed_testing;
 
 TEST_P(Distributed, SameReducedGradientsGiveBitIdenticalParameters) {
   auto [stage, mode] = GetParam();
@@ -334,22 +213,6 @@ void fill_exact_gradients(Buffers& buffers, std::mt19937& random) {
     for (float& v : g) v = std::ldexp(static_cast<float>(integer(random)), -6);
 }
 
-// Empty when the two f32 arrays are bit-identical, else where they first differ and by how much.
-std::string bitwise_difference(const float* got, const float* expected, size_t count) {
-  size_t first = count, differing = 0;
-  double largest = 0;
-  for (size_t i = 0; i < count; ++i)
-    if (std::memcmp(got + i, expected + i, 4) != 0) {
-      if (first == count) first = i;
-      ++differing;
-      largest = std::max(largest, std::fabs(static_cast<double>(got[i]) - expected[i]));
-    }
-  if (first == count) return "";
-  char text[200];
-  std::snprintf(text, sizeof text, "%zu of %zu elements differ, first [%zu]: %.9g, expected %.9g; largest difference %.3g", differing, count, first,
-                static_cast<double>(got[first]), static_cast<double>(expected[first]), largest);
-  return text;
-}
 
 // Settings under which the gradient's scale survives into the parameters, so a missing 1/world
 // cannot hide: Newton–Schulz normalizes X / (‖X‖_F + eps), and with eps = 1e4 far above ‖U‖_F
@@ -569,135 +432,6 @@ TEST_P(Distributed, HyperparametersSetBetweenStepsActAsSettings) {
   optimizer.set_hyperparameters(values);
   reference.set_learning_rates(values.muon_lr, values.adam_lr);
   step_both_and_compare(model, distributed, single, optimizer, reference, stage, random, label(stage, mode) + ", learning rates changed");
-}
-
-void expect_same_state(const std::map<std::string, HybridOptimizer::State>& got, const std::map<std::string, HybridOptimizer::State>& expected,
-                       const std::string& where) {
-  ASSERT_EQ(got.size(), expected.size()) << where;
-  for (const auto& [name, values] : expected) {
-    const HybridOptimizer::State& mine = got.at(name);
-    EXPECT_EQ(bitwise_difference(mine.momentum.data(), values.momentum.data(), values.momentum.size()), "") << name << ".momentum_buffer, " << where;
-    EXPECT_EQ(mine.momentum.size(), values.momentum.size()) << name << ", " << where;
-    EXPECT_EQ(mine.exp_avg.size(), values.exp_avg.size()) << name << ", " << where;
-    EXPECT_EQ(bitwise_difference(mine.exp_avg.data(), values.exp_avg.data(), values.exp_avg.size()), "") << name << ".exp_avg, " << where;
-    EXPECT_EQ(bitwise_difference(mine.exp_avg_sq.data(), values.exp_avg_sq.data(), values.exp_avg_sq.size()), "") << name << ".exp_avg_sq, " << where;
-    EXPECT_EQ(mine.step, values.step) << name << ".step, " << where;
-  }
-}
-
-void barrier() {
-  float nothing = 0;
-  world_communicator->all_reduce_sum(&nothing, 1);
-}
-
-// One path for every rank: rank 0's process id, so that the ranks of one host share it.
-std::string shared_path(const std::string& stem) {
-  int64_t id = world_communicator->rank() == 0 ? static_cast<int64_t>(getpid()) : 0;
-  world_communicator->broadcast(&id, sizeof id, 0);
-  return "/tmp/orthojit-distributed-" + stem + "-" + std::to_string(id) + ".safetensors";
-}
-
-// Checkpoints are world-size independent: after steps, the gathered state is the single-rank
-// optimizer's (whatever each rank holds of it), on every rank; a fresh distributed optimizer
-// given the single-rank state (or its state file) continues bit-identically; the distributed
-// state file loads into the single-rank optimizer.
-TEST_P(Distributed, StateGathersToTheSingleRankStateAndLoadsBack) {
-  auto [stage, mode] = GetParam();
-  Communicator& communicator = *world_communicator;
-  const uint32_t seed = 7000 + 10 * static_cast<uint32_t>(stage) + static_cast<uint32_t>(mode);
-  const Model model = random_model(seed);
-  Buffers distributed = make_buffers(model, seed + 1), single = make_buffers(model, seed + 1);
-  DistributedSettings settings = summed(stage, mode);
-  settings.alignment = 2;
-  const std::string where = label(stage, mode) + ", rank " + std::to_string(communicator.rank());
-  HybridOptimizer reference(single.parameters(model), optimizer_settings());
-  std::mt19937 random(seed + 2);
-  {
-    DistributedOptimizer optimizer(distributed.parameters(model), optimizer_settings(), settings, communicator);
-    step_both_and_compare(model, distributed, single, optimizer, reference, stage, random, label(stage, mode));
-    expect_same_state(optimizer.gather_state(), reference.state(), where + ", gathered");
-    EXPECT_EQ(optimizer.steps_taken(), reference.steps_taken());
-    // To one rank only (the last): the others send their partitions and get nothing.
-    const int root = communicator.world() - 1;
-    const std::map<std::string, HybridOptimizer::State> at_root = optimizer.gather_state(root);
-    if (communicator.rank() == root) expect_same_state(at_root, reference.state(), where + ", gathered to rank " + std::to_string(root));
-    else EXPECT_TRUE(at_root.empty()) << where << ": a rank other than the root received the state";
-    EXPECT_THROW(optimizer.gather_state(communicator.world()), std::invalid_argument);
-    // Its file is the single-rank optimizer's: it loads there as the same state.
-    const std::string path = shared_path("save");
-    optimizer.save_state(path);
-    HybridOptimizer loader(single.parameters(model), optimizer_settings());
-    loader.load_state(path);
-    expect_same_state(loader.state(), reference.state(), where + ", through the distributed state file");
-    EXPECT_EQ(loader.steps_taken(), reference.steps_taken());
-    barrier();  // every rank has read it
-    if (communicator.rank() == 0) std::remove(path.c_str());
-  }
-  // A fresh optimizer (another alignment: other boundaries) given the single-rank state.
-  settings.alignment = 3;
-  {
-    DistributedOptimizer resumed(distributed.parameters(model), optimizer_settings(), settings, communicator);
-    resumed.load_state(reference.state(), reference.steps_taken());
-    expect_same_state(resumed.gather_state(), reference.state(), where + ", loaded then gathered");
-    step_both_and_compare(model, distributed, single, resumed, reference, stage, random, label(stage, mode) + ", resumed from the state");
-  }
-  // And from the single-rank optimizer's file.
-  const std::string path = shared_path("load");
-  if (communicator.rank() == 0) reference.save_state(path);
-  barrier();
-  DistributedOptimizer from_file(distributed.parameters(model), optimizer_settings(), settings, communicator);
-  from_file.load_state(path);
-  barrier();
-  if (communicator.rank() == 0) std::remove(path.c_str());
-  EXPECT_EQ(from_file.steps_taken(), reference.steps_taken());
-  step_both_and_compare(model, distributed, single, from_file, reference, stage, random, label(stage, mode) + ", resumed from the file");
-}
-
-// A state that does not fit is refused on every rank, with nothing changed anywhere: wrong on
-// every rank (a tensor too short), and wrong on one rank only (the others must not load theirs).
-TEST(DistributedState, AStateThatDoesNotFitIsRefusedOnEveryRank) {
-  Communicator& communicator = *world_communicator;
-  const Model model = random_model(31);
-  Buffers buffers = make_buffers(model, 32);
-  DistributedSettings settings;
-  settings.stage = 2;
-  DistributedOptimizer optimizer(buffers.parameters(model), optimizer_settings(), settings, communicator);
-  std::mt19937 random(33);
-  fill_gradients(buffers, random);
-  ASSERT_FALSE(optimizer.step().skipped);
-  const std::map<std::string, HybridOptimizer::State> before = optimizer.gather_state();
-  std::map<std::string, HybridOptimizer::State> changed = before;
-  for (auto& [name, values] : changed) {
-    for (float& v : values.momentum) v += 1.0f;
-    for (float& v : values.exp_avg) v += 1.0f;
-    if (values.momentum.empty()) values.step += 5;  // AdamW only: Muon keeps no step count
-  }
-  const int last = communicator.world() - 1;
-  for (int wrong_on : {-1, last}) {  // -1: every rank
-    std::map<std::string, HybridOptimizer::State> given = changed;
-    if (wrong_on < 0 || communicator.rank() == wrong_on) {
-      HybridOptimizer::State& first = given.begin()->second;
-      (first.momentum.empty() ? first.exp_avg : first.momentum).pop_back();
-    }
-    try {
-      optimizer.load_state(given, 9);
-      ADD_FAILURE() << "a state that does not fit was loaded (wrong on " << (wrong_on < 0 ? std::string("every rank") : "rank " + std::to_string(wrong_on)) << ")";
-    } catch (const std::runtime_error& error) {
-      const std::string message = error.what();
-      const bool mine = wrong_on < 0 || communicator.rank() == wrong_on;
-      EXPECT_NE(message.find(mine ? "does not match this optimizer" : "failed on 1 other rank(s)"), std::string::npos) << message;
-    }
-    expect_same_state(optimizer.gather_state(), before, "after a refused load, rank " + std::to_string(communicator.rank()));
-    EXPECT_EQ(optimizer.steps_taken(), 1);
-  }
-  // A state for a parameter this optimizer does not have.
-  std::map<std::string, HybridOptimizer::State> extra = changed;
-  extra["not.a.parameter"] = extra.begin()->second;
-  EXPECT_THROW(optimizer.load_state(extra, 1), std::runtime_error);
-  // What does fit loads.
-  optimizer.load_state(changed, 9);
-  expect_same_state(optimizer.gather_state(), changed, "after a load, rank " + std::to_string(communicator.rank()));
-  EXPECT_EQ(optimizer.steps_taken(), 9);
 }
 
 // A program that cannot be read on one rank only (a path that exists elsewhere): before, that
@@ -941,12 +675,4 @@ TEST(DistributedSettingsTest, RanksWithDifferentParametersAreRefusedOnEveryRank)
 }  // namespace
 }  // namespace orthojit::runtime
 
-int main(int argc, char** argv) {
-  return run_tests_on_every_rank(argc, argv, [](int rank) {
-    // The communicator is freed before MPI_Finalize.
-    auto communicator = orthojit::runtime::MpiCommunicator::on_world();
-    orthojit::runtime::world_communicator = communicator.get();
-    if (rank == 0) std::printf("%s\n", communicator->describe().c_str());
-    return RUN_ALL_TESTS();
-  });
-}
+int main(int argc, char** argv) { return orthojit::runtime::distributed_testing::run_distributed_tests(argc, argv); }

@@ -302,7 +302,9 @@ oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path);
  * zero.average_gradients = false), the optimizer state is partitioned over the ranks, and every
  * rank's parameters are equal after each step (at stage 3 after oj_optimizer_gather_parameters).
  * The results are the single-rank optimizer's on the reduced gradients (bit for bit where the
- * reduction is exact). Options, by oj_optimizer_set_option before build (defaults in brackets):
+ * reduction is exact). The state file is the single-rank optimizer's, byte for byte: rank 0
+ * writes it as the ranks stream their partitions to it in chunks, and each rank reads only its
+ * own part, so no rank ever holds the whole state. Options, by oj_optimizer_set_option before build (defaults in brackets):
  *   zero.stage 1 | 2 | 3 [2]       1: the state is partitioned; 2: the reduced gradients too (each
  *                                  rank holds its partition of them and a bucket, never the whole
  *                                  model's); 3: the parameters too, gathered on request

@@ -151,9 +151,14 @@ class DistributedOptimizer {
   //   load_state: each rank takes its part of `state`; every rank checks everything first and
   //     the ranks agree (one all-reduce): when any rank finds a problem, every rank throws
   //     std::runtime_error and no rank changes anything.
-  //   save_state: HybridOptimizer::save_state's file, gathered to and written by rank 0 alone (a
-  //     failed write throws on every rank); load_state(path): every rank reads the file (a
-  //     shared file system), under load_state's rule.
+  //   save_state: HybridOptimizer::save_state's file, byte for byte, written by rank 0 alone as
+  //     it streams in: each rank sends its partition's state in chunks of bucket_elements /
+  //     world floats, which rank 0 writes in place (SafetensorsWriter), so a rank holds two
+  //     chunks beyond its own state (rank 0: four). A failed write throws on every rank and leaves the
+  //     target as it was.
+  //   load_state(path): every rank reads the header and only its own part of the file (a
+  //     shared file system), rank 0 also checks the whole file's checksum, under load_state's
+  //     rule; no rank holds more than its own part.
   std::map<std::string, HybridOptimizer::State> gather_state(std::optional<int> root = std::nullopt);
   void load_state(const std::map<std::string, HybridOptimizer::State>& state, int64_t steps_taken);
   void save_state(const std::string& path);
@@ -188,6 +193,21 @@ class DistributedOptimizer {
   // allocation is shared as agree() shares it.
   std::uintptr_t take_agreed(int64_t floats, const std::string& doing);
   std::vector<StateOwner> state_owners() const;
+  // This rank's part of a whole-tensor state, entry by entry (null where the entry holds none):
+  // Muon's momentum (its slice, or the whole matrix in deepspeed mode) or AdamW's moments'
+  // slices and step. install_state uploads them and sets steps_.
+  struct StatePiece {
+    const float* first = nullptr;   // momentum | exp_avg
+    const float* second = nullptr;  // exp_avg_sq
+    int64_t step = 0;
+  };
+  void install_state(const std::vector<StatePiece>& pieces, int64_t steps_taken);
+  // The partitioned state laid like this rank's partition of the flat buffer, elements
+  // [from, from + count) of it: Muon's momentum and AdamW's exp_avg to `first`, exp_avg_sq to
+  // `second` (a tensor has one or the other; padding is left as it was); and AdamW's step counts
+  // per entry, from their first owners (collective: one all-reduce).
+  void copy_state_to_partition(std::uintptr_t first, std::uintptr_t second, int64_t from, int64_t count) const;
+  std::vector<int64_t> adam_step_counts();
   // The compiled Muon steps of the matrices this rank orthogonalizes whole (deepspeed mode), at
   // the step's addresses; also what the constructor compiles.
   std::vector<MuonStepTensor> owned_muon_steps() const;

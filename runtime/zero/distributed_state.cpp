@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "runtime/muon/state_format.h"
@@ -162,31 +163,54 @@ void DistributedOptimizer::qk_clip(const std::string& q_name, const std::string&
   }
 }
 
+void DistributedOptimizer::copy_state_to_partition(std::uintptr_t first, std::uintptr_t second, int64_t from, int64_t count) const {
+  const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
+  const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
+  for (const Entry& entry : entries_) {
+    // The entry's slice in partition coordinates, cut to [from, from + count).
+    const int64_t place = plan_.tensors[entry.tensor].offset + entry.lo - mine.begin;
+    const int64_t lo = std::max(place, from), hi = std::min(place + entry.hi - entry.lo, from + count);
+    if (hi <= lo) continue;
+    const int64_t skip = lo - place;  // elements of the slice before the cut
+    if (entry.muon) {
+      memory_->copy(at(first, lo - from), at(entry.momentum, (balanced ? 0 : entry.lo) + skip), (hi - lo) * 4, nullptr);
+    } else {
+      memory_->copy(at(first, lo - from), at(entry.exp_avg, skip), (hi - lo) * 4, nullptr);
+      memory_->copy(at(second, lo - from), at(entry.exp_avg_sq, skip), (hi - lo) * 4, nullptr);
+    }
+  }
+}
+
+// AdamW's step counts: the first owner of each tensor gives its count, in two f32 halves (exact
+// for counts below 2^42), through a host all-reduce (staged by device engines). steps_ is the
+// same on every rank.
+std::vector<int64_t> DistributedOptimizer::adam_step_counts() {
+  std::vector<float> halves(entries_.size() * 2, 0.0f);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& entry = entries_[i];
+    if (entry.muon || plan_.tensors[entry.tensor].owners.empty() || plan_.tensors[entry.tensor].owners.front() != communicator_.rank()) continue;
+    halves[2 * i] = static_cast<float>(entry.step >> 18);
+    halves[2 * i + 1] = static_cast<float>(entry.step & ((int64_t{1} << 18) - 1));
+  }
+  if (communicator_.world() > 1) communicator_.all_reduce_sum(halves.data(), static_cast<int64_t>(halves.size()));
+  std::vector<int64_t> counts(entries_.size());
+  for (size_t i = 0; i < entries_.size(); ++i) counts[i] = (static_cast<int64_t>(halves[2 * i]) << 18) + static_cast<int64_t>(halves[2 * i + 1]);
+  return counts;
+}
+
 // The partitioned state, laid like the parameters' flat buffer: each rank puts its slice of every
-// tensor's state at the tensor's place in its partition (Muon's momentum and AdamW's exp_avg in
-// one buffer, exp_avg_sq in the other: a tensor has one or the other), and one all-gather per
-// buffer gives every rank the whole of it (with a root: every other rank sends its two slices to
-// the root, which receives them at their places). deepspeed mode: the owners of a matrix hold
-// identical whole momenta; each contributes its slice.
+// tensor's state at the tensor's place in its partition, and one all-gather per buffer gives
+// every rank the whole of it (with a root: every other rank sends its two slices to the root,
+// which receives them at their places). deepspeed mode: the owners of a matrix hold identical
+// whole momenta; each contributes its slice.
 std::map<std::string, HybridOptimizer::State> DistributedOptimizer::gather_state(std::optional<int> root) {
   const int world = communicator_.world(), rank = communicator_.rank();
   if (root && (*root < 0 || *root >= world))
     throw std::invalid_argument("gather_state: root rank " + std::to_string(*root) + " is not in 0.." + std::to_string(world - 1));
   communicator_.set_stream(nullptr);
   const int64_t part = plan_.partition_elements, padded = plan_.padded_elements;
-  const RankSummary& mine = plan_.ranks[static_cast<size_t>(communicator_.rank())];
-  const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
   ScratchBuffer first_slice(*memory_, part), second_slice(*memory_, part);
-  for (const Entry& entry : entries_) {
-    if (entry.hi <= entry.lo) continue;
-    const int64_t place = plan_.tensors[entry.tensor].offset + entry.lo - mine.begin, count = entry.hi - entry.lo;
-    if (entry.muon) {
-      memory_->copy(at(first_slice.address, place), at(entry.momentum, balanced ? 0 : entry.lo), count * 4, nullptr);
-    } else {
-      memory_->copy(at(first_slice.address, place), entry.exp_avg, count * 4, nullptr);
-      memory_->copy(at(second_slice.address, place), entry.exp_avg_sq, count * 4, nullptr);
-    }
-  }
+  copy_state_to_partition(first_slice.address, second_slice.address, 0, part);
   const bool receives = !root || *root == rank;
   std::vector<float> first(receives ? static_cast<size_t>(padded) : 0), second(receives ? static_cast<size_t>(padded) : 0);
   if (!root) {
@@ -215,17 +239,7 @@ std::map<std::string, HybridOptimizer::State> DistributedOptimizer::gather_state
     memory_->download(first.data(), gathered_first.address, padded * 4);
     memory_->download(second.data(), gathered_second.address, padded * 4);
   }
-  // AdamW's step counts: the first owner of each tensor gives its count, in two f32 halves (exact
-  // for counts below 2^42), through a host all-reduce (staged by device engines). steps_ is the
-  // same on every rank.
-  std::vector<float> counts(entries_.size() * 2, 0.0f);
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    const Entry& entry = entries_[i];
-    if (entry.muon || plan_.tensors[entry.tensor].owners.empty() || plan_.tensors[entry.tensor].owners.front() != communicator_.rank()) continue;
-    counts[2 * i] = static_cast<float>(entry.step >> 18);
-    counts[2 * i + 1] = static_cast<float>(entry.step & ((int64_t{1} << 18) - 1));
-  }
-  if (communicator_.world() > 1) communicator_.all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
+  const std::vector<int64_t> counts = adam_step_counts();
   std::map<std::string, HybridOptimizer::State> state;
   if (!receives) return state;
   for (size_t i = 0; i < entries_.size(); ++i) {
@@ -238,10 +252,27 @@ std::map<std::string, HybridOptimizer::State> DistributedOptimizer::gather_state
     } else {
       values.exp_avg = piece(first);
       values.exp_avg_sq = piece(second);
-      values.step = (static_cast<int64_t>(counts[2 * i]) << 18) + static_cast<int64_t>(counts[2 * i + 1]);
+      values.step = counts[i];
     }
   }
   return state;
+}
+
+void DistributedOptimizer::install_state(const std::vector<StatePiece>& pieces, int64_t steps_taken) {
+  const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    Entry& entry = entries_[i];
+    if (entry.hi <= entry.lo) continue;
+    const int64_t count = entry.hi - entry.lo;
+    if (entry.muon) {
+      memory_->upload(entry.momentum, pieces[i].first, (balanced ? count : entry.parameter.elements()) * 4);
+    } else {
+      memory_->upload(entry.exp_avg, pieces[i].first, count * 4);
+      memory_->upload(entry.exp_avg_sq, pieces[i].second, count * 4);
+      entry.step = pieces[i].step;
+    }
+  }
+  steps_ = steps_taken;
 }
 
 void DistributedOptimizer::load_state(const std::map<std::string, HybridOptimizer::State>& state, int64_t steps_taken) {
@@ -275,28 +306,91 @@ void DistributedOptimizer::load_state(const std::map<std::string, HybridOptimize
   }
   agree(failure, "loading the optimizer state");
   const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
-  for (Entry& entry : entries_) {
-    if (entry.hi <= entry.lo) continue;
+  std::vector<StatePiece> pieces(entries_.size());
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& entry = entries_[i];
     const HybridOptimizer::State& values = state.at(entry.parameter.name);
-    const int64_t count = entry.hi - entry.lo;
-    if (entry.muon) {
-      if (balanced) memory_->upload(entry.momentum, values.momentum.data() + entry.lo, count * 4);
-      else memory_->upload(entry.momentum, values.momentum.data(), entry.parameter.elements() * 4);
-    } else {
-      memory_->upload(entry.exp_avg, values.exp_avg.data() + entry.lo, count * 4);
-      memory_->upload(entry.exp_avg_sq, values.exp_avg_sq.data() + entry.lo, count * 4);
-      entry.step = values.step;
-    }
+    if (entry.muon) pieces[i].first = values.momentum.data() + (balanced ? entry.lo : 0);
+    else pieces[i] = {values.exp_avg.data() + entry.lo, values.exp_avg_sq.data() + entry.lo, values.step};
   }
-  steps_ = steps_taken;
+  install_state(pieces, steps_taken);
 }
 
 void DistributedOptimizer::save_state(const std::string& path) {
-  const std::map<std::string, HybridOptimizer::State> state = gather_state(0);
+  constexpr int kRoot = 0;
+  const int world = communicator_.world(), rank = communicator_.rank();
+  communicator_.set_stream(nullptr);
+  const std::vector<int64_t> counts = adam_step_counts();
+
+  // Rank 0 opens the file; a failure there is kept, and the chunks still flow so that no rank
+  // waits forever, then every rank learns of it.
   std::exception_ptr failure;
-  if (communicator_.rank() == 0) {
+  std::optional<SafetensorsWriter> writer;
+  if (rank == kRoot) {
     try {
-      write_state_file(path, state_owners(), state, settings_, steps_);
+      std::vector<TensorPlace> places;
+      for (const TensorSource& tensor : state_file_tensors(state_owners(), nullptr, settings_.muon.variant)) places.push_back(tensor.place);
+      writer.emplace(path, places, state_file_metadata(settings_, steps_));
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  // Chunk by chunk of each rank's partition: the first buffer (momentum | exp_avg), then the
+  // second (exp_avg_sq) where AdamW tensors lie; no chunk of padding alone. Both sides decide
+  // from the plan, so sends and receives pair up.
+  const int64_t part = plan_.partition_elements;
+  const int64_t chunk = std::clamp<int64_t>(distributed_.bucket_elements / world, 1, std::max<int64_t>(part, 1));
+  auto tensors_in = [&](int64_t begin, int64_t count, bool second, auto&& visit) {
+    for (const Entry& entry : entries_) {
+      if (second && entry.muon) continue;
+      const int64_t offset = plan_.tensors[entry.tensor].offset, lo = std::max(begin, offset), hi = std::min(begin + count, offset + entry.parameter.elements());
+      if (lo < hi) visit(entry, lo - offset, hi - lo, lo - begin);
+    }
+  };
+  ScratchBuffer first(*memory_, chunk), second(*memory_, chunk);
+  std::optional<ScratchBuffer> received;
+  std::vector<float> host;
+  if (rank == kRoot) {
+    received.emplace(*memory_, chunk);
+    host.resize(static_cast<size_t>(chunk));
+  }
+  for (int r = 0; r < world; ++r) {
+    for (int64_t j = 0; j < part; j += chunk) {
+      const int64_t count = std::min(chunk, part - j), begin = r * part + j;
+      if (rank == r) copy_state_to_partition(first.address, second.address, j, count);
+      for (const bool is_second : {false, true}) {
+        bool carries = false;
+        tensors_in(begin, count, is_second, [&](const Entry&, int64_t, int64_t, int64_t) { carries = true; });
+        if (!carries) continue;
+        const std::uintptr_t mine = is_second ? second.address : first.address;
+        if (rank == kRoot) {
+          if (r == kRoot) {
+            memory_->download(host.data(), mine, count * 4);
+          } else {
+            communicator_.exchange({}, {{r, reinterpret_cast<void*>(received->address), count * 4}});
+            memory_->download(host.data(), received->address, count * 4);
+          }
+          if (failure) continue;
+          try {
+            tensors_in(begin, count, is_second, [&](const Entry& entry, int64_t element, int64_t elements, int64_t from) {
+              const char* key = entry.muon ? ".momentum_buffer" : is_second ? ".exp_avg_sq" : ".exp_avg";
+              writer->write(entry.parameter.name + key, static_cast<uint64_t>(element) * 4, host.data() + from, static_cast<uint64_t>(elements) * 4);
+            });
+          } catch (...) {
+            failure = std::current_exception();
+            writer.reset();  // removes the temporary file
+          }
+        } else if (rank == r) {
+          communicator_.exchange({{kRoot, reinterpret_cast<void*>(mine), count * 4}}, {});
+        }
+      }
+    }
+  }
+  if (rank == kRoot && !failure) {
+    try {
+      for (size_t i = 0; i < entries_.size(); ++i)
+        if (!entries_[i].muon) writer->write(entries_[i].parameter.name + ".step", 0, &counts[i], sizeof(int64_t));
+      writer->commit();
     } catch (...) {
       failure = std::current_exception();
     }
@@ -305,16 +399,47 @@ void DistributedOptimizer::save_state(const std::string& path) {
 }
 
 void DistributedOptimizer::load_state(const std::string& path) {
-  std::map<std::string, HybridOptimizer::State> state;
+  // Every rank reads its own part; rank 0 checks the checksum of the whole file. Nothing changes
+  // until every rank has read its part.
+  const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
+  std::vector<std::vector<float>> firsts(entries_.size()), seconds(entries_.size());
+  std::vector<StatePiece> pieces(entries_.size());
   int64_t steps = 0;
   std::exception_ptr failure;
   try {
-    state = read_state_file(path, state_owners(), settings_, steps);
+    SafetensorsReader reader(path);
+    steps = check_state_file(reader.header(), path, state_owners(), settings_);
+    auto read = [&](const std::string& name, int64_t first_element, int64_t count, void* out) {
+      reader.read(*reader.header().find(name), static_cast<uint64_t>(first_element) * 4, out, static_cast<uint64_t>(count) * 4);
+    };
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const Entry& entry = entries_[i];
+      const std::string& name = entry.parameter.name;
+      if (entry.hi <= entry.lo) continue;
+      const int64_t count = entry.hi - entry.lo;
+      if (entry.muon) {
+        const int64_t first = balanced ? entry.lo : 0, size = balanced ? count : entry.parameter.elements();
+        firsts[i].resize(static_cast<size_t>(size));
+        read(name + ".momentum_buffer", first, size, firsts[i].data());
+      } else {
+        firsts[i].resize(static_cast<size_t>(count));
+        seconds[i].resize(static_cast<size_t>(count));
+        read(name + ".exp_avg", entry.lo, count, firsts[i].data());
+        read(name + ".exp_avg_sq", entry.lo, count, seconds[i].data());
+        reader.read(*reader.header().find(name + ".step"), 0, &pieces[i].step, sizeof(int64_t));
+        if (pieces[i].step < 0)
+          throw std::runtime_error("optimizer state " + path + " does not match the parameters: '" + name + ".step' is " + std::to_string(pieces[i].step) +
+                                   "; nothing was loaded");
+      }
+      pieces[i].first = firsts[i].data();
+      pieces[i].second = seconds[i].data();
+    }
+    if (communicator_.rank() == 0) reader.verify_checksum();
   } catch (...) {
     failure = std::current_exception();
   }
   agree(failure, "reading the optimizer state file '" + path + "'");
-  load_state(state, steps);
+  install_state(pieces, steps);
 }
 
 }  // namespace orthojit::runtime

@@ -1,5 +1,5 @@
-// Fuzz target: the safetensors reader (runtime::parse_safetensors, what read_safetensors runs on
-// a file's bytes). Every input is a file or a SafetensorsError; a file that parses must write
+// Fuzz target: the safetensors reader (runtime::parse_safetensors: the header checks that
+// read_safetensors and SafetensorsReader run on a file, and the checksum, on bytes in memory). Every input is a file or a SafetensorsError; a file that parses must write
 // back (serialize_safetensors) and read again to the same tensors and metadata: what the reader
 // accepts, the writer can write.
 #include <string>
