@@ -24,6 +24,7 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -518,6 +519,26 @@ TEST(PresetFidelity, OldKellerStatesAreRefusedThenConverted) {
   // Format 2 records the form: the sum-form optimizer refuses the converted file the same way.
   HybridOptimizer sum_again(parameters(), sum_settings);
   EXPECT_THROW(sum_again.load_state(new_path), std::runtime_error);
+  // A corrupt input (one flipped bit in its last data byte) is refused, and the output it would
+  // have replaced stays as it was.
+  {
+    std::fstream file(old_path, std::ios::binary | std::ios::in | std::ios::out);
+    file.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(file.get() ^ 0x01);
+    file.seekp(-1, std::ios::end);
+    file.put(last);
+  }
+  const auto converted = std::filesystem::last_write_time(new_path);
+  const auto converted_size = std::filesystem::file_size(new_path);
+  try {
+    convert_state_momentum(old_path, new_path, MomentumKind::Ema, 0.95);
+    ADD_FAILURE() << "a corrupt state was converted";
+  } catch (const SafetensorsError& error) {
+    EXPECT_NE(std::string(error.what()).find("the data is corrupt"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(std::filesystem::last_write_time(new_path), converted);
+  EXPECT_EQ(std::filesystem::file_size(new_path), converted_size);
+  current.load_state(new_path);
   std::filesystem::remove(old_path);
   std::filesystem::remove(new_path);
 }

@@ -173,36 +173,48 @@ std::map<std::string, HybridOptimizer::State> read_state_file(const std::string&
 
 ConversionReport convert_state_momentum(const std::string& input, const std::string& output, MomentumKind to, double beta) {
   if (!(beta >= 0 && beta < 1)) throw std::invalid_argument("the momentum beta must be in [0, 1)");
-  SafetensorsFile file = read_safetensors(input);
-  const auto format = file.metadata.find("orthojit.format");
-  if (format == file.metadata.end() || (format->second != kStateFormat && format->second != "hybrid-optimizer-state/1"))
+  SafetensorsReader reader(input);
+  const SafetensorsHeader& header = reader.header();
+  const auto format = header.metadata.find("orthojit.format");
+  if (format == header.metadata.end() || (format->second != kStateFormat && format->second != "hybrid-optimizer-state/1"))
     throw std::runtime_error(input + " is not an orthojit optimizer state (metadata orthojit.format is missing or unknown)");
   auto text = [&](const char* key) {
-    auto found = file.metadata.find(key);
-    return found == file.metadata.end() ? std::string() : found->second;
+    auto found = header.metadata.find(key);
+    return found == header.metadata.end() ? std::string() : found->second;
   };
   ConversionReport report;
   report.from = saved_momentum_kind(format->second, text("orthojit.preset"), text("orthojit.momentum_kind"));
   report.factor = momentum_conversion_factor(report.from, to, beta);
   const std::string suffix = ".momentum_buffer";
-  for (NamedTensor& tensor : file.tensors) {
-    if (tensor.name.size() <= suffix.size() || tensor.name.compare(tensor.name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
-    if (tensor.dtype != "F32") throw std::runtime_error(input + ": '" + tensor.name + "' is " + tensor.dtype + ", expected F32");
-    const size_t count = tensor.bytes.size() / sizeof(float);
-    for (size_t i = 0; i < count; ++i) {
-      float value;
-      std::memcpy(&value, tensor.bytes.data() + i * sizeof(float), sizeof(float));
-      value = static_cast<float>(static_cast<double>(value) * report.factor);
-      std::memcpy(tensor.bytes.data() + i * sizeof(float), &value, sizeof(float));
-    }
-    ++report.buffers;
-  }
+  auto is_momentum = [&](const TensorPlace& tensor) {
+    return tensor.name.size() > suffix.size() && tensor.name.compare(tensor.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  for (const TensorPlace& tensor : header.tensors)
+    if (is_momentum(tensor) && tensor.dtype != "F32") throw std::runtime_error(input + ": '" + tensor.name + "' is " + tensor.dtype + ", expected F32");
   char beta_text[32];
   std::snprintf(beta_text, sizeof beta_text, "%.17g", beta);
-  file.metadata["orthojit.format"] = kStateFormat;
-  file.metadata["orthojit.momentum_kind"] = to_string(to);
-  file.metadata["orthojit.momentum"] = beta_text;
-  write_safetensors(output, file.tensors, file.metadata);
+  std::map<std::string, std::string> metadata = header.metadata;
+  metadata["orthojit.format"] = kStateFormat;
+  metadata["orthojit.momentum_kind"] = to_string(to);
+  metadata["orthojit.momentum"] = beta_text;
+  // Tensor by tensor in the file's order, through a fixed buffer (a whole number of floats); the
+  // input's checksum is checked as it is read, before the output is committed.
+  SafetensorsWriter writer(output, header.tensors, metadata);
+  std::vector<float> buffer(size_t{1} << 21);
+  for (const TensorPlace& tensor : header.tensors) {
+    const uint64_t bytes = tensor.end - tensor.begin;
+    for (uint64_t at = 0; at < bytes;) {
+      const uint64_t size = std::min<uint64_t>(bytes - at, buffer.size() * sizeof(float));
+      reader.read(tensor, at, buffer.data(), size);
+      if (is_momentum(tensor))
+        for (size_t i = 0; i < size / sizeof(float); ++i) buffer[i] = static_cast<float>(static_cast<double>(buffer[i]) * report.factor);
+      writer.write(tensor.name, at, buffer.data(), size);
+      at += size;
+    }
+    if (is_momentum(tensor)) ++report.buffers;
+  }
+  reader.verify_checksum();
+  writer.commit();
   return report;
 }
 
