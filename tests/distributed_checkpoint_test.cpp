@@ -221,6 +221,36 @@ TEST(DistributedState, AFileThatCannotBeUsedIsRefusedOnEveryRank) {
   if (communicator.rank() == 0) std::remove(path.c_str());
 }
 
+// A wrapper's own record (orthojit.DistributedMuon's param_groups) joins the file's metadata, and
+// the file still loads; a key of the state file's own is refused on every rank, nothing written.
+TEST(DistributedState, ExtraMetadataJoinsTheFile) {
+  Communicator& communicator = *world_communicator;
+  const Model model = random_model(71);
+  Buffers buffers = make_buffers(model, 72);
+  DistributedOptimizer optimizer(buffers.parameters(model), optimizer_settings(), DistributedSettings{}, communicator);
+  const std::string path = shared_path("extra");
+  optimizer.save_state(path, {{"wrapper.groups", "[{\"lr\": 0.02}]"}});
+  if (communicator.rank() == 0) {
+    const SafetensorsReader reader(path);
+    EXPECT_EQ(reader.header().metadata.at("wrapper.groups"), "[{\"lr\": 0.02}]");
+    EXPECT_EQ(reader.header().metadata.at("orthojit.format"), "hybrid-optimizer-state/2");
+  }
+  optimizer.load_state(path);
+  barrier();
+  if (communicator.rank() == 0) std::remove(path.c_str());
+  barrier();
+  for (const char* reserved : {"orthojit.steps_taken", "orthojit.sha256"}) {
+    try {
+      optimizer.save_state(path, {{reserved, "7"}});
+      ADD_FAILURE() << reserved << " was accepted";
+    } catch (const std::exception& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(communicator.rank() == 0 ? "is the state file's own" : "failed on 1 other rank(s)"), std::string::npos) << message;
+    }
+    EXPECT_FALSE(std::filesystem::exists(path)) << reserved;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(StagesAndModes, Distributed,
                          ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(OrthogonalizationMode::DeepSpeed, OrthogonalizationMode::Balanced)));
 

@@ -273,6 +273,17 @@ class Distributed {
     optimizer_->load_state(loaded, steps_taken);
   }
 
+  // The state file, streamed (DistributedOptimizer::save_state / load_state(path)); collective.
+  void save_state_file(const std::string& path, const std::map<std::string, std::string>& metadata) {
+    nb::gil_scoped_release release;
+    optimizer_->save_state(path, metadata);
+  }
+  int64_t load_state_file(const std::string& path) {
+    nb::gil_scoped_release release;
+    optimizer_->load_state(path);
+    return optimizer_->steps_taken();
+  }
+
   void qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau) {
     nb::gil_scoped_release release;
     optimizer_->qk_clip(q_name, k_name, head_rows, s_max, tau);
@@ -325,6 +336,8 @@ void register_zero(nb::module_& module) {
       .def("set_hyperparameters", &Distributed::set_hyperparameters, nb::arg("values"))
       .def("gather_state", &Distributed::gather_state, nb::arg("root") = nb::none())
       .def("load_state", &Distributed::load_state, nb::arg("state"), nb::arg("steps_taken"))
+      .def("save_state_file", &Distributed::save_state_file, nb::arg("path"), nb::arg("metadata"))
+      .def("load_state_file", &Distributed::load_state_file, nb::arg("path"))
       .def("muon_tags", &Distributed::muon_tags)
       .def("qk_clip", &Distributed::qk_clip, nb::arg("q_name"), nb::arg("k_name"), nb::arg("head_rows"), nb::arg("s_max"), nb::arg("tau"))
       .def_prop_ro("cuda", &Distributed::cuda)

@@ -155,13 +155,15 @@ class DistributedOptimizer {
   //     it streams in: each rank sends its partition's state in chunks of bucket_elements /
   //     world floats, which rank 0 writes in place (SafetensorsWriter), so a rank holds two
   //     chunks beyond its own state (rank 0: four). A failed write throws on every rank and leaves the
-  //     target as it was.
+  //     target as it was. `extra_metadata` (rank 0's) joins the file's metadata (a wrapper's own
+  //     record, such as orthojit.DistributedMuon's param_groups); a key of the state file's own
+  //     is refused (rank 0 throws std::invalid_argument, the others std::runtime_error).
   //   load_state(path): every rank reads the header and only its own part of the file (a
   //     shared file system), rank 0 also checks the whole file's checksum, under load_state's
   //     rule; no rank holds more than its own part.
   std::map<std::string, HybridOptimizer::State> gather_state(std::optional<int> root = std::nullopt);
   void load_state(const std::map<std::string, HybridOptimizer::State>& state, int64_t steps_taken);
-  void save_state(const std::string& path);
+  void save_state(const std::string& path, const std::map<std::string, std::string>& extra_metadata = {});
   void load_state(const std::string& path);
   // Steps taken (skipped steps not counted), saved with the state.
   int64_t steps_taken() const { return steps_; }

@@ -316,7 +316,7 @@ void DistributedOptimizer::load_state(const std::map<std::string, HybridOptimize
   install_state(pieces, steps_taken);
 }
 
-void DistributedOptimizer::save_state(const std::string& path) {
+void DistributedOptimizer::save_state(const std::string& path, const std::map<std::string, std::string>& extra_metadata) {
   constexpr int kRoot = 0;
   const int world = communicator_.world(), rank = communicator_.rank();
   communicator_.set_stream(nullptr);
@@ -330,7 +330,11 @@ void DistributedOptimizer::save_state(const std::string& path) {
     try {
       std::vector<TensorPlace> places;
       for (const TensorSource& tensor : state_file_tensors(state_owners(), nullptr, settings_.muon.variant)) places.push_back(tensor.place);
-      writer.emplace(path, places, state_file_metadata(settings_, steps_));
+      std::map<std::string, std::string> metadata = state_file_metadata(settings_, steps_);
+      for (const auto& [key, value] : extra_metadata)
+        if (!metadata.emplace(key, value).second || key == kSafetensorsChecksumKey)
+          throw std::invalid_argument("save_state: the metadata key '" + key + "' is the state file's own; nothing was written");
+      writer.emplace(path, places, metadata);
     } catch (...) {
       failure = std::current_exception();
     }

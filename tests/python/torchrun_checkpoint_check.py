@@ -8,9 +8,15 @@ gradients (rank 0 supplies them, the others zeros, summed without averaging: exa
    for bit; it loads into a fresh orthojit.Muon, and orthojit.Muon's into a DistributedMuon of
    another stage and mode (through torch.save / torch.load), and both continue bit-identically.
 3. A state that does not fit on one rank only is refused on every rank, nothing changed anywhere.
+   State files: save_state streams the state to rank 0's file without gathering it; load_state
+   into a DistributedMuon of another stage and mode gives the same state_dict and param_groups
+   and continues bit-identically; a file missing on one rank only is refused on every rank.
 4. QK-clip with each rank's own S_max clips with each head's largest over the ranks.
 Exits non-zero on any mismatch (on every rank)."""
 import io
+import os
+import shutil
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -150,6 +156,44 @@ except (ValueError, RuntimeError) as error:
     if expected_text not in str(error):
         failures.append(f"rank {rank}: the refusal says {error}")
 same_state(resumed.state_dict(), before, "after a refused load")
+
+# State files: streamed to rank 0, read in parts; the param_groups ride in the metadata.
+folder = [tempfile.mkdtemp() if rank == 0 else None]
+dist.broadcast_object_list(folder, src=0)
+path = os.path.join(folder[0], "state.safetensors")
+resumed.save_state(path)
+from_file_model = model()
+from_file_model.load_state_dict(resumed_model.state_dict())
+from_file = orthojit.DistributedMuon(from_file_model.named_parameters(), stage=1, mode="balanced", preset="keller", settings=SETTINGS,
+                                     average_gradients=False)
+from_file.load_state(path)
+same_state(from_file.state_dict(), resumed.state_dict(), "DistributedMuon loaded from a state file")
+for mine, theirs in zip(from_file.param_groups, resumed.param_groups):
+    for key in ("momentum", "betas", "eps", "nesterov", "initial_lr", "name"):
+        if mine.get(key) != theirs.get(key):
+            failures.append(f"rank {rank}: the state file's group {theirs.get('name')} {key}: {mine.get(key)!r} vs {theirs.get(key)!r}")
+if from_file.steps_taken != resumed.steps_taken:
+    failures.append(f"rank {rank}: steps_taken {from_file.steps_taken} from the file, {resumed.steps_taken} saved")
+for step in range(7, 9):
+    from_file.zero_grad(set_to_none=True)
+    reference.zero_grad(set_to_none=True)
+    give_gradients(step, from_file_model, reference_model)
+    from_file.step()
+    reference.step()
+    failures.extend(differences(rank, from_file_model, reference_model, f"DistributedMuon resumed from a state file, step {step}"))
+# Missing on the last rank only: every rank refuses, nothing changes anywhere.
+before = from_file.state_dict()
+try:
+    from_file.load_state(path if rank != world - 1 else path + ".missing")
+    failures.append(f"rank {rank}: a state file missing on rank {world - 1} was loaded")
+except (OSError, ValueError, RuntimeError) as error:
+    expected_text = "No such file" if rank == world - 1 else "failed on 1 other rank(s)"
+    if expected_text not in str(error):
+        failures.append(f"rank {rank}: the refusal of a missing file says {error}")
+same_state(from_file.state_dict(), before, "after refusing a missing state file")
+dist.barrier()
+if rank == 0:
+    shutil.rmtree(folder[0])
 
 # 4. QK-clip with each rank's own S_max: every rank clips with each head's largest over the ranks.
 def attention(seed=2):
