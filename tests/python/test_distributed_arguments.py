@@ -136,6 +136,44 @@ def test_a_checkpoint_that_does_not_fit_changes_nothing():
     assert after["param_groups"] == before["param_groups"]
 
 
+def test_a_state_file_round_trips_and_a_bad_one_changes_nothing(tmp_path):
+    encoder, other = pair_of_linears()
+    optimizer = orthojit.DistributedMuon(encoder.named_parameters(), comm="local", preset="keller")
+    for p in encoder.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer.step()
+    optimizer.param_groups[0]["lr"] = 0.0125
+    path = tmp_path / "state.safetensors"
+    optimizer.save_state(path)
+    twin = orthojit.DistributedMuon(other.named_parameters(), comm="local", preset="keller")
+    twin.load_state(path)
+    mine, theirs = optimizer.state_dict(), twin.state_dict()
+    assert all(torch.equal(theirs["state"][i][k], v) for i, s in mine["state"].items() for k, v in s.items())
+    assert theirs["param_groups"] == mine["param_groups"] and twin.steps_taken == 1
+    # What a state file cannot hold is named; nothing is written.
+    optimizer.param_groups[0]["schedule"] = object()
+    with pytest.raises(ValueError, match="'schedule' of group 0 is a object"):
+        optimizer.save_state(tmp_path / "other.safetensors")
+    assert not (tmp_path / "other.safetensors").exists()
+    del optimizer.param_groups[0]["schedule"]
+    # Not a state file, another model's, a corrupt one: refused, nothing changed.
+    (tmp_path / "text.safetensors").write_bytes(b"hello")
+    with pytest.raises(ValueError, match="not a safetensors file"):
+        twin.load_state(tmp_path / "text.safetensors")
+    wider = orthojit.DistributedMuon(torch.nn.Linear(7, 4).named_parameters(), comm="local", preset="keller")
+    wider.save_state(tmp_path / "wider.safetensors")
+    with pytest.raises(RuntimeError, match="does not match"):
+        twin.load_state(tmp_path / "wider.safetensors")
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(OSError, match="the data is corrupt"):
+        twin.load_state(path)
+    after = twin.state_dict()
+    assert all(torch.equal(after["state"][i][k], v) for i, s in theirs["state"].items() for k, v in s.items())
+    assert after["param_groups"] == theirs["param_groups"]
+
+
 def test_matrix_options_split_as_in_muon():
     # A fused QKV projection split into q, k, v and heads: DistributedMuon (one process) steps it
     # bit-identically to orthojit.Muon given the same options; without them the result differs.
