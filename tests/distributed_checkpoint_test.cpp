@@ -6,10 +6,14 @@
 //     for byte; a state loaded from the single-rank optimizer (or its state file) continues
 //     bit-identically, at another alignment;
 //   * a state that does not fit, on one rank or all, is refused on every rank with nothing
-//     changed; so is a file that is corrupt (only rank 0 reads it whole), of another model, or
-//     missing; a file that cannot be written throws on every rank and leaves nothing behind.
+//     changed; so is a file that is corrupt (only rank 0 reads it whole), of another model,
+//     missing, or not the file rank 0 read; a file that cannot be written (no directory, a write
+//     failing midway) throws on every rank and leaves nothing behind.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -174,7 +178,7 @@ TEST(DistributedState, AFileThatCannotBeUsedIsRefusedOnEveryRank) {
     EXPECT_EQ(optimizer.steps_taken(), 1) << what;
   };
 
-  // One flipped bit in the middle of the first momentum buffer's data.
+  // One flipped bit in the middle of a momentum buffer's data (the last one of 8 bytes or more).
   if (communicator.rank() == 0) {
     const SafetensorsReader reader(path);
     const TensorPlace* momentum = nullptr;
@@ -198,6 +202,28 @@ TEST(DistributedState, AFileThatCannotBeUsedIsRefusedOnEveryRank) {
   stranger.save_state(path);
   refused(path, "does not match the parameters", "another model's file");
 
+  // Another file of this model on the last rank only (a file replaced while the ranks open it):
+  // that rank finds it is not the file rank 0 checked, and every rank refuses.
+  if (communicator.world() > 1) {
+    const std::string other_path = path + ".older";
+    optimizer.save_state(path);
+    fill_gradients(buffers, random);
+    DistributedOptimizer later(buffers.parameters(model), optimizer_settings(), settings, communicator);
+    later.step();
+    later.save_state(other_path);
+    try {
+      optimizer.load_state(communicator.rank() == communicator.world() - 1 ? other_path : path);
+      ADD_FAILURE() << "ranks that read different files loaded them, " << where;
+    } catch (const std::runtime_error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(communicator.rank() == communicator.world() - 1 ? "read another file than rank 0" : "failed on 1 other rank(s)"), std::string::npos)
+          << message;
+    }
+    expect_same_state(optimizer.gather_state(), before, "after refusing different files, " + where);
+    barrier();
+    if (communicator.rank() == 0) std::remove(other_path.c_str());
+  }
+
   if (communicator.rank() == 0) std::remove(path.c_str());
   barrier();
   refused(path, "cannot open for reading", "a missing file");
@@ -213,6 +239,36 @@ TEST(DistributedState, AFileThatCannotBeUsedIsRefusedOnEveryRank) {
     else EXPECT_NE(message.find("failed on 1 other rank(s)"), std::string::npos) << message;
   }
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(nowhere).parent_path()));
+  // A write that fails midway on rank 0 (the file size limit, as a full disk would: EFBIG once
+  // the data passes 64 bytes): the chunks still flow, every rank throws, no temporary is left.
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  auto leftovers = [&] {
+    int count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(folder))
+      if (entry.path().filename().string().rfind(std::filesystem::path(path).filename().string() + ".tmp", 0) == 0) ++count;
+    return count;
+  };
+  rlimit limit{};
+  ::getrlimit(RLIMIT_FSIZE, &limit);
+  if (communicator.rank() == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit small = limit;
+    small.rlim_cur = 64;
+    ::setrlimit(RLIMIT_FSIZE, &small);
+  }
+  try {
+    optimizer.save_state(path);
+    ADD_FAILURE() << "a write past the file size limit succeeded, " << where;
+  } catch (const std::runtime_error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find(communicator.rank() == 0 ? "cannot write" : "failed on 1 other rank(s)"), std::string::npos) << message;
+  }
+  if (communicator.rank() == 0) {
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    std::signal(SIGXFSZ, SIG_DFL);
+    EXPECT_EQ(leftovers(), 0) << "a temporary file was left behind";
+    EXPECT_FALSE(std::filesystem::exists(path));
+  }
   // Still in step: the same state saves and loads.
   optimizer.save_state(path);
   optimizer.load_state(path);

@@ -383,19 +383,23 @@ TEST(SafetensorsFile, AReaderChecksWhatItDidNotRead) {
   const std::string path = temp_path("reader.safetensors");
   runtime::write_safetensors(path, {f32_tensor("a", {1000}, {values.begin(), values.begin() + 1000}), f32_tensor("b", {2000}, {values.begin() + 1000, values.end()})});
   const std::string good = read_file(path);
-  for (const size_t flipped : {good.size() - 3, good.size() - 7000}) {  // inside "b", then inside "a"
+  // "a" is bytes [size - 12000, size - 8000) of the file, "b" the last 8000. A flip inside "b",
+  // which verify_checksum streams, and one inside "a" after all of "a" was read (hashed as read).
+  for (const size_t flipped : {good.size() - 3, good.size() - 8000 - 100}) {
     std::string bad = good;
     bad[flipped] = static_cast<char>(bad[flipped] ^ 0x10);
     write_file(path, bad);
     runtime::SafetensorsReader reader(path);
-    float first = 0;
-    reader.read(*reader.header().find("a"), 0, &first, 4);
-    EXPECT_EQ(first, 0.5f);
-    try {
-      reader.verify_checksum();
-      ADD_FAILURE() << "a flipped byte at " << flipped << " passed the checksum";
-    } catch (const SafetensorsError& error) {
-      EXPECT_NE(std::string(error.what()).find("the data is corrupt"), std::string::npos) << error.what();
+    std::vector<float> a(1000);
+    reader.read(*reader.header().find("a"), 0, a.data(), 4000);
+    EXPECT_EQ(a[0], 0.5f);
+    for (int call = 0; call < 2; ++call) {  // a second call says it again
+      try {
+        reader.verify_checksum();
+        ADD_FAILURE() << "a flipped byte at " << flipped << " passed the checksum (call " << call << ")";
+      } catch (const SafetensorsError& error) {
+        EXPECT_NE(std::string(error.what()).find("the data is corrupt"), std::string::npos) << error.what();
+      }
     }
   }
   write_file(path, good);

@@ -89,6 +89,9 @@ bool read_all_at(int fd, char* data, uint64_t size, uint64_t offset) {
   return true;
 }
 
+// Why read_all_at failed: errno's text, or an early end of file.
+std::string read_failure() { return errno != 0 ? errno_text() : std::string("the file ended early (was it truncated?)"); }
+
 uint64_t read_u64_le(std::string_view bytes) {
   uint64_t value = 0;
   for (int i = 7; i >= 0; --i) value = (value << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
@@ -126,6 +129,7 @@ SafetensorsHeader lay_out(const std::vector<TensorPlace>& tensors, const std::ma
     header.tensors.push_back({tensor.name, tensor.dtype, tensor.shape, header.data_bytes, header.data_bytes + *bytes});
     header.data_bytes += *bytes;
   }
+  header.index_names();
   return header;
 }
 
@@ -250,6 +254,7 @@ SafetensorsHeader parse_header(std::string_view header_text, uint64_t file_bytes
   if (cursor != header.data_bytes)
     fail(origin, "the data buffer has " + std::to_string(header.data_bytes) + " bytes but the tensors cover " + std::to_string(cursor) + " (" +
                      std::to_string(header.data_bytes - cursor) + " unaccounted bytes at the end)");
+  header.index_names();
   return header;
 }
 
@@ -279,9 +284,18 @@ const NamedTensor* SafetensorsFile::find(const std::string& name) const {
 }
 
 const TensorPlace* SafetensorsHeader::find(const std::string& name) const {
+  if (by_name.size() == tensors.size()) {
+    const auto found = by_name.find(name);
+    return found == by_name.end() || found->second >= tensors.size() || tensors[found->second].name != name ? nullptr : &tensors[found->second];
+  }
   for (const auto& tensor : tensors)
     if (tensor.name == name) return &tensor;
   return nullptr;
+}
+
+void SafetensorsHeader::index_names() {
+  by_name.clear();
+  for (size_t i = 0; i < tensors.size(); ++i) by_name.emplace(tensors[i].name, i);
 }
 
 int safetensors_dtype_bytes(const std::string& dtype) {
@@ -450,10 +464,10 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     if (S_ISDIR(status.st_mode)) throw SafetensorsError(path + ": cannot read: it is a directory");
     const auto file_bytes = static_cast<uint64_t>(status.st_size);
     char first[8] = {};
-    if (file_bytes >= 8 && !read_all_at(fd_, first, 8, 0)) throw SafetensorsError(path + ": cannot read: " + errno_text());
+    if (file_bytes >= 8 && !read_all_at(fd_, first, 8, 0)) throw SafetensorsError(path + ": cannot read: " + read_failure());
     const uint64_t header_length = checked_header_length(std::string_view(first, 8), file_bytes, path);
     std::string text(static_cast<size_t>(header_length), '\0');
-    if (!read_all_at(fd_, text.data(), header_length, 8)) throw SafetensorsError(path + ": cannot read: " + errno_text());
+    if (!read_all_at(fd_, text.data(), header_length, 8)) throw SafetensorsError(path + ": cannot read: " + read_failure());
     header_ = parse_header(text, file_bytes, path);
   } catch (...) {
     ::close(fd_);
@@ -470,8 +484,7 @@ void SafetensorsReader::read(const TensorPlace& tensor, uint64_t offset, void* o
     throw std::out_of_range(path_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + size) + ") are outside tensor \"" +
                             tensor.name + "\"");
   const uint64_t begin = tensor.begin + offset, end = begin + size;
-  if (size > 0 && !read_all_at(fd_, static_cast<char*>(out), size, header_.data_start + begin))
-    throw SafetensorsError(path_ + ": cannot read" + (errno ? ": " + errno_text() : std::string(": the file ended early (was it truncated?)")));
+  if (size > 0 && !read_all_at(fd_, static_cast<char*>(out), size, header_.data_start + begin)) throw SafetensorsError(path_ + ": cannot read: " + read_failure());
   if (!verified_ && begin <= hashed_ && hashed_ < end) {
     digest_.update(std::string_view(static_cast<const char*>(out) + (hashed_ - begin), end - hashed_));
     hashed_ = end;
@@ -479,18 +492,23 @@ void SafetensorsReader::read(const TensorPlace& tensor, uint64_t offset, void* o
 }
 
 void SafetensorsReader::verify_checksum() {
+  if (!corrupt_.empty()) throw SafetensorsError(corrupt_);
   if (!header_.checksum || verified_) return;
   std::vector<char> buffer(static_cast<size_t>(std::min(kStreamBufferBytes, header_.data_bytes - hashed_)));
   while (hashed_ < header_.data_bytes) {
     const uint64_t size = std::min<uint64_t>(buffer.size(), header_.data_bytes - hashed_);
-    if (!read_all_at(fd_, buffer.data(), size, header_.data_start + hashed_))
-      throw SafetensorsError(path_ + ": cannot read" + (errno ? ": " + errno_text() : std::string(": the file ended early (was it truncated?)")));
+    if (!read_all_at(fd_, buffer.data(), size, header_.data_start + hashed_)) throw SafetensorsError(path_ + ": cannot read: " + read_failure());
     digest_.update(std::string_view(buffer.data(), size));
     hashed_ += size;
   }
   verified_ = true;
   const std::string actual = digest_.hex_digest();
-  if (actual != *header_.checksum) corrupt(path_, actual, *header_.checksum);
+  try {
+    if (actual != *header_.checksum) corrupt(path_, actual, *header_.checksum);
+  } catch (const SafetensorsError& error) {
+    corrupt_ = error.what();
+    throw;
+  }
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {

@@ -87,6 +87,10 @@ struct SafetensorsHeader {
   uint64_t data_start = 0;  // where the data buffer begins in the file: 8 + the header's length
   uint64_t data_bytes = 0;
   const TensorPlace* find(const std::string& name) const;  // null when absent
+  // The names' index, which find() uses while it covers every tensor (the parser and the writer
+  // build it; a model's state has one tensor per buffer, 10^5 of them in a large MoE).
+  std::map<std::string, size_t> by_name;
+  void index_names();
 };
 
 // A tensor written from memory the caller keeps alive until write_safetensors_from returns.
@@ -148,6 +152,7 @@ class SafetensorsReader {
   Sha256 digest_;
   uint64_t hashed_ = 0;
   bool verified_ = false;
+  std::string corrupt_;  // the mismatch verify_checksum found (thrown again by later calls)
 };
 
 }  // namespace orthojit::runtime

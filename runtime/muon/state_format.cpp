@@ -122,13 +122,17 @@ int64_t check_state_file(const SafetensorsHeader& header, const std::string& pat
     if (found->dtype != place.dtype) throw problem("'" + place.name + "' is " + found->dtype + ", expected " + place.dtype);
     if (found->shape != place.shape) throw problem("'" + place.name + "' has shape " + shape_text(found->shape) + ", expected " + shape_text(place.shape));
   }
+  // A tensor it does not use: first one of a parameter this optimizer does not have, if any.
+  std::set<std::string> owner_names;
+  for (const StateOwner& owner : owners) owner_names.insert(owner.name);
+  bool extra = false;
   for (const TensorPlace& tensor : header.tensors) {
     if (needed.count(tensor.name)) continue;
+    extra = true;
     const std::string base = tensor.name.substr(0, tensor.name.rfind('.'));
-    const bool known = std::any_of(owners.begin(), owners.end(), [&](const StateOwner& e) { return e.name == base; });
-    if (!known) throw problem("it holds state for '" + base + "', which this optimizer does not have (or which is tagged differently)");
-    throw problem("it holds tensors this optimizer does not use (a parameter tagged differently?)");
+    if (!owner_names.count(base)) throw problem("it holds state for '" + base + "', which this optimizer does not have (or which is tagged differently)");
   }
+  if (extra) throw problem("it holds tensors this optimizer does not use (a parameter tagged differently?)");
   int64_t steps = 0;
   if (auto found = header.metadata.find("orthojit.steps_taken"); found != header.metadata.end()) {
     try {

@@ -161,6 +161,10 @@ class DistributedOptimizer {
   //   load_state(path): every rank reads the header and only its own part of the file (a
   //     shared file system), rank 0 also checks the whole file's checksum, under load_state's
   //     rule; no rank holds more than its own part.
+  // Collective: returns when `problem` is empty on every rank, else throws on every rank (this
+  // rank's own problem as std::invalid_argument, the others saying how many ranks failed at
+  // `doing`): a wrapper's checks before a collective call (orthojit.DistributedMuon.save_state).
+  void require_on_every_rank(const std::string& problem, const std::string& doing);
   std::map<std::string, HybridOptimizer::State> gather_state(std::optional<int> root = std::nullopt);
   void load_state(const std::map<std::string, HybridOptimizer::State>& state, int64_t steps_taken);
   void save_state(const std::string& path, const std::map<std::string, std::string>& extra_metadata = {});

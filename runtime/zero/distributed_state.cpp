@@ -3,6 +3,7 @@
 // file). Every function here is collective where the header says so, and decides what can fail
 // on one rank before the collective that shares it.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -258,6 +259,10 @@ std::map<std::string, HybridOptimizer::State> DistributedOptimizer::gather_state
   return state;
 }
 
+void DistributedOptimizer::require_on_every_rank(const std::string& problem, const std::string& doing) {
+  agree(problem.empty() ? nullptr : std::make_exception_ptr(std::invalid_argument(problem)), doing);
+}
+
 void DistributedOptimizer::install_state(const std::vector<StatePiece>& pieces, int64_t steps_taken) {
   const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
   for (size_t i = 0; i < entries_.size(); ++i) {
@@ -351,22 +356,31 @@ void DistributedOptimizer::save_state(const std::string& path, const std::map<st
       if (lo < hi) visit(entry, lo - offset, hi - lo, lo - begin);
     }
   };
-  ScratchBuffer first(*memory_, chunk), second(*memory_, chunk);
-  std::optional<ScratchBuffer> received;
+  // The chunks' buffers, allocated by every rank before any chunk moves: a rank that cannot
+  // allocate them stops every rank here (a device nearly full), not rank 0 inside a receive.
+  std::optional<ScratchBuffer> first, second, received;
   std::vector<float> host;
-  if (rank == kRoot) {
-    received.emplace(*memory_, chunk);
-    host.resize(static_cast<size_t>(chunk));
+  std::exception_ptr allocation;
+  try {
+    first.emplace(*memory_, chunk);
+    second.emplace(*memory_, chunk);
+    if (rank == kRoot) {
+      received.emplace(*memory_, chunk);
+      host.resize(static_cast<size_t>(chunk));
+    }
+  } catch (...) {
+    allocation = std::current_exception();
   }
+  agree(allocation, "allocating the state file's chunk buffers (" + std::to_string(chunk * 4) + " bytes each)");
   for (int r = 0; r < world; ++r) {
     for (int64_t j = 0; j < part; j += chunk) {
       const int64_t count = std::min(chunk, part - j), begin = r * part + j;
-      if (rank == r) copy_state_to_partition(first.address, second.address, j, count);
+      if (rank == r) copy_state_to_partition(first->address, second->address, j, count);
       for (const bool is_second : {false, true}) {
         bool carries = false;
         tensors_in(begin, count, is_second, [&](const Entry&, int64_t, int64_t, int64_t) { carries = true; });
         if (!carries) continue;
-        const std::uintptr_t mine = is_second ? second.address : first.address;
+        const std::uintptr_t mine = is_second ? second->address : first->address;
         if (rank == kRoot) {
           if (r == kRoot) {
             memory_->download(host.data(), mine, count * 4);
@@ -403,18 +417,21 @@ void DistributedOptimizer::save_state(const std::string& path, const std::map<st
 }
 
 void DistributedOptimizer::load_state(const std::string& path) {
-  // Every rank reads its own part; rank 0 checks the checksum of the whole file. Nothing changes
-  // until every rank has read its part.
+  // Every rank reads its own part; rank 0 checks the checksum of the whole file, and every rank
+  // checks that it read the file rank 0 checked (the same checksum and size: not a file renamed
+  // over the path in between, nor another copy of it). Nothing changes until every rank has read
+  // its part.
   const bool balanced = distributed_.mode == OrthogonalizationMode::Balanced;
   std::vector<std::vector<float>> firsts(entries_.size()), seconds(entries_.size());
   std::vector<StatePiece> pieces(entries_.size());
   int64_t steps = 0;
   std::exception_ptr failure;
+  std::optional<SafetensorsReader> reader;
   try {
-    SafetensorsReader reader(path);
-    steps = check_state_file(reader.header(), path, state_owners(), settings_);
+    reader.emplace(path);
+    steps = check_state_file(reader->header(), path, state_owners(), settings_);
     auto read = [&](const std::string& name, int64_t first_element, int64_t count, void* out) {
-      reader.read(*reader.header().find(name), static_cast<uint64_t>(first_element) * 4, out, static_cast<uint64_t>(count) * 4);
+      reader->read(*reader->header().find(name), static_cast<uint64_t>(first_element) * 4, out, static_cast<uint64_t>(count) * 4);
     };
     for (size_t i = 0; i < entries_.size(); ++i) {
       const Entry& entry = entries_[i];
@@ -430,7 +447,7 @@ void DistributedOptimizer::load_state(const std::string& path) {
         seconds[i].resize(static_cast<size_t>(count));
         read(name + ".exp_avg", entry.lo, count, firsts[i].data());
         read(name + ".exp_avg_sq", entry.lo, count, seconds[i].data());
-        reader.read(*reader.header().find(name + ".step"), 0, &pieces[i].step, sizeof(int64_t));
+        reader->read(*reader->header().find(name + ".step"), 0, &pieces[i].step, sizeof(int64_t));
         if (pieces[i].step < 0)
           throw std::runtime_error("optimizer state " + path + " does not match the parameters: '" + name + ".step' is " + std::to_string(pieces[i].step) +
                                    "; nothing was loaded");
@@ -438,10 +455,25 @@ void DistributedOptimizer::load_state(const std::string& path) {
       pieces[i].first = firsts[i].data();
       pieces[i].second = seconds[i].data();
     }
-    if (communicator_.rank() == 0) reader.verify_checksum();
+    if (communicator_.rank() == 0) reader->verify_checksum();
   } catch (...) {
     failure = std::current_exception();
   }
+  // The file each rank read: its checksum's first 12 hex digits (exact in a double) and its data
+  // size, against rank 0's. A rank that failed gives NaN (its own error decides below).
+  std::vector<double> identity = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
+  if (!failure) {
+    const std::optional<std::string>& checksum = reader->header().checksum;
+    double digits = -1;  // no checksum, or not hex (rank 0's check refuses it)
+    if (checksum && checksum->size() >= 12 && std::all_of(checksum->begin(), checksum->begin() + 12, [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; }))
+      digits = static_cast<double>(std::stoull(checksum->substr(0, 12), nullptr, 16));
+    identity = {digits, static_cast<double>(reader->header().data_bytes)};
+  }
+  const std::vector<double> every = all_gather_doubles(identity);
+  if (!failure && !std::isnan(every[0]) && (every[0] != identity[0] || every[1] != identity[1]))
+    failure = std::make_exception_ptr(std::runtime_error("optimizer state " + path + ": rank " + std::to_string(communicator_.rank()) +
+                                                         " read another file than rank 0 (another checksum or size: was it replaced while loading, "
+                                                         "or does this rank see another copy?); nothing was loaded"));
   agree(failure, "reading the optimizer state file '" + path + "'");
   install_state(pieces, steps);
 }

@@ -40,7 +40,7 @@ def _json_groups(param_groups):
     """The groups without their tensors, as JSON: every value a number, string, bool, None or a
     list/tuple of them (a 0-d tensor becomes its number). Raises ValueError naming anything else."""
     def plain(value, where):
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
+        if isinstance(value, torch.Tensor) and value.dim() == 0:
             return value.item()
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
@@ -571,7 +571,12 @@ class DistributedMuon(torch.optim.Optimizer):
         ``.exp_avg``, ``.exp_avg_sq``, ``.step``; docs/muon.md "State") with the param_groups'
         hyperparameters in its metadata; ``load_state`` reads it into a DistributedMuon of any
         world size, stage or mode. A failure on rank 0 raises on every rank."""
-        groups = _json_groups(self.param_groups)  # the same on every rank: a value it cannot hold raises everywhere
+        try:
+            groups, problem = _json_groups(self.param_groups), ""
+        except ValueError as error:
+            groups, problem = None, str(error)
+        # Every rank learns of a problem on any rank (one all-reduce) before the chunks move.
+        self._core.require_on_every_rank(problem, "preparing the state file's param_groups")
         self._core.save_state_file(os.fspath(path), {_GROUPS_KEY: groups})
 
     def load_state(self, path):
