@@ -21,5 +21,6 @@ const runtime::OptimizerSettings& settings_of(nanobind::handle muon_settings);
 void register_compiler(nanobind::module_& module);   // compiler_bindings.cpp: orthogonalize, compile, programs, tune, bench, info
 void register_optimizer(nanobind::module_& module);  // optimizer_bindings.cpp: the Muon + AdamW update rules on tensors
 void register_zero(nanobind::module_& module);       // zero_bindings.cpp: the ZeRO planner and the distributed step
+void register_state_file(nanobind::module_& module); // state_file_bindings.cpp: the optimizer state file's tensors
 
 }  // namespace orthojit::python

@@ -7,4 +7,5 @@ NB_MODULE(_orthojit, module) {
   orthojit::python::register_compiler(module);
   orthojit::python::register_optimizer(module);
   orthojit::python::register_zero(module);
+  orthojit::python::register_state_file(module);
 }

@@ -158,7 +158,7 @@ def test_a_state_file_round_trips_and_a_bad_one_changes_nothing(tmp_path):
     del optimizer.param_groups[0]["schedule"]
     # Not a state file, another model's, a corrupt one: refused, nothing changed.
     (tmp_path / "text.safetensors").write_bytes(b"hello")
-    with pytest.raises(ValueError, match="not a safetensors file"):
+    with pytest.raises(OSError, match="not a valid safetensors file"):
         twin.load_state(tmp_path / "text.safetensors")
     wider = orthojit.DistributedMuon(torch.nn.Linear(7, 4).named_parameters(), comm="local", preset="keller")
     wider.save_state(tmp_path / "wider.safetensors")

@@ -126,6 +126,79 @@ def test_state_dict_round_trip_and_other_variants_refused(variant):
             different.load_state_dict(saved)
 
 
+@pytest.mark.parametrize("variant", ["muon", "normuon", "adamuon"])
+def test_a_state_file_resumes_bit_exactly_and_moves_to_distributed_muon(variant, tmp_path):
+    # save_state writes the C++ optimizers' state file (with the groups' hyperparameters); a fresh
+    # optimizer that loads it steps bit-identically to the one that saved it. A parameter not yet
+    # stepped (the bias here) is saved as zeros and behaves as fresh state.
+    torch.manual_seed(11)
+    model = torch.nn.Linear(8, 5)
+    twin = torch.nn.Linear(8, 5)
+    twin.load_state_dict(model.state_dict())
+    make = lambda m: orthojit.Muon(m.named_parameters(), preset="keller", variant=variant, settings=EXACT)  # noqa: E731
+    optimizer, resumed = make(model), make(twin)
+    # A state saved before any step (no state yet) loads as a fresh optimizer's.
+    fresh_path = tmp_path / "fresh.safetensors"
+    make(model).save_state(fresh_path)
+    fresh_model, loaded_model = torch.nn.Linear(8, 5), torch.nn.Linear(8, 5)
+    loaded_model.load_state_dict(fresh_model.state_dict())
+    fresh, loaded = make(fresh_model), make(loaded_model)
+    loaded.load_state(fresh_path)
+    for p, q in zip(fresh_model.parameters(), loaded_model.parameters()):
+        p.grad = torch.randn_like(p)
+        q.grad = p.grad.clone()
+    fresh.step()
+    loaded.step()
+    assert all(torch.equal(p, q) for p, q in zip(fresh_model.parameters(), loaded_model.parameters())), "fresh state"
+    for _ in range(2):
+        model.weight.grad = torch.randn_like(model.weight)
+        optimizer.step()
+    optimizer.param_groups[0]["lr"] *= 0.5
+    optimizer.param_groups[1]["betas"] = (0.8, 0.95)
+    path = tmp_path / "state.safetensors"
+    optimizer.save_state(path)
+    with torch.no_grad():
+        for p, q in zip(twin.parameters(), model.parameters()):
+            p.copy_(q)
+    resumed.load_state(path)
+    assert resumed.steps_taken == optimizer.steps_taken == 2
+    assert [g["lr"] for g in resumed.param_groups] == [g["lr"] for g in optimizer.param_groups]
+    assert resumed.param_groups[1]["betas"] == (0.8, 0.95)
+    for _ in range(2):
+        grads = [torch.randn_like(p) for p in model.parameters()]
+        for p, q, g in zip(model.parameters(), twin.parameters(), grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        optimizer.step()
+        resumed.step()
+        for p, q in zip(model.parameters(), twin.parameters()):
+            assert torch.equal(p, q), variant
+    if variant == "muon":  # DistributedMuon runs Muon's update only
+        distributed = orthojit.DistributedMuon(twin.named_parameters(), comm="local", preset="keller", settings=EXACT)
+        optimizer.save_state(path)
+        distributed.load_state(path)
+        mine, theirs = distributed.state_dict(), optimizer.state_dict()
+        assert all(torch.equal(mine["state"][i][k], v) for i, s in theirs["state"].items() for k, v in s.items())
+        distributed.save_state(path)
+        back = make(torch.nn.Linear(8, 5))
+        back.load_state(path)
+        again = back.state_dict()
+        assert all(torch.equal(again["state"][i][k], v) for i, s in theirs["state"].items() for k, v in s.items())
+        assert [g["lr"] for g in back.param_groups] == [g["lr"] for g in optimizer.param_groups]
+    # Another variant's file is refused with the setting to use; a corrupt one changes nothing.
+    other = "adamuon" if variant != "adamuon" else "normuon"
+    different = orthojit.Muon(torch.nn.Linear(8, 5).named_parameters(), preset="keller", variant=other, settings=EXACT)
+    with pytest.raises((ValueError, RuntimeError), match=f"variant='{variant}'|'{variant}'"):
+        different.load_state(path)
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 1
+    path.write_bytes(bytes(data))
+    before = resumed.state_dict()
+    with pytest.raises(OSError, match="the data is corrupt"):
+        resumed.load_state(path)
+    after = resumed.state_dict()
+    assert all(torch.equal(after["state"][i][k], v) for i, s in before["state"].items() for k, v in s.items())
+
+
 def test_a_bad_variant_is_refused_naming_the_valid_ones():
     with pytest.raises(ValueError, match="not muon, normuon or adamuon"):
         orthojit.Muon([torch.nn.Parameter(torch.randn(4, 4))], variant="adamw")

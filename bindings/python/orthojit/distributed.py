@@ -22,53 +22,14 @@ orthojit.Muon, and back.
 import copy
 import json as _json
 import os
-import struct
 
 import torch
 
 from . import _orthojit
-from .muon import _MATRIX_KEYS, _STATE_FORMAT, _channels_last, _check_group, _match_saved_state
+from .muon import (_GROUPS_KEY, _MATRIX_KEYS, _STATE_FORMAT, _channels_last, _check_group, _file_meta, _json_groups, _match_saved_state,
+                   _saved_groups)
 
 __all__ = ["DistributedMuon"]
-
-# The state file's metadata key of DistributedMuon's param_groups (hyperparameters and names, as
-# JSON), next to the C++ state file's own keys.
-_GROUPS_KEY = "orthojit.python.param_groups"
-
-
-def _json_groups(param_groups):
-    """The groups without their tensors, as JSON: every value a number, string, bool, None or a
-    list/tuple of them (a 0-d tensor becomes its number). Raises ValueError naming anything else."""
-    def plain(value, where):
-        if isinstance(value, torch.Tensor) and value.dim() == 0:
-            return value.item()
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return value
-        if isinstance(value, (list, tuple)):
-            return [plain(item, where) for item in value]
-        raise ValueError(f"save_state: param_groups value {where} is a {type(value).__name__}, which a state file cannot hold "
-                         "(numbers, strings, bools, None and lists of them); use state_dict() and torch.save for it")
-    groups = []
-    for i, group in enumerate(param_groups):
-        groups.append({key: plain(value, f"{key!r} of group {i}") for key, value in group.items() if key != "params"})
-    return _json.dumps(groups)
-
-
-def _state_file_metadata(path):
-    """The "__metadata__" of a safetensors file's header (nothing else is read)."""
-    with open(path, "rb") as file:
-        head = file.read(8)
-        if len(head) < 8:
-            raise ValueError(f"{path}: not a safetensors file (it has {len(head)} bytes, fewer than the 8 of the header length)")
-        (length,) = struct.unpack("<Q", head)
-        if length > 100_000_000:
-            raise ValueError(f"{path}: not a safetensors file (a header length of {length} bytes)")
-        try:
-            header = _json.loads(file.read(length))
-        except ValueError as error:
-            raise ValueError(f"{path}: not a safetensors file (the header is not JSON: {error})") from None
-    metadata = header.get("__metadata__", {}) if isinstance(header, dict) else {}
-    return metadata if isinstance(metadata, dict) else {}
 
 
 def _overrides(settings, *, lr, muon_lr, adam_lr, momentum, nesterov, weight_decay, betas, eps, backend):
@@ -587,26 +548,16 @@ class DistributedMuon(torch.optim.Optimizer):
         changes."""
         path = os.fspath(path)
         try:
-            metadata = _state_file_metadata(path)
-            new_groups = self.param_groups
-            if _GROUPS_KEY in metadata:
-                saved_groups = _json.loads(metadata[_GROUPS_KEY])
-                index = 0
-                for group in saved_groups:
-                    group["params"] = list(range(index, index + len(group.get("param_names", []))))
-                    index += len(group["params"])
-                    if isinstance(group.get("betas"), list):
-                        group["betas"] = tuple(group["betas"])
-                meta = {"format": metadata.get("orthojit.format", ""), "preset": metadata.get("orthojit.preset", ""),
-                        "momentum_kind": metadata.get("orthojit.momentum_kind", ""), "muon_variant": metadata.get("orthojit.muon_variant", "muon")}
-                _, new_groups, _ = _match_saved_state(self.param_groups, {"param_groups": saved_groups, "state": {}, "orthojit": meta}, "muon",
-                                                      lambda p: {}, self._momentum_kind)
-                for group in new_groups:
-                    _check_group(group, owner="orthojit.DistributedMuon (the saved param_groups)")
-                    if group["use_muon"] and bool(group["nesterov"]) != self._nesterov:
-                        raise ValueError(f"optimizer state does not match this optimizer: its Muon group has nesterov = {group['nesterov']!r}, "
-                                         f"this optimizer {self._nesterov} (fixed at construction: build it with nesterov="
-                                         f"{bool(group['nesterov'])}); nothing was loaded")
+            metadata, _ = _orthojit.read_state_header(path)
+            meta = _file_meta(metadata)
+            _, new_groups, _ = _match_saved_state(self.param_groups, {"param_groups": _saved_groups(metadata, self.param_groups), "state": {},
+                                                                      "orthojit": meta}, "muon", lambda p: {}, self._momentum_kind)
+            for group in new_groups:
+                _check_group(group, owner="orthojit.DistributedMuon (the saved param_groups)")
+                if group["use_muon"] and bool(group["nesterov"]) != self._nesterov:
+                    raise ValueError(f"optimizer state does not match this optimizer: its Muon group has nesterov = {group['nesterov']!r}, "
+                                     f"this optimizer {self._nesterov} (fixed at construction: build it with nesterov="
+                                     f"{bool(group['nesterov'])}); nothing was loaded")
         except Exception:
             # This rank cannot load: it still takes part in the ranks' agreement (one all-reduce,
             # as load_state_file's), so that the others raise too instead of waiting for it.

@@ -629,6 +629,60 @@ class Muon(torch.optim.Optimizer):
         self.__setstate__({"state": state, "param_groups": new_groups})
         self.steps_taken = int(meta.get("steps_taken", 0))
 
+    def save_state(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Writes the state to the safetensors file ``path``, atomically: the C++ optimizers' state
+        file (docs/muon.md "State": ``<name>.momentum_buffer``, ``.exp_avg``, ``.exp_avg_sq``,
+        ``.step``, a variant's buffers, the SHA-256 of the data) with the param_groups'
+        hyperparameters in its metadata. It loads into orthojit.Muon (``load_state``), into an
+        orthojit.DistributedMuon of any world size, stage or mode, and into the C++ and C
+        optimizers. A parameter not yet stepped is saved as zeros (its state's starting value)."""
+        groups = _json_groups(self.param_groups)
+        values = self._settings.values()
+        metadata = {"orthojit.format": _STATE_FORMAT, "orthojit.preset": self._settings.preset, "orthojit.steps_taken": str(int(self.steps_taken)),
+                    "orthojit.momentum_kind": values["muon.momentum_kind"], "orthojit.momentum": repr(float(values["muon.momentum"])),
+                    "orthojit.muon_variant": values["muon.variant"], _GROUPS_KEY: groups}
+        tensors, alive = [], []
+        for group in self.param_groups:
+            for name, p in zip(group["param_names"], group["params"]):
+                state = self.state.get(p, {})
+                expected = {"momentum_buffer": (torch.float32, tuple(p.shape))} if group["use_muon"] else \
+                    {"exp_avg": (torch.float32, tuple(p.shape)), "exp_avg_sq": (torch.float32, tuple(p.shape)), "step": (torch.int64, ())}
+                if group["use_muon"]:
+                    expected.update(self._variant_state(p))
+                for key, (dtype, shape) in expected.items():
+                    value = state.get(key)
+                    value = torch.zeros(shape, dtype=dtype) if value is None else torch.as_tensor(value)
+                    value = value.detach().to("cpu", dtype).reshape(shape).contiguous()
+                    alive.append(value)
+                    tensors.append((f"{name}.{key}", "F32" if dtype == torch.float32 else "I64", list(shape), value.data_ptr()))
+        _orthojit.write_state_tensors(os.fspath(path), tensors, metadata)
+
+    def load_state(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Loads a state file of ``save_state``, of orthojit.DistributedMuon.save_state (any world
+        size) or of the C++ and C optimizers (whose files carry no param_groups: the groups then
+        keep their hyperparameters), bit-exactly, under load_state_dict's checks; the file's
+        checksum is verified before anything changes."""
+        path = os.fspath(path)
+        metadata, listed = _orthojit.read_state_header(path)
+        names = {name for group in self.param_groups for name in group["param_names"]}
+        saved_groups = _saved_groups(metadata, self.param_groups)
+        index_of = {name: index for group in saved_groups for index, name in zip(group["params"], group.get("param_names", []))}
+        state: Dict[int, Dict[str, torch.Tensor]] = defaultdict(dict)
+        wanted = []
+        dtypes = {"F32": torch.float32, "I64": torch.int64}
+        for tensor_name, dtype, shape in listed:
+            name, _, key = tensor_name.rpartition(".")
+            if name not in names or name not in index_of:
+                raise ValueError(f"optimizer state {path} does not match this optimizer: it holds state for '{name}', "
+                                 "which this optimizer does not have; nothing was loaded")
+            if dtype not in dtypes:
+                raise ValueError(f"optimizer state {path}: '{tensor_name}' is {dtype}; a state file holds F32 and I64; nothing was loaded")
+            value = torch.empty(shape, dtype=dtypes[dtype])
+            state[index_of[name]][key] = value
+            wanted.append((tensor_name, value.data_ptr(), value.numel() * value.element_size()))
+        _orthojit.read_state_tensors(path, wanted)
+        self.load_state_dict({"state": dict(state), "param_groups": saved_groups, "orthojit": _file_meta(metadata)})
+
     # ----------------------------------------------------------------------------- DeepSpeed
     @classmethod
     def from_deepspeed_config(cls, named_parameters: Any, config: Union[str, "os.PathLike[str]", Mapping[str, Any]], *,
@@ -709,6 +763,51 @@ def _deepspeed_settings(data: Dict[str, Any], origin: str, strict: bool) -> Any:
         warnings.warn(f"{origin}: ignored unknown key {path} (DeepSpeed ignores it too; strict=True refuses it); "
                       f"valid keys there: {valid}", UserWarning, stacklevel=3)
     return base
+
+
+# The state file's metadata key of the param_groups (hyperparameters and names, as JSON), next to
+# the C++ state file's own keys: written by Muon.save_state and DistributedMuon.save_state.
+_GROUPS_KEY = "orthojit.python.param_groups"
+
+
+def _json_groups(param_groups: List[Dict[str, Any]]) -> str:
+    """The groups without their tensors, as JSON: every value a number, string, bool, None or a
+    list/tuple of them (a 0-d tensor becomes its number). Raises ValueError naming anything else."""
+    def plain(value: Any, where: str) -> Any:
+        if isinstance(value, torch.Tensor) and value.dim() == 0:
+            return value.item()
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, (list, tuple)):
+            return [plain(item, where) for item in value]
+        raise ValueError(f"save_state: param_groups value {where} is a {type(value).__name__}, which a state file cannot hold "
+                         "(numbers, strings, bools, None and lists of them); use state_dict() and torch.save for it")
+    return _json.dumps([{key: plain(value, f"{key!r} of group {i}") for key, value in group.items() if key != "params"}
+                        for i, group in enumerate(param_groups)])
+
+
+def _saved_groups(metadata: Dict[str, str], groups: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """A state file's param_groups in state_dict form (params numbered in order), or, for a file
+    without them (the C++ and C optimizers'), these groups' own hyperparameters."""
+    if _GROUPS_KEY in metadata:
+        saved = _json.loads(metadata[_GROUPS_KEY])
+    else:
+        saved = [{key: copy.deepcopy(value) for key, value in group.items() if key != "params"} for group in groups]
+    index = 0
+    for group in saved:
+        group["params"] = list(range(index, index + len(group.get("param_names", []))))
+        index += len(group["params"])
+        if isinstance(group.get("betas"), list):
+            group["betas"] = tuple(group["betas"])
+    return saved
+
+
+def _file_meta(metadata: Dict[str, str]) -> Dict[str, Any]:
+    """A state file's metadata as a state_dict's "orthojit" record."""
+    steps = metadata.get("orthojit.steps_taken", "0")
+    return {"format": metadata.get("orthojit.format", ""), "preset": metadata.get("orthojit.preset", ""),
+            "momentum_kind": metadata.get("orthojit.momentum_kind", ""), "muon_variant": metadata.get("orthojit.muon_variant", "muon"),
+            "steps_taken": int(steps) if steps.isdigit() else 0}
 
 
 def _match_saved_state(groups: List[Dict[str, Any]], state_dict: Dict[str, Any], variant: str,
