@@ -126,13 +126,7 @@ TEST_P(Distributed, MissingGradientsAreZerosAsInTheSingleRankOptimizer) {
       optimizer.set_gradient(model.names[t], absent ? nullptr : distributed.grad[t].data(), DType::F32);
       reference.set_gradient(model.names[t], absent ? nullptr : single.grad[t].data(), DType::F32);
     }
-    const StepReport report = optimizer.step();
-    EXPECT_FALSE(report.skipped) << report.reason;
-    if (stage == 3) optimizer.gather_parameters();
-    reference.step();
-    for (size_t t = 0; t < model.names.size(); ++t)
-      EXPECT_EQ(std::memcmp(distributed.data[t].data(), single.data[t].data(), distributed.data[t].size() * 4), 0)
-          << model.names[t] << " after step " << step << " on rank " << communicator.rank() << " (" << label(stage, mode) << ")";
+    step_both_once(model, distributed, single, optimizer, reference, stage, "step " + std::to_string(step) + ", " + label(stage, mode));
   }
   OptimizerSettings skip = optimizer_settings();
   skip.missing_gradient = MissingGradient::Skip;

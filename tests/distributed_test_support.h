@@ -120,6 +120,19 @@ inline DistributedSettings summed(int stage, OrthogonalizationMode mode) {
 
 inline std::string label(int stage, OrthogonalizationMode mode) { return "stage " + std::to_string(stage) + ", " + to_string(mode) + " mode"; }
 
+// One step of both optimizers on the gradients already in place (stage 3 gathers the
+// parameters); every rank's parameters must then be bit-identical to the single-rank optimizer's.
+inline void step_both_once(const Model& model, Buffers& distributed, Buffers& single, DistributedOptimizer& optimizer, HybridOptimizer& reference, int stage,
+                           const std::string& where) {
+  const StepReport report = optimizer.step();
+  EXPECT_FALSE(report.skipped) << report.reason;
+  if (stage == 3) optimizer.gather_parameters();
+  reference.step();
+  for (size_t t = 0; t < model.names.size(); ++t)
+    EXPECT_EQ(std::memcmp(distributed.data[t].data(), single.data[t].data(), distributed.data[t].size() * 4), 0)
+        << model.names[t] << " on rank " << world_communicator->rank() << " (" << where << ")";
+}
+
 // Three steps of both optimizers on the same reduced gradients (rank 0 gives them, the others
 // zeros, summed without averaging: the reduction is exact); after each, every rank's parameters
 // must be bit-identical to the single-rank optimizer's.
@@ -131,13 +144,7 @@ inline void step_both_and_compare(const Model& model, Buffers& distributed, Buff
     for (size_t t = 0; t < model.names.size(); ++t)
       if (communicator.rank() == 0) distributed.grad[t] = single.grad[t];
       else std::fill(distributed.grad[t].begin(), distributed.grad[t].end(), 0.0f);
-    const StepReport report = optimizer.step();
-    EXPECT_FALSE(report.skipped) << report.reason;
-    if (stage == 3) optimizer.gather_parameters();
-    reference.step();
-    for (size_t t = 0; t < model.names.size(); ++t)
-      EXPECT_EQ(std::memcmp(distributed.data[t].data(), single.data[t].data(), distributed.data[t].size() * 4), 0)
-          << model.names[t] << " after step " << step << " on rank " << communicator.rank() << " (" << where << ")";
+    step_both_once(model, distributed, single, optimizer, reference, stage, "step " + std::to_string(step) + ", " + where);
   }
 }
 
