@@ -195,6 +195,21 @@ TEST(DistributedState, AFileThatCannotBeUsedIsRefusedOnEveryRank) {
   barrier();
   refused(path, "the data is corrupt", "a file with one flipped bit");
 
+  // A wrapper's own refusal on the last rank only (orthojit.DistributedMuon's param_groups checks):
+  // that rank reads nothing but joins the collectives, and every rank refuses.
+  optimizer.save_state(path);
+  {
+    const bool last = communicator.rank() == communicator.world() - 1;
+    try {
+      optimizer.load_state(path, last ? "the wrapper refused" : "");
+      ADD_FAILURE() << "a file refused on the last rank was loaded, " << where;
+    } catch (const std::exception& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(last ? "the wrapper refused" : "failed on 1 other rank(s)"), std::string::npos) << message;
+    }
+    expect_same_state(optimizer.gather_state(), before, "after a wrapper's refusal, " + where);
+  }
+
   // Another model's file.
   const Model other = random_model(61);
   Buffers other_buffers = make_buffers(other, 62);

@@ -282,9 +282,9 @@ class Distributed {
     nb::gil_scoped_release release;
     optimizer_->require_on_every_rank(problem, doing);
   }
-  int64_t load_state_file(const std::string& path) {
+  int64_t load_state_file(const std::string& path, const std::string& refusal) {
     nb::gil_scoped_release release;
-    optimizer_->load_state(path);
+    optimizer_->load_state(path, refusal);
     return optimizer_->steps_taken();
   }
 
@@ -341,7 +341,7 @@ void register_zero(nb::module_& module) {
       .def("gather_state", &Distributed::gather_state, nb::arg("root") = nb::none())
       .def("load_state", &Distributed::load_state, nb::arg("state"), nb::arg("steps_taken"))
       .def("save_state_file", &Distributed::save_state_file, nb::arg("path"), nb::arg("metadata"))
-      .def("load_state_file", &Distributed::load_state_file, nb::arg("path"))
+      .def("load_state_file", &Distributed::load_state_file, nb::arg("path"), nb::arg("refusal") = "")
       .def("require_on_every_rank", &Distributed::require_on_every_rank, nb::arg("problem"), nb::arg("doing"))
       .def("muon_tags", &Distributed::muon_tags)
       .def("qk_clip", &Distributed::qk_clip, nb::arg("q_name"), nb::arg("k_name"), nb::arg("head_rows"), nb::arg("s_max"), nb::arg("tau"))

@@ -168,7 +168,10 @@ class DistributedOptimizer {
   std::map<std::string, HybridOptimizer::State> gather_state(std::optional<int> root = std::nullopt);
   void load_state(const std::map<std::string, HybridOptimizer::State>& state, int64_t steps_taken);
   void save_state(const std::string& path, const std::map<std::string, std::string>& extra_metadata = {});
-  void load_state(const std::string& path);
+  // `refusal` (non-empty): this rank already knows it cannot load (a wrapper's own checks
+  // failed); it reads nothing, takes part in the collectives, and throws std::invalid_argument
+  // with `refusal` while every other rank throws too.
+  void load_state(const std::string& path, const std::string& refusal = "");
   // Steps taken (skipped steps not counted), saved with the state.
   int64_t steps_taken() const { return steps_; }
 

@@ -416,7 +416,7 @@ void DistributedOptimizer::save_state(const std::string& path, const std::map<st
   agree(failure, "writing the optimizer state file on rank 0");
 }
 
-void DistributedOptimizer::load_state(const std::string& path) {
+void DistributedOptimizer::load_state(const std::string& path, const std::string& refusal) {
   // Every rank reads its own part; rank 0 checks the checksum of the whole file, and every rank
   // checks that it read the file rank 0 checked (the same checksum and size: not a file renamed
   // over the path in between, nor another copy of it). Nothing changes until every rank has read
@@ -428,6 +428,7 @@ void DistributedOptimizer::load_state(const std::string& path) {
   std::exception_ptr failure;
   std::optional<SafetensorsReader> reader;
   try {
+    if (!refusal.empty()) throw std::invalid_argument(refusal);
     reader.emplace(path);
     steps = check_state_file(reader->header(), path, state_owners(), settings_);
     auto read = [&](const std::string& name, int64_t first_element, int64_t count, void* out) {

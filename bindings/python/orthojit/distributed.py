@@ -487,6 +487,15 @@ class DistributedMuon(torch.optim.Optimizer):
                 "muon_variant": "muon", "distributed": dict(self._layout, world=self.world)}
         return {"state": packed, "param_groups": groups, "orthojit": meta}
 
+    def _check_saved_groups(self, groups):
+        """Raises ValueError when saved param_groups cannot drive this optimizer."""
+        for group in groups:
+            _check_group(group, owner="orthojit.DistributedMuon (the saved param_groups)")
+            if group["use_muon"] and bool(group["nesterov"]) != self._nesterov:
+                raise ValueError(f"optimizer state does not match this optimizer: its Muon group has nesterov = {group['nesterov']!r}, "
+                                 f"this optimizer {self._nesterov} (fixed at construction: build it with nesterov="
+                                 f"{bool(group['nesterov'])}); nothing was loaded")
+
     def load_state_dict(self, state_dict):
         """Loads a state_dict() of orthojit.Muon or of a DistributedMuon (any world size, stage or
         mode); collective. Every rank checks everything first and the ranks agree: when anything
@@ -494,12 +503,7 @@ class DistributedMuon(torch.optim.Optimizer):
         state has no entry for start from zeros, as in orthojit.Muon)."""
         try:
             matched, new_groups, meta = _match_saved_state(self.param_groups, state_dict, "muon", lambda p: {}, self._momentum_kind)
-            for group in new_groups:
-                _check_group(group, owner="orthojit.DistributedMuon (the saved param_groups)")
-                if group["use_muon"] and bool(group["nesterov"]) != self._nesterov:
-                    raise ValueError(f"optimizer state does not match this optimizer: its Muon group has nesterov = {group['nesterov']!r}, "
-                                     f"this optimizer {self._nesterov} (fixed at construction: build it with nesterov="
-                                     f"{bool(group['nesterov'])}); nothing was loaded")
+            self._check_saved_groups(new_groups)
             state = {}
             for group in self.param_groups:
                 for name, p in zip(group["param_names"], group["params"]):
@@ -552,17 +556,12 @@ class DistributedMuon(torch.optim.Optimizer):
             meta = _file_meta(metadata)
             _, new_groups, _ = _match_saved_state(self.param_groups, {"param_groups": _saved_groups(metadata, self.param_groups), "state": {},
                                                                       "orthojit": meta}, "muon", lambda p: {}, self._momentum_kind)
-            for group in new_groups:
-                _check_group(group, owner="orthojit.DistributedMuon (the saved param_groups)")
-                if group["use_muon"] and bool(group["nesterov"]) != self._nesterov:
-                    raise ValueError(f"optimizer state does not match this optimizer: its Muon group has nesterov = {group['nesterov']!r}, "
-                                     f"this optimizer {self._nesterov} (fixed at construction: build it with nesterov="
-                                     f"{bool(group['nesterov'])}); nothing was loaded")
-        except Exception:
-            # This rank cannot load: it still takes part in the ranks' agreement (one all-reduce,
-            # as load_state_file's), so that the others raise too instead of waiting for it.
+            self._check_saved_groups(new_groups)
+        except Exception as error:
+            # This rank cannot load: it still takes part in load_state_file's collectives, reading
+            # nothing, so that the others raise too instead of waiting for it.
             try:
-                self._core.load_state({"": {}}, -1)
+                self._core.load_state_file(path, refusal=str(error) or type(error).__name__)
             except Exception:  # noqa: BLE001 - the agreement's error; this rank's own is raised below
                 pass
             raise
