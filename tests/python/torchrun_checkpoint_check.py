@@ -174,13 +174,7 @@ for mine, theirs in zip(from_file.param_groups, resumed.param_groups):
             failures.append(f"rank {rank}: the state file's group {theirs.get('name')} {key}: {mine.get(key)!r} vs {theirs.get(key)!r}")
 if from_file.steps_taken != resumed.steps_taken:
     failures.append(f"rank {rank}: steps_taken {from_file.steps_taken} from the file, {resumed.steps_taken} saved")
-for step in range(7, 9):
-    from_file.zero_grad(set_to_none=True)
-    reference.zero_grad(set_to_none=True)
-    give_gradients(step, from_file_model, reference_model)
-    from_file.step()
-    reference.step()
-    failures.extend(differences(rank, from_file_model, reference_model, f"DistributedMuon resumed from a state file, step {step}"))
+step_both(2, 7, from_file, from_file_model, reference, reference_model, "DistributedMuon resumed from a state file")
 # Missing on the last rank only: every rank refuses, nothing changes anywhere.
 before = from_file.state_dict()
 try:
