@@ -16,12 +16,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "bench/resident_memory.h"
 #include "runtime/zero/distributed_optimizer.h"
 #include "runtime/zero/mpi_communicator.h"
 
@@ -35,20 +35,8 @@ namespace {
 
 using namespace orthojit::runtime;
 
-long status_kib(const char* field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  const std::string key = std::string(field) + ":";
-  while (std::getline(status, line))
-    if (line.rfind(key, 0) == 0) return std::strtol(line.c_str() + key.size(), nullptr, 10);
-  throw std::runtime_error(std::string("/proc/self/status has no ") + field);
-}
-
-// Resets VmHWM to the current VmRSS (Linux >= 4.0).
-void reset_peak() {
-  std::ofstream clear("/proc/self/clear_refs");
-  clear << "5";
-}
+using orthojit::bench::reset_peak;
+using orthojit::bench::status_kib;
 
 struct Measure {
   double added_mib, seconds;

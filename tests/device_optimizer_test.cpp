@@ -12,12 +12,16 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 
+#include "runtime/errors.h"
 #include "runtime/muon/device_optimizer.h"
 #include "runtime/muon/hybrid_optimizer.h"
 #include "runtime/muon/memory_space.h"
+#include "runtime/muon/safetensors_file.h"
 #include "runtime/muon/update_rules.h"
 #include "runtime/orthogonalize.h"
 
@@ -267,6 +271,142 @@ TEST(DeviceOptimizer, OnHostMemoryIsHybridOptimizerBitForBit) {
   std::printf("host backends: %zu (ref%s)\n", host_backends().size(), host_backends().size() > 1 ? ", cpu" : "");
   for (const std::string& backend : host_backends())
     for (const char* preset : {"deepspeed", "keller", "moonlight", "torch"}) run_schedule(preset, backend);
+}
+
+// Host memory that records the state's copies to and from the host (their largest size, their
+// count) and can fail the n-th upload, as a device whose copy fails would.
+class CopyRecordingMemory final : public MemorySpace {
+ public:
+  std::shared_ptr<MemorySpace> host = host_memory();
+  int64_t largest_download = 0, largest_upload = 0, downloads = 0, uploads = 0;
+  int64_t fail_upload = -1;  // the index of the upload that throws, or -1
+
+  const char* name() const override { return host->name(); }
+  bool is_device() const override { return false; }
+  std::string address_problem(std::uintptr_t address) const override { return host->address_problem(address); }
+  std::uintptr_t allocate(int64_t bytes) override { return host->allocate(bytes); }
+  void free(std::uintptr_t address) override { host->free(address); }
+  void zero(std::uintptr_t address, int64_t bytes, void* stream) override { host->zero(address, bytes, stream); }
+  void download(void* to, std::uintptr_t address, int64_t bytes) override {
+    largest_download = std::max(largest_download, bytes);
+    ++downloads;
+    host->download(to, address, bytes);
+  }
+  void upload(std::uintptr_t address, const void* from, int64_t bytes) override {
+    if (uploads == fail_upload) throw std::runtime_error("the planted upload failure");
+    largest_upload = std::max(largest_upload, bytes);
+    ++uploads;
+    host->upload(address, from, bytes);
+  }
+  bool any_nonfinite(const std::vector<TensorSpan>& spans, void* stream) override { return host->any_nonfinite(spans, stream); }
+  double sum_squares(std::uintptr_t values, int64_t count, void* stream) override { return host->sum_squares(values, count, stream); }
+  void adam_step(const AdamGroupSettings& adam, int64_t step, DType grad_type, std::uintptr_t grad, std::uintptr_t exp_avg, std::uintptr_t exp_avg_sq,
+                 DType param_type, std::uintptr_t param, int64_t count, void* stream) override {
+    host->adam_step(adam, step, grad_type, grad, exp_avg, exp_avg_sq, param_type, param, count, stream);
+  }
+  void copy(std::uintptr_t destination, std::uintptr_t source, int64_t bytes, void* stream) override { host->copy(destination, source, bytes, stream); }
+  void accumulate(DType grad_type, std::uintptr_t grad, std::uintptr_t accumulator, int64_t count, void* stream) override {
+    host->accumulate(grad_type, grad, accumulator, count, stream);
+  }
+  void divide(std::uintptr_t values, float divisor, int64_t count, void* stream) override { host->divide(values, divisor, count, stream); }
+  void convert(DType from, std::uintptr_t source, DType to, std::uintptr_t destination, int64_t count, void* stream) override {
+    host->convert(from, source, to, destination, count, stream);
+  }
+  void muon_momentum(const MuonGroupSettings& muon, std::uintptr_t gradient, std::uintptr_t momentum, std::uintptr_t update, int64_t count,
+                     void* stream) override {
+    host->muon_momentum(muon, gradient, momentum, update, count, stream);
+  }
+  void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType param_type, std::uintptr_t param, std::uintptr_t orthogonal, int64_t begin,
+                  int64_t end, void* stream) override {
+    host->apply_muon(muon, plan, param_type, param, orthogonal, begin, end, stream);
+  }
+};
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The copies a state takes through a staging buffer of `staging` bytes: each f32 buffer (Muon:
+// the momentum; AdamW: both moments) in pieces of at most `staging` bytes.
+int64_t staged_copies(const DeviceOptimizer& device, int64_t staging) {
+  int64_t copies = 0;
+  for (const ParameterInfo& info : device.parameters()) {
+    int64_t bytes = 4;
+    for (int64_t d : info.shape) bytes *= d;
+    copies += (info.muon ? 1 : 2) * ((bytes + staging - 1) / staging);
+  }
+  return copies;
+}
+
+TEST(DeviceOptimizer, StateFileStreamsThroughTheStagingBuffer) {
+  std::mt19937 random(23);
+  Model model(random);
+  const OptimizerSettings settings = settings_for("moonlight", "ref");
+  HybridOptimizer hybrid(model.parameters(false), settings);
+  auto memory = std::make_shared<CopyRecordingMemory>();
+  DeviceOptimizer device(model.parameters(true), settings, memory);
+  for (int step = 0; step < 2; ++step) {
+    model.new_gradients(random);
+    expect_same_report(hybrid.step(), device.step(nullptr), "step " + std::to_string(step));
+  }
+  EXPECT_THROW(device.set_state_staging_bytes(0), std::invalid_argument);
+  // 10 bytes: pieces that split floats, a short last piece in every tensor.
+  constexpr int64_t kStaging = 10;
+  device.set_state_staging_bytes(kStaging);
+  const std::string expected_path = temp_path(random), path = temp_path(random);
+  hybrid.save_state(expected_path);
+  device.save_state(path);
+  EXPECT_TRUE(file_bytes(path) == file_bytes(expected_path)) << "the streamed file is not HybridOptimizer's, byte for byte";
+  EXPECT_LE(memory->largest_download, kStaging);
+  EXPECT_EQ(memory->downloads, staged_copies(device, kStaging));
+
+  // Loaded through the same small buffer into a fresh optimizer: the saved state exactly.
+  auto memory2 = std::make_shared<CopyRecordingMemory>();
+  DeviceOptimizer device2(model.parameters(true), settings, memory2);
+  device2.set_state_staging_bytes(kStaging);
+  device2.load_state(path);
+  EXPECT_LE(memory2->largest_upload, kStaging);
+  EXPECT_EQ(memory2->uploads, staged_copies(device2, kStaging));
+  expect_same_bits(model, hybrid, device2, "loaded through a 10-byte buffer");
+
+  // A corrupt file (one bit of the last tensor's data): refused before any byte is uploaded.
+  DeviceOptimizer fresh(model.parameters(true), settings, memory2);
+  const auto zeros = fresh.state();
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(-3, std::ios::end);
+    const char byte = static_cast<char>(file.get() ^ 0x10);
+    file.seekp(-3, std::ios::end);
+    file.put(byte);
+  }
+  memory2->uploads = 0;
+  EXPECT_THROW(fresh.load_state(path), SafetensorsError);
+  EXPECT_EQ(memory2->uploads, 0) << "a corrupt file reached the state";
+  EXPECT_EQ(fresh.steps_taken(), 0);
+  EXPECT_EQ(fresh.state().at("layers.0.attn.o.weight").momentum, zeros.at("layers.0.attn.o.weight").momentum);
+
+  // An upload failing midway: the optimizer says the state is partly loaded and refuses to step
+  // or save until a load succeeds.
+  hybrid.save_state(path);
+  memory2->uploads = 0;
+  memory2->fail_upload = 5;
+  try {
+    fresh.load_state(path);
+    ADD_FAILURE() << "a failed upload was not reported";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("partly loaded"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("the planted upload failure"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(fresh.step(nullptr), InvalidStateError);
+  EXPECT_THROW(fresh.save_state(path + ".more"), InvalidStateError);
+  EXPECT_FALSE(std::filesystem::exists(path + ".more"));
+  memory2->fail_upload = -1;
+  fresh.load_state(path);
+  model.new_gradients(random);
+  expect_same_report(hybrid.step(), fresh.step(nullptr), "after a load that succeeded");
+  std::filesystem::remove(path);
+  std::filesystem::remove(expected_path);
 }
 
 TEST(DeviceOptimizer, EqualBlocksOfDifferentParametersShareOneBatch) {

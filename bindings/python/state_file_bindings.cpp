@@ -1,8 +1,8 @@
 // The optimizer state file from Python (orthojit.Muon.save_state / load_state): the same
 // safetensors file the C++ optimizers write (runtime/muon/state_format.h), written and read
-// through SafetensorsWriter / SafetensorsReader. Tensors cross as (name, dtype, shape, address)
-// of contiguous CPU memory that the Python caller keeps alive for the call; orthojit/muon.py
-// builds them from torch tensors and checks them against the optimizer.
+// tensor by tensor through SafetensorsWriter / SafetensorsReader. Tensors cross as an address
+// and a size of contiguous CPU memory that the Python caller keeps alive for the call;
+// orthojit/muon.py builds them from torch tensors and checks them against the optimizer.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -25,52 +26,92 @@ namespace nb = nanobind;
 namespace orthojit::python {
 namespace {
 
-// (name, "F32" | "I64", shape, address) per tensor, in the file's order.
-using TensorAddress = std::tuple<std::string, std::string, std::vector<int64_t>, uintptr_t>;
+using TensorLayout = std::tuple<std::string, std::string, std::vector<int64_t>>;  // (name, "F32" | "I64", shape)
 
-void write_state_tensors(const std::string& path, const std::vector<TensorAddress>& tensors, const std::map<std::string, std::string>& metadata) {
-  std::vector<runtime::TensorSource> sources;
-  for (const auto& [name, dtype, shape, address] : tensors) {
-    if (dtype != "F32" && dtype != "I64") throw std::invalid_argument("state tensor '" + name + "' has dtype " + dtype + "; a state file holds F32 and I64");
-    sources.push_back({{name, dtype, shape}, reinterpret_cast<const void*>(address)});
+// A state file written tensor by tensor: Python hands over one tensor's CPU memory at a time (a
+// CUDA state tensor is copied to the host alone), so the host never holds the whole state.
+// Nothing appears at `path` before commit(); an abandoned writer leaves nothing behind.
+class StateFileWriter {
+ public:
+  StateFileWriter(const std::string& path, const std::vector<TensorLayout>& tensors, const std::map<std::string, std::string>& metadata) {
+    std::vector<runtime::TensorPlace> places;
+    for (const auto& [name, dtype, shape] : tensors) {
+      if (dtype != "F32" && dtype != "I64") throw std::invalid_argument("state tensor '" + name + "' has dtype " + dtype + "; a state file holds F32 and I64");
+      places.push_back({name, dtype, shape});
+    }
+    writer_ = std::make_unique<runtime::SafetensorsWriter>(path, places, metadata);
   }
-  nb::gil_scoped_release release;
-  runtime::write_safetensors_from(path, sources, metadata);
-}
+  // The whole tensor `name` from `bytes` bytes of contiguous CPU memory at `address`.
+  void write(const std::string& name, uintptr_t address, uint64_t bytes) {
+    const runtime::TensorPlace* place = writer_->header().find(name);
+    if (!place) throw std::invalid_argument("the state file declares no tensor '" + name + "'");
+    if (place->end - place->begin != bytes)
+      throw std::invalid_argument("state tensor '" + name + "' has " + std::to_string(place->end - place->begin) + " bytes, the source " + std::to_string(bytes));
+    nb::gil_scoped_release release;
+    writer_->write(name, 0, reinterpret_cast<const void*>(address), bytes);
+  }
+  void commit() {
+    nb::gil_scoped_release release;
+    writer_->commit();
+  }
+
+ private:
+  std::unique_ptr<runtime::SafetensorsWriter> writer_;
+};
+
+// A state file read tensor by tensor after its header and (verify_checksum) its whole checksum
+// were checked: load_state checks everything before it reads any tensor into the optimizer.
+class StateFileReader {
+ public:
+  explicit StateFileReader(const std::string& path) : path_(path), reader_(std::make_unique<runtime::SafetensorsReader>(path)) {}
+  const std::map<std::string, std::string>& metadata() const { return reader_->header().metadata; }
+  std::vector<TensorLayout> tensors() const {
+    std::vector<TensorLayout> result;
+    for (const runtime::TensorPlace& tensor : reader_->header().tensors) result.emplace_back(tensor.name, tensor.dtype, tensor.shape);
+    return result;
+  }
+  void verify_checksum() {
+    nb::gil_scoped_release release;
+    reader_->verify_checksum();
+  }
+  // The whole tensor `name` into `bytes` bytes of CPU memory at `address`.
+  void read(const std::string& name, uintptr_t address, uint64_t bytes) {
+    const runtime::TensorPlace* tensor = reader_->header().find(name);
+    if (!tensor) throw std::invalid_argument(path_ + ": no tensor '" + name + "'");
+    if (tensor->end - tensor->begin != bytes)
+      throw std::invalid_argument(path_ + ": tensor '" + name + "' has " + std::to_string(tensor->end - tensor->begin) + " bytes, the destination " +
+                                  std::to_string(bytes));
+    nb::gil_scoped_release release;
+    reader_->read(*tensor, 0, reinterpret_cast<void*>(address), bytes);
+  }
+
+ private:
+  std::string path_;
+  std::unique_ptr<runtime::SafetensorsReader> reader_;
+};
 
 // The header: the metadata and (name, dtype, shape) per tensor in the file's order.
-std::pair<std::map<std::string, std::string>, std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>> read_state_header(const std::string& path) {
-  const runtime::SafetensorsReader reader(path);
-  std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>> tensors;
-  for (const runtime::TensorPlace& tensor : reader.header().tensors) tensors.emplace_back(tensor.name, tensor.dtype, tensor.shape);
-  return {reader.header().metadata, tensors};
-}
-
-// Reads the named tensors into the given memory (each `bytes` long, checked against the header)
-// and then checks the whole file's checksum; a problem throws after which the memory holds
-// whatever was read, for the caller to drop.
-void read_state_tensors(const std::string& path, const std::vector<std::tuple<std::string, uintptr_t, uint64_t>>& wanted) {
-  nb::gil_scoped_release release;
-  runtime::SafetensorsReader reader(path);
-  for (const auto& [name, address, bytes] : wanted) {
-    const runtime::TensorPlace* tensor = reader.header().find(name);
-    if (!tensor) throw std::invalid_argument(path + ": no tensor '" + name + "'");
-    if (tensor->end - tensor->begin != bytes)
-      throw std::invalid_argument(path + ": tensor '" + name + "' has " + std::to_string(tensor->end - tensor->begin) + " bytes, the destination " +
-                                  std::to_string(bytes));
-    reader.read(*tensor, 0, reinterpret_cast<void*>(address), bytes);
-  }
-  reader.verify_checksum();
+std::pair<std::map<std::string, std::string>, std::vector<TensorLayout>> read_state_header(const std::string& path) {
+  const StateFileReader reader(path);
+  return {reader.metadata(), reader.tensors()};
 }
 
 }  // namespace
 
 void register_state_file(nb::module_& m) {
-  m.def("write_state_tensors", &write_state_tensors, nb::arg("path"), nb::arg("tensors"), nb::arg("metadata"),
-        "Writes (name, 'F32' | 'I64', shape, address) tensors of contiguous CPU memory to a safetensors state file, atomically.");
+  nb::class_<StateFileWriter>(m, "StateFileWriter", "A safetensors state file written tensor by tensor, atomically at commit().")
+      .def(nb::init<const std::string&, const std::vector<TensorLayout>&, const std::map<std::string, std::string>&>(), nb::arg("path"),
+           nb::arg("tensors"), nb::arg("metadata"))
+      .def("write", &StateFileWriter::write, nb::arg("name"), nb::arg("address"), nb::arg("bytes"),
+           "The whole tensor `name` from contiguous CPU memory at `address`.")
+      .def("commit", &StateFileWriter::commit, "Checks that every tensor was written, then puts the file in place.");
+  nb::class_<StateFileReader>(m, "StateFileReader", "A safetensors state file read tensor by tensor.")
+      .def(nb::init<const std::string&>(), nb::arg("path"))
+      .def_prop_ro("metadata", &StateFileReader::metadata)
+      .def_prop_ro("tensors", &StateFileReader::tensors, "(name, dtype, shape) per tensor in the file's order.")
+      .def("verify_checksum", &StateFileReader::verify_checksum, "Reads the whole file and checks its SHA-256.")
+      .def("read", &StateFileReader::read, nb::arg("name"), nb::arg("address"), nb::arg("bytes"), "The whole tensor `name` into CPU memory at `address`.");
   m.def("read_state_header", &read_state_header, nb::arg("path"), "A state file's metadata and its tensors' (name, dtype, shape).");
-  m.def("read_state_tensors", &read_state_tensors, nb::arg("path"), nb::arg("wanted"),
-        "Reads (name, address, bytes) tensors of a state file into CPU memory, then checks the file's checksum.");
 }
 
 }  // namespace orthojit::python

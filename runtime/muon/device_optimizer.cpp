@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "ir/muon_step.h"
+#include "runtime/errors.h"
 #include "runtime/muon/state_format.h"
 #include "runtime/muon/update_rules.h"
 #include "runtime/orthogonalize.h"
@@ -101,6 +102,7 @@ std::string DeviceOptimizer::locate_nonfinite() const {
 }
 
 StepReport DeviceOptimizer::step(void* stream) {
+  if (!partly_loaded_.empty()) throw InvalidStateError("DeviceOptimizer::step: " + partly_loaded_);
   StepReport report;
   std::vector<TensorSpan> spans;
   for (const Entry& entry : entries_)
@@ -217,28 +219,101 @@ std::map<std::string, HybridOptimizer::State> DeviceOptimizer::state() const {
   return result;
 }
 
-void DeviceOptimizer::save_state(const std::string& path) const {
+std::vector<StateOwner> DeviceOptimizer::state_owners() const {
   std::vector<StateOwner> owners;
   for (const Entry& entry : entries_) owners.push_back({entry.parameter.name, entry.parameter.shape, entry.muon});
-  write_state_file(path, owners, state(), settings_, steps_);
+  return owners;
+}
+
+void DeviceOptimizer::set_state_staging_bytes(int64_t bytes) {
+  if (bytes < 1) throw std::invalid_argument("DeviceOptimizer: the state staging buffer must hold at least 1 byte, got " + std::to_string(bytes));
+  staging_bytes_ = bytes;
+}
+
+namespace {
+
+// Each state buffer of the optimizer with its tensor's name in the state file, in the file's order.
+struct StateBuffer {
+  std::string name;
+  std::uintptr_t address = 0;
+  int64_t bytes = 0;
+};
+
+// The host buffer the state streams through: the staging size, or the largest buffer if smaller.
+std::vector<unsigned char> staging_buffer(const std::vector<StateBuffer>& buffers, int64_t staging_bytes) {
+  int64_t largest = 0;
+  for (const StateBuffer& buffer : buffers) largest = std::max(largest, buffer.bytes);
+  return std::vector<unsigned char>(static_cast<size_t>(std::min(largest, staging_bytes)));
+}
+
+}  // namespace
+
+void DeviceOptimizer::save_state(const std::string& path) const {
+  if (!partly_loaded_.empty()) throw InvalidStateError("DeviceOptimizer::save_state: " + partly_loaded_);
+  std::vector<TensorPlace> places;
+  for (const TensorSource& tensor : state_file_tensors(state_owners(), nullptr, settings_.muon.variant)) places.push_back(tensor.place);
+  SafetensorsWriter writer(path, places, state_file_metadata(settings_, steps_));
+  std::vector<StateBuffer> buffers;
+  for (const Entry& entry : entries_) {
+    const int64_t bytes = bytes_of(entry.parameter.elements(), DType::F32);
+    if (entry.muon) {
+      buffers.push_back({entry.parameter.name + ".momentum_buffer", entry.momentum, bytes});
+    } else {
+      buffers.push_back({entry.parameter.name + ".exp_avg", entry.exp_avg, bytes});
+      buffers.push_back({entry.parameter.name + ".exp_avg_sq", entry.exp_avg_sq, bytes});
+      writer.write(entry.parameter.name + ".step", 0, &entry.adam_steps, sizeof entry.adam_steps);
+    }
+  }
+  std::vector<unsigned char> staging = staging_buffer(buffers, staging_bytes_);
+  for (const StateBuffer& buffer : buffers)
+    for (int64_t at = 0; at < buffer.bytes;) {
+      const int64_t size = std::min<int64_t>(buffer.bytes - at, static_cast<int64_t>(staging.size()));
+      memory_->download(staging.data(), buffer.address + static_cast<std::uintptr_t>(at), size);
+      writer.write(buffer.name, static_cast<uint64_t>(at), staging.data(), static_cast<uint64_t>(size));
+      at += size;
+    }
+  writer.commit();  // nothing is left behind when anything above throws
 }
 
 void DeviceOptimizer::load_state(const std::string& path) {
-  std::vector<StateOwner> owners;
-  for (const Entry& entry : entries_) owners.push_back({entry.parameter.name, entry.parameter.shape, entry.muon});
-  int64_t steps = 0;
-  const std::map<std::string, HybridOptimizer::State> loaded = read_state_file(path, owners, settings_, steps);  // checks everything first
-  for (Entry& entry : entries_) {
-    const HybridOptimizer::State& state = loaded.at(entry.parameter.name);
+  SafetensorsReader reader(path);
+  const int64_t steps = check_state_file(reader.header(), path, state_owners(), settings_);
+  // The whole file's checksum before any byte reaches the state. The reader keeps its descriptor,
+  // so the bytes read below are the ones checked even if the path is replaced meanwhile (a save
+  // renames a new file over it).
+  reader.verify_checksum();
+  std::vector<StateBuffer> buffers;
+  std::vector<int64_t> adam_steps(entries_.size(), 0);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& entry = entries_[i];
     const int64_t bytes = bytes_of(entry.parameter.elements(), DType::F32);
     if (entry.muon) {
-      memory_->upload(entry.momentum, state.momentum.data(), bytes);
+      buffers.push_back({entry.parameter.name + ".momentum_buffer", entry.momentum, bytes});
     } else {
-      memory_->upload(entry.exp_avg, state.exp_avg.data(), bytes);
-      memory_->upload(entry.exp_avg_sq, state.exp_avg_sq.data(), bytes);
-      entry.adam_steps = state.step;
+      buffers.push_back({entry.parameter.name + ".exp_avg", entry.exp_avg, bytes});
+      buffers.push_back({entry.parameter.name + ".exp_avg_sq", entry.exp_avg_sq, bytes});
+      reader.read(*reader.header().find(entry.parameter.name + ".step"), 0, &adam_steps[i], sizeof adam_steps[i]);
     }
   }
+  std::vector<unsigned char> staging = staging_buffer(buffers, staging_bytes_);
+  try {
+    for (const StateBuffer& buffer : buffers) {
+      const TensorPlace& place = *reader.header().find(buffer.name);  // check_state_file found every one
+      for (int64_t at = 0; at < buffer.bytes;) {
+        const int64_t size = std::min<int64_t>(buffer.bytes - at, static_cast<int64_t>(staging.size()));
+        reader.read(place, static_cast<uint64_t>(at), staging.data(), static_cast<uint64_t>(size));
+        memory_->upload(buffer.address + static_cast<std::uintptr_t>(at), staging.data(), size);
+        at += size;
+      }
+    }
+  } catch (const std::exception& error) {
+    partly_loaded_ = "the state is partly loaded from " + path + " (reading it failed after its checks passed: " + error.what() +
+                     "); load a state file again before stepping or saving";
+    throw std::runtime_error("DeviceOptimizer::load_state: " + partly_loaded_);
+  }
+  partly_loaded_.clear();
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (!entries_[i].muon) entries_[i].adam_steps = adam_steps[i];
   steps_ = steps;
 }
 

@@ -15,7 +15,8 @@
 // NaN or an infinity in any gradient must change nothing. Host memory is touched only for scalars
 // (the flag, the argument blocks of pointers and hyperparameters). A step that finds a non-finite
 // value copies the gradients to the host to name the first one, as HybridOptimizer does.
-// save_state, load_state and qk_clip copy through the host and synchronize the device.
+// save_state, load_state and qk_clip copy through the host and synchronize the device; the state
+// file streams through a host buffer of state_staging_bytes(), never the whole state.
 #pragma once
 
 #include <cstdint>
@@ -62,9 +63,19 @@ class DeviceOptimizer {
   void qk_clip(const std::string& q_name, const std::string& k_name, int64_t head_rows, const std::vector<double>& s_max, double tau);
 
   // The state file of HybridOptimizer (the same tensors, names and metadata: either optimizer
-  // loads what the other saved), staged through host memory.
+  // loads what the other saved), streamed through one host buffer of state_staging_bytes():
+  // the host holds that much of the state at a time, however large the model (a whole-state
+  // host copy would be the size of the device's state, e.g. 32 GB of momentum for an 8B model).
+  // load_state checks the file's tensors and its whole checksum before anything changes, so a
+  // wrong or corrupt file changes nothing; a read that fails after those checks (the disk
+  // failing mid-load) leaves the state partly loaded and says so; step and save_state then throw
+  // InvalidStateError (runtime/errors.h) until a load succeeds.
   void save_state(const std::string& path) const;
   void load_state(const std::string& path);
+  static constexpr int64_t kDefaultStateStagingBytes = int64_t{16} << 20;
+  int64_t state_staging_bytes() const { return staging_bytes_; }
+  // Throws std::invalid_argument unless bytes >= 1.
+  void set_state_staging_bytes(int64_t bytes);
   // The state copied to the host, in HybridOptimizer::state()'s form.
   std::map<std::string, HybridOptimizer::State> state() const;
 
@@ -84,6 +95,7 @@ class DeviceOptimizer {
     ~Allocations();
   };
   Entry& find(const std::string& name);
+  std::vector<StateOwner> state_owners() const;
   void check_address(const std::string& name, const void* address, const char* what) const;
   std::string locate_nonfinite() const;
 
@@ -95,6 +107,8 @@ class DeviceOptimizer {
   std::unique_ptr<BlockOrthogonalizer> orthogonalizer_;
   MuonStepLauncher launcher_;
   int64_t steps_ = 0;
+  int64_t staging_bytes_ = kDefaultStateStagingBytes;
+  std::string partly_loaded_;  // why the state cannot be used (a load failed midway), or empty
 };
 
 }  // namespace orthojit::runtime

@@ -120,6 +120,11 @@ def _in_format_of(t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return t.contiguous(memory_format=torch.channels_last if _channels_last(p) else torch.contiguous_format)
 
 
+def _state_device(p: torch.Tensor, key: str) -> torch.device:
+    """Where a state tensor of ``p`` lives: step counts on the host, buffers with the parameter."""
+    return torch.device("cpu") if key in ("step", "variant_step") else p.device
+
+
 def _label(name: str) -> str:
     return f"parameter '{name}'"
 
@@ -621,10 +626,16 @@ class Muon(torch.optim.Optimizer):
         Every group, name, shape and dtype is checked before anything changes."""
         matched, new_groups, meta = _match_saved_state(self.param_groups, state_dict, self._variant(), self._variant_state,
                                                       self._settings.values()["muon.momentum_kind"])
+        self._install_state(matched, new_groups, meta, lambda p, key, value: value.detach().to(_state_device(p, key)).clone())
+
+    def _install_state(self, matched: Dict[torch.Tensor, Dict[str, torch.Tensor]], new_groups: List[Dict[str, Any]], meta: Dict[str, Any],
+                       place: Callable[[torch.Tensor, str, torch.Tensor], torch.Tensor]) -> None:
+        """Replaces the state by ``place(p, key, saved)`` for every matched tensor (a new tensor on
+        the parameter's device, in its memory format) and the groups by ``new_groups``."""
         state: Dict[Any, Dict[str, Any]] = defaultdict(dict)
         for p, values in matched.items():
             for key, value in values.items():
-                value = value.detach().to("cpu" if key in ("step", "variant_step") else p.device).clone()
+                value = place(p, key, value)
                 state[p][key] = _in_format_of(value, p) if value.shape == p.shape else value.contiguous()
         self.__setstate__({"state": state, "param_groups": new_groups})
         self.steps_taken = int(meta.get("steps_taken", 0))
@@ -641,34 +652,42 @@ class Muon(torch.optim.Optimizer):
         metadata = {"orthojit.format": _STATE_FORMAT, "orthojit.preset": self._settings.preset, "orthojit.steps_taken": str(int(self.steps_taken)),
                     "orthojit.momentum_kind": values["muon.momentum_kind"], "orthojit.momentum": repr(float(values["muon.momentum"])),
                     "orthojit.muon_variant": values["muon.variant"], _GROUPS_KEY: groups}
-        tensors, alive = [], []
+        # Tensor by tensor: a CUDA state tensor is copied to the host alone, so the host holds
+        # one state tensor at a time (a CPU one in f32 and contiguous is written from its memory).
+        layout, sources = [], []
         for group in self.param_groups:
             for name, p in zip(group["param_names"], group["params"]):
-                state = self.state.get(p, {})
                 expected = {"momentum_buffer": (torch.float32, tuple(p.shape))} if group["use_muon"] else \
                     {"exp_avg": (torch.float32, tuple(p.shape)), "exp_avg_sq": (torch.float32, tuple(p.shape)), "step": (torch.int64, ())}
                 if group["use_muon"]:
                     expected.update(self._variant_state(p))
                 for key, (dtype, shape) in expected.items():
-                    value = state.get(key)
-                    value = torch.zeros(shape, dtype=dtype) if value is None else torch.as_tensor(value)
-                    value = value.detach().to("cpu", dtype).reshape(shape).contiguous()
-                    alive.append(value)
-                    tensors.append((f"{name}.{key}", "F32" if dtype == torch.float32 else "I64", list(shape), value.data_ptr()))
-        _orthojit.write_state_tensors(os.fspath(path), tensors, metadata)
+                    layout.append((f"{name}.{key}", "F32" if dtype == torch.float32 else "I64", list(shape)))
+                    sources.append((p, key, dtype, shape))
+        writer = _orthojit.StateFileWriter(os.fspath(path), layout, metadata)
+        for (tensor_name, _, _), (p, key, dtype, shape) in zip(layout, sources):
+            value = self.state.get(p, {}).get(key)
+            value = torch.zeros(shape, dtype=dtype) if value is None else torch.as_tensor(value)
+            value = value.detach().to("cpu", dtype).reshape(shape).contiguous()
+            writer.write(tensor_name, value.data_ptr(), value.numel() * value.element_size())
+            del value
+        writer.commit()
 
     def load_state(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Loads a state file of ``save_state``, of orthojit.DistributedMuon.save_state (any world
         size) or of the C++ and C optimizers (whose files carry no param_groups: the groups then
         keep their hyperparameters), bit-exactly, under load_state_dict's checks; the file's
-        checksum is verified before anything changes."""
+        checksum is verified before anything changes. The file is read tensor by tensor into the
+        new state: a CPU state tensor directly, a CUDA one through one host tensor at a time."""
         path = os.fspath(path)
-        metadata, listed = _orthojit.read_state_header(path)
+        reader = _orthojit.StateFileReader(path)
+        metadata, listed = reader.metadata, reader.tensors
         names = {name for group in self.param_groups for name in group["param_names"]}
         saved_groups = _saved_groups(metadata, self.param_groups)
         index_of = {name: index for group in saved_groups for index, name in zip(group["params"], group.get("param_names", []))}
+        # The checks run on shapes alone (meta tensors hold no memory), then the checksum over the
+        # whole file; only then is a tensor read.
         state: Dict[int, Dict[str, torch.Tensor]] = defaultdict(dict)
-        wanted = []
         dtypes = {"F32": torch.float32, "I64": torch.int64}
         for tensor_name, dtype, shape in listed:
             name, _, key = tensor_name.rpartition(".")
@@ -677,11 +696,18 @@ class Muon(torch.optim.Optimizer):
                                  "which this optimizer does not have; nothing was loaded")
             if dtype not in dtypes:
                 raise ValueError(f"optimizer state {path}: '{tensor_name}' is {dtype}; a state file holds F32 and I64; nothing was loaded")
-            value = torch.empty(shape, dtype=dtypes[dtype])
-            state[index_of[name]][key] = value
-            wanted.append((tensor_name, value.data_ptr(), value.numel() * value.element_size()))
-        _orthojit.read_state_tensors(path, wanted)
-        self.load_state_dict({"state": dict(state), "param_groups": saved_groups, "orthojit": _file_meta(metadata)})
+            state[index_of[name]][key] = torch.empty(shape, dtype=dtypes[dtype], device="meta")
+        matched, new_groups, meta = _match_saved_state(self.param_groups, {"state": dict(state), "param_groups": saved_groups, "orthojit": _file_meta(metadata)},
+                                                      self._variant(), self._variant_state, self._settings.values()["muon.momentum_kind"])
+        reader.verify_checksum()
+        name_of_param = {p: name for group in self.param_groups for name, p in zip(group["param_names"], group["params"])}
+
+        def read(p: torch.Tensor, key: str, saved: torch.Tensor) -> torch.Tensor:
+            host = torch.empty(saved.shape, dtype=saved.dtype)
+            reader.read(f"{name_of_param[p]}.{key}", host.data_ptr(), host.numel() * host.element_size())
+            return host.to(_state_device(p, key))
+
+        self._install_state(matched, new_groups, meta, read)
 
     # ----------------------------------------------------------------------------- DeepSpeed
     @classmethod
