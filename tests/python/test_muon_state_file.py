@@ -183,3 +183,16 @@ def test_the_writer_refuses_a_missing_tensor_and_a_wrong_size(tmp_path):
     with pytest.raises(OSError, match='tensor "b" was never given'):
         writer.commit()
     assert not path.exists()
+
+
+def test_the_checkpoint_benchmark_runs_on_a_small_model(tmp_path):
+    # bench/muon_checkpoint_memory.py, so that it keeps running: both loads, one repeat.
+    import os
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "muon_checkpoint_memory.py")
+    done = subprocess.run([sys.executable, script, "--embedding-rows", "64", "--muon-layers", "1", "--repeats", "1",
+                           "--path", str(tmp_path / "bench.safetensors")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "load, whole state" in done.stdout and "load_state (streamed)" in done.stdout, done.stdout
+    assert not (tmp_path / "bench.safetensors").exists()
