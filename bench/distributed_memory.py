@@ -22,15 +22,9 @@ import subprocess
 import sys
 import time
 
+from resident_memory import status_kib  # bench/ is the script's folder
+
 MIB = 1 << 20
-
-
-def status_kib(field):
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
 def worker(stage, bucket_size, embedding_rows, muon_layers):

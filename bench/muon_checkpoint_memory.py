@@ -28,23 +28,16 @@ import orthojit
 from orthojit import _orthojit
 from orthojit.muon import _file_meta, _saved_groups
 
+from resident_memory import reset_peak, status_kib  # bench/ is the script's folder
+
 MIB = 1 << 20
-
-
-def status_kib(field):
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
 def measure(call, repeats):
     added, seconds = [], []
     for _ in range(repeats):
         before = status_kib("VmRSS")
-        with open("/proc/self/clear_refs", "w") as clear:
-            clear.write("5")
+        reset_peak()
         started = time.perf_counter()
         call()
         seconds.append(time.perf_counter() - started)

@@ -225,6 +225,20 @@ std::vector<StateOwner> DeviceOptimizer::state_owners() const {
   return owners;
 }
 
+std::vector<DeviceOptimizer::StateBuffer> DeviceOptimizer::state_buffers() const {
+  std::vector<StateBuffer> buffers;
+  for (const Entry& entry : entries_) {
+    const int64_t bytes = bytes_of(entry.parameter.elements(), DType::F32);
+    if (entry.muon) {
+      buffers.push_back({entry.parameter.name + ".momentum_buffer", entry.momentum, bytes});
+    } else {
+      buffers.push_back({entry.parameter.name + ".exp_avg", entry.exp_avg, bytes});
+      buffers.push_back({entry.parameter.name + ".exp_avg_sq", entry.exp_avg_sq, bytes});
+    }
+  }
+  return buffers;
+}
+
 void DeviceOptimizer::set_state_staging_bytes(int64_t bytes) {
   if (bytes < 1) throw std::invalid_argument("DeviceOptimizer: the state staging buffer must hold at least 1 byte, got " + std::to_string(bytes));
   staging_bytes_ = bytes;
@@ -232,17 +246,10 @@ void DeviceOptimizer::set_state_staging_bytes(int64_t bytes) {
 
 namespace {
 
-// Each state buffer of the optimizer with its tensor's name in the state file, in the file's order.
-struct StateBuffer {
-  std::string name;
-  std::uintptr_t address = 0;
-  int64_t bytes = 0;
-};
-
 // The host buffer the state streams through: the staging size, or the largest buffer if smaller.
-std::vector<unsigned char> staging_buffer(const std::vector<StateBuffer>& buffers, int64_t staging_bytes) {
+std::vector<unsigned char> staging_buffer(const std::vector<DeviceOptimizer::StateBuffer>& buffers, int64_t staging_bytes) {
   int64_t largest = 0;
-  for (const StateBuffer& buffer : buffers) largest = std::max(largest, buffer.bytes);
+  for (const DeviceOptimizer::StateBuffer& buffer : buffers) largest = std::max(largest, buffer.bytes);
   return std::vector<unsigned char>(static_cast<size_t>(std::min(largest, staging_bytes)));
 }
 
@@ -253,17 +260,9 @@ void DeviceOptimizer::save_state(const std::string& path) const {
   std::vector<TensorPlace> places;
   for (const TensorSource& tensor : state_file_tensors(state_owners(), nullptr, settings_.muon.variant)) places.push_back(tensor.place);
   SafetensorsWriter writer(path, places, state_file_metadata(settings_, steps_));
-  std::vector<StateBuffer> buffers;
-  for (const Entry& entry : entries_) {
-    const int64_t bytes = bytes_of(entry.parameter.elements(), DType::F32);
-    if (entry.muon) {
-      buffers.push_back({entry.parameter.name + ".momentum_buffer", entry.momentum, bytes});
-    } else {
-      buffers.push_back({entry.parameter.name + ".exp_avg", entry.exp_avg, bytes});
-      buffers.push_back({entry.parameter.name + ".exp_avg_sq", entry.exp_avg_sq, bytes});
-      writer.write(entry.parameter.name + ".step", 0, &entry.adam_steps, sizeof entry.adam_steps);
-    }
-  }
+  for (const Entry& entry : entries_)
+    if (!entry.muon) writer.write(entry.parameter.name + ".step", 0, &entry.adam_steps, sizeof entry.adam_steps);
+  const std::vector<StateBuffer> buffers = state_buffers();
   std::vector<unsigned char> staging = staging_buffer(buffers, staging_bytes_);
   for (const StateBuffer& buffer : buffers)
     for (int64_t at = 0; at < buffer.bytes;) {
@@ -282,19 +281,10 @@ void DeviceOptimizer::load_state(const std::string& path) {
   // so the bytes read below are the ones checked even if the path is replaced meanwhile (a save
   // renames a new file over it).
   reader.verify_checksum();
-  std::vector<StateBuffer> buffers;
   std::vector<int64_t> adam_steps(entries_.size(), 0);
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    const Entry& entry = entries_[i];
-    const int64_t bytes = bytes_of(entry.parameter.elements(), DType::F32);
-    if (entry.muon) {
-      buffers.push_back({entry.parameter.name + ".momentum_buffer", entry.momentum, bytes});
-    } else {
-      buffers.push_back({entry.parameter.name + ".exp_avg", entry.exp_avg, bytes});
-      buffers.push_back({entry.parameter.name + ".exp_avg_sq", entry.exp_avg_sq, bytes});
-      reader.read(*reader.header().find(entry.parameter.name + ".step"), 0, &adam_steps[i], sizeof adam_steps[i]);
-    }
-  }
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (!entries_[i].muon) reader.read(*reader.header().find(entries_[i].parameter.name + ".step"), 0, &adam_steps[i], sizeof adam_steps[i]);
+  const std::vector<StateBuffer> buffers = state_buffers();
   std::vector<unsigned char> staging = staging_buffer(buffers, staging_bytes_);
   try {
     for (const StateBuffer& buffer : buffers) {

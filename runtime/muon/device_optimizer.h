@@ -76,6 +76,12 @@ class DeviceOptimizer {
   int64_t state_staging_bytes() const { return staging_bytes_; }
   // Throws std::invalid_argument unless bytes >= 1.
   void set_state_staging_bytes(int64_t bytes);
+  // An f32 state buffer with the name of its tensor in the state file.
+  struct StateBuffer {
+    std::string name;
+    std::uintptr_t address = 0;
+    int64_t bytes = 0;
+  };
   // The state copied to the host, in HybridOptimizer::state()'s form.
   std::map<std::string, HybridOptimizer::State> state() const;
 
@@ -96,6 +102,7 @@ class DeviceOptimizer {
   };
   Entry& find(const std::string& name);
   std::vector<StateOwner> state_owners() const;
+  std::vector<StateBuffer> state_buffers() const;  // in the state file's order
   void check_address(const std::string& name, const void* address, const char* what) const;
   std::string locate_nonfinite() const;
 
