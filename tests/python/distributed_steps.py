@@ -8,14 +8,18 @@ import torch
 import orthojit
 
 
-def compare_every_stage_and_mode(rank, model, settings, comm=None):
+def compare_every_stage_and_mode(rank, model, settings, comm=None, memory_format=None):
     """Returns (the failure lines, the last optimizer): every parameter that is not bit-identical
     after a step, and every skipped step. `comm`: the communicator argument of DistributedMuon
-    (None: its default, the torch.distributed group under torchrun)."""
+    (None: its default, the torch.distributed group under torchrun). `memory_format`: the
+    distributed model's (torch.channels_last: its filters; the reference stays contiguous), which
+    every step must keep."""
     failures, distributed = [], None
     for stage in (1, 2, 3):
         for mode in ("deepspeed", "balanced"):
             distributed_model, reference_model = model(1), model(1)
+            if memory_format is not None:
+                distributed_model = distributed_model.to(memory_format=memory_format)
             arguments = (distributed_model.named_parameters(),) + ((comm,) if comm is not None else ())
             distributed = orthojit.DistributedMuon(*arguments, stage=stage, mode=mode, preset="keller", settings=settings, average_gradients=False)
             reference = orthojit.Muon(reference_model.named_parameters(), preset="keller", settings=settings)
@@ -34,6 +38,9 @@ def compare_every_stage_and_mode(rank, model, settings, comm=None):
                 if report["skipped"]:
                     failures.append(f"rank {rank}: stage {stage} {mode}: step skipped: {report['reason']}")
                 failures += differences(rank, distributed_model, reference_model, f"stage {stage} {mode} step {step}")
+                if memory_format is not None:
+                    failures += [f"rank {rank}: stage {stage} {mode} step {step}: {name} lost its memory format"
+                                 for name, p in distributed_model.named_parameters() if p.dim() == 4 and not p.is_contiguous(memory_format=memory_format)]
     return failures, distributed
 
 

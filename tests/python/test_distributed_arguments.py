@@ -306,3 +306,41 @@ def test_a_missing_gradient_under_skip_is_refused_with_nothing_changed():
     same_random_gradients(61, net)
     assert not distributed.step()["skipped"]
     assert not torch.equal(net.weight, before[0])
+
+
+def test_channels_last_filters_step_as_their_contiguous_twins(tmp_path):
+    # A vision model after model.to(memory_format=torch.channels_last): its filters are stepped as
+    # contiguous copies, so every step is the contiguous model's, bit for bit; the filters stay
+    # channels_last; an edit of a filter between steps (a trainer clamping it) is what the next
+    # step starts from; the state and its file are the contiguous model's.
+    def net():
+        torch.manual_seed(4)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3), torch.nn.Conv2d(6, 4, (2, 3)), torch.nn.Flatten(), torch.nn.Linear(4, 2))
+
+    last, plain = net().to(memory_format=torch.channels_last), net()
+    assert last[0].weight.is_contiguous(memory_format=torch.channels_last) and not last[0].weight.is_contiguous()
+    make = lambda m: orthojit.DistributedMuon(m.named_parameters(), comm="local", preset="keller", stage=3)  # noqa: E731
+    a, b = make(last), make(plain)
+    for step in range(3):
+        same_random_gradients(10 + step, plain, last)
+        if step == 2:
+            with torch.no_grad():
+                for p, q in zip(last.parameters(), plain.parameters()):
+                    p.mul_(0.5)
+                    q.mul_(0.5)
+        assert not a.step()["skipped"] and not b.step()["skipped"]
+        a.gather_parameters()
+        b.gather_parameters()
+        for (name, p), q in zip(last.named_parameters(), plain.parameters()):
+            assert torch.equal(p, q), f"{name} after step {step}"
+    assert last[0].weight.is_contiguous(memory_format=torch.channels_last) and last[1].weight.is_contiguous(memory_format=torch.channels_last)
+    mine, theirs = a.state_dict(), b.state_dict()
+    assert all(torch.equal(theirs["state"][i][k], v) for i, s in mine["state"].items() for k, v in s.items())
+    a.save_state(tmp_path / "last.safetensors")
+    b.save_state(tmp_path / "plain.safetensors")
+    assert (tmp_path / "last.safetensors").read_bytes() == (tmp_path / "plain.safetensors").read_bytes()
+    # A refused step (a non-finite gradient) leaves the filters as they were.
+    before = [p.detach().clone() for p in last.parameters()]
+    last[0].weight.grad[0, 0, 0, 0] = float("nan")
+    assert a.step()["skipped"]
+    assert all(torch.equal(p, q) for p, q in zip(last.parameters(), before))

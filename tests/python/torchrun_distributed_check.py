@@ -3,7 +3,8 @@ the torch.distributed process group torchrun set up, against the single-process 
 
 1. Every stage and both modes, rank 0 supplying the gradient and the others zeros, summed without
    averaging (the reduction is exact): after every step every rank's parameters are bit-identical
-   to orthojit.Muon's on that gradient (one step with missing gradients).
+   to orthojit.Muon's on that gradient (one step with missing gradients); and a model whose
+   filters are channels_last against the same model contiguous under orthojit.Muon.
 2. With DistributedDataParallel: each rank's own batch, DDP averages the gradients in backward,
    DistributedMuon(gradients_reduced=True) takes them as they are; the parameters are
    bit-identical to orthojit.Muon stepped on the same averaged gradients, on every rank. Without
@@ -35,6 +36,16 @@ def model(seed):
 
 failures, distributed = compare_every_stage_and_mode(rank, model, SETTINGS)
 assert distributed.describe().startswith("torch.distributed (gloo)"), distributed.describe()
+
+
+def vision_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.ModuleDict({"stem": torch.nn.Conv2d(3, 8, 3), "hidden": torch.nn.Linear(6, 13), "out": torch.nn.Linear(13, 7),
+                                "head": torch.nn.Conv2d(8, 5, (3, 2))})
+
+
+# Its filters channels_last (the partitions cut through them), against the contiguous model.
+failures += compare_every_stage_and_mode(rank, vision_model, SETTINGS, memory_format=torch.channels_last)[0]
 
 
 def ddp_run(gradients_reduced, average):

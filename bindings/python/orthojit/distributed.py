@@ -19,6 +19,7 @@ layout, so a checkpoint loads into a DistributedMuon of any world size, stage or
 orthojit.Muon, and back.
 """
 
+import contextlib
 import copy
 import json as _json
 import os
@@ -164,7 +165,9 @@ class DistributedMuon(torch.optim.Optimizer):
     """Distributed hybrid Muon + AdamW.
 
     Args:
-        named_parameters: ``model.named_parameters()`` or ``(name, tensor)`` pairs; contiguous,
+        named_parameters: ``model.named_parameters()`` or ``(name, tensor)`` pairs; contiguous
+            (or 4-D filters in ``torch.channels_last``, which are partitioned and stepped as
+            contiguous copies the runtime holds: their contiguous twins' steps, bit for bit),
             float32 / bfloat16 / float16, all on the CPU or all on the GPU (``cuda:0`` of each
             process: one GPU per rank, e.g. with CUDA_VISIBLE_DEVICES). CUDA tensors need
             ``engine="nccl"``. Frozen tensors (``requires_grad=False``) are left out.
@@ -249,9 +252,6 @@ class DistributedMuon(torch.optim.Optimizer):
             name, tensor = item
             if getattr(tensor, "requires_grad", True) is False:
                 continue
-            if isinstance(tensor, torch.Tensor) and _channels_last(tensor):
-                raise ValueError(f"parameter '{name}' is channels_last: DistributedMuon partitions contiguous parameters (orthojit.Muon "
-                                 "steps channels_last filters); make the model contiguous (model.to(memory_format=torch.contiguous_format))")
             self._parameters.append((name, tensor))
         # Names key each tensor's gradient and state (two tensors under one name once stepped the
         # first with the second's gradient and the second with zeros), as in orthojit.Muon.
@@ -278,7 +278,17 @@ class DistributedMuon(torch.optim.Optimizer):
             for key, value in overrides.items():
                 _base_settings.set(key, value)
             overrides, preset = {}, _base_settings.preset
-        self._core = _orthojit.Distributed([(name, tensor.detach(), use_muon.get(name)) for name, tensor in self._parameters], handle, preset,
+        # A channels_last filter (a vision model after model.to(memory_format=torch.channels_last))
+        # is partitioned and stepped as a contiguous copy of itself, which the runtime holds:
+        # the partition layout, the state and the state file are those of the contiguous model,
+        # and each step is its contiguous twin's, bit for bit. The copy takes the parameter's
+        # values before every call that reads them and gives them back after every call that
+        # writes them (two copies of each such filter per step, on the parameter's device).
+        self._shadows = [(tensor, tensor.detach().contiguous()) for _, tensor in self._parameters
+                         if isinstance(tensor, torch.Tensor) and _channels_last(tensor)]
+        contiguous = {id(tensor): shadow for tensor, shadow in self._shadows}
+        self._core = _orthojit.Distributed([(name, contiguous.get(id(tensor), tensor.detach()), use_muon.get(name))
+                                            for name, tensor in self._parameters], handle, preset,
                                            overrides, stage, mode, bool(average_gradients), bool(offload), engine, collectives,
                                            bool(gradients_reduced), options, float(max_grad_norm or 0.0), int(bucket_size or 0), _base_settings)
         values = (_base_settings if _base_settings is not None else _orthojit.MuonSettings(preset, dict(overrides))).values()
@@ -358,6 +368,21 @@ class DistributedMuon(torch.optim.Optimizer):
                                "adam.eps": group["eps"], "adam.weight_decay": group["weight_decay"]})
         self._core.set_hyperparameters({key: float(value) for key, value in values.items()})
 
+    @contextlib.contextmanager
+    def _through_shadows(self):
+        """Around a runtime call that reads or writes the parameters: the channels_last ones'
+        contiguous copies take their values before it and give them back after it (also when it
+        raises: a refused step changed nothing, so the parameters stay as they were)."""
+        with torch.no_grad():
+            for tensor, shadow in self._shadows:
+                shadow.copy_(tensor)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for tensor, shadow in self._shadows:
+                    tensor.copy_(shadow)
+
     def _stream(self):
         if self._device is None:
             return 0
@@ -433,7 +458,8 @@ class DistributedMuon(torch.optim.Optimizer):
                 loss = closure()
         self._apply_groups()
         gradients, missing = self._gradients(self._accumulated)
-        self.last_report = self._core.step(gradients, False, self._stream(), missing)
+        with self._through_shadows():
+            self.last_report = self._core.step(gradients, False, self._stream(), missing)
         self._accumulated = False
         if not self.last_report["skipped"]:
             self.steps_taken += 1
@@ -456,7 +482,8 @@ class DistributedMuon(torch.optim.Optimizer):
 
         if isinstance(s_max, torch.Tensor):
             s_max = s_max.detach().double().cpu().reshape(-1).tolist()
-        self._core.qk_clip(resolve(q_param), resolve(k_param), int(head_rows), [float(s) for s in s_max], float(tau))
+        with self._through_shadows():
+            self._core.qk_clip(resolve(q_param), resolve(k_param), int(head_rows), [float(s) for s in s_max], float(tau))
 
     def state_dict(self, rank0_only=False):
         """The whole state, gathered from every rank's partition (collective: every rank calls it
@@ -572,4 +599,5 @@ class DistributedMuon(torch.optim.Optimizer):
     def gather_parameters(self):
         """Stage 3: every rank's parameters receive the other ranks' slices (collective). Stages 1-2:
         nothing to do, the parameters are whole after every step."""
-        self._core.gather_parameters(self._stream())
+        with self._through_shadows():
+            self._core.gather_parameters(self._stream())
