@@ -18,6 +18,7 @@ int tune_command(const std::vector<std::string>& args);
 int memory_command(const std::vector<std::string>& args);
 int plan_command(const std::vector<std::string>& args);
 int convert_state_command(const std::vector<std::string>& args);
+int inspect_state_command(const std::vector<std::string>& args);
 
 extern const char* const kRunHelp;
 extern const char* const kCompileHelp;
@@ -28,5 +29,6 @@ extern const char* const kTuneHelp;
 extern const char* const kMemoryHelp;
 extern const char* const kPlanHelp;
 extern const char* const kConvertStateHelp;
+extern const char* const kInspectStateHelp;
 
 }  // namespace orthojit::cli

@@ -26,6 +26,7 @@ commands:
   memory    optimizer-state memory of a model: AdamW alone vs hybrid Muon + AdamW
   plan      ZeRO partition plan of a model for N ranks: straddling matrices, NS work, bytes moved
   convert-state  converts the momentum buffers of a saved optimizer state (sum <-> EMA form)
+  inspect-state  what a saved optimizer state holds, and whether its data is intact
 
 Run `orthojit <command> --help` for a command's options. Programs are written in the orthojit
 DSL (docs/dsl.md); the shipped ones are listed by `orthojit info`.
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
                            {"tune", cli::tune_command, cli::kTuneHelp},
                            {"memory", cli::memory_command, cli::kMemoryHelp},
                            {"plan", cli::plan_command, cli::kPlanHelp},
-                           {"convert-state", cli::convert_state_command, cli::kConvertStateHelp}};
+                           {"convert-state", cli::convert_state_command, cli::kConvertStateHelp},
+                           {"inspect-state", cli::inspect_state_command, cli::kInspectStateHelp}};
   for (const auto& entry : entries) {
     if (command != entry.name) continue;
     if (wants_help(args)) {

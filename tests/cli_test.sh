@@ -208,5 +208,61 @@ expect 2 "--momentum '1.5' is not a number in [0, 1)" -- "$orthojit" convert-sta
 expect 2 "s.safetensors" -- "$orthojit" convert-state --input "$work/s.safetensors" --output "$work/t.safetensors" --momentum-kind ema --momentum 0.95
 expect 2 "missing required option --momentum" -- "$orthojit" convert-state --input "$work/s.safetensors" --output "$work/t.safetensors" --momentum-kind ema
 
+# inspect-state: state files written here by an independent writer (the safetensors layout and
+# the orthojit.sha256 of the data, from the Python standard library).
+python3 - "$work" <<'PY'
+import hashlib, json, struct, sys
+work = sys.argv[1]
+def write(name, tensors, metadata, checksum=True, flip=False):
+    data, header, at = b"", {}, 0
+    for tensor, dtype, shape, payload in tensors:
+        header[tensor] = {"dtype": dtype, "shape": shape, "data_offsets": [at, at + len(payload)]}
+        data += payload
+        at += len(payload)
+    meta = dict(metadata)
+    if checksum:
+        meta["orthojit.sha256"] = hashlib.sha256(data).hexdigest()
+    header["__metadata__"] = meta
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    if flip:
+        data = data[:-1] + bytes([data[-1] ^ 1])
+    with open(f"{work}/{name}", "wb") as out:
+        out.write(struct.pack("<Q", len(text)) + text + data)
+f32 = lambda n: struct.pack(f"<{n}f", *[0.25 * i for i in range(n)])
+meta = {"orthojit.format": "hybrid-optimizer-state/2", "orthojit.preset": "keller", "orthojit.steps_taken": "9", "orthojit.momentum_kind": "ema",
+        "orthojit.momentum": "0.95", "orthojit.muon_variant": "muon",
+        "orthojit.python.param_groups": json.dumps([{"name": "muon-params", "lr": 0.02, "params": [0]}])}
+state = [("w.momentum_buffer", "F32", [2, 3], f32(6)), ("b.exp_avg", "F32", [4], f32(4)), ("b.exp_avg_sq", "F32", [4], f32(4)),
+         ("b.step", "I64", [], struct.pack("<q", 7)), ("c.exp_avg", "F32", [5], f32(5)), ("c.exp_avg_sq", "F32", [5], f32(5)),
+         ("c.step", "I64", [], struct.pack("<q", 9))]
+write("state.safetensors", state, meta)
+write("corrupt.safetensors", state, meta, flip=True)
+write("old.safetensors", state, meta, checksum=False)
+write("weights.safetensors", [("embed.weight", "F32", [2, 2], f32(4))], {})
+write("foreign.safetensors", state + [("w.fisher", "F32", [2, 3], f32(6))], meta)
+PY
+expect 0 "usage: orthojit inspect-state" -- "$orthojit" inspect-state --help
+expect 0 "Muon parameters: 1 (6 elements)" -- "$orthojit" inspect-state --input "$work/state.safetensors"
+expect 0 "AdamW parameters: 2 (9 elements), steps 7 to 9" -- "$orthojit" inspect-state --input "$work/state.safetensors"
+expect 0 "preset keller; 9 steps taken; momentum: ema form, beta 0.95" -- "$orthojit" inspect-state --input "$work/state.safetensors"
+expect 0 "param_groups: muon-params (lr 0.02)" -- "$orthojit" inspect-state --input "$work/state.safetensors"
+expect 0 ", verified" -- "$orthojit" inspect-state --input "$work/state.safetensors"
+expect 0 "    c.step  I64  ()" -- "$orthojit" inspect-state --input "$work/state.safetensors" --tensors
+expect 2 "the data is corrupt" -- "$orthojit" inspect-state --input "$work/corrupt.safetensors"
+expect 0 "not verified (--no-verify)" -- "$orthojit" inspect-state --input "$work/corrupt.safetensors" --no-verify
+expect 0 "checksum: none recorded" -- "$orthojit" inspect-state --input "$work/old.safetensors"
+expect 2 "not an orthojit optimizer state (no metadata orthojit.format; it holds 1 tensor(s), the first 'embed.weight')" -- "$orthojit" inspect-state --input "$work/weights.safetensors"
+expect 0 "1 tensor(s) of neither kind, e.g. 'w.fisher'" -- "$orthojit" inspect-state --input "$work/foreign.safetensors"
+expect 2 "cannot open" -- "$orthojit" inspect-state --input "$work/absent.safetensors"
+expect 2 "missing required option --input" -- "$orthojit" inspect-state
+if "$orthojit" inspect-state --input "$work/state.safetensors" --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["checksum_verified"] is True and r["adam_steps"] == [7, 9], r
+assert [m["name"] for m in r["muon"]] == ["w"] and [a["elements"] for a in r["adam"]] == [4, 5], r
+assert r["tensors"][0] == {"name": "w.momentum_buffer", "dtype": "F32", "shape": [2, 3]}, r["tensors"][0]
+'; then echo "ok: inspect-state --json"; else echo "FAIL: inspect-state --json"; failures=$((failures + 1)); fi
+
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]

@@ -20,6 +20,7 @@
 
 #include "bindings/python/bindings.h"
 #include "runtime/muon/safetensors_file.h"
+#include "runtime/muon/state_summary.h"
 
 namespace nb = nanobind;
 
@@ -111,6 +112,17 @@ void register_state_file(nb::module_& m) {
       .def_prop_ro("tensors", &StateFileReader::tensors, "(name, dtype, shape) per tensor in the file's order.")
       .def("verify_checksum", &StateFileReader::verify_checksum, "Reads the whole file and checks its SHA-256.")
       .def("read", &StateFileReader::read, nb::arg("name"), nb::arg("address"), nb::arg("bytes"), "The whole tensor `name` into CPU memory at `address`.");
+  m.def(
+      "inspect_state",
+      [](const std::string& path, bool verify) {
+        std::string json;
+        {
+          nb::gil_scoped_release release;
+          json = runtime::state_summary_json(runtime::summarize_state_file(path, verify)).dump();
+        }
+        return json;
+      },
+      nb::arg("path"), nb::arg("verify") = true, "The summary of `orthojit inspect-state --json` as JSON text.");
   m.def("read_state_header", &read_state_header, nb::arg("path"), "A state file's metadata and its tensors' (name, dtype, shape).");
 }
 

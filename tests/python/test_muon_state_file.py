@@ -196,3 +196,26 @@ def test_the_checkpoint_benchmark_runs_on_a_small_model(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "load, whole state" in done.stdout and "load_state (streamed)" in done.stdout, done.stdout
     assert not (tmp_path / "bench.safetensors").exists()
+
+
+def test_inspect_state_describes_a_saved_state_and_finds_a_corrupt_one(tmp_path):
+    model = conv_and_linear(1)
+    optimizer = stepped(model, 3, seed=5)
+    path = tmp_path / "state.safetensors"
+    optimizer.save_state(path)
+    summary = orthojit.inspect_state(path)
+    groups = {group["name"]: group["param_names"] for group in optimizer.param_groups}
+    assert [m["name"] for m in summary["muon"]] == groups["muon-params"]
+    assert [a["name"] for a in summary["adam"]] == groups["adam-params"]
+    assert [m["elements"] for m in summary["muon"]] == [p.numel() for p in optimizer.param_groups[0]["params"]]
+    assert summary["adam_steps"] == [3, 3] and summary["metadata"]["orthojit.steps_taken"] == "3"
+    assert summary["metadata"]["orthojit.preset"] == "keller" and "orthojit.python.param_groups" in summary["metadata"]
+    assert summary["checksum_verified"] and summary["unknown"] == []
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(OSError, match="the data is corrupt"):
+        orthojit.inspect_state(path)
+    assert orthojit.inspect_state(path, verify=False)["checksum_verified"] is False
+    with pytest.raises(TypeError, match="verify must be True or False"):
+        orthojit.inspect_state(path, verify="yes")

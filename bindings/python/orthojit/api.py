@@ -30,6 +30,7 @@ __all__ = [
     "bench_model",
     "BenchModelResult",
     "plan",
+    "inspect_state",
     "info",
 ]
 
@@ -460,6 +461,20 @@ def plan(model_config, world: int, stage: int, mode: str = "deepspeed", alignmen
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     return _json.loads(_core.plan(model, is_json, world, stage, mode, alignment, bool(per_head), parameter_bytes, gradient_bytes))
+
+
+def inspect_state(path: Union[str, "_os.PathLike[str]"], verify: bool = True) -> Dict[str, Any]:
+    """What a saved optimizer state holds, as ``orthojit inspect-state --json`` prints it: path,
+    metadata (orthojit.format, .preset, .steps_taken, .momentum_kind, .momentum, .muon_variant,
+    and the param_groups the Python optimizers save), data_bytes, muon and adam (``[{name,
+    elements}]``), adam_steps (``[min, max]``), unknown (tensors of neither kind), checksum,
+    checksum_verified, tensors (``[{name, dtype, shape}]``). ``verify`` reads every byte and checks
+    the SHA-256 the file records: OSError (the file named) when the data does not match it.
+    Any orthojit state file: Muon's, DistributedMuon's (any world size), the C++ and C
+    optimizers'. ValueError for a safetensors file that is not an optimizer state."""
+    if not isinstance(verify, bool):
+        raise TypeError(f"verify must be True or False, got {verify!r}")
+    return _json.loads(_core.inspect_state(_os.fspath(path), verify))
 
 
 def info() -> Dict[str, Any]:
