@@ -969,3 +969,25 @@ def test_a_channels_last_filter_cut_into_a_batch_of_matrices_is_refused():
     net = _conv_net(1).to(memory_format=torch.channels_last)
     with pytest.raises(ValueError, match="is channels_last, and its matrix plan"):
         orthojit.Muon(net.named_parameters(), preset="keller", matrix_options={"0.weight": {"layout": "batch"}})
+
+
+def test_parameters_sharded_by_another_framework_are_refused():
+    # FSDP marks its flattened parameters (FlatParameter and use_orig_params' views) with the
+    # attribute _fsdp_flattened (torch.distributed.fsdp's _set_fsdp_flattened); FSDP2 and tensor
+    # parallelism hand out DTensors. Muon would see a 1-D shard (stepped with AdamW) or this rank's
+    # rows (orthogonalized in pieces): both optimizers say so instead.
+    layer = torch.nn.Linear(6, 4)
+    setattr(layer.weight, "_fsdp_flattened", True)  # what FSDP does to the tensors it flattens
+    for make in (lambda: orthojit.Muon(layer.named_parameters()), lambda: orthojit.DistributedMuon(layer.named_parameters(), comm="local")):
+        with pytest.raises(ValueError, match="parameter 'weight' belongs to a FullyShardedDataParallel module"):
+            make()
+
+    class DTensor(torch.Tensor):  # the class name and attributes torch.distributed.tensor's DTensor has
+        placements = ()
+        _local_tensor = None
+
+    shard = torch.Tensor._make_subclass(DTensor, torch.randn(4, 6), True)
+    for make in (lambda: orthojit.Muon([("w", shard)]), lambda: orthojit.DistributedMuon([("w", shard)], comm="local")):
+        with pytest.raises(ValueError, match="parameter 'w' is a DTensor"):
+            make()
+    assert orthojit.Muon(torch.nn.Linear(6, 4).named_parameters()) is not None  # plain tensors pass

@@ -27,7 +27,7 @@ import os
 import torch
 
 from . import _orthojit
-from .muon import (_GROUPS_KEY, _MATRIX_KEYS, _STATE_FORMAT, _channels_last, _check_group, _file_meta, _json_groups, _match_saved_state,
+from .muon import (_GROUPS_KEY, _MATRIX_KEYS, _STATE_FORMAT, _channels_last, _check_group, _check_not_sharded, _file_meta, _json_groups, _match_saved_state,
                    _saved_groups)
 
 __all__ = ["DistributedMuon"]
@@ -252,6 +252,8 @@ class DistributedMuon(torch.optim.Optimizer):
             name, tensor = item
             if getattr(tensor, "requires_grad", True) is False:
                 continue
+            if isinstance(tensor, torch.Tensor):
+                _check_not_sharded("orthojit.DistributedMuon", name, tensor)
             self._parameters.append((name, tensor))
         # Names key each tensor's gradient and state (two tensors under one name once stepped the
         # first with the second's gradient and the second with zeros), as in orthojit.Muon.

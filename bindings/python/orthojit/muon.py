@@ -120,6 +120,22 @@ def _in_format_of(t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return t.contiguous(memory_format=torch.channels_last if _channels_last(p) else torch.contiguous_format)
 
 
+def _check_not_sharded(owner: str, name: str, p: torch.Tensor) -> None:
+    """Muon orthogonalizes whole matrices: a parameter that another framework holds as a shard
+    (FSDP's flattened 1-D shards, a DTensor of FSDP2 or tensor parallelism) would be seen as a
+    vector or as this rank's rows, and stepped with AdamW or orthogonalized in pieces, silently.
+    Refused, saying what to use instead."""
+    if getattr(p, "_fsdp_flattened", False):  # FSDP marks its FlatParameters and the views of use_orig_params
+        raise ValueError(f"{owner}: {_label(name)} belongs to a FullyShardedDataParallel module, which keeps each parameter as a "
+                         "1-D shard of a flattened buffer: Muon would see no matrix and step it with AdamW. Give the optimizer the "
+                         "unwrapped model's parameters and partition with orthojit.DistributedMuon (ZeRO stages 1-3, each Muon "
+                         "matrix orthogonalized whole by its owner), or use DistributedDataParallel")
+    if type(p).__name__ == "DTensor" or (hasattr(p, "placements") and hasattr(p, "_local_tensor")):
+        raise ValueError(f"{owner}: {_label(name)} is a DTensor (FSDP2's fully_shard or tensor parallelism): each rank holds a "
+                         "shard, and Muon needs the whole matrix to orthogonalize it. Give the optimizer plain tensors (the unwrapped "
+                         "model) and partition with orthojit.DistributedMuon, or use DistributedDataParallel")
+
+
 def _state_device(p: torch.Tensor, key: str) -> torch.device:
     """Where a state tensor of ``p`` lives: step counts on the host, buffers with the parameter."""
     return torch.device("cpu") if key in ("step", "variant_step") else p.device
@@ -354,6 +370,7 @@ class Muon(torch.optim.Optimizer):
     def _check_parameter(self, name: str, p: Any) -> None:
         if not isinstance(p, torch.Tensor):
             raise TypeError(f"orthojit.Muon: {_label(name)} is a {type(p).__name__}, not a torch.Tensor")
+        _check_not_sharded("orthojit.Muon", name, p)
         if p.dtype not in _PARAM_DTYPES:
             raise TypeError(f"orthojit.Muon: {_label(name)} has dtype {p.dtype}; the runtime updates "
                             "torch.float32, torch.bfloat16 and torch.float16 parameters")
