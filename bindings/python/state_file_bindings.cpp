@@ -29,6 +29,17 @@ namespace {
 
 using TensorLayout = std::tuple<std::string, std::string, std::vector<int64_t>>;  // (name, "F32" | "I64", shape)
 
+// The tensor `name` of a header, checked to be `bytes` long (a whole tensor crosses at once);
+// std::invalid_argument with `absent` or "<what> has N bytes, <other> M" otherwise.
+const runtime::TensorPlace& whole_tensor(const runtime::SafetensorsHeader& header, const std::string& name, uint64_t bytes, const std::string& absent,
+                                         const std::string& what, const char* other) {
+  const runtime::TensorPlace* place = header.find(name);
+  if (!place) throw std::invalid_argument(absent);
+  if (place->end - place->begin != bytes)
+    throw std::invalid_argument(what + " has " + std::to_string(place->end - place->begin) + " bytes, " + other + " " + std::to_string(bytes));
+  return *place;
+}
+
 // A state file written tensor by tensor: Python hands over one tensor's CPU memory at a time (a
 // CUDA state tensor is copied to the host alone), so the host never holds the whole state.
 // Nothing appears at `path` before commit(); an abandoned writer leaves nothing behind.
@@ -44,10 +55,7 @@ class StateFileWriter {
   }
   // The whole tensor `name` from `bytes` bytes of contiguous CPU memory at `address`.
   void write(const std::string& name, uintptr_t address, uint64_t bytes) {
-    const runtime::TensorPlace* place = writer_->header().find(name);
-    if (!place) throw std::invalid_argument("the state file declares no tensor '" + name + "'");
-    if (place->end - place->begin != bytes)
-      throw std::invalid_argument("state tensor '" + name + "' has " + std::to_string(place->end - place->begin) + " bytes, the source " + std::to_string(bytes));
+    whole_tensor(writer_->header(), name, bytes, "the state file declares no tensor '" + name + "'", "state tensor '" + name + "'", "the source");
     nb::gil_scoped_release release;
     writer_->write(name, 0, reinterpret_cast<const void*>(address), bytes);
   }
@@ -77,13 +85,10 @@ class StateFileReader {
   }
   // The whole tensor `name` into `bytes` bytes of CPU memory at `address`.
   void read(const std::string& name, uintptr_t address, uint64_t bytes) {
-    const runtime::TensorPlace* tensor = reader_->header().find(name);
-    if (!tensor) throw std::invalid_argument(path_ + ": no tensor '" + name + "'");
-    if (tensor->end - tensor->begin != bytes)
-      throw std::invalid_argument(path_ + ": tensor '" + name + "' has " + std::to_string(tensor->end - tensor->begin) + " bytes, the destination " +
-                                  std::to_string(bytes));
+    const runtime::TensorPlace& tensor = whole_tensor(reader_->header(), name, bytes, path_ + ": no tensor '" + name + "'",
+                                                      path_ + ": tensor '" + name + "'", "the destination");
     nb::gil_scoped_release release;
-    reader_->read(*tensor, 0, reinterpret_cast<void*>(address), bytes);
+    reader_->read(tensor, 0, reinterpret_cast<void*>(address), bytes);
   }
 
  private:

@@ -687,7 +687,6 @@ class Muon(torch.optim.Optimizer):
             value = torch.zeros(shape, dtype=dtype) if value is None else torch.as_tensor(value)
             value = value.detach().to("cpu", dtype).reshape(shape).contiguous()
             writer.write(tensor_name, value.data_ptr(), value.numel() * value.element_size())
-            del value
         writer.commit()
 
     def load_state(self, path: Union[str, "os.PathLike[str]"]) -> None:
