@@ -4,17 +4,19 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
+#include "cli/file_progress_option.h"
 #include "runtime/muon/safetensors_file.h"
 #include "runtime/muon/state_format.h"
 #include "runtime/orthogonalize.h"
 
 namespace orthojit::cli {
 
-const char* const kConvertStateHelp = R"(usage: orthojit convert-state --input OLD.safetensors --output NEW.safetensors --momentum-kind ema|sum --momentum BETA
+const char* const kConvertStateHelp = R"(usage: orthojit convert-state --input OLD.safetensors --output NEW.safetensors --momentum-kind ema|sum --momentum BETA [--progress]
 
 Converts the Muon momentum buffers of a saved optimizer state to another momentum form. The EMA
 form (buf <- lerp(buf, g, 1-beta): DeepSpeed, torch.optim.Muon, the current KellerJordan/Muon and
@@ -29,10 +31,12 @@ options:
   --output FILE         where to write the converted state
   --momentum-kind K     the form to convert to: ema or sum
   --momentum BETA       the momentum the buffers were made with, in [0, 1) (e.g. 0.95)
+  --progress            report the conversion's progress on stderr even when it is not a terminal
+                        (a line per phase: read, checksum, sync); on a terminal it is always shown
 )";
 
 int convert_state_command(const std::vector<std::string>& args) {
-  Arguments arguments(args, {"input", "output", "momentum-kind", "momentum"}, {});
+  Arguments arguments(args, {"input", "output", "momentum-kind", "momentum"}, {"progress"});
   const std::string input = arguments.require("input"), output = arguments.require("output");
   const std::string kind_text = arguments.require("momentum-kind");
   const auto kind = runtime::parse_momentum_kind(kind_text);
@@ -44,7 +48,9 @@ int convert_state_command(const std::vector<std::string>& args) {
     throw runtime::UsageError("--momentum '" + beta_text + "' is not a number in [0, 1)");
   runtime::ConversionReport report;
   try {
-    report = runtime::convert_state_momentum(input, output, *kind, beta);
+    std::unique_ptr<runtime::ProgressLine> progress = file_progress_line(arguments, "converting " + input);
+    report = runtime::convert_state_momentum(input, output, *kind, beta, callback_of(progress));
+    if (progress) progress->finish();
   } catch (const std::runtime_error& error) {
     throw runtime::UsageError(error.what());
   }

@@ -2,17 +2,19 @@
 // (runtime/muon/state_summary.h), before a run resumes from it or a checkpoint is kept.
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
+#include "cli/file_progress_option.h"
 #include "runtime/muon/state_summary.h"
 
 namespace orthojit::cli {
 
-const char* const kInspectStateHelp = R"(usage: orthojit inspect-state --input FILE [--tensors] [--json] [--no-verify]
+const char* const kInspectStateHelp = R"(usage: orthojit inspect-state --input FILE [--tensors] [--json] [--no-verify] [--progress]
 
 What a saved optimizer state holds: its format and settings (preset, steps taken, momentum form
 and beta, Muon variant), its Muon and AdamW parameters with their element counts and the AdamW
@@ -28,6 +30,8 @@ options:
   --json         the summary as one JSON object (keys: path, metadata, data_bytes, muon, adam,
                  adam_steps, unknown, checksum, checksum_verified, tensors)
   --no-verify    read the header only (the data is not read, the checksum not checked)
+  --progress     report the verification's progress on stderr even when it is not a terminal
+                 (a line when it ends, with the rate); on a terminal it is always shown
 )";
 
 namespace {
@@ -36,21 +40,6 @@ std::string shape_of(const std::vector<int64_t>& shape) {
   std::string text = "(";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + (shape.size() == 1 ? ",)" : ")");
-}
-
-// "944 bytes", "12.5 KiB", "288.0 MiB", "56.3 GiB".
-std::string size_text(uint64_t bytes) {
-  if (bytes < 1024) return std::to_string(bytes) + " bytes";
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes) / 1024;
-  int unit = 0;
-  while (value >= 1024 && unit < 3) {
-    value /= 1024;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f %s", value, units[unit]);
-  return text;
 }
 
 int64_t total_elements(const std::vector<std::pair<std::string, int64_t>>& parameters) {
@@ -85,15 +74,17 @@ std::string groups_text(const std::string& json) {
 }  // namespace
 
 int inspect_state_command(const std::vector<std::string>& args) {
-  Arguments arguments(args, {"input"}, {"tensors", "json", "no-verify"});
+  Arguments arguments(args, {"input"}, {"tensors", "json", "no-verify", "progress"});
   const std::string input = arguments.require("input");
   const bool verify = !arguments.has("no-verify");
-  const runtime::StateFileSummary summary = runtime::summarize_state_file(input, verify);
+  std::unique_ptr<runtime::ProgressLine> progress = file_progress_line(arguments, "verifying " + input);
+  const runtime::StateFileSummary summary = runtime::summarize_state_file(input, verify, callback_of(progress));
+  if (progress) progress->finish();
   if (arguments.has("json")) {
     std::printf("%s\n", runtime::state_summary_json(summary).dump(2).c_str());
     return 0;
   }
-  const std::string size = size_text(summary.data_bytes);
+  const std::string size = runtime::byte_size_text(summary.data_bytes);
   std::printf("%s: orthojit optimizer state %s, %zu tensors, %s of data\n", input.c_str(), metadata_value(summary, "orthojit.format", "?").c_str(),
               summary.tensors.size(), size.c_str());
   std::printf("  preset %s; %s steps taken; momentum: %s form, beta %s; Muon variant %s\n", metadata_value(summary, "orthojit.preset", "(not recorded)").c_str(),

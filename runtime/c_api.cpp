@@ -65,6 +65,8 @@ struct oj_optimizer {
   std::unique_ptr<rt::CApiOptimizer> built;  // null while collecting
   std::vector<rt::ParameterInfo> infos;      // of `built`, in its order
   std::string skip_reason, description;
+  oj_progress_fn progress = nullptr;  // oj_optimizer_set_progress
+  void* progress_user_data = nullptr;
 };
 
 namespace {
@@ -617,6 +619,31 @@ oj_status oj_optimizer_qk_clip(oj_optimizer* optimizer, const char* q_name, cons
   });
 }
 
+namespace {
+
+// The handle's progress callback for the state file (none when not set); a non-zero return stops
+// the transfer as an I/O error.
+rt::FileProgressCallback progress_of(const oj_optimizer* optimizer) {
+  if (!optimizer->progress) return {};
+  return [function = optimizer->progress, user_data = optimizer->progress_user_data](const rt::FileProgress& progress) {
+    const std::string phase(progress.phase);
+    if (function(phase.c_str(), progress.done, progress.total, user_data) != 0)
+      throw rt::SafetensorsError("stopped by the progress callback (it returned non-zero at " + phase + " " + std::to_string(progress.done) + " of " +
+                                 std::to_string(progress.total) + ")");
+  };
+}
+
+}  // namespace
+
+oj_status oj_optimizer_set_progress(oj_optimizer* optimizer, oj_progress_fn progress, void* user_data) {
+  return guarded("oj_optimizer_set_progress", [&] {
+    check_handle(optimizer);
+    optimizer->progress = progress;
+    optimizer->progress_user_data = user_data;
+    return OJ_OK;
+  });
+}
+
 oj_status oj_optimizer_save_state(oj_optimizer* optimizer, const char* path) {
   return guarded(
       "oj_optimizer_save_state",
@@ -624,7 +651,7 @@ oj_status oj_optimizer_save_state(oj_optimizer* optimizer, const char* path) {
         check_handle(optimizer);
         const std::string file = require_string(path, "path");
         build(optimizer);
-        optimizer->built->save_state(file);
+        optimizer->built->save_state(file, progress_of(optimizer));
         return OJ_OK;
       },
       rt::ErrorKind::Io);
@@ -637,7 +664,7 @@ oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path) {
         check_handle(optimizer);
         const std::string file = require_string(path, "path");
         build(optimizer);
-        optimizer->built->load_state(file);
+        optimizer->built->load_state(file, progress_of(optimizer));
         return OJ_OK;
       },
       rt::ErrorKind::Io);

@@ -43,8 +43,8 @@ class SingleRank final : public CApiOptimizer {
   void qk_clip(const std::string& q, const std::string& k, int64_t head_rows, const std::vector<double>& s_max, double tau) override {
     optimizer_->qk_clip(q, k, head_rows, s_max, tau);
   }
-  void save_state(const std::string& path) override { optimizer_->save_state(path); }
-  void load_state(const std::string& path) override { optimizer_->load_state(path); }
+  void save_state(const std::string& path, const FileProgressCallback& progress) override { optimizer_->save_state(path, progress); }
+  void load_state(const std::string& path, const FileProgressCallback& progress) override { optimizer_->load_state(path, progress); }
 
  private:
   std::unique_ptr<Optimizer> optimizer_;
@@ -72,8 +72,8 @@ class Distributed final : public CApiOptimizer {
   void qk_clip(const std::string& q, const std::string& k, int64_t head_rows, const std::vector<double>& s_max, double tau) override {
     optimizer_.qk_clip(q, k, head_rows, s_max, tau);
   }
-  void save_state(const std::string& path) override { optimizer_.save_state(path); }
-  void load_state(const std::string& path) override { optimizer_.load_state(path); }
+  void save_state(const std::string& path, const FileProgressCallback& progress) override { optimizer_.save_state(path, {}, progress); }
+  void load_state(const std::string& path, const FileProgressCallback& progress) override { optimizer_.load_state(path, "", progress); }
   void accumulate_gradients(void* stream) override { optimizer_.accumulate_gradients(stream); }
   void gather_parameters(void* stream) override { optimizer_.gather_parameters(stream); }
   const DistributedOptimizer* distributed() const override { return &optimizer_; }

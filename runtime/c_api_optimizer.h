@@ -29,8 +29,8 @@ class CApiOptimizer {
   virtual void set_gradient(const std::string& name, const void* grad, DType grad_dtype) = 0;
   virtual void set_data(const std::string& name, void* data) = 0;
   virtual void qk_clip(const std::string& q, const std::string& k, int64_t head_rows, const std::vector<double>& s_max, double tau) = 0;
-  virtual void save_state(const std::string& path) = 0;
-  virtual void load_state(const std::string& path) = 0;
+  virtual void save_state(const std::string& path, const FileProgressCallback& progress) = 0;
+  virtual void load_state(const std::string& path, const FileProgressCallback& progress) = 0;
   // Distributed only; the single-rank optimizers throw InvalidStateError saying so.
   virtual void accumulate_gradients(void* stream);
   virtual void gather_parameters(void* stream);

@@ -484,6 +484,88 @@ static void test_save_load(void) {
   remove(g_path_b);
 }
 
+/* What the progress callback saw: each phase's last (done, total), the calls, and when to stop. */
+typedef struct {
+  int calls, stop_at_call, phases_seen;
+  char phases[8][16];
+  uint64_t last_done[8], last_total[8];
+} progress_log;
+
+static int record_progress(const char* phase, uint64_t done, uint64_t total, void* user_data) {
+  progress_log* log = (progress_log*)user_data;
+  ++log->calls;
+  if (log->phases_seen == 0 || strcmp(log->phases[log->phases_seen - 1], phase) != 0) {
+    if (log->phases_seen == 8) return 1;
+    snprintf(log->phases[log->phases_seen++], sizeof log->phases[0], "%s", phase);
+  }
+  log->last_done[log->phases_seen - 1] = done;
+  log->last_total[log->phases_seen - 1] = total;
+  return log->calls == log->stop_at_call;
+}
+
+static long file_size(const char* path) {
+  FILE* file = fopen(path, "rb");
+  long size = -1;
+  if (file && fseek(file, 0, SEEK_END) == 0) size = ftell(file);
+  if (file) fclose(file);
+  return size;
+}
+
+/* oj_optimizer_set_progress: a save reports its writes up to the state's bytes (4 per Muon
+ * element, 8 per AdamW element and 8 per AdamW step count, counted here from the model) and the
+ * flush; a load its checksum-free in-order reads; a non-zero return stops a save with the old
+ * file in place and a load with nothing changed. */
+static void test_save_load_progress(void) {
+  static model m;
+  oj_optimizer* opt;
+  oj_step_report report;
+  progress_log log;
+  int64_t steps = -1;
+  long size_before;
+  const uint64_t state_bytes = 4 * (16 * 8 + 8 * 8) + 8 * (16 + 10 * 8 + 4 * 8) + 3 * 8; /* w1, w2; b1, embed_tokens, head */
+
+  model_init(&m);
+  opt = model_optimizer(&m, "keller");
+  if (!opt) return;
+  model_gradients(&m, 0.5f);
+  CHECK_OK(oj_optimizer_step(opt, &report));
+  CHECK_FAILS(oj_optimizer_set_progress(NULL, record_progress, &log), OJ_INVALID_ARGUMENT, "optimizer is NULL");
+  memset(&log, 0, sizeof log);
+  CHECK_OK(oj_optimizer_set_progress(opt, record_progress, &log));
+  CHECK_OK(oj_optimizer_save_state(opt, g_path_a));
+  CHECK(log.phases_seen == 2 && strcmp(log.phases[0], "write") == 0 && strcmp(log.phases[1], "sync") == 0);
+  CHECK(log.last_done[0] == state_bytes && log.last_total[0] == state_bytes);
+  CHECK(log.last_done[1] == 1 && log.last_total[1] == 1);
+
+  memset(&log, 0, sizeof log);
+  CHECK_OK(oj_optimizer_load_state(opt, g_path_a));
+  CHECK(log.phases_seen == 1 && strcmp(log.phases[0], "read") == 0 && log.last_done[0] == state_bytes);
+
+  /* Stopped at the third call of a save: OJ_IO_ERROR naming the stop, the file as it was. */
+  size_before = file_size(g_path_a);
+  model_gradients(&m, 0.5f);
+  CHECK_OK(oj_optimizer_step(opt, &report));
+  memset(&log, 0, sizeof log);
+  log.stop_at_call = 3;
+  CHECK_FAILS(oj_optimizer_save_state(opt, g_path_a), OJ_IO_ERROR, "stopped by the progress callback");
+  CHECK(log.calls == 3 && file_size(g_path_a) == size_before);
+  /* A load stopped at its second call: the two steps taken stay. */
+  memset(&log, 0, sizeof log);
+  log.stop_at_call = 2;
+  CHECK_FAILS(oj_optimizer_load_state(opt, g_path_a), OJ_IO_ERROR, "stopped by the progress callback");
+  CHECK_OK(oj_optimizer_steps_taken(opt, &steps));
+  CHECK(steps == 2);
+  /* NULL: no more calls. */
+  CHECK_OK(oj_optimizer_set_progress(opt, NULL, NULL));
+  memset(&log, 0, sizeof log);
+  CHECK_OK(oj_optimizer_load_state(opt, g_path_a));
+  CHECK(log.calls == 0);
+  CHECK_OK(oj_optimizer_steps_taken(opt, &steps));
+  CHECK(steps == 1);
+  oj_optimizer_destroy(opt);
+  remove(g_path_a);
+}
+
 /* QKV and per-head splits; a split that does not fit fails the build, which can then be fixed. */
 static void test_splits_and_qk_clip(void) {
   enum { R = 12, C = 8 };
@@ -874,6 +956,7 @@ int main(void) {
   test_adam_step();
   test_tagging_and_skip();
   test_save_load();
+  test_save_load_progress();
   test_splits_and_qk_clip();
   test_orthogonalize();
   test_deepspeed_config();

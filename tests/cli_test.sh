@@ -256,6 +256,14 @@ expect 2 "not an orthojit optimizer state (no metadata orthojit.format; it holds
 expect 0 "1 tensor(s) of neither kind, e.g. 'w.fisher'" -- "$orthojit" inspect-state --input "$work/foreign.safetensors"
 expect 2 "cannot open" -- "$orthojit" inspect-state --input "$work/absent.safetensors"
 expect 2 "missing required option --input" -- "$orthojit" inspect-state
+# Progress: a line per finished phase on stderr with --progress (the 112 data bytes above, hashed
+# in one pass), nothing when stderr is not a terminal and --progress is not given.
+expect 0 "verifying $work/state.safetensors: checksum 112 bytes in " -- "$orthojit" inspect-state --input "$work/state.safetensors" --progress
+expect 0 "converting $work/state.safetensors: read 112 bytes in " -- "$orthojit" convert-state --input "$work/state.safetensors" --output "$work/sum.safetensors" --momentum-kind sum --momentum 0.95 --progress
+expect 0 "converting $work/state.safetensors: sync in " -- "$orthojit" convert-state --input "$work/state.safetensors" --output "$work/sum.safetensors" --momentum-kind sum --momentum 0.95 --progress
+if "$orthojit" inspect-state --input "$work/state.safetensors" 2>&1 >/dev/null | grep -q verifying; then
+  echo "FAIL: inspect-state reported progress to a stderr that is not a terminal, without --progress"; failures=$((failures + 1))
+else echo "ok: inspect-state is quiet in a log without --progress"; fi
 if "$orthojit" inspect-state --input "$work/state.safetensors" --json | python3 -c '
 import json, sys
 r = json.load(sys.stdin)

@@ -356,16 +356,36 @@ TEST(DeviceOptimizer, StateFileStreamsThroughTheStagingBuffer) {
   device.set_state_staging_bytes(kStaging);
   const std::string expected_path = temp_path(random), path = temp_path(random);
   hybrid.save_state(expected_path);
-  device.save_state(path);
+  // The progress: the bytes written in the file's order (so commit reads nothing back for the
+  // checksum: no "checksum" phase), ending at the file's data size, then the flush.
+  std::vector<std::string> phases;
+  uint64_t written = 0, total = 0;
+  int64_t write_reports = 0;
+  device.save_state(path, [&](const FileProgress& progress) {
+    if (phases.empty() || phases.back() != progress.phase) phases.emplace_back(progress.phase);
+    if (progress.phase == "write") {
+      ++write_reports;
+      written = progress.done;
+      total = progress.total;
+    }
+  });
   EXPECT_TRUE(file_bytes(path) == file_bytes(expected_path)) << "the streamed file is not HybridOptimizer's, byte for byte";
   EXPECT_LE(memory->largest_download, kStaging);
   EXPECT_EQ(memory->downloads, staged_copies(device, kStaging));
+  EXPECT_EQ(phases, (std::vector<std::string>{"write", "sync"})) << "written out of the file's order: commit re-read it for the checksum";
+  EXPECT_EQ(written, SafetensorsReader(path).header().data_bytes);
+  EXPECT_EQ(total, written);
+  EXPECT_GE(write_reports, memory->downloads + 1) << "not every piece was reported";
 
   // Loaded through the same small buffer into a fresh optimizer: the saved state exactly.
   auto memory2 = std::make_shared<CopyRecordingMemory>();
   DeviceOptimizer device2(model.parameters(true), settings, memory2);
   device2.set_state_staging_bytes(kStaging);
-  device2.load_state(path);
+  phases.clear();
+  device2.load_state(path, [&](const FileProgress& progress) {
+    if (phases.empty() || phases.back() != progress.phase) phases.emplace_back(progress.phase);
+  });
+  EXPECT_EQ(phases, (std::vector<std::string>{"checksum", "read"})) << "the whole checksum is verified before the state is read";
   EXPECT_LE(memory2->largest_upload, kStaging);
   EXPECT_EQ(memory2->uploads, staged_copies(device2, kStaging));
   expect_same_bits(model, hybrid, device2, "loaded through a 10-byte buffer");

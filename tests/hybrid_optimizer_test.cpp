@@ -21,6 +21,7 @@
 
 #include "runtime/muon/hybrid_optimizer.h"
 #include "runtime/muon/parameter_tagging.h"
+#include "runtime/muon/safetensors_file.h"
 #include "tests/f64_newton_schulz.h"
 #include "reference/singular_values.h"
 #include "support/rounding.h"
@@ -292,7 +293,14 @@ TEST(HybridOptimizer, StateSavesAndLoadsBitExactly) {
     refill(gb, random_values(6, random));
     optimizer.step();
   }
-  optimizer.save_state(path);
+  std::vector<std::string> phases;
+  uint64_t written = 0;
+  optimizer.save_state(path, [&](const FileProgress& progress) {
+    if (phases.empty() || phases.back() != progress.phase) phases.emplace_back(progress.phase);
+    if (progress.phase == "write") written = progress.done;
+  });
+  EXPECT_EQ(phases, (std::vector<std::string>{"write", "sync"}));
+  EXPECT_EQ(written, SafetensorsReader(path).header().data_bytes);
   const std::vector<float> w_saved = w, b_saved = b;
   const std::vector<float> g_next = random_values(24, random), gb_next = random_values(6, random);
   refill(gw, g_next);
@@ -300,7 +308,11 @@ TEST(HybridOptimizer, StateSavesAndLoadsBitExactly) {
   optimizer.step();
   const std::vector<float> w_after = w, b_after = b;
   // Back to the saved point: load the state, restore the parameters, take the same step.
-  optimizer.load_state(path);
+  phases.clear();
+  optimizer.load_state(path, [&](const FileProgress& progress) {
+    if (phases.empty() || phases.back() != progress.phase) phases.emplace_back(progress.phase);
+  });
+  EXPECT_EQ(phases, (std::vector<std::string>{"read"})) << "read in the file's order: nothing left for a checksum pass";
   refill(w, w_saved);
   refill(b, b_saved);
   EXPECT_EQ(optimizer.steps_taken(), 2);

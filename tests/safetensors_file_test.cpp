@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -372,6 +374,144 @@ TEST(SafetensorsFile, AWriterRefusesMisplacedPiecesAndLeavesNothingWithoutACommi
     abandoned.write("a", 0, values.data(), 16);
   }
   EXPECT_TRUE(fs::is_empty(dir));
+  fs::remove_all(dir);
+}
+
+struct Reported {
+  std::string phase;
+  uint64_t done, total;
+};
+
+// Every phase of a transfer as the callback saw it, with the phases in order (runs of one phase).
+std::vector<std::string> phases_of(const std::vector<Reported>& events) {
+  std::vector<std::string> phases;
+  for (const Reported& event : events)
+    if (phases.empty() || phases.back() != event.phase) phases.push_back(event.phase);
+  return phases;
+}
+
+// The writer reports each piece as the running total of bytes given, then (pieces out of order)
+// the checksum's pass from the bytes hashed in order to the end, then the flush; the reader its
+// reads and verify_checksum's pass. Totals are the data buffer's bytes, counted here from the
+// tensors themselves.
+TEST(SafetensorsFile, WriterAndReaderReportEveryPhaseInBytes) {
+  std::mt19937 random(std::random_device{}());
+  for (int trial = 0; trial < 12; ++trial) {
+    std::vector<NamedTensor> tensors;
+    uint64_t total = 0;
+    for (int t = 0; t < 1 + static_cast<int>(random() % 5); ++t) {
+      NamedTensor tensor{"t" + std::to_string(t), "F32", {1 + static_cast<int64_t>(random() % 3000)}, {}};
+      tensor.bytes.resize(static_cast<size_t>(tensor.shape[0]) * 4);
+      for (unsigned char& byte : tensor.bytes) byte = static_cast<unsigned char>(random());
+      total += tensor.bytes.size();
+      tensors.push_back(std::move(tensor));
+    }
+    struct Piece {
+      size_t tensor;
+      uint64_t offset, size;
+    };
+    std::vector<Piece> order;
+    for (size_t t = 0; t < tensors.size(); ++t)
+      for (uint64_t at = 0; at < tensors[t].bytes.size();) {
+        const uint64_t size = std::min<uint64_t>(tensors[t].bytes.size() - at, 1 + random() % 3000);
+        order.push_back({t, at, size});
+        at += size;
+      }
+    const bool shuffled = trial % 2 == 1 && order.size() > 1;
+    if (shuffled) std::swap(order.front(), order.back());  // the first bytes come last: nothing hashed in order
+    const std::string path = temp_path("progress.safetensors");
+    std::vector<Reported> events;
+    auto record = [&](const runtime::FileProgress& progress) { events.push_back({std::string(progress.phase), progress.done, progress.total}); };
+    std::vector<runtime::TensorPlace> places;
+    for (const NamedTensor& tensor : tensors) places.push_back({tensor.name, tensor.dtype, tensor.shape});
+    {
+      runtime::SafetensorsWriter writer(path, places);
+      writer.set_progress(record);
+      uint64_t given = 0;
+      for (const Piece& piece : order) {
+        writer.write(tensors[piece.tensor].name, piece.offset, tensors[piece.tensor].bytes.data() + piece.offset, piece.size);
+        given += piece.size;
+        ASSERT_EQ(events.back().phase, "write");
+        ASSERT_EQ(events.back().done, given) << "trial " << trial;
+        ASSERT_EQ(events.back().total, total);
+      }
+      writer.commit();
+    }
+    ASSERT_EQ(events.front().phase, "write");
+    EXPECT_EQ(events.front().done, 0u);  // the start of the phase, before the first piece
+    const std::vector<std::string> expected = shuffled ? std::vector<std::string>{"write", "checksum", "sync"} : std::vector<std::string>{"write", "sync"};
+    EXPECT_EQ(phases_of(events), expected) << "trial " << trial;
+    uint64_t last_checksum = 0;
+    for (const Reported& event : events)
+      if (event.phase == "checksum") {
+        EXPECT_GE(event.done, last_checksum);
+        EXPECT_EQ(event.total, total);
+        last_checksum = event.done;
+      }
+    if (shuffled) {
+      EXPECT_EQ(last_checksum, total);
+    }
+    ASSERT_GE(events.size(), 2u);
+    EXPECT_EQ(events[events.size() - 2].phase + std::to_string(events[events.size() - 2].done), "sync0");
+    EXPECT_EQ(events.back().phase + std::to_string(events.back().done) + "/" + std::to_string(events.back().total), "sync1/1");
+
+    // Reading: the pieces as written (the first bytes last when shuffled), then the checksum's pass
+    // over what the reads did not hash in order.
+    events.clear();
+    runtime::SafetensorsReader reader(path);
+    reader.set_progress(record);
+    uint64_t read = 0;
+    for (const Piece& piece : order) {
+      std::vector<unsigned char> got(piece.size);
+      reader.read(*reader.header().find(tensors[piece.tensor].name), piece.offset, got.data(), piece.size);
+      read += piece.size;
+      ASSERT_EQ(events.back().phase + std::to_string(events.back().done) + "/" + std::to_string(events.back().total),
+                "read" + std::to_string(read) + "/" + std::to_string(total));
+    }
+    const size_t reads = events.size();
+    reader.verify_checksum();
+    EXPECT_EQ(events.front().done, 0u);
+    if (shuffled) {
+      ASSERT_GT(events.size(), reads) << "the checksum's pass was not reported";
+      EXPECT_EQ(events[reads].phase, "checksum");
+      // The first bytes were read last: hashed then, and nothing after them in order.
+      EXPECT_EQ(events[reads].done, order.back().size);
+      EXPECT_EQ(events.back().done, total);
+    } else {
+      EXPECT_EQ(events.size(), reads) << "every byte was hashed in order; there is no pass to report";
+    }
+  }
+}
+
+// A callback that throws (Python's KeyboardInterrupt at Ctrl-C arrives this way) stops the write
+// as a failed write does: the exception reaches the caller, the old file stays, nothing else is left.
+TEST(SafetensorsFile, AThrowingProgressCallbackLeavesTheOldFile) {
+  const fs::path dir = temp_path("progress-stop");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string target = (dir / "state.safetensors").string();
+  runtime::write_safetensors(target, {f32_tensor("a", {2}, {1, 2})});
+  const std::string old = read_file(target);
+  const std::vector<float> values(1000, 3.0f);
+  for (const std::string stop_at : {"write", "sync"}) {
+    int calls = 0;
+    runtime::SafetensorsWriter writer(target, {{"a", "F32", {1000}}});
+    writer.set_progress([&](const runtime::FileProgress& progress) {
+      ++calls;
+      if (progress.phase == stop_at && progress.done > 0) throw std::runtime_error("stopped by the user");
+    });
+    try {
+      writer.write("a", 0, values.data(), 2000);
+      writer.write("a", 2000, values.data() + 500, 2000);
+      writer.commit();
+      ADD_FAILURE() << "the callback's exception at " << stop_at << " was lost";
+    } catch (const std::runtime_error& error) {
+      EXPECT_STREQ(error.what(), "stopped by the user");
+    }
+    EXPECT_GT(calls, 1);
+  }
+  EXPECT_EQ(read_file(target), old);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1) << "a temporary file was left behind";
   fs::remove_all(dir);
 }
 

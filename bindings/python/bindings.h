@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "runtime/muon/file_progress.h"
 #include "runtime/muon/optimizer_settings.h"
 
 namespace orthojit::python {
@@ -17,6 +18,12 @@ void apply_python_setting(runtime::OptimizerSettings& settings, const std::strin
 // The settings an orthojit._orthojit.MuonSettings object holds (a TypeError for anything else):
 // DistributedMuon.from_deepspeed_config hands the config's settings to the distributed step.
 const runtime::OptimizerSettings& settings_of(nanobind::handle muon_settings);
+
+// A Python callable progress(phase, done, total) as a state file's progress callback (none for
+// None). It is called with the GIL taken, from a transfer that released it; what it raises
+// (KeyboardInterrupt at Ctrl-C, which Python delivers only while Python code runs) ends the
+// transfer as a failed write or read does, and reaches the caller as itself.
+runtime::FileProgressCallback python_progress(nanobind::handle progress);
 
 void register_compiler(nanobind::module_& module);   // compiler_bindings.cpp: orthogonalize, compile, programs, tune, bench, info
 void register_optimizer(nanobind::module_& module);  // optimizer_bindings.cpp: the Muon + AdamW update rules on tensors

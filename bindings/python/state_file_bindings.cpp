@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bindings/python/bindings.h"
+#include "runtime/muon/progress_line.h"
 #include "runtime/muon/safetensors_file.h"
 #include "runtime/muon/state_summary.h"
 
@@ -45,13 +46,15 @@ const runtime::TensorPlace& whole_tensor(const runtime::SafetensorsHeader& heade
 // Nothing appears at `path` before commit(); an abandoned writer leaves nothing behind.
 class StateFileWriter {
  public:
-  StateFileWriter(const std::string& path, const std::vector<TensorLayout>& tensors, const std::map<std::string, std::string>& metadata) {
+  StateFileWriter(const std::string& path, const std::vector<TensorLayout>& tensors, const std::map<std::string, std::string>& metadata,
+                  nb::handle progress) {
     std::vector<runtime::TensorPlace> places;
     for (const auto& [name, dtype, shape] : tensors) {
       if (dtype != "F32" && dtype != "I64") throw std::invalid_argument("state tensor '" + name + "' has dtype " + dtype + "; a state file holds F32 and I64");
       places.push_back({name, dtype, shape});
     }
     writer_ = std::make_unique<runtime::SafetensorsWriter>(path, places, metadata);
+    writer_->set_progress(python_progress(progress));
   }
   // The whole tensor `name` from `bytes` bytes of contiguous CPU memory at `address`.
   void write(const std::string& name, uintptr_t address, uint64_t bytes) {
@@ -72,7 +75,10 @@ class StateFileWriter {
 // were checked: load_state checks everything before it reads any tensor into the optimizer.
 class StateFileReader {
  public:
-  explicit StateFileReader(const std::string& path) : path_(path), reader_(std::make_unique<runtime::SafetensorsReader>(path)) {}
+  explicit StateFileReader(const std::string& path, nb::handle progress = nb::none())
+      : path_(path), reader_(std::make_unique<runtime::SafetensorsReader>(path)) {
+    reader_->set_progress(python_progress(progress));
+  }
   const std::map<std::string, std::string>& metadata() const { return reader_->header().metadata; }
   std::vector<TensorLayout> tensors() const {
     std::vector<TensorLayout> result;
@@ -104,30 +110,66 @@ std::pair<std::map<std::string, std::string>, std::vector<TensorLayout>> read_st
 
 }  // namespace
 
+runtime::FileProgressCallback python_progress(nb::handle progress) {
+  if (progress.is_none()) return {};
+  if (!PyCallable_Check(progress.ptr())) throw nb::type_error("progress must be a callable progress(phase, done, total) or None");
+  // The callable behind a shared pointer: the C++ side copies and drops the callback without the
+  // GIL (the transfer released it), which must not touch a Python reference count.
+  struct Held {
+    nb::object callable;
+    ~Held() {
+      nb::gil_scoped_acquire gil;
+      callable.reset();
+    }
+  };
+  auto held = std::make_shared<Held>(Held{nb::borrow<nb::object>(progress)});
+  return [held](const runtime::FileProgress& step) {
+    nb::gil_scoped_acquire gil;
+    held->callable(std::string(step.phase), step.done, step.total);
+  };
+}
+
 void register_state_file(nb::module_& m) {
+  // runtime::ProgressLine for orthojit.Muon's progress=True: the text goes to `write` (Python's
+  // sys.stderr, which pytest and notebooks capture, where C's stderr would bypass them).
+  nb::class_<runtime::ProgressLine>(m, "ProgressLine", "A state file transfer's progress as text (runtime/muon/progress_line.h).")
+      .def(
+          "__init__",
+          [](runtime::ProgressLine* line, const std::string& label, bool interactive, nb::object write) {
+            new (line) runtime::ProgressLine(label, interactive, [write](const std::string& text) {
+              nb::gil_scoped_acquire gil;
+              write(text);
+            });
+          },
+          nb::arg("label"), nb::arg("interactive"), nb::arg("write"))
+      .def(
+          "__call__", [](runtime::ProgressLine& line, const std::string& phase, uint64_t done, uint64_t total) { line.update({phase, done, total}); },
+          nb::arg("phase"), nb::arg("done"), nb::arg("total"))
+      .def("finish", &runtime::ProgressLine::finish, "The last phase's line (a log) or the terminal's line cleared.");
   nb::class_<StateFileWriter>(m, "StateFileWriter", "A safetensors state file written tensor by tensor, atomically at commit().")
-      .def(nb::init<const std::string&, const std::vector<TensorLayout>&, const std::map<std::string, std::string>&>(), nb::arg("path"),
-           nb::arg("tensors"), nb::arg("metadata"))
+      .def(nb::init<const std::string&, const std::vector<TensorLayout>&, const std::map<std::string, std::string>&, nb::handle>(), nb::arg("path"),
+           nb::arg("tensors"), nb::arg("metadata"), nb::arg("progress") = nb::none())
       .def("write", &StateFileWriter::write, nb::arg("name"), nb::arg("address"), nb::arg("bytes"),
            "The whole tensor `name` from contiguous CPU memory at `address`.")
       .def("commit", &StateFileWriter::commit, "Checks that every tensor was written, then puts the file in place.");
   nb::class_<StateFileReader>(m, "StateFileReader", "A safetensors state file read tensor by tensor.")
-      .def(nb::init<const std::string&>(), nb::arg("path"))
+      .def(nb::init<const std::string&, nb::handle>(), nb::arg("path"), nb::arg("progress") = nb::none())
       .def_prop_ro("metadata", &StateFileReader::metadata)
       .def_prop_ro("tensors", &StateFileReader::tensors, "(name, dtype, shape) per tensor in the file's order.")
       .def("verify_checksum", &StateFileReader::verify_checksum, "Reads the whole file and checks its SHA-256.")
       .def("read", &StateFileReader::read, nb::arg("name"), nb::arg("address"), nb::arg("bytes"), "The whole tensor `name` into CPU memory at `address`.");
   m.def(
       "inspect_state",
-      [](const std::string& path, bool verify) {
+      [](const std::string& path, bool verify, nb::handle progress) {
+        const runtime::FileProgressCallback callback = python_progress(progress);
         std::string json;
         {
           nb::gil_scoped_release release;
-          json = runtime::state_summary_json(runtime::summarize_state_file(path, verify)).dump();
+          json = runtime::state_summary_json(runtime::summarize_state_file(path, verify, callback)).dump();
         }
         return json;
       },
-      nb::arg("path"), nb::arg("verify") = true, "The summary of `orthojit inspect-state --json` as JSON text.");
+      nb::arg("path"), nb::arg("verify") = true, nb::arg("progress") = nb::none(), "The summary of `orthojit inspect-state --json` as JSON text.");
   m.def("read_state_header", &read_state_header, nb::arg("path"), "A state file's metadata and its tensors' (name, dtype, shape).");
 }
 

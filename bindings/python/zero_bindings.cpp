@@ -274,17 +274,19 @@ class Distributed {
   }
 
   // The state file, streamed (DistributedOptimizer::save_state / load_state(path)); collective.
-  void save_state_file(const std::string& path, const std::map<std::string, std::string>& metadata) {
+  void save_state_file(const std::string& path, const std::map<std::string, std::string>& metadata, nb::handle progress) {
+    const runtime::FileProgressCallback callback = python_progress(progress);
     nb::gil_scoped_release release;
-    optimizer_->save_state(path, metadata);
+    optimizer_->save_state(path, metadata, callback);
   }
   void require_on_every_rank(const std::string& problem, const std::string& doing) {
     nb::gil_scoped_release release;
     optimizer_->require_on_every_rank(problem, doing);
   }
-  int64_t load_state_file(const std::string& path, const std::string& refusal) {
+  int64_t load_state_file(const std::string& path, const std::string& refusal, nb::handle progress) {
+    const runtime::FileProgressCallback callback = python_progress(progress);
     nb::gil_scoped_release release;
-    optimizer_->load_state(path, refusal);
+    optimizer_->load_state(path, refusal, callback);
     return optimizer_->steps_taken();
   }
 
@@ -340,8 +342,8 @@ void register_zero(nb::module_& module) {
       .def("set_hyperparameters", &Distributed::set_hyperparameters, nb::arg("values"))
       .def("gather_state", &Distributed::gather_state, nb::arg("root") = nb::none())
       .def("load_state", &Distributed::load_state, nb::arg("state"), nb::arg("steps_taken"))
-      .def("save_state_file", &Distributed::save_state_file, nb::arg("path"), nb::arg("metadata"))
-      .def("load_state_file", &Distributed::load_state_file, nb::arg("path"), nb::arg("refusal") = "")
+      .def("save_state_file", &Distributed::save_state_file, nb::arg("path"), nb::arg("metadata"), nb::arg("progress") = nb::none())
+      .def("load_state_file", &Distributed::load_state_file, nb::arg("path"), nb::arg("refusal") = "", nb::arg("progress") = nb::none())
       .def("require_on_every_rank", &Distributed::require_on_every_rank, nb::arg("problem"), nb::arg("doing"))
       .def("muon_tags", &Distributed::muon_tags)
       .def("qk_clip", &Distributed::qk_clip, nb::arg("q_name"), nb::arg("k_name"), nb::arg("head_rows"), nb::arg("s_max"), nb::arg("tau"))

@@ -291,6 +291,19 @@ oj_status oj_optimizer_qk_clip(oj_optimizer* optimizer, const char* q_name, cons
 oj_status oj_optimizer_save_state(oj_optimizer* optimizer, const char* path);
 oj_status oj_optimizer_load_state(oj_optimizer* optimizer, const char* path);
 
+/* Progress of those two, which take minutes on a large model (a 70B model's state is ~290 GB to
+ * write, hash and flush): `progress` is called on the calling thread before and after each piece
+ * with the phase ("write", "read", "checksum" or "sync"; docs/muon.md) and the bytes done of
+ * the total ("sync": 0 of 1, then 1 of 1), and `user_data`. It returns 0 to go on, anything else
+ * to stop: the call then returns OJ_IO_ERROR saying so, a save leaves the file at its path as it
+ * was, a load stopped before its "read" phase changes nothing (on CUDA memory a load stopped
+ * while reading leaves the state partly loaded: OJ_INVALID_STATE until a load succeeds). A
+ * distributed optimizer calls it on rank 0 for a save, and on every rank for its own reads
+ * (rank 0 also for the checksum); a stop on any rank fails the call on every rank. NULL: none
+ * (the default). Kept for every later save and load of this handle. */
+typedef int (*oj_progress_fn)(const char* phase, uint64_t done, uint64_t total, void* user_data);
+oj_status oj_optimizer_set_progress(oj_optimizer* optimizer, oj_progress_fn progress, void* user_data);
+
 /* ------------------------------------------------------------------------------------------- */
 /* ZeRO data parallelism (docs/distributed.md)                                                   */
 

@@ -255,27 +255,36 @@ std::vector<unsigned char> staging_buffer(const std::vector<DeviceOptimizer::Sta
 
 }  // namespace
 
-void DeviceOptimizer::save_state(const std::string& path) const {
+void DeviceOptimizer::save_state(const std::string& path, const FileProgressCallback& progress) const {
   if (!partly_loaded_.empty()) throw InvalidStateError("DeviceOptimizer::save_state: " + partly_loaded_);
   std::vector<TensorPlace> places;
   for (const TensorSource& tensor : state_file_tensors(state_owners(), nullptr, settings_.muon.variant)) places.push_back(tensor.place);
   SafetensorsWriter writer(path, places, state_file_metadata(settings_, steps_));
-  for (const Entry& entry : entries_)
-    if (!entry.muon) writer.write(entry.parameter.name + ".step", 0, &entry.adam_steps, sizeof entry.adam_steps);
-  const std::vector<StateBuffer> buffers = state_buffers();
+  writer.set_progress(progress);
+  const std::vector<StateBuffer> buffers = state_buffers();  // per entry: the momentum, or both moments
   std::vector<unsigned char> staging = staging_buffer(buffers, staging_bytes_);
-  for (const StateBuffer& buffer : buffers)
-    for (int64_t at = 0; at < buffer.bytes;) {
-      const int64_t size = std::min<int64_t>(buffer.bytes - at, static_cast<int64_t>(staging.size()));
-      memory_->download(staging.data(), buffer.address + static_cast<std::uintptr_t>(at), size);
-      writer.write(buffer.name, static_cast<uint64_t>(at), staging.data(), static_cast<uint64_t>(size));
-      at += size;
+  // In the file's order (each AdamW step count after its moments): the writer hashes the bytes
+  // as they go out, and its commit has nothing to read back (out of order, it would read the
+  // whole file again for the checksum).
+  size_t next = 0;
+  for (const Entry& entry : entries_) {
+    for (int moment = 0; moment < (entry.muon ? 1 : 2); ++moment) {
+      const StateBuffer& buffer = buffers[next++];
+      for (int64_t at = 0; at < buffer.bytes;) {
+        const int64_t size = std::min<int64_t>(buffer.bytes - at, static_cast<int64_t>(staging.size()));
+        memory_->download(staging.data(), buffer.address + static_cast<std::uintptr_t>(at), size);
+        writer.write(buffer.name, static_cast<uint64_t>(at), staging.data(), static_cast<uint64_t>(size));
+        at += size;
+      }
     }
+    if (!entry.muon) writer.write(entry.parameter.name + ".step", 0, &entry.adam_steps, sizeof entry.adam_steps);
+  }
   writer.commit();  // nothing is left behind when anything above throws
 }
 
-void DeviceOptimizer::load_state(const std::string& path) {
+void DeviceOptimizer::load_state(const std::string& path, const FileProgressCallback& progress) {
   SafetensorsReader reader(path);
+  reader.set_progress(progress);
   const int64_t steps = check_state_file(reader.header(), path, state_owners(), settings_);
   // The whole file's checksum before any byte reaches the state. The reader keeps its descriptor,
   // so the bytes read below are the ones checked even if the path is replaced meanwhile (a save

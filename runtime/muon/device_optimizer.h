@@ -70,8 +70,9 @@ class DeviceOptimizer {
   // wrong or corrupt file changes nothing; a read that fails after those checks (the disk
   // failing mid-load) leaves the state partly loaded and says so; step and save_state then throw
   // InvalidStateError (runtime/errors.h) until a load succeeds.
-  void save_state(const std::string& path) const;
-  void load_state(const std::string& path);
+  // `progress` reports the file's phases as they advance (runtime/muon/file_progress.h).
+  void save_state(const std::string& path, const FileProgressCallback& progress = {}) const;
+  void load_state(const std::string& path, const FileProgressCallback& progress = {});
   static constexpr int64_t kDefaultStateStagingBytes = int64_t{16} << 20;
   int64_t state_staging_bytes() const { return staging_bytes_; }
   // Throws std::invalid_argument unless bytes >= 1.

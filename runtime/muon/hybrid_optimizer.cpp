@@ -204,11 +204,13 @@ std::vector<StateOwner> HybridOptimizer::state_owners() const {
   return owners;
 }
 
-void HybridOptimizer::save_state(const std::string& path) const { write_state_file(path, state_owners(), state_, settings_, steps_); }
+void HybridOptimizer::save_state(const std::string& path, const FileProgressCallback& progress) const {
+  write_state_file(path, state_owners(), state_, settings_, steps_, progress);
+}
 
-void HybridOptimizer::load_state(const std::string& path) {
+void HybridOptimizer::load_state(const std::string& path, const FileProgressCallback& progress) {
   int64_t steps = 0;
-  std::map<std::string, State> loaded = read_state_file(path, state_owners(), settings_, steps);
+  std::map<std::string, State> loaded = read_state_file(path, state_owners(), settings_, steps, progress);
   state_ = std::move(loaded);
   steps_ = steps;
 }

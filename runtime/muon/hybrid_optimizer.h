@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/muon/file_progress.h"
 #include "runtime/muon/optimizer_settings.h"
 #include "runtime/muon/parameter.h"
 #include "runtime/muon/parameter_tagging.h"
@@ -101,8 +102,9 @@ class HybridOptimizer {
   // "<param>.exp_avg_sq", "<param>.step"; a variant's "<param>.second_momentum_buffer" or
   // "<param>.v_buffer" and "<param>.variant_step", muon_variants.h) and back; load checks every name, shape and type
   // against this optimizer's parameters before changing anything.
-  void save_state(const std::string& path) const;
-  void load_state(const std::string& path);
+  // `progress` reports the file's phases as they advance (runtime/muon/file_progress.h).
+  void save_state(const std::string& path, const FileProgressCallback& progress = {}) const;
+  void load_state(const std::string& path, const FileProgressCallback& progress = {});
 
   // Raw access for the state file and the distributed runtime.
   struct State {

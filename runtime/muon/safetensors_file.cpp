@@ -373,6 +373,7 @@ void SafetensorsWriter::write(const std::string& name, uint64_t offset, const vo
     throw std::out_of_range(path_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + size) + ") are outside tensor \"" + name +
                             "\"'s " + std::to_string(tensor.end - tensor.begin));
   if (size == 0) return;
+  if (progress_ && given_ == 0) progress_({"write", 0, header_.data_bytes});
   const uint64_t begin = tensor.begin + offset, end = begin + size;
   // Refuse an overlap: the digest may already cover the first write.
   auto next = written_.upper_bound(begin);
@@ -394,6 +395,8 @@ void SafetensorsWriter::write(const std::string& name, uint64_t offset, const vo
     digest_.update(std::string_view(static_cast<const char*>(data), size));
     hashed_ = end;
   }
+  given_ += size;
+  if (progress_) progress_({"write", given_, header_.data_bytes});
 }
 
 void SafetensorsWriter::commit() {
@@ -412,15 +415,19 @@ void SafetensorsWriter::commit() {
   }
   // The digest of whatever did not arrive in order, read back through a fixed buffer.
   std::vector<char> buffer(static_cast<size_t>(std::min(kStreamBufferBytes, header_.data_bytes - hashed_)));
+  if (progress_ && hashed_ < header_.data_bytes) progress_({"checksum", hashed_, header_.data_bytes});
   while (hashed_ < header_.data_bytes) {
     const uint64_t size = std::min<uint64_t>(buffer.size(), header_.data_bytes - hashed_);
     if (!read_all_at(fd_, buffer.data(), size, header_.data_start + hashed_)) abandon("cannot read back for the checksum");
     digest_.update(std::string_view(buffer.data(), size));
     hashed_ += size;
+    if (progress_) progress_({"checksum", hashed_, header_.data_bytes});
   }
   const std::string header = header_bytes(header_, digest_.hex_digest());
   if (!write_all_at(fd_, header.data(), header.size(), 0)) abandon("cannot write");
+  if (progress_) progress_({"sync", 0, 1});
   if (::fsync(fd_) != 0) abandon("cannot flush to disk");
+  if (progress_) progress_({"sync", 1, 1});
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) {
@@ -435,10 +442,12 @@ void SafetensorsWriter::commit() {
   }
 }
 
-void write_safetensors_from(const std::string& path, const std::vector<TensorSource>& tensors, const std::map<std::string, std::string>& metadata) {
+void write_safetensors_from(const std::string& path, const std::vector<TensorSource>& tensors, const std::map<std::string, std::string>& metadata,
+                            const FileProgressCallback& progress) {
   std::vector<TensorPlace> places;
   for (const TensorSource& source : tensors) places.push_back(source.place);
   SafetensorsWriter writer(path, places, metadata);
+  writer.set_progress(progress);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorPlace& place = writer.header().tensors[i];
     writer.write(place.name, 0, tensors[i].bytes, place.end - place.begin);
@@ -484,22 +493,28 @@ void SafetensorsReader::read(const TensorPlace& tensor, uint64_t offset, void* o
     throw std::out_of_range(path_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + size) + ") are outside tensor \"" +
                             tensor.name + "\"");
   const uint64_t begin = tensor.begin + offset, end = begin + size;
-  if (size > 0 && !read_all_at(fd_, static_cast<char*>(out), size, header_.data_start + begin)) throw SafetensorsError(path_ + ": cannot read: " + read_failure());
+  if (size == 0) return;
+  if (progress_ && read_ == 0) progress_({"read", 0, header_.data_bytes});
+  if (!read_all_at(fd_, static_cast<char*>(out), size, header_.data_start + begin)) throw SafetensorsError(path_ + ": cannot read: " + read_failure());
   if (!verified_ && begin <= hashed_ && hashed_ < end) {
     digest_.update(std::string_view(static_cast<const char*>(out) + (hashed_ - begin), end - hashed_));
     hashed_ = end;
   }
+  read_ += size;
+  if (progress_) progress_({"read", read_, header_.data_bytes});
 }
 
 void SafetensorsReader::verify_checksum() {
   if (!corrupt_.empty()) throw SafetensorsError(corrupt_);
   if (!header_.checksum || verified_) return;
   std::vector<char> buffer(static_cast<size_t>(std::min(kStreamBufferBytes, header_.data_bytes - hashed_)));
+  if (progress_ && hashed_ < header_.data_bytes) progress_({"checksum", hashed_, header_.data_bytes});
   while (hashed_ < header_.data_bytes) {
     const uint64_t size = std::min<uint64_t>(buffer.size(), header_.data_bytes - hashed_);
     if (!read_all_at(fd_, buffer.data(), size, header_.data_start + hashed_)) throw SafetensorsError(path_ + ": cannot read: " + read_failure());
     digest_.update(std::string_view(buffer.data(), size));
     hashed_ += size;
+    if (progress_) progress_({"checksum", hashed_, header_.data_bytes});
   }
   verified_ = true;
   const std::string actual = digest_.hex_digest();

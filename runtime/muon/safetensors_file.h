@@ -27,8 +27,10 @@
 #include <string_view>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "runtime/muon/file_progress.h"
 #include "support/sha256.h"
 
 namespace orthojit::runtime {
@@ -98,7 +100,8 @@ struct TensorSource {
   TensorPlace place;  // name, dtype, shape (begin and end are laid out on writing)
   const void* bytes;  // product(shape) · dtype size bytes
 };
-void write_safetensors_from(const std::string& path, const std::vector<TensorSource>& tensors, const std::map<std::string, std::string>& metadata = {});
+void write_safetensors_from(const std::string& path, const std::vector<TensorSource>& tensors, const std::map<std::string, std::string>& metadata = {},
+                            const FileProgressCallback& progress = {});
 
 // Writes a file whose tensors are declared up front, laid out in the given order; their bytes
 // come by write() in pieces of any size and order, each placed at its offset in a temporary file
@@ -118,6 +121,9 @@ class SafetensorsWriter {
   // written, SafetensorsError when the file system refuses (the write is abandoned then).
   void write(const std::string& name, uint64_t offset, const void* data, uint64_t size);
   void commit();
+  // Reports "write" (before the first piece and after each), "checksum" (commit's pass over what
+  // did not arrive in order, when there is one) and "sync" (runtime/muon/file_progress.h).
+  void set_progress(FileProgressCallback progress) { progress_ = std::move(progress); }
 
  private:
   [[noreturn]] void abandon(const std::string& problem);
@@ -128,6 +134,8 @@ class SafetensorsWriter {
   std::map<uint64_t, uint64_t> written_;  // the data buffer's written ranges, merged: begin → end
   Sha256 digest_;
   uint64_t hashed_ = 0;  // the digest covers the data buffer's first hashed_ bytes
+  FileProgressCallback progress_;
+  uint64_t given_ = 0;  // bytes written so far
 };
 
 // Reads a file's header (every structural check of read_safetensors but the checksum, which needs
@@ -144,6 +152,9 @@ class SafetensorsReader {
   // Throws std::out_of_range for a piece outside the tensor, SafetensorsError on a read error.
   void read(const TensorPlace& tensor, uint64_t offset, void* out, uint64_t size);
   void verify_checksum();
+  // Reports "read" (before the first piece and after each) and "checksum" (verify_checksum's
+  // pass, from the bytes the reads hashed in order) (runtime/muon/file_progress.h).
+  void set_progress(FileProgressCallback progress) { progress_ = std::move(progress); }
 
  private:
   std::string path_;
@@ -153,6 +164,8 @@ class SafetensorsReader {
   uint64_t hashed_ = 0;
   bool verified_ = false;
   std::string corrupt_;  // the mismatch verify_checksum found (thrown again by later calls)
+  FileProgressCallback progress_;
+  uint64_t read_ = 0;  // bytes read so far
 };
 
 }  // namespace orthojit::runtime

@@ -94,8 +94,8 @@ std::map<std::string, std::string> state_file_metadata(const OptimizerSettings& 
 }
 
 void write_state_file(const std::string& path, const std::vector<StateOwner>& owners, const std::map<std::string, HybridOptimizer::State>& state,
-                      const OptimizerSettings& settings, int64_t steps_taken) {
-  write_safetensors_from(path, state_file_tensors(owners, &state, settings.muon.variant), state_file_metadata(settings, steps_taken));
+                      const OptimizerSettings& settings, int64_t steps_taken, const FileProgressCallback& progress) {
+  write_safetensors_from(path, state_file_tensors(owners, &state, settings.muon.variant), state_file_metadata(settings, steps_taken), progress);
 }
 
 int64_t check_state_file(const SafetensorsHeader& header, const std::string& path, const std::vector<StateOwner>& owners, const OptimizerSettings& settings) {
@@ -147,8 +147,10 @@ int64_t check_state_file(const SafetensorsHeader& header, const std::string& pat
 }
 
 std::map<std::string, HybridOptimizer::State> read_state_file(const std::string& path, const std::vector<StateOwner>& owners,
-                                                              const OptimizerSettings& settings, int64_t& steps_taken) {
+                                                              const OptimizerSettings& settings, int64_t& steps_taken,
+                                                              const FileProgressCallback& progress) {
   SafetensorsReader reader(path);
+  reader.set_progress(progress);
   const int64_t steps = check_state_file(reader.header(), path, owners, settings);
   std::map<std::string, HybridOptimizer::State> loaded;
   auto take = [&](const std::string& name, const char*, const std::vector<int64_t>&, void* out) {
@@ -175,9 +177,11 @@ std::map<std::string, HybridOptimizer::State> read_state_file(const std::string&
   return loaded;
 }
 
-ConversionReport convert_state_momentum(const std::string& input, const std::string& output, MomentumKind to, double beta) {
+ConversionReport convert_state_momentum(const std::string& input, const std::string& output, MomentumKind to, double beta,
+                                        const FileProgressCallback& progress) {
   if (!(beta >= 0 && beta < 1)) throw std::invalid_argument("the momentum beta must be in [0, 1)");
   SafetensorsReader reader(input);
+  reader.set_progress(progress);
   const SafetensorsHeader& header = reader.header();
   const auto format = header.metadata.find("orthojit.format");
   if (format == header.metadata.end() || (format->second != kStateFormat && format->second != "hybrid-optimizer-state/1"))
@@ -204,6 +208,11 @@ ConversionReport convert_state_momentum(const std::string& input, const std::str
   // Tensor by tensor in the file's order, through a fixed buffer (a whole number of floats); the
   // input's checksum is checked as it is read, before the output is committed.
   SafetensorsWriter writer(output, header.tensors, metadata);
+  // The reads report the pass over the data; the writer adds its commit (checksum, sync) alone.
+  if (progress)
+    writer.set_progress([&progress](const FileProgress& step) {
+      if (step.phase != "write") progress(step);
+    });
   std::vector<float> buffer(size_t{1} << 21);
   for (const TensorPlace& tensor : header.tensors) {
     const uint64_t bytes = tensor.end - tensor.begin;

@@ -32,11 +32,12 @@ std::string momentum_mismatch_message(const std::string& where, const std::strin
 // variant's tensors), AdamW "<name>.exp_avg", "<name>.exp_avg_sq" and the I64 "<name>.step"; the
 // metadata of state_file_metadata. Both stream through the file, holding no copy of the state.
 void write_state_file(const std::string& path, const std::vector<StateOwner>& owners, const std::map<std::string, HybridOptimizer::State>& state,
-                      const OptimizerSettings& settings, int64_t steps_taken);
+                      const OptimizerSettings& settings, int64_t steps_taken, const FileProgressCallback& progress = {});
 // Checks every tensor against `owners` and the settings' momentum form, throws
 // std::runtime_error saying what does not match (nothing is returned then), and sets `steps_taken`.
 std::map<std::string, HybridOptimizer::State> read_state_file(const std::string& path, const std::vector<StateOwner>& owners,
-                                                              const OptimizerSettings& settings, int64_t& steps_taken);
+                                                              const OptimizerSettings& settings, int64_t& steps_taken,
+                                                              const FileProgressCallback& progress = {});
 
 // The pieces of those two, for writers and readers of a part of the state: the file's tensors in
 // order, pointing into `state` (null pointers when `state` is null: the layout alone; throws
@@ -57,6 +58,8 @@ struct ConversionReport {
   int buffers = 0;
   double factor = 1;
 };
-ConversionReport convert_state_momentum(const std::string& input, const std::string& output, MomentumKind to, double beta);
+// `progress` reports the input's reads and the output's commit (its "checksum" and "sync").
+ConversionReport convert_state_momentum(const std::string& input, const std::string& output, MomentumKind to, double beta,
+                                        const FileProgressCallback& progress = {});
 
 }  // namespace orthojit::runtime

@@ -27,7 +27,7 @@ std::string key_of(const std::string& tensor, std::string& parameter) {
 
 }  // namespace
 
-StateFileSummary summarize_state_file(const std::string& path, bool verify) {
+StateFileSummary summarize_state_file(const std::string& path, bool verify, const FileProgressCallback& progress) {
   SafetensorsReader reader(path);
   const SafetensorsHeader& header = reader.header();
   if (!header.metadata.count("orthojit.format")) {
@@ -65,6 +65,7 @@ StateFileSummary summarize_state_file(const std::string& path, bool verify) {
   }
   if (summary.adam.empty()) summary.adam_steps_min = 0;
   if (verify) {
+    reader.set_progress(progress);  // the pass over the data, not the few step counts read above
     reader.verify_checksum();
     summary.checksum_verified = !summary.checksum.empty();
   }

@@ -36,7 +36,8 @@ struct StateFileSummary {
 // data does not match its checksum, naming the file; UsageError (runtime/errors.h) for a
 // safetensors file that is not an orthojit optimizer state (no orthojit.format), saying what it
 // holds instead.
-StateFileSummary summarize_state_file(const std::string& path, bool verify);
+// `progress` reports the checksum's pass over the data (runtime/muon/file_progress.h).
+StateFileSummary summarize_state_file(const std::string& path, bool verify, const FileProgressCallback& progress = {});
 
 // As `orthojit inspect-state --json` prints it and orthojit.inspect_state returns it: path,
 // metadata, data_bytes, muon and adam ([{name, elements}]), adam_steps ([min, max]), unknown,

@@ -161,17 +161,19 @@ class DistributedOptimizer {
   //   load_state(path): every rank reads the header and only its own part of the file (a
   //     shared file system), rank 0 also checks the whole file's checksum, under load_state's
   //     rule; no rank holds more than its own part.
+  //   `progress` (save: rank 0's writer; load: each rank's reads, and rank 0's checksum) reports
+  //     the file's phases as they advance (runtime/muon/file_progress.h).
   // Collective: returns when `problem` is empty on every rank, else throws on every rank (this
   // rank's own problem as std::invalid_argument, the others saying how many ranks failed at
   // `doing`): a wrapper's checks before a collective call (orthojit.DistributedMuon.save_state).
   void require_on_every_rank(const std::string& problem, const std::string& doing);
   std::map<std::string, HybridOptimizer::State> gather_state(std::optional<int> root = std::nullopt);
   void load_state(const std::map<std::string, HybridOptimizer::State>& state, int64_t steps_taken);
-  void save_state(const std::string& path, const std::map<std::string, std::string>& extra_metadata = {});
+  void save_state(const std::string& path, const std::map<std::string, std::string>& extra_metadata = {}, const FileProgressCallback& progress = {});
   // `refusal` (non-empty): this rank already knows it cannot load (a wrapper's own checks
   // failed); it reads nothing, takes part in the collectives, and throws std::invalid_argument
   // with `refusal` while every other rank throws too.
-  void load_state(const std::string& path, const std::string& refusal = "");
+  void load_state(const std::string& path, const std::string& refusal = "", const FileProgressCallback& progress = {});
   // Steps taken (skipped steps not counted), saved with the state.
   int64_t steps_taken() const { return steps_; }
 

@@ -321,7 +321,8 @@ void DistributedOptimizer::load_state(const std::map<std::string, HybridOptimize
   install_state(pieces, steps_taken);
 }
 
-void DistributedOptimizer::save_state(const std::string& path, const std::map<std::string, std::string>& extra_metadata) {
+void DistributedOptimizer::save_state(const std::string& path, const std::map<std::string, std::string>& extra_metadata,
+                                      const FileProgressCallback& progress) {
   constexpr int kRoot = 0;
   const int world = communicator_.world(), rank = communicator_.rank();
   communicator_.set_stream(nullptr);
@@ -340,6 +341,7 @@ void DistributedOptimizer::save_state(const std::string& path, const std::map<st
         if (!metadata.emplace(key, value).second || key == kSafetensorsChecksumKey)
           throw std::invalid_argument("save_state: the metadata key '" + key + "' is the state file's own; nothing was written");
       writer.emplace(path, places, metadata);
+      writer->set_progress(progress);
     } catch (...) {
       failure = std::current_exception();
     }
@@ -416,7 +418,7 @@ void DistributedOptimizer::save_state(const std::string& path, const std::map<st
   agree(failure, "writing the optimizer state file on rank 0");
 }
 
-void DistributedOptimizer::load_state(const std::string& path, const std::string& refusal) {
+void DistributedOptimizer::load_state(const std::string& path, const std::string& refusal, const FileProgressCallback& progress) {
   // Every rank reads its own part; rank 0 checks the checksum of the whole file, and every rank
   // checks that it read the file rank 0 checked (the same checksum and size: not a file renamed
   // over the path in between, nor another copy of it). Nothing changes until every rank has read
@@ -430,6 +432,7 @@ void DistributedOptimizer::load_state(const std::string& path, const std::string
   try {
     if (!refusal.empty()) throw std::invalid_argument(refusal);
     reader.emplace(path);
+    reader->set_progress(progress);
     steps = check_state_file(reader->header(), path, state_owners(), settings_);
     auto read = [&](const std::string& name, int64_t first_element, int64_t count, void* out) {
       reader->read(*reader->header().find(name), static_cast<uint64_t>(first_element) * 4, out, static_cast<uint64_t>(count) * 4);

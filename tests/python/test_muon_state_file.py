@@ -44,8 +44,8 @@ class RecordingReader:
     log = []
     fail_read = None
 
-    def __init__(self, path):
-        self.inner = BINDING_READER(path)
+    def __init__(self, path, progress=None):
+        self.inner = BINDING_READER(path, progress)
 
     @property
     def metadata(self):
@@ -143,8 +143,8 @@ class FailingWriter:
 
     fail_write = 0
 
-    def __init__(self, path, tensors, metadata):
-        self.inner = BINDING_WRITER(path, tensors, metadata)
+    def __init__(self, path, tensors, metadata, progress=None):
+        self.inner = BINDING_WRITER(path, tensors, metadata, progress)
         self.writes = 0
 
     def write(self, name, address, size):

@@ -18,6 +18,7 @@ import os as _os
 from typing import Callable, Any, Dict, Optional, Sequence, Tuple, Union
 
 from . import _orthojit as _core
+from .file_progress import file_progress as _file_progress
 
 __all__ = [
     "Program",
@@ -463,7 +464,7 @@ def plan(model_config, world: int, stage: int, mode: str = "deepspeed", alignmen
     return _json.loads(_core.plan(model, is_json, world, stage, mode, alignment, bool(per_head), parameter_bytes, gradient_bytes))
 
 
-def inspect_state(path: Union[str, "_os.PathLike[str]"], verify: bool = True) -> Dict[str, Any]:
+def inspect_state(path: Union[str, "_os.PathLike[str]"], verify: bool = True, progress: Union[bool, Callable[[str, int, int], None], None] = False) -> Dict[str, Any]:
     """What a saved optimizer state holds, as ``orthojit inspect-state --json`` prints it: path,
     metadata (orthojit.format, .preset, .steps_taken, .momentum_kind, .momentum, .muon_variant,
     and the param_groups the Python optimizers save), data_bytes, muon and adam (``[{name,
@@ -471,10 +472,13 @@ def inspect_state(path: Union[str, "_os.PathLike[str]"], verify: bool = True) ->
     checksum_verified, tensors (``[{name, dtype, shape}]``). ``verify`` reads every byte and checks
     the SHA-256 the file records: OSError (the file named) when the data does not match it.
     Any orthojit state file: Muon's, DistributedMuon's (any world size), the C++ and C
-    optimizers'. ValueError for a safetensors file that is not an optimizer state."""
+    optimizers'. ValueError for a safetensors file that is not an optimizer state. ``progress``:
+    True for a progress line on stderr while the checksum is verified, or a callable
+    ``progress(phase, done, total)`` (orthojit.file_progress)."""
     if not isinstance(verify, bool):
         raise TypeError(f"verify must be True or False, got {verify!r}")
-    return _json.loads(_core.inspect_state(_os.fspath(path), verify))
+    with _file_progress(progress, f"verifying {_os.fspath(path)}") as report:
+        return _json.loads(_core.inspect_state(_os.fspath(path), verify, report))
 
 
 def info() -> Dict[str, Any]:

@@ -27,6 +27,7 @@ import os
 import torch
 
 from . import _orthojit
+from .file_progress import file_progress
 from .muon import (_GROUPS_KEY, _MATRIX_KEYS, _STATE_FORMAT, _channels_last, _check_group, _check_not_sharded, _file_meta, _json_groups, _match_saved_state,
                    _saved_groups)
 
@@ -556,7 +557,7 @@ class DistributedMuon(torch.optim.Optimizer):
         self.param_groups = new_groups
         self.steps_taken = steps
 
-    def save_state(self, path):
+    def save_state(self, path, progress=False):
         """Writes the optimizer state to the safetensors file ``path`` without gathering it anywhere
         (collective: every rank calls it; rank 0 alone writes, atomically): each rank streams its
         partition to rank 0 in chunks (``bucket_size / world`` floats), which rank 0 writes in
@@ -564,21 +565,28 @@ class DistributedMuon(torch.optim.Optimizer):
         gathers all of it. The file is the C++ optimizers' state file (``<name>.momentum_buffer``,
         ``.exp_avg``, ``.exp_avg_sq``, ``.step``; docs/muon.md "State") with the param_groups'
         hyperparameters in its metadata; ``load_state`` reads it into a DistributedMuon of any
-        world size, stage or mode. A failure on rank 0 raises on every rank."""
+        world size, stage or mode. A failure on rank 0 raises on every rank. ``progress``: True
+        for a progress line on rank 0's stderr, or a callable ``progress(phase, done, total)``
+        (orthojit.file_progress; rank 0 alone writes, so only rank 0's is called: phases
+        "write", "checksum" for what arrived out of order, "sync"); what it raises fails the save
+        on every rank, with ``path`` as it was."""
         try:
             groups, problem = _json_groups(self.param_groups), ""
         except ValueError as error:
             groups, problem = None, str(error)
         # Every rank learns of a problem on any rank (one all-reduce) before the chunks move.
         self._core.require_on_every_rank(problem, "preparing the state file's param_groups")
-        self._core.save_state_file(os.fspath(path), {_GROUPS_KEY: groups})
+        with file_progress(progress, f"saving {os.fspath(path)}", show_line=self.rank == 0) as report:
+            self._core.save_state_file(os.fspath(path), {_GROUPS_KEY: groups}, report)
 
-    def load_state(self, path):
+    def load_state(self, path, progress=False):
         """Loads a state file of ``save_state`` (or of the C++/C distributed or single-rank
         optimizer, whose param_groups are then kept as they are); collective, the file on a file
         system every rank sees. Each rank reads only its own part and rank 0 checks the whole
         file's checksum; when anything does not match on any rank, every rank raises and nothing
-        changes."""
+        changes. ``progress``: True for a progress line on rank 0's stderr, or a callable
+        ``progress(phase, done, total)`` called on every rank for its own reads ("read", of the
+        whole file's bytes: a rank reads its part) and on rank 0 for the checksum."""
         path = os.fspath(path)
         try:
             metadata, _ = _orthojit.read_state_header(path)
@@ -594,7 +602,8 @@ class DistributedMuon(torch.optim.Optimizer):
             except Exception:  # noqa: BLE001 - the agreement's error; this rank's own is raised below
                 pass
             raise
-        steps = self._core.load_state_file(path)
+        with file_progress(progress, f"loading {path}", show_line=self.rank == 0) as report:
+            steps = self._core.load_state_file(path, progress=report)
         self.param_groups = new_groups
         self.steps_taken = steps
 

@@ -28,6 +28,7 @@ import torch
 
 from . import _orthojit
 from . import tensor_step as _tensor_step
+from .file_progress import file_progress
 
 __all__ = ["Muon", "StepReport", "convert_momentum_state"]
 
@@ -657,13 +658,16 @@ class Muon(torch.optim.Optimizer):
         self.__setstate__({"state": state, "param_groups": new_groups})
         self.steps_taken = int(meta.get("steps_taken", 0))
 
-    def save_state(self, path: Union[str, "os.PathLike[str]"]) -> None:
+    def save_state(self, path: Union[str, "os.PathLike[str]"], progress: Union[bool, Callable[[str, int, int], None], None] = False) -> None:
         """Writes the state to the safetensors file ``path``, atomically: the C++ optimizers' state
         file (docs/muon.md "State": ``<name>.momentum_buffer``, ``.exp_avg``, ``.exp_avg_sq``,
         ``.step``, a variant's buffers, the SHA-256 of the data) with the param_groups'
         hyperparameters in its metadata. It loads into orthojit.Muon (``load_state``), into an
         orthojit.DistributedMuon of any world size, stage or mode, and into the C++ and C
-        optimizers. A parameter not yet stepped is saved as zeros (its state's starting value)."""
+        optimizers. A parameter not yet stepped is saved as zeros (its state's starting value).
+        ``progress``: True for a progress line on stderr, or a callable ``progress(phase, done,
+        total)`` (orthojit.file_progress: phases "write" and "sync", in bytes); what it raises
+        stops the save and leaves ``path`` as it was."""
         groups = _json_groups(self.param_groups)
         values = self._settings.values()
         metadata = {"orthojit.format": _STATE_FORMAT, "orthojit.preset": self._settings.preset, "orthojit.steps_taken": str(int(self.steps_taken)),
@@ -681,22 +685,33 @@ class Muon(torch.optim.Optimizer):
                 for key, (dtype, shape) in expected.items():
                     layout.append((f"{name}.{key}", "F32" if dtype == torch.float32 else "I64", list(shape)))
                     sources.append((p, key, dtype, shape))
-        writer = _orthojit.StateFileWriter(os.fspath(path), layout, metadata)
-        for (tensor_name, _, _), (p, key, dtype, shape) in zip(layout, sources):
-            value = self.state.get(p, {}).get(key)
-            value = torch.zeros(shape, dtype=dtype) if value is None else torch.as_tensor(value)
-            value = value.detach().to("cpu", dtype).reshape(shape).contiguous()
-            writer.write(tensor_name, value.data_ptr(), value.numel() * value.element_size())
-        writer.commit()
+        with file_progress(progress, f"saving {os.fspath(path)}") as report:
+            writer = _orthojit.StateFileWriter(os.fspath(path), layout, metadata, report)
+            try:
+                for (tensor_name, _, _), (p, key, dtype, shape) in zip(layout, sources):
+                    value = self.state.get(p, {}).get(key)
+                    value = torch.zeros(shape, dtype=dtype) if value is None else torch.as_tensor(value)
+                    value = value.detach().to("cpu", dtype).reshape(shape).contiguous()
+                    writer.write(tensor_name, value.data_ptr(), value.numel() * value.element_size())
+                writer.commit()
+            finally:
+                # A writer left uncommitted removes its temporary file when it goes: now, not when
+                # a traceback that holds this frame (an interrupted save at a prompt) lets go.
+                del writer
 
-    def load_state(self, path: Union[str, "os.PathLike[str]"]) -> None:
+    def load_state(self, path: Union[str, "os.PathLike[str]"], progress: Union[bool, Callable[[str, int, int], None], None] = False) -> None:
         """Loads a state file of ``save_state``, of orthojit.DistributedMuon.save_state (any world
         size) or of the C++ and C optimizers (whose files carry no param_groups: the groups then
         keep their hyperparameters), bit-exactly, under load_state_dict's checks; the file's
         checksum is verified before anything changes. The file is read tensor by tensor into the
-        new state: a CPU state tensor directly, a CUDA one through one host tensor at a time."""
+        new state: a CPU state tensor directly, a CUDA one through one host tensor at a time.
+        ``progress``: as save_state's (phases "checksum", then "read"); what it raises stops the
+        load with nothing changed."""
         path = os.fspath(path)
-        reader = _orthojit.StateFileReader(path)
+        with file_progress(progress, f"loading {path}") as report:
+            self._load_state_file(path, _orthojit.StateFileReader(path, report))
+
+    def _load_state_file(self, path: str, reader: Any) -> None:
         metadata, listed = reader.metadata, reader.tensors
         names = {name for group in self.param_groups for name in group["param_names"]}
         saved_groups = _saved_groups(metadata, self.param_groups)
