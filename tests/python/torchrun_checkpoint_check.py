@@ -161,12 +161,31 @@ same_state(resumed.state_dict(), before, "after a refused load")
 folder = [tempfile.mkdtemp() if rank == 0 else None]
 dist.broadcast_object_list(folder, src=0)
 path = os.path.join(folder[0], "state.safetensors")
-resumed.save_state(path)
+# Progress: rank 0 alone writes (every byte, then the flush); each rank reports its own reads,
+# which together cover the file (balanced mode: each element read by one rank; an AdamW step
+# count by every rank holding a part of its tensor), and rank 0 the checksum of the whole file.
+saving, loading = [], []
+resumed.save_state(path, progress=lambda phase, done, total: saving.append((phase, done, total)))
 from_file_model = model()
 from_file_model.load_state_dict(resumed_model.state_dict())
 from_file = orthojit.DistributedMuon(from_file_model.named_parameters(), stage=1, mode="balanced", preset="keller", settings=SETTINGS,
                                      average_gradients=False)
-from_file.load_state(path)
+from_file.load_state(path, progress=lambda phase, done, total: loading.append((phase, done, total)))
+data_bytes = os.path.getsize(path) - 8 - int.from_bytes(open(path, "rb").read(8), "little")
+if rank == 0:
+    writes = [done for phase, done, _ in saving if phase == "write"]
+    if not writes or writes[-1] != data_bytes or saving[-1] != ("sync", 1, 1):
+        failures.append(f"rank 0: the save's progress ended at {saving[-1:]} (last write {writes[-1:]}), the file holds {data_bytes} bytes")
+    if ("checksum", data_bytes, data_bytes) not in loading:
+        failures.append(f"rank 0: the load's checksum was not reported to its end ({data_bytes} bytes)")
+elif saving:
+    failures.append(f"rank {rank}: a save reported progress on a rank that writes nothing: {saving[:3]}")
+read_bytes = [max([done for phase, done, _ in loading if phase == "read"] or [0])]
+everyone = [None] * world
+dist.all_gather_object(everyone, read_bytes[0])
+step_counts = len(orthojit.inspect_state(path, verify=False)["adam"])
+if rank == 0 and not (data_bytes <= sum(everyone) <= data_bytes + 8 * step_counts * (world - 1)):
+    failures.append(f"the ranks' reads sum to {sum(everyone)} bytes (each {everyone}) of a {data_bytes}-byte file with {step_counts} step counts")
 same_state(from_file.state_dict(), resumed.state_dict(), "DistributedMuon loaded from a state file")
 for mine, theirs in zip(from_file.param_groups, resumed.param_groups):
     for key in ("momentum", "betas", "eps", "nesterov", "initial_lr", "name"):
