@@ -78,6 +78,22 @@ std::string error_of(const std::string& name, const std::string& header, const s
   return read_error(path);
 }
 
+// Every tensor cut into pieces of 1 to `largest` bytes, in the data's order.
+struct Piece {
+  size_t tensor;
+  uint64_t offset, size;
+};
+std::vector<Piece> pieces_of(const std::vector<NamedTensor>& tensors, uint64_t largest, std::mt19937& random) {
+  std::vector<Piece> pieces;
+  for (size_t t = 0; t < tensors.size(); ++t)
+    for (uint64_t at = 0; at < tensors[t].bytes.size();) {
+      const uint64_t size = std::min<uint64_t>(tensors[t].bytes.size() - at, 1 + random() % largest);
+      pieces.push_back({t, at, size});
+      at += size;
+    }
+  return pieces;
+}
+
 std::string floats(const std::vector<float>& values) { return {reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)}; }
 
 TEST(SafetensorsFile, RoundTripsBitExactWithEmptyTensorsAndMetadata) {
@@ -310,17 +326,7 @@ TEST(SafetensorsFile, PiecesInAnyOrderMakeTheSameFile) {
     const std::string whole = temp_path("pieces-whole.safetensors"), pieces = temp_path("pieces.safetensors");
     runtime::write_safetensors(whole, tensors, metadata);
 
-    struct Piece {
-      size_t tensor;
-      uint64_t offset, size;
-    };
-    std::vector<Piece> order;
-    for (size_t t = 0; t < tensors.size(); ++t)
-      for (uint64_t at = 0; at < tensors[t].bytes.size();) {
-        const uint64_t size = std::min<uint64_t>(tensors[t].bytes.size() - at, 1 + random() % 7000);
-        order.push_back({t, at, size});
-        at += size;
-      }
+    std::vector<Piece> order = pieces_of(tensors, 7000, random);
     if (trial % 2) std::shuffle(order.begin(), order.end(), random);  // odd trials out of order; even ones in the data's order
     {
       std::vector<runtime::TensorPlace> places;
@@ -406,17 +412,7 @@ TEST(SafetensorsFile, WriterAndReaderReportEveryPhaseInBytes) {
       total += tensor.bytes.size();
       tensors.push_back(std::move(tensor));
     }
-    struct Piece {
-      size_t tensor;
-      uint64_t offset, size;
-    };
-    std::vector<Piece> order;
-    for (size_t t = 0; t < tensors.size(); ++t)
-      for (uint64_t at = 0; at < tensors[t].bytes.size();) {
-        const uint64_t size = std::min<uint64_t>(tensors[t].bytes.size() - at, 1 + random() % 3000);
-        order.push_back({t, at, size});
-        at += size;
-      }
+    std::vector<Piece> order = pieces_of(tensors, 3000, random);
     const bool shuffled = trial % 2 == 1 && order.size() > 1;
     if (shuffled) std::swap(order.front(), order.back());  // the first bytes come last: nothing hashed in order
     const std::string path = temp_path("progress.safetensors");
