@@ -62,9 +62,8 @@ def test_a_callable_sees_every_phase_of_a_save_and_a_load(tmp_path):
     target = stepped(2, steps=0)
     loading = Recorder()
     target.load_state(path, progress=loading)
-    assert loading.phases() == ["checksum", "read"], "the checksum is verified before any tensor is read"
-    assert loading.events[0] == ("checksum", 0, expected) and ("checksum", expected, expected) in loading.events
-    assert loading.events[-1] == ("read", expected, expected)
+    assert loading.phases() == ["read"], "read in the file's order and hashed as read: no second pass for the checksum"
+    assert loading.events[0] == ("read", 0, expected) and loading.events[-1] == ("read", expected, expected)
     assert torch.equal(target.state_dict()["state"][0]["momentum_buffer"], optimizer.state_dict()["state"][0]["momentum_buffer"])
 
     verifying = Recorder()
@@ -97,7 +96,7 @@ def test_an_exception_in_the_callable_stops_the_save_and_the_load(tmp_path):
 
     target = stepped(5, steps=1)
     before = {k: v.clone() for k, v in target.state_dict()["state"][0].items()}
-    for phase in ("checksum", "read"):
+    for phase in ("read",):
         with pytest.raises(KeyboardInterrupt):
             target.load_state(path, progress=interrupt_at(phase, 2))
         after = target.state_dict()["state"][0]
@@ -117,10 +116,9 @@ def test_true_prints_a_line_per_phase_on_a_stderr_that_is_not_a_terminal(tmp_pat
     size = f"{data_bytes(optimizer) / 1024:.1f} KiB"
     assert lines[0].startswith(f"saving {path}: write {size} in ") and lines[0].endswith("/s)"), lines
     assert lines[1].startswith(f"saving {path}: sync in "), lines
-    assert lines[2].startswith(f"loading {path}: checksum {size} in "), lines
-    assert lines[3].startswith(f"loading {path}: read {size} in "), lines
-    assert lines[4].startswith(f"verifying {path}: checksum {size} in "), lines
-    assert len(lines) == 5 and "\r" not in captured.err
+    assert lines[2].startswith(f"loading {path}: read {size} in "), lines
+    assert lines[3].startswith(f"verifying {path}: checksum {size} in "), lines
+    assert len(lines) == 4 and "\r" not in captured.err
     optimizer.save_state(path)
     assert capsys.readouterr().err == "", "progress=False printed"
 

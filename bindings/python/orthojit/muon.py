@@ -647,14 +647,17 @@ class Muon(torch.optim.Optimizer):
         self._install_state(matched, new_groups, meta, lambda p, key, value: value.detach().to(_state_device(p, key)).clone())
 
     def _install_state(self, matched: Dict[torch.Tensor, Dict[str, torch.Tensor]], new_groups: List[Dict[str, Any]], meta: Dict[str, Any],
-                       place: Callable[[torch.Tensor, str, torch.Tensor], torch.Tensor]) -> None:
+                       place: Callable[[torch.Tensor, str, torch.Tensor], torch.Tensor], check: Optional[Callable[[], None]] = None) -> None:
         """Replaces the state by ``place(p, key, saved)`` for every matched tensor (a new tensor on
-        the parameter's device, in its memory format) and the groups by ``new_groups``."""
+        the parameter's device, in its memory format) and the groups by ``new_groups``, once
+        ``check()`` (when given) has passed on the new state: what it raises changes nothing."""
         state: Dict[Any, Dict[str, Any]] = defaultdict(dict)
         for p, values in matched.items():
             for key, value in values.items():
                 value = place(p, key, value)
                 state[p][key] = _in_format_of(value, p) if value.shape == p.shape else value.contiguous()
+        if check is not None:
+            check()
         self.__setstate__({"state": state, "param_groups": new_groups})
         self.steps_taken = int(meta.get("steps_taken", 0))
 
@@ -703,10 +706,11 @@ class Muon(torch.optim.Optimizer):
         """Loads a state file of ``save_state``, of orthojit.DistributedMuon.save_state (any world
         size) or of the C++ and C optimizers (whose files carry no param_groups: the groups then
         keep their hyperparameters), bit-exactly, under load_state_dict's checks; the file's
-        checksum is verified before anything changes. The file is read tensor by tensor into the
-        new state: a CPU state tensor directly, a CUDA one through one host tensor at a time.
-        ``progress``: as save_state's (phases "checksum", then "read"); what it raises stops the
-        load with nothing changed."""
+        checksum is verified before anything changes. The file is read once, tensor by tensor, into
+        a new state (a CPU state tensor directly, a CUDA one through one host tensor at a time),
+        which replaces the old one when the checksum matches. ``progress``: as save_state's
+        (phase "read"; "checksum" for what was not read in the file's order); what it raises
+        stops the load with nothing changed."""
         path = os.fspath(path)
         with file_progress(progress, f"loading {path}") as report:
             self._load_state_file(path, _orthojit.StateFileReader(path, report))
@@ -716,8 +720,10 @@ class Muon(torch.optim.Optimizer):
         names = {name for group in self.param_groups for name in group["param_names"]}
         saved_groups = _saved_groups(metadata, self.param_groups)
         index_of = {name: index for group in saved_groups for index, name in zip(group["params"], group.get("param_names", []))}
-        # The checks run on shapes alone (meta tensors hold no memory), then the checksum over the
-        # whole file; only then is a tensor read.
+        # The checks run on shapes alone (meta tensors hold no memory); then the tensors are read,
+        # in the file's order, into a new state, hashed as they are read (one pass over the file,
+        # where a checksum pass first would read it twice); the new state replaces the old one
+        # only when the whole file's checksum matches.
         state: Dict[int, Dict[str, torch.Tensor]] = defaultdict(dict)
         dtypes = {"F32": torch.float32, "I64": torch.int64}
         for tensor_name, dtype, shape in listed:
@@ -730,7 +736,6 @@ class Muon(torch.optim.Optimizer):
             state[index_of[name]][key] = torch.empty(shape, dtype=dtypes[dtype], device="meta")
         matched, new_groups, meta = _match_saved_state(self.param_groups, {"state": dict(state), "param_groups": saved_groups, "orthojit": _file_meta(metadata)},
                                                       self._variant(), self._variant_state, self._settings.values()["muon.momentum_kind"])
-        reader.verify_checksum()
         name_of_param = {p: name for group in self.param_groups for name, p in zip(group["param_names"], group["params"])}
 
         def read(p: torch.Tensor, key: str, saved: torch.Tensor) -> torch.Tensor:
@@ -738,7 +743,7 @@ class Muon(torch.optim.Optimizer):
             reader.read(f"{name_of_param[p]}.{key}", host.data_ptr(), host.numel() * host.element_size())
             return host.to(_state_device(p, key))
 
-        self._install_state(matched, new_groups, meta, read)
+        self._install_state(matched, new_groups, meta, read, check=reader.verify_checksum)
 
     # ----------------------------------------------------------------------------- DeepSpeed
     @classmethod
