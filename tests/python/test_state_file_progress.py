@@ -147,3 +147,25 @@ def test_distributed_muon_reports_its_save_and_load(tmp_path):
     assert set(saving.phases()) <= {"write", "checksum", "sync"}
     optimizer.load_state(path, progress=loading)
     assert ("read", expected, expected) in loading.events, "the one rank read the whole file"
+
+    # Interrupted: the save at its flush leaves the file; the load at its first read changes nothing.
+    saved, before = path.read_bytes(), optimizer.state_dict()
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer.step()
+    stepped_state = optimizer.state_dict()
+
+    def interrupt(at):
+        def progress(phase, done, total):
+            if phase == at and done > 0:
+                raise KeyboardInterrupt
+        return progress
+
+    with pytest.raises(KeyboardInterrupt):
+        optimizer.save_state(path, progress=interrupt("sync"))
+    assert path.read_bytes() == saved and sorted(q.name for q in tmp_path.iterdir()) == ["state.safetensors"]
+    with pytest.raises(KeyboardInterrupt):
+        optimizer.load_state(path, progress=interrupt("read"))
+    after = optimizer.state_dict()
+    assert after["orthojit"]["steps_taken"] == stepped_state["orthojit"]["steps_taken"] == before["orthojit"]["steps_taken"] + 1
+    assert all(torch.equal(after["state"][i][k], v) for i, s in stepped_state["state"].items() for k, v in s.items() if torch.is_tensor(v))
