@@ -83,10 +83,11 @@ SANITIZE_CONFIGURE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLA
 #   the kernel caches: the CPU JIT's in-memory cache (compiles from racing threads) and the CUDA
 #     program cache's disk entries written by concurrent threads;
 #   the tuner's concurrent writers: tuning records merged by writers in threads and in processes;
-#   the device runs' hang watchdog (its thread against the caller's begin/idle).
+#   the device runs' hang watchdog (its thread against the caller's begin/idle);
+#   the state file's writer and reader, which hash large pieces on a second thread beside their I/O.
 # MPI is off in this build (the MPI engine's own threads are Open MPI's, which is not instrumented).
-TSAN_TESTS := ThreadPool\.|GemmDriver\.ResultDoesNotDependOnThreadCount|CpuBackend\.IdenticalResultsAcrossRunsAndThreadCounts|CpuBackend\.ConcurrentCallers|AmxGemm\.IdenticalBitsForOneAndTwoThreadsAndConcurrentBatches|F64Products\.PortableOnSeveralThreads|KernelCache\.|ProgramCacheTest\.ConcurrentThreads|TuningRecords\.|HangWatchdog\.Concurrent
-TSAN_TARGETS := thread_pool_test gemm_driver_test cpu_backend_test amx_test f64_products_test kernel_cache_test cuda_program_cache_test autotune_test hang_watchdog_test
+TSAN_TESTS := ThreadPool\.|GemmDriver\.ResultDoesNotDependOnThreadCount|CpuBackend\.IdenticalResultsAcrossRunsAndThreadCounts|CpuBackend\.ConcurrentCallers|AmxGemm\.IdenticalBitsForOneAndTwoThreadsAndConcurrentBatches|F64Products\.PortableOnSeveralThreads|KernelCache\.|ProgramCacheTest\.ConcurrentThreads|TuningRecords\.|HangWatchdog\.Concurrent|SafetensorsFile\.LargePieces
+TSAN_TARGETS := thread_pool_test gemm_driver_test cpu_backend_test amx_test f64_products_test kernel_cache_test cuda_program_cache_test autotune_test hang_watchdog_test safetensors_file_test
 
 $(ASAN_BUILD)/build.ninja: | deps
 	@cmake -S . -B $(ASAN_BUILD) $(SANITIZE_CONFIGURE) -DORTHOJIT_SANITIZE=address,undefined -DORTHOJIT_TEST_GPU_CODE=OFF -DORTHOJIT_WITH_MPI=ON \

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/muon/safetensors_file.h"
+#include "support/sha256.h"
 
 namespace orthojit {
 namespace {
@@ -509,6 +510,64 @@ TEST(SafetensorsFile, AThrowingProgressCallbackLeavesTheOldFile) {
   EXPECT_EQ(read_file(target), old);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1) << "a temporary file was left behind";
   fs::remove_all(dir);
+}
+
+// Pieces of a megabyte and more are hashed on a second thread beside their write or read
+// (runtime/muon/background_digest.h), the reader's in blocks of 8 MiB: the file's checksum is the
+// SHA-256 of its data computed here in one call, a flipped byte in any block of such a piece is
+// found, and a read that starts before the bytes already hashed hashes only the rest.
+TEST(SafetensorsFile, LargePiecesHashBesideTheirIo) {
+  std::mt19937 random(std::random_device{}());
+  const int64_t elements = (int64_t{21} << 20) / 4 + 3;  // 21 MiB and 12 bytes: three blocks, a short last one
+  NamedTensor big{"big", "F32", {elements}, std::vector<unsigned char>(static_cast<size_t>(elements) * 4)};
+  for (unsigned char& byte : big.bytes) byte = static_cast<unsigned char>(random());
+  const NamedTensor small = f32_tensor("small", {3}, {1, 2, 3});
+  const std::string path = temp_path("large.safetensors");
+  {
+    runtime::SafetensorsWriter writer(path, {{"small", "F32", {3}}, {"big", "F32", {elements}}});
+    writer.write("small", 0, small.bytes.data(), small.bytes.size());
+    writer.write("big", 0, big.bytes.data(), big.bytes.size());  // in order: hashed beside the write
+    writer.commit();
+  }
+  const std::string data(reinterpret_cast<const char*>(small.bytes.data()), small.bytes.size());
+  const std::string expected = sha256_hex(data + std::string(reinterpret_cast<const char*>(big.bytes.data()), big.bytes.size()));
+  {
+    runtime::SafetensorsReader reader(path);
+    ASSERT_TRUE(reader.header().checksum.has_value());
+    EXPECT_EQ(*reader.header().checksum, expected);
+    // A read from byte 0 of the data, then one that starts inside it: only the rest is hashed.
+    std::vector<unsigned char> got(big.bytes.size());
+    reader.read(*reader.header().find("small"), 0, got.data(), small.bytes.size());
+    reader.read(*reader.header().find("big"), 0, got.data(), (uint64_t{1} << 20) + 5);
+    reader.read(*reader.header().find("big"), 1 << 20, got.data() + (1 << 20), got.size() - (1 << 20));
+    EXPECT_TRUE(got == big.bytes);
+    reader.verify_checksum();
+  }
+  const std::string good = read_file(path);
+  const size_t data_start = good.size() - data.size() - big.bytes.size();
+  // A flip in each of the three blocks, found by a whole read (hashed as read) and by
+  // verify_checksum alone (its double-buffered pass).
+  for (const size_t block : {0, 1, 2}) {
+    std::string bad = good;
+    const size_t at = data_start + data.size() + block * (size_t{8} << 20) + 4096;
+    bad[at] = static_cast<char>(bad[at] ^ 0x01);
+    write_file(path, bad);
+    for (const bool read_first : {true, false}) {
+      runtime::SafetensorsReader reader(path);
+      std::vector<unsigned char> got(big.bytes.size());
+      if (read_first) {  // "small", then all of "big": hashed as read, beside the reads
+        reader.read(*reader.header().find("small"), 0, got.data(), small.bytes.size());
+        reader.read(*reader.header().find("big"), 0, got.data(), got.size());
+      }
+      try {
+        reader.verify_checksum();
+        ADD_FAILURE() << "a flip in block " << block << " passed (" << (read_first ? "read, then verified" : "verified alone") << ")";
+      } catch (const SafetensorsError& error) {
+        EXPECT_NE(std::string(error.what()).find("the data is corrupt"), std::string::npos) << error.what();
+      }
+    }
+  }
+  fs::remove(path);
 }
 
 // A flipped byte is found whether or not the reads covered it, and a truncated file is named as

@@ -11,11 +11,14 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <system_error>
 
+#include "runtime/muon/background_digest.h"
 #include "support/sha256.h"
 
 namespace orthojit::runtime {
@@ -52,6 +55,17 @@ std::string errno_text() { return std::strerror(errno); }
 
 // The pieces a checksum or a copy streams through.
 constexpr uint64_t kStreamBufferBytes = uint64_t{8} << 20;
+// A BackgroundDigest for `digest` when `bytes` are worth a thread and one starts; null otherwise
+// (the caller then hashes inline, as it does for small pieces).
+std::unique_ptr<BackgroundDigest> digest_beside(Sha256& digest, uint64_t bytes) {
+  if (bytes < BackgroundDigest::kWorthwhileBytes) return nullptr;
+  try {
+    return std::make_unique<BackgroundDigest>(digest);
+  } catch (const std::system_error&) {
+    return nullptr;
+  }
+}
+
 // What the checksum's place in a header holds until the data is complete (same length).
 const std::string kChecksumPlaceholder(64, '0');
 
@@ -380,7 +394,19 @@ void SafetensorsWriter::write(const std::string& name, uint64_t offset, const vo
   if ((next != written_.end() && next->first < end) || (next != written_.begin() && std::prev(next)->second > begin))
     throw std::logic_error(path_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + size) + ") of tensor \"" + name +
                            "\" overlap bytes written before");
-  if (!write_all_at(fd_, static_cast<const char*>(data), size, header_.data_start + begin)) abandon("cannot write");
+  // Bytes in the data's order are hashed on a second thread while they are written.
+  const bool in_order = begin == hashed_;
+  const std::string_view bytes(static_cast<const char*>(data), size);
+  bool written = false, hashed_beside = false;
+  {
+    std::unique_ptr<BackgroundDigest> beside = in_order ? digest_beside(digest_, size) : nullptr;
+    if (beside) {
+      beside->push(bytes);
+      hashed_beside = true;
+    }
+    written = write_all_at(fd_, bytes.data(), size, header_.data_start + begin);
+  }  // waits for the digest
+  if (!written) abandon("cannot write");
   uint64_t merged_begin = begin, merged_end = end;
   if (next != written_.begin() && std::prev(next)->second == begin) {
     merged_begin = std::prev(next)->first;
@@ -391,8 +417,8 @@ void SafetensorsWriter::write(const std::string& name, uint64_t offset, const vo
     written_.erase(next);
   }
   written_[merged_begin] = merged_end;
-  if (begin == hashed_) {
-    digest_.update(std::string_view(static_cast<const char*>(data), size));
+  if (in_order) {
+    if (!hashed_beside) digest_.update(bytes);
     hashed_ = end;
   }
   given_ += size;
@@ -495,10 +521,34 @@ void SafetensorsReader::read(const TensorPlace& tensor, uint64_t offset, void* o
   const uint64_t begin = tensor.begin + offset, end = begin + size;
   if (size == 0) return;
   if (progress_ && read_ == 0) progress_({"read", 0, header_.data_bytes});
-  if (!read_all_at(fd_, static_cast<char*>(out), size, header_.data_start + begin)) throw SafetensorsError(path_ + ": cannot read: " + read_failure());
-  if (!verified_ && begin <= hashed_ && hashed_ < end) {
-    digest_.update(std::string_view(static_cast<const char*>(out) + (hashed_ - begin), end - hashed_));
+  char* const bytes = static_cast<char*>(out);
+  const bool hashing = !verified_ && begin <= hashed_ && hashed_ < end;
+  const uint64_t skip = hashing ? hashed_ - begin : size;  // the piece's bytes before hashed_: already hashed
+  std::unique_ptr<BackgroundDigest> beside = hashing ? digest_beside(digest_, end - hashed_) : nullptr;
+  if (beside) {
+    // Block by block, each hashed on the second thread while the next is read.
+    for (uint64_t at = 0; at < size;) {
+      const uint64_t block = std::min<uint64_t>(kStreamBufferBytes, size - at);
+      if (!read_all_at(fd_, bytes + at, block, header_.data_start + begin + at)) {
+        const std::string why = read_failure();
+        beside.reset();
+        // The digest took part of this piece: start it over (verify_checksum streams the file).
+        digest_ = Sha256();
+        hashed_ = 0;
+        throw SafetensorsError(path_ + ": cannot read: " + why);
+      }
+      const uint64_t from = std::max(at, skip);
+      if (at + block > from) beside->push(std::string_view(bytes + from, at + block - from));
+      at += block;
+    }
+    beside.reset();  // waits for the digest
     hashed_ = end;
+  } else {
+    if (!read_all_at(fd_, bytes, size, header_.data_start + begin)) throw SafetensorsError(path_ + ": cannot read: " + read_failure());
+    if (hashing) {
+      digest_.update(std::string_view(bytes + skip, size - skip));
+      hashed_ = end;
+    }
   }
   read_ += size;
   if (progress_) progress_({"read", read_, header_.data_bytes});
@@ -507,15 +557,39 @@ void SafetensorsReader::read(const TensorPlace& tensor, uint64_t offset, void* o
 void SafetensorsReader::verify_checksum() {
   if (!corrupt_.empty()) throw SafetensorsError(corrupt_);
   if (!header_.checksum || verified_) return;
-  std::vector<char> buffer(static_cast<size_t>(std::min(kStreamBufferBytes, header_.data_bytes - hashed_)));
-  if (progress_ && hashed_ < header_.data_bytes) progress_({"checksum", hashed_, header_.data_bytes});
-  while (hashed_ < header_.data_bytes) {
-    const uint64_t size = std::min<uint64_t>(buffer.size(), header_.data_bytes - hashed_);
-    if (!read_all_at(fd_, buffer.data(), size, header_.data_start + hashed_)) throw SafetensorsError(path_ + ": cannot read: " + read_failure());
-    digest_.update(std::string_view(buffer.data(), size));
-    hashed_ += size;
-    if (progress_) progress_({"checksum", hashed_, header_.data_bytes});
+  // Two buffers: one block is hashed on a second thread while the next is read into the other.
+  const uint64_t remaining = header_.data_bytes - hashed_;
+  std::unique_ptr<BackgroundDigest> beside = digest_beside(digest_, remaining);
+  std::vector<char> buffers[2];
+  buffers[0].resize(static_cast<size_t>(std::min(kStreamBufferBytes, remaining)));
+  if (beside) buffers[1].resize(buffers[0].size());
+  uint64_t pushed = 0, block_end[2] = {0, 0};  // where each buffer's last block ends, in bytes pushed
+  if (progress_ && remaining > 0) progress_({"checksum", hashed_, header_.data_bytes});
+  for (uint64_t at = hashed_, round = 0; at < header_.data_bytes; ++round) {
+    const int which = beside ? static_cast<int>(round % 2) : 0;
+    if (beside && round >= 2) beside->hashed_through(block_end[which]);  // this buffer's last block is hashed
+    const uint64_t size = std::min<uint64_t>(buffers[which].size(), header_.data_bytes - at);
+    if (!read_all_at(fd_, buffers[which].data(), size, header_.data_start + at)) {
+      const std::string why = read_failure();
+      if (beside) {
+        beside.reset();
+        digest_ = Sha256();  // it took blocks past hashed_: a later call starts over
+        hashed_ = 0;
+      }
+      throw SafetensorsError(path_ + ": cannot read: " + why);
+    }
+    if (beside) {
+      beside->push(std::string_view(buffers[which].data(), size));
+      block_end[which] = pushed += size;
+    } else {
+      digest_.update(std::string_view(buffers[which].data(), size));
+      hashed_ = at + size;
+    }
+    at += size;
+    if (progress_) progress_({"checksum", at, header_.data_bytes});
   }
+  beside.reset();  // waits for the digest
+  hashed_ = header_.data_bytes;
   verified_ = true;
   const std::string actual = digest_.hex_digest();
   try {

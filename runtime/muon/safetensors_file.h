@@ -17,8 +17,9 @@
 // Files of any size go through a fixed buffer: SafetensorsWriter takes each tensor's bytes in
 // pieces, in any order, written in place (so a rank can stream a partitioned optimizer state it
 // never holds whole), and SafetensorsReader reads any piece of any tensor after checking the
-// header alone. The checksum is computed while pieces arrive in the data's order, and by one
-// streaming pass over whatever was not (verify_checksum, commit).
+// header alone. The checksum is computed while pieces arrive in the data's order (on a second
+// thread beside the write or read for pieces of a megabyte and more: background_digest.h), and by
+// one streaming pass over whatever was not (verify_checksum, commit; double-buffered the same way).
 #pragma once
 
 #include <cstdint>
