@@ -136,7 +136,7 @@ demo: build
 
 # Baselines side by side (OpenBLAS on its AVX-512 kernel; see bench/RESULTS.md).
 bench: build
-	@env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=SkylakeX $(BUILD)/bin/orthojit_ns_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+	@env -u OPENBLAS_L2_SIZE -u OPENBLAS_CORETYPE $(BUILD)/bin/orthojit_ns_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 	@$(BUILD)/bin/orthojit_gemm_bench --benchmark_filter='amx|MeasuredClock|AmxMicrokernel' --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 	@scripts/bench-vs-torch-cpu $(BUILD)
 

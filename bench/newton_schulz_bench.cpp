@@ -6,10 +6,12 @@
 //     primitives with an output scale (α) and a sum post-op (β): what PyTorch's addmm does on CPU.
 // Shapes: 1024x4096 (a 7B-class MLP matrix) and a batch of 32 per-head 128x512 matrices (the
 // OpenBLAS baseline loops over them; oneDNN runs them as one batched matmul).
-//   env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=SkylakeX build/bin/orthojit_ns_bench
+//   env -u OPENBLAS_L2_SIZE -u OPENBLAS_CORETYPE build/bin/orthojit_ns_bench
 //       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true      (one line)
+// OpenBLAS is called through orthojit's loader (cpu/openblas_library.h), not linked: it then runs
+// the best kernel for this CPU (Debian's 0.3.21 would pick Prescott on recent Xeons), and the
+// label says which. A linked library would choose before main, from OPENBLAS_CORETYPE alone.
 #include <benchmark/benchmark.h>
-#include <cblas.h>
 
 #include <cmath>
 #include <cstring>
@@ -17,11 +19,10 @@
 #include <vector>
 
 #include "cpu/element_types.h"
+#include "cpu/openblas_library.h"
 #include "kernels/program_library.h"
 #include "reference/random_matrix.h"
 #include "runtime/orthogonalize.h"
-
-extern "C" char* openblas_get_corename(void);
 
 namespace {
 
@@ -50,16 +51,19 @@ void BM_Orthojit(benchmark::State& state, const char* program_name, const char* 
 
 // One matrix, f32, OpenBLAS.
 void openblas_newton_schulz(const float* g, float* x, float* x_next, float* a, float* b, int m, int n) {
-  const float norm = cblas_snrm2(m * n, g, 1);
+  // The norm is one pass over X against 5·(2m²n + m³) for the products: not worth a BLAS call.
+  double squares = 0;
+  for (int i = 0; i < m * n; ++i) squares += static_cast<double>(g[i]) * g[i];
+  const float norm = static_cast<float>(std::sqrt(squares));
   for (int i = 0; i < m * n; ++i) x[i] = g[i] / (norm + 1e-7f);
   for (int step = 0; step < kSteps; ++step) {
-    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, m, n, 1.0f, x, n, 0.0f, a, m);
+    cpu::openblas_ssyrk(false, m, n, 1.0f, x, n, 0.0f, a, m);
     for (int i = 0; i < m; ++i)
       for (int j = 0; j < i; ++j) a[i * m + j] = a[j * m + i];
     std::memcpy(b, a, sizeof(float) * static_cast<size_t>(m) * static_cast<size_t>(m));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, kC, a, m, a, m, kB, b, m);
+    cpu::openblas_sgemm(false, false, m, m, m, kC, a, m, a, m, kB, b, m);
     std::memcpy(x_next, x, sizeof(float) * static_cast<size_t>(m) * static_cast<size_t>(n));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1.0f, b, m, x, n, kA, x_next, n);
+    cpu::openblas_sgemm(false, false, m, n, m, 1.0f, b, m, x, n, kA, x_next, n);
     std::swap(x, x_next);
   }
 }
@@ -71,7 +75,7 @@ void BM_OpenBlas(benchmark::State& state) {
   for (auto _ : state)
     for (int item = 0; item < batch; ++item)
       openblas_newton_schulz(g.data() + static_cast<size_t>(item) * m * n, x.data(), x_next.data(), a.data(), b.data(), m, n);
-  state.SetLabel(std::string("OpenBLAS ") + openblas_get_corename());
+  state.SetLabel(std::string("OpenBLAS ") + cpu::openblas_core_name());
   count_flops(state, m, n, batch);
 }
 

@@ -211,6 +211,28 @@ TEST(VendorGemm, CoretypeForTheCpu) {
   EXPECT_EQ(openblas_coretype_for(cpu, true), "SkylakeX");
 }
 
+TEST(VendorGemm, CoretypesThisCpuCannotRun) {
+  HostCpu cpu;  // no AVX2: only the generic kernels run
+  EXPECT_EQ(openblas_coretype_missing_isa("SkylakeX", cpu), "AVX-512F");
+  EXPECT_EQ(openblas_coretype_missing_isa("skylakex", cpu), "AVX-512F");  // OpenBLAS ignores case
+  EXPECT_EQ(openblas_coretype_missing_isa("Haswell", cpu), "AVX2 and FMA");
+  EXPECT_EQ(openblas_coretype_missing_isa("ZEN", cpu), "AVX2 and FMA");
+  EXPECT_EQ(openblas_coretype_missing_isa("Prescott", cpu), "");
+  EXPECT_EQ(openblas_coretype_missing_isa("SomethingNew", cpu), "");  // unknown: left to OpenBLAS
+  cpu.avx2 = true;
+  EXPECT_EQ(openblas_coretype_missing_isa("Haswell", cpu), "AVX2 and FMA");  // FMA missing
+  cpu.fma = true;
+  EXPECT_EQ(openblas_coretype_missing_isa("Haswell", cpu), "");
+  EXPECT_EQ(openblas_coretype_missing_isa("Zen", cpu), "");
+  EXPECT_EQ(openblas_coretype_missing_isa("Cooperlake", cpu), "AVX-512F");
+  cpu.avx512f = true;
+  EXPECT_EQ(openblas_coretype_missing_isa("SkylakeX", cpu), "");
+  EXPECT_EQ(openblas_coretype_missing_isa("Cooperlake", cpu), "AVX512-BF16");
+  EXPECT_EQ(openblas_coretype_missing_isa("SapphireRapids", cpu), "AVX512-BF16");
+  cpu.avx512bf16 = true;
+  EXPECT_EQ(openblas_coretype_missing_isa("SapphireRapids", cpu), "");
+}
+
 // Runs this test binary's child test below in a fresh process (OpenBLAS chooses its kernel once
 // per process, when it is loaded) with OPENBLAS_CORETYPE removed from, or set in, the child's
 // environment only; returns what the child printed.
@@ -236,8 +258,13 @@ TEST(VendorGemm, DISABLED_ChildReportsTheKernel) {
   const std::string before_text = before ? before : "(unset)";
   const std::string kernel = openblas_kernel_name();  // opens the library
   const char* after = std::getenv("OPENBLAS_CORETYPE");
-  std::printf("kernel=[%s] origin=[%s] env_before=[%s] env_after=[%s] warning=[%s]\n", kernel.c_str(), openblas_coretype_origin().c_str(), before_text.c_str(),
-              after ? after : "(unset)", openblas_kernel_warning().c_str());
+  // One product, so a kernel the CPU cannot run would end the child here (SIGILL) instead.
+  const float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
+  float c[4] = {};
+  openblas_sgemm(false, false, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+  const bool ran = c[0] == 19 && c[1] == 22 && c[2] == 43 && c[3] == 50;
+  std::printf("kernel=[%s] origin=[%s] env_before=[%s] env_after=[%s] warning=[%s] kernel_ran=[%s]\n", kernel.c_str(), openblas_coretype_origin().c_str(),
+              before_text.c_str(), after ? after : "(unset)", openblas_kernel_warning().c_str(), ran ? "yes" : "no");
 }
 
 TEST(VendorGemm, OpenBlasRunsTheBestKernelForTheCpu) {
@@ -267,6 +294,28 @@ TEST(VendorGemm, OpenBlasRunsTheBestKernelForTheCpu) {
   if (cpu.avx2 && cpu.fma) {
     EXPECT_NE(field(forced, "warning"), "");
   }
+}
+
+// A forced kernel this CPU cannot run would stop the process with SIGILL at the first product
+// (OpenBLAS 0.3.21 does not check): orthojit runs its own choice, says so, and leaves the
+// variable as the user set it.
+TEST(VendorGemm, AKernelTheCpuCannotRunIsReplaced) {
+  if (!openblas_unavailable_reason().empty()) GTEST_SKIP() << openblas_unavailable_reason();
+  const HostCpu& cpu = host_cpu();
+  const char* beyond = !cpu.avx512f ? "SkylakeX" : !cpu.avx512bf16 ? "Cooperlake" : nullptr;
+  if (!beyond) GTEST_SKIP() << "this CPU has AVX512-BF16 and runs every OpenBLAS 0.3.21 x86-64 kernel; the table is tested above";
+  const std::string forced = run_child(std::string("env OPENBLAS_CORETYPE=") + beyond);
+  SCOPED_TRACE(forced);
+  const std::string ours = openblas_coretype_for_host();
+  if (!ours.empty()) {
+    EXPECT_EQ(field(forced, "kernel"), ours);
+  }
+  EXPECT_EQ(field(forced, "kernel_ran"), "yes");  // a product ran: no SIGILL
+  const std::string origin = field(forced, "origin");
+  EXPECT_NE(origin.find(std::string("OPENBLAS_CORETYPE=") + beyond + " set by the user needs "), std::string::npos) << origin;
+  EXPECT_NE(origin.find("which this CPU lacks"), std::string::npos) << origin;
+  EXPECT_EQ(field(forced, "warning"), origin);
+  EXPECT_EQ(field(forced, "env_after"), beyond);
 }
 #endif
 

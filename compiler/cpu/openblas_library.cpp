@@ -7,6 +7,7 @@
 #include <cpuid.h>
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <mutex>
 
 #include "cpu/build_status.h"
@@ -23,6 +24,7 @@ constexpr const char* kLibraryPaths[] = {ORTHOJIT_OPENBLAS_LIBRARY, "libopenblas
 
 struct Library {
   std::string unavailable, origin;
+  bool user_choice_replaced = false;
   // Typed from cblas.h's own declarations, so a signature mismatch is a compile error.
   decltype(&cblas_sgemm) sgemm = nullptr;
   decltype(&cblas_ssyrk) ssyrk = nullptr;
@@ -51,21 +53,36 @@ Library open_library() {
       already_loaded = true;
       ::dlclose(handle);
     }
-  const char* user_choice = std::getenv("OPENBLAS_CORETYPE");
-  const std::string ours = openblas_coretype_for(host_cpu(), cpu_is_amd());
-  bool set_here = false;
+  // A copy: setenv below may free the string getenv returned.
+  const char* user_variable = std::getenv("OPENBLAS_CORETYPE");
+  const std::string user_choice = user_variable ? user_variable : "";
+  const std::string ours = openblas_coretype_for_host();
+  // What OPENBLAS_CORETYPE holds while the library's constructor reads it; put back afterwards.
+  enum class During { AsIs, Ours } during = During::AsIs;
   if (already_loaded) {
     library.origin = "OpenBLAS was loaded by the program before orthojit chose its kernel";
-  } else if (user_choice && *user_choice) {
-    library.origin = std::string("OPENBLAS_CORETYPE=") + user_choice + " set by the user";
+  } else if (!user_choice.empty()) {
+    const std::string missing = openblas_coretype_missing_isa(user_choice, host_cpu());
+    if (missing.empty()) {
+      library.origin = "OPENBLAS_CORETYPE=" + user_choice + " set by the user";
+    } else {
+      during = During::Ours;
+      library.user_choice_replaced = true;
+      library.origin = "OPENBLAS_CORETYPE=" + user_choice + " set by the user needs " + missing +
+                       ", which this CPU lacks (OpenBLAS would stop the process with SIGILL); orthojit chose " +
+                       (ours.empty() ? std::string("OpenBLAS's own detection") : ours) + " instead";
+    }
   } else if (!ours.empty()) {
-    // Read by the library's constructor during dlopen, then put back as the user had it (unset),
-    // so child processes and later readers of the environment see what they would have.
-    ::setenv("OPENBLAS_CORETYPE", ours.c_str(), 1);
-    set_here = true;
+    during = During::Ours;
     library.origin = "OPENBLAS_CORETYPE=" + ours + " set by orthojit for this CPU";
   } else {
     library.origin = "OpenBLAS's own detection";
+  }
+  // Read by the library's constructor during dlopen, then put back as the user had it, so child
+  // processes and later readers of the environment see what they would have.
+  if (during == During::Ours) {
+    if (ours.empty()) ::unsetenv("OPENBLAS_CORETYPE");
+    else ::setenv("OPENBLAS_CORETYPE", ours.c_str(), 1);
   }
   void* handle = nullptr;
   std::string errors;
@@ -74,7 +91,10 @@ Library open_library() {
     const char* error = ::dlerror();
     errors += std::string(errors.empty() ? "" : "; ") + (error ? error : path);
   }
-  if (set_here) ::unsetenv("OPENBLAS_CORETYPE");
+  if (during == During::Ours) {
+    if (user_choice.empty()) ::unsetenv("OPENBLAS_CORETYPE");
+    else ::setenv("OPENBLAS_CORETYPE", user_choice.c_str(), 1);
+  }
   if (!handle) {
     library.unavailable = "OpenBLAS could not be opened (" + errors + "): the tuner's openblas candidates and the OpenBLAS baselines are left out";
     return library;
@@ -120,9 +140,26 @@ std::string openblas_coretype_for(const HostCpu& cpu, bool amd) {
   return "";
 }
 
+std::string openblas_coretype_for_host() { return openblas_coretype_for(host_cpu(), cpu_is_amd()); }
+
+std::string openblas_coretype_missing_isa(const std::string& coretype, const HostCpu& cpu) {
+  auto named = [&](const char* name) { return ::strcasecmp(coretype.c_str(), name) == 0; };
+  // OpenBLAS's AVX-512 types: SkylakeX's sgemm/dgemm kernels, plus the bf16 routines (AVX512-BF16)
+  // that Cooperlake and SapphireRapids add.
+  if (named("SkylakeX") || named("Cooperlake") || named("SapphireRapids")) {
+    if (!cpu.avx512f) return "AVX-512F";
+    if (!named("SkylakeX") && !cpu.avx512bf16) return "AVX512-BF16";
+    return "";
+  }
+  if ((named("Haswell") || named("Zen")) && !(cpu.avx2 && cpu.fma)) return "AVX2 and FMA";
+  return "";
+}
+
 const std::string& openblas_unavailable_reason() { return library().unavailable; }
 
 const std::string& openblas_coretype_origin() { return library().origin; }
+
+bool openblas_user_coretype_replaced() { return library().user_choice_replaced; }
 
 void openblas_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
                     float* c, int ldc) {

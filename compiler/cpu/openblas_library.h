@@ -25,14 +25,29 @@ namespace orthojit::cpu {
 // kernels; Zen has AMD's cache parameters), "" where OpenBLAS's own choice is as good (no AVX2).
 std::string openblas_coretype_for(const HostCpu& cpu, bool amd);
 
+// The same for the CPU this process runs on (AMD or not read from CPUID).
+std::string openblas_coretype_for_host();
+
+// What the kernels of an OPENBLAS_CORETYPE execute that `cpu` lacks: "AVX-512F", "AVX512-BF16",
+// "AVX2 and FMA"; "" when the CPU runs them, or for a name this table does not know (it is then
+// left to OpenBLAS). OpenBLAS 0.3.21 takes a forced type as given, and its first product on a CPU
+// without those instructions stops the process with SIGILL: orthojit replaces such a choice by
+// its own (openblas_coretype_origin() says so) instead of crashing. Names compare as OpenBLAS
+// compares them, ignoring case.
+std::string openblas_coretype_missing_isa(const std::string& coretype, const HostCpu& cpu);
+
 // Why OpenBLAS cannot be used in this process ("" when it can): a build without OpenBLAS, or the
 // library failing to open at run time. Opens the library on first use.
 const std::string& openblas_unavailable_reason();
 
 // How the kernel was chosen, for `orthojit info` and the records: "OPENBLAS_CORETYPE=Zen set by
-// orthojit", "OPENBLAS_CORETYPE=Haswell set by the user", "OpenBLAS's own detection", or that the
-// library was already loaded by the process (then its choice stands).
+// orthojit", "OPENBLAS_CORETYPE=Haswell set by the user", a user's choice this CPU cannot run and
+// what replaced it, "OpenBLAS's own detection", or that the library was already loaded by the
+// process (then its choice stands).
 const std::string& openblas_coretype_origin();
+
+// True when the user's OPENBLAS_CORETYPE named kernels this CPU cannot run and orthojit replaced it.
+bool openblas_user_coretype_replaced();
 
 // Row-major products on the opened library (each opens it on first use; they throw PartNotBuilt
 // with openblas_unavailable_reason() when it cannot be opened).

@@ -15,14 +15,17 @@ const char* openblas_kernel_name() { return openblas_core_name(); }
 
 std::string openblas_kernel_warning() {
   if (!openblas_unavailable_reason().empty()) return "";
+  // A choice this CPU cannot run was replaced (the kernel is then the best one): the user is told
+  // the variable was not followed.
+  if (openblas_user_coretype_replaced()) return openblas_coretype_origin();
   const std::string name = openblas_kernel_name();
   const bool avx512_kernel = name == "SkylakeX" || name == "Cooperlake" || name == "SapphireRapids";
   const bool avx2_kernel = avx512_kernel || name == "Haswell" || name == "Zen";
   const HostCpu& cpu = host_cpu();
   if ((cpu.avx512f && !avx512_kernel) || (cpu.avx2 && cpu.fma && !avx2_kernel))
     return "OpenBLAS runs its " + name + " kernel on this " + (cpu.avx512f ? "AVX-512" : "AVX2") + " CPU (" + openblas_coretype_origin() +
-           "), so the vendor baseline is slower than it can be; unset OPENBLAS_CORETYPE to let orthojit choose " +
-           openblas_coretype_for(cpu, false).c_str() + "'s kernels";
+           "), so the vendor baseline is slower than it can be; unset OPENBLAS_CORETYPE to let orthojit choose " + openblas_coretype_for_host() +
+           "'s kernels";
   return "";
 }
 

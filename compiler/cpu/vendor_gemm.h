@@ -35,8 +35,9 @@ const char* openblas_kernel_name();
 
 // A warning when OpenBLAS runs a kernel below what this CPU can do, which makes every comparison
 // with it flatter orthojit. orthojit chooses the kernel before opening the library
-// (openblas_library.h), so this is empty unless the user forced a weaker OPENBLAS_CORETYPE or the
-// program had loaded OpenBLAS itself.
+// (openblas_library.h), so this is empty unless the user forced a weaker OPENBLAS_CORETYPE, forced
+// one this CPU cannot run (replaced by orthojit's choice; the warning says so), or the program had
+// loaded OpenBLAS itself.
 std::string openblas_kernel_warning();
 
 // The same product on oneDNN's matmul primitive (cached per shape, strides, types and scales), on

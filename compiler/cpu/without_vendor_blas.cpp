@@ -22,6 +22,8 @@ const std::string& openblas_coretype_origin() {
   return none;
 }
 
+bool openblas_user_coretype_replaced() { return false; }
+
 const char* openblas_core_name() { return "(not built)"; }
 
 void openblas_sgemm(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int) {
