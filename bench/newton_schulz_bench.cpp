@@ -13,6 +13,7 @@
 // label says which. A linked library would choose before main, from OPENBLAS_CORETYPE alone.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -20,6 +21,7 @@
 
 #include "cpu/element_types.h"
 #include "cpu/openblas_library.h"
+#include "cpu/thread_pool.h"
 #include "kernels/program_library.h"
 #include "reference/random_matrix.h"
 #include "runtime/orthogonalize.h"
@@ -79,47 +81,80 @@ void BM_OpenBlas(benchmark::State& state) {
   count_flops(state, m, n, batch);
 }
 
-// bf16 Newton–Schulz with oneDNN matmul primitives (batched when batch > 1).
+// bf16 Newton–Schulz with oneDNN matmul primitives (batched when batch > 1). Where oneDNN has no
+// bf16 matmul for the CPU (2.6 needs AVX512-BF16 or AVX-512 for it, and fails to create one on an
+// AVX2 CPU), the baseline at its best is what orthojit's oneDNN engine does there too: f32 matmuls
+// on the bf16 values, each result rounded to bf16 where the program stores it.
 class OneDnnNewtonSchulz {
  public:
   OneDnnNewtonSchulz(int64_t batch, int64_t m, int64_t n) : batch_(batch), m_(m), n_(n), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
-    using dt = dnnl::memory::data_type;
-    auto md = [&](int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, int64_t matrix_stride) {
-      return dnnl::memory::desc({batch_, rows, cols}, dt::bf16, {matrix_stride, row_stride, col_stride});
-    };
-    const auto x_md = md(m, n, n, 1, m * n), xt_md = md(n, m, 1, n, m * n), a_md = md(m, m, m, 1, m * m);
-    x_ = dnnl::memory(x_md, engine_);
-    x_next_ = dnnl::memory(x_md, engine_);
-    xt_view_ = dnnl::memory(xt_md, engine_, x_.get_data_handle());
-    a_ = dnnl::memory(a_md, engine_);
-    b_ = dnnl::memory(a_md, engine_);
-    gram_ = make(x_md, xt_md, a_md, 1.0f, 0.0f);
-    square_ = make(a_md, a_md, a_md, kC, kB);
-    update_ = make(a_md, x_md, x_md, 1.0f, kA);
+    try {
+      build(dnnl::memory::data_type::bf16);
+    } catch (const dnnl::error&) {
+      widened_ = true;
+      build(dnnl::memory::data_type::f32);
+    }
   }
 
+  const char* label() const { return widened_ ? "oneDNN f32 matmul on bf16 values (no bf16 matmul for this CPU)" : "oneDNN bf16 matmul"; }
+
   void run(const float* g) {
-    auto* x = static_cast<cpu::Bf16*>(x_.get_data_handle());
     for (int64_t item = 0; item < batch_; ++item) {  // f32 norm, applied before the cast
       const float* source = g + item * m_ * n_;
       double sum = 0;
       for (int64_t i = 0; i < m_ * n_; ++i) sum += static_cast<double>(source[i]) * source[i];
       const float scale = 1.0f / (static_cast<float>(std::sqrt(sum)) + 1e-7f);
-      for (int64_t i = 0; i < m_ * n_; ++i) x[item * m_ * n_ + i] = cpu::from_float<cpu::Bf16>(source[i] * scale);
+      for (int64_t i = 0; i < m_ * n_; ++i) {
+        const cpu::Bf16 value = cpu::from_float<cpu::Bf16>(source[i] * scale);
+        if (widened_) static_cast<float*>(x_.get_data_handle())[item * m_ * n_ + i] = cpu::to_float(value);
+        else static_cast<cpu::Bf16*>(x_.get_data_handle())[item * m_ * n_ + i] = value;
+      }
     }
+    const size_t element = widened_ ? 4 : 2;
     for (int step = 0; step < kSteps; ++step) {
       xt_view_.set_data_handle(x_.get_data_handle());
       gram_.execute(stream_, {{DNNL_ARG_SRC, x_}, {DNNL_ARG_WEIGHTS, xt_view_}, {DNNL_ARG_DST, a_}});
-      std::memcpy(b_.get_data_handle(), a_.get_data_handle(), static_cast<size_t>(batch_ * m_ * m_ * 2));
+      round_to_bf16(a_, batch_ * m_ * m_);
+      std::memcpy(b_.get_data_handle(), a_.get_data_handle(), static_cast<size_t>(batch_ * m_ * m_) * element);
       square_.execute(stream_, {{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, a_}, {DNNL_ARG_DST, b_}});
-      std::memcpy(x_next_.get_data_handle(), x_.get_data_handle(), static_cast<size_t>(batch_ * m_ * n_ * 2));
+      round_to_bf16(b_, batch_ * m_ * m_);
+      std::memcpy(x_next_.get_data_handle(), x_.get_data_handle(), static_cast<size_t>(batch_ * m_ * n_) * element);
       update_.execute(stream_, {{DNNL_ARG_SRC, b_}, {DNNL_ARG_WEIGHTS, x_}, {DNNL_ARG_DST, x_next_}});
+      round_to_bf16(x_next_, batch_ * m_ * n_);
       std::swap(x_, x_next_);
     }
     stream_.wait();
   }
 
  private:
+  void build(dnnl::memory::data_type type) {
+    auto md = [&](int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, int64_t matrix_stride) {
+      return dnnl::memory::desc({batch_, rows, cols}, type, {matrix_stride, row_stride, col_stride});
+    };
+    const auto x_md = md(m_, n_, n_, 1, m_ * n_), xt_md = md(n_, m_, 1, n_, m_ * n_), a_md = md(m_, m_, m_, 1, m_ * m_);
+    gram_ = make(x_md, xt_md, a_md, 1.0f, 0.0f);  // first: throws when the type has no matmul here
+    square_ = make(a_md, a_md, a_md, kC, kB);
+    update_ = make(a_md, x_md, x_md, 1.0f, kA);
+    x_ = dnnl::memory(x_md, engine_);
+    x_next_ = dnnl::memory(x_md, engine_);
+    xt_view_ = dnnl::memory(xt_md, engine_, x_.get_data_handle());
+    a_ = dnnl::memory(a_md, engine_);
+    b_ = dnnl::memory(a_md, engine_);
+  }
+
+  // The widened form's stored results take bf16 values, as the bf16 program's do: a pass on all
+  // the threads, so that the baseline is not held back by a serial loop.
+  void round_to_bf16(const dnnl::memory& memory, int64_t count) {
+    if (!widened_) return;
+    stream_.wait();
+    auto* values = static_cast<float*>(memory.get_data_handle());
+    cpu::ThreadPool& pool = cpu::shared_thread_pool();
+    const int64_t tasks = pool.size(), per_task = (count + tasks - 1) / tasks;
+    pool.parallel_for(tasks, [&](int64_t task, int) {
+      for (int64_t i = task * per_task; i < std::min(count, (task + 1) * per_task); ++i) values[i] = cpu::to_float(cpu::from_float<cpu::Bf16>(values[i]));
+    });
+  }
+
   dnnl::matmul make(const dnnl::memory::desc& src, const dnnl::memory::desc& weights, const dnnl::memory::desc& dst, float alpha, float beta) {
     dnnl::primitive_attr attr;
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -132,6 +167,7 @@ class OneDnnNewtonSchulz {
   }
 
   int64_t batch_, m_, n_;
+  bool widened_ = false;
   dnnl::engine engine_;
   dnnl::stream stream_;
   dnnl::memory x_, x_next_, xt_view_, a_, b_;
@@ -145,7 +181,7 @@ void BM_OneDnn(benchmark::State& state) {
   OneDnnNewtonSchulz newton_schulz(batch, m, n);
   newton_schulz.run(g.data());
   for (auto _ : state) newton_schulz.run(g.data());
-  state.SetLabel("oneDNN bf16 matmul");
+  state.SetLabel(newton_schulz.label());
   count_flops(state, static_cast<double>(m), static_cast<double>(n), static_cast<double>(batch));
 }
 

@@ -518,77 +518,70 @@ void SafetensorsReader::read(const TensorPlace& tensor, uint64_t offset, void* o
   if (tensor.end < tensor.begin || tensor.end > header_.data_bytes || offset > tensor.end - tensor.begin || size > tensor.end - tensor.begin - offset)
     throw std::out_of_range(path_ + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + size) + ") are outside tensor \"" +
                             tensor.name + "\"");
-  const uint64_t begin = tensor.begin + offset, end = begin + size;
   if (size == 0) return;
   if (progress_ && read_ == 0) progress_({"read", 0, header_.data_bytes});
-  char* const bytes = static_cast<char*>(out);
+  read_and_hash(tensor.begin + offset, size, static_cast<char*>(out), nullptr);
+  read_ += size;
+  if (progress_) progress_({"read", read_, header_.data_bytes});
+}
+
+void SafetensorsReader::read_and_hash(uint64_t begin, uint64_t size, char* out, const std::function<void(uint64_t)>& after_block) {
+  const uint64_t end = begin + size;
   const bool hashing = !verified_ && begin <= hashed_ && hashed_ < end;
   const uint64_t skip = hashing ? hashed_ - begin : size;  // the piece's bytes before hashed_: already hashed
   std::unique_ptr<BackgroundDigest> beside = hashing ? digest_beside(digest_, end - hashed_) : nullptr;
-  if (beside) {
-    // Block by block, each hashed on the second thread while the next is read.
-    for (uint64_t at = 0; at < size;) {
-      const uint64_t block = std::min<uint64_t>(kStreamBufferBytes, size - at);
-      if (!read_all_at(fd_, bytes + at, block, header_.data_start + begin + at)) {
-        const std::string why = read_failure();
+  // Into `out`, a piece that no thread hashes beside is one read. Otherwise block by block, each
+  // hashed on the second thread while the next is read; without `out`, through two scratch
+  // buffers then (one being hashed, one being read into), else one.
+  const uint64_t block_limit = out && !beside ? size : kStreamBufferBytes;
+  std::vector<char> scratch[2];
+  uint64_t pushed = 0, scratch_end[2] = {0, 0};  // bytes pushed through the end of each buffer's last block
+  if (!out) {
+    scratch[0].resize(static_cast<size_t>(std::min(block_limit, size)));
+    if (beside) scratch[1].resize(scratch[0].size());
+  }
+  for (uint64_t at = 0, round = 0; at < size; ++round) {
+    const uint64_t block = std::min(block_limit, size - at);
+    const int which = beside ? static_cast<int>(round % 2) : 0;
+    if (!out && beside && round >= 2) beside->hashed_through(scratch_end[which]);  // that buffer's last block is hashed
+    char* const to = out ? out + at : scratch[which].data();
+    if (!read_all_at(fd_, to, block, header_.data_start + begin + at)) {
+      const std::string why = read_failure();
+      if (beside) {
         beside.reset();
-        // The digest took part of this piece: start it over (verify_checksum streams the file).
-        digest_ = Sha256();
+        digest_ = Sha256();  // it took bytes past hashed_: a later call starts over (verify_checksum streams the file)
         hashed_ = 0;
-        throw SafetensorsError(path_ + ": cannot read: " + why);
       }
-      const uint64_t from = std::max(at, skip);
-      if (at + block > from) beside->push(std::string_view(bytes + from, at + block - from));
-      at += block;
+      throw SafetensorsError(path_ + ": cannot read: " + why);
     }
+    const uint64_t from = std::max(at, skip);
+    if (at + block > from) {
+      const std::string_view bytes(to + (from - at), at + block - from);
+      if (beside) {
+        beside->push(bytes);
+        scratch_end[which] = pushed += bytes.size();
+      } else {
+        digest_.update(bytes);
+        hashed_ = begin + at + block;
+      }
+    }
+    at += block;
+    if (after_block) after_block(begin + at);
+  }
+  if (beside) {
     beside.reset();  // waits for the digest
     hashed_ = end;
-  } else {
-    if (!read_all_at(fd_, bytes, size, header_.data_start + begin)) throw SafetensorsError(path_ + ": cannot read: " + read_failure());
-    if (hashing) {
-      digest_.update(std::string_view(bytes + skip, size - skip));
-      hashed_ = end;
-    }
   }
-  read_ += size;
-  if (progress_) progress_({"read", read_, header_.data_bytes});
 }
 
 void SafetensorsReader::verify_checksum() {
   if (!corrupt_.empty()) throw SafetensorsError(corrupt_);
   if (!header_.checksum || verified_) return;
-  // Two buffers: one block is hashed on a second thread while the next is read into the other.
-  const uint64_t remaining = header_.data_bytes - hashed_;
-  std::unique_ptr<BackgroundDigest> beside = digest_beside(digest_, remaining);
-  std::vector<char> buffers[2];
-  buffers[0].resize(static_cast<size_t>(std::min(kStreamBufferBytes, remaining)));
-  if (beside) buffers[1].resize(buffers[0].size());
-  uint64_t pushed = 0, block_end[2] = {0, 0};  // where each buffer's last block ends, in bytes pushed
-  if (progress_ && remaining > 0) progress_({"checksum", hashed_, header_.data_bytes});
-  for (uint64_t at = hashed_, round = 0; at < header_.data_bytes; ++round) {
-    const int which = beside ? static_cast<int>(round % 2) : 0;
-    if (beside && round >= 2) beside->hashed_through(block_end[which]);  // this buffer's last block is hashed
-    const uint64_t size = std::min<uint64_t>(buffers[which].size(), header_.data_bytes - at);
-    if (!read_all_at(fd_, buffers[which].data(), size, header_.data_start + at)) {
-      const std::string why = read_failure();
-      if (beside) {
-        beside.reset();
-        digest_ = Sha256();  // it took blocks past hashed_: a later call starts over
-        hashed_ = 0;
-      }
-      throw SafetensorsError(path_ + ": cannot read: " + why);
-    }
-    if (beside) {
-      beside->push(std::string_view(buffers[which].data(), size));
-      block_end[which] = pushed += size;
-    } else {
-      digest_.update(std::string_view(buffers[which].data(), size));
-      hashed_ = at + size;
-    }
-    at += size;
-    if (progress_) progress_({"checksum", at, header_.data_bytes});
-  }
-  beside.reset();  // waits for the digest
+  const uint64_t total = header_.data_bytes;
+  if (progress_ && hashed_ < total) progress_({"checksum", hashed_, total});
+  read_and_hash(hashed_, total - hashed_, nullptr, [&](uint64_t through) {
+    if (progress_) progress_({"checksum", through, total});
+  });
   hashed_ = header_.data_bytes;
   verified_ = true;
   const std::string actual = digest_.hex_digest();

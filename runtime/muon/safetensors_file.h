@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -158,6 +159,11 @@ class SafetensorsReader {
   void set_progress(FileProgressCallback progress) { progress_ = std::move(progress); }
 
  private:
+  // Reads data bytes [begin, begin + size) into `out` (or, when null, through scratch buffers, to
+  // hash them only), hashing those from hashed_ on when the piece reaches it, on a second thread
+  // for large spans; calls after_block(end of the block) after each block when given.
+  void read_and_hash(uint64_t begin, uint64_t size, char* out, const std::function<void(uint64_t)>& after_block);
+
   std::string path_;
   int fd_ = -1;
   SafetensorsHeader header_;
