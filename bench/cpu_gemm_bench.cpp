@@ -2,6 +2,7 @@
 // (and bf16 operands with f32 accumulation for orthojit: on f32 FMAs, on vdpbf16ps, and on AMX
 // tiles where usable). Dense FLOPs = 2·M·N·K.
 //   build/bin/orthojit_gemm_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+// ORTHOJIT_CPU_BLOCKING=MC,KC,NC times another blocking of the FMA GEMM (the label shows it).
 // OpenBLAS runs through orthojit's loader (cpu/openblas_library.h), which chooses its best kernel
 // for this CPU; `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` keeps a stray setting out.
 #include <benchmark/benchmark.h>
@@ -55,7 +56,11 @@ void BM_OrthojitGemm(benchmark::State& state, ScalarType type, bool one_thread, 
   epilogue.isa = isa;
   problem.epilogue = cpu::get_epilogue(epilogue).function;
   cpu::GemmBlocking blocking;
-  if (const char* text = std::getenv("ORTHOJIT_BLOCKING")) std::sscanf(text, "%ld,%ld,%ld", &blocking.mc, &blocking.kc, &blocking.nc);
+  // The same override as the runtime's (runtime/orthogonalize.cpp), to time other blockings.
+  if (const char* text = std::getenv("ORTHOJIT_CPU_BLOCKING"); text && *text) {
+    if (std::sscanf(text, "%ld,%ld,%ld", &blocking.mc, &blocking.kc, &blocking.nc) != 3 || blocking.mc < 1 || blocking.kc < 2 || blocking.nc < 1)
+      return state.SkipWithError("ORTHOJIT_CPU_BLOCKING must be MC,KC,NC (positive, KC at least 2)");
+  }
   blocking.bf16_dot = bf16_dot;
   state.SetLabel("mc=" + std::to_string(blocking.mc) + " kc=" + std::to_string(blocking.kc) + " nc=" + std::to_string(blocking.nc));
   // Kernels looked up by name once, as the compiled executable does (get_microkernel re-emits and
