@@ -13,14 +13,24 @@ records) picks.
 Prints the median step time of each and the ratios. --shapes: orthojit.Muon alone, one bf16
 parameter of each shape at a time (the step's own cost per shape, e.g. old and new builds side by
 side).
+
+PyTorch's f32 matmuls run on the OpenBLAS torch loads (bench/torch_openblas.py): its kernel is
+chosen for the CPU before torch is imported, and its threads are set to the same count.
 """
 import argparse
+import os
 import statistics
+import sys
 import time
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_openblas  # noqa: E402
 
-import orthojit
+OPENBLAS_CHOICE = torch_openblas.choose_kernel_before_torch()
+
+import torch  # noqa: E402
+
+import orthojit  # noqa: E402
 
 
 def newton_schulz(G, steps=5, eps=1e-7, dtype=torch.bfloat16):
@@ -91,6 +101,7 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
+    torch_openblas.set_threads(threads)
     if args.shapes:
         where = f"{args.threads} threads" if args.threads else "orthojit's default threads (one per core)"
         print(f"torch {torch.__version__}; orthojit.Muon(preset={args.preset!r}) on {where}, one bf16 parameter at a time")
@@ -102,7 +113,7 @@ def main():
             print(f"{text:>12} {time_steps(optimizer, params, args.steps):10.2f} ms")
         return
     shapes = [tuple(p.shape) for p in model(args.hidden, 1)]
-    print(f"torch {torch.__version__}, {threads} threads; {args.layers} layers of {shapes}")
+    print(f"torch {torch.__version__}, {threads} threads; f32 matmuls on {torch_openblas.describe()} ({OPENBLAS_CHOICE}); {args.layers} layers of {shapes}")
     results = {}
     params = model(args.hidden, args.layers)
     results["orthojit.Muon (keller, bf16 NS, cpu backend)"] = time_steps(
@@ -110,10 +121,18 @@ def main():
     for dtype in (torch.bfloat16, torch.float32):
         params = model(args.hidden, args.layers)
         results[f"PyTorch formula Muon ({str(dtype).replace('torch.', '')} NS)"] = time_steps(FormulaMuon(params, dtype=dtype), params, args.steps)
+    if threads > 1:
+        # The f32 products run on OpenBLAS's threads; torch's own (OpenMP, for the element-wise
+        # ops) spin between parallel regions and can take the cores OpenBLAS needs. One torch
+        # thread beside OpenBLAS's is the baseline at its best where that happens.
+        torch.set_num_threads(1)
+        params = model(args.hidden, args.layers)
+        results[f"PyTorch formula Muon (float32 NS, 1 torch thread)"] = time_steps(FormulaMuon(params, dtype=torch.float32), params, args.steps)
+        torch.set_num_threads(threads)
     ours = next(iter(results.values()))
-    print(f"\n{'implementation':<48} {'median ms':>10} {'orthojit speedup':>17}")
+    print(f"\n{'implementation':<52} {'median ms':>10} {'orthojit speedup':>17}")
     for name, ms in results.items():
-        print(f"{name:<48} {ms:>10.1f} {ms / ours:>16.2f}x")
+        print(f"{name:<52} {ms:>10.1f} {ms / ours:>16.2f}x")
 
 
 if __name__ == "__main__":
