@@ -198,6 +198,22 @@ TEST(VendorGemm, OneDnnMatchesAnF64Product) {
 }
 
 #ifdef ORTHOJIT_HAVE_VENDOR_BLAS
+// OpenBLAS's thread count is the process's (PyTorch's f32 matmuls share the library): a product
+// on the openblas engine runs on its own count and puts back the one it found.
+TEST(VendorGemm, AProductPutsBackTheOpenBlasThreadsItFound) {
+  if (!openblas_unavailable_reason().empty()) GTEST_SKIP() << openblas_unavailable_reason();
+  const int before = openblas_threads();
+  openblas_set_threads(5);  // what another user of the library set
+  ASSERT_EQ(openblas_threads(), 5);
+  const uint64_t seed = fresh_seed();
+  ThreadPool pool(3);
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    EXPECT_LE(worst_quotient(ProductEngine::OpenBlas, cases().front(), p, seed), 1.0);
+    EXPECT_EQ(openblas_threads(), 5) << (p ? "pool" : "no pool");
+  }
+  openblas_set_threads(before);
+}
+
 TEST(VendorGemm, CoretypeForTheCpu) {
   HostCpu cpu;
   EXPECT_EQ(openblas_coretype_for(cpu, false), "");  // no AVX2: OpenBLAS's own choice

@@ -14,6 +14,7 @@
 
 extern "C" char* openblas_get_corename(void);
 extern "C" void openblas_set_num_threads(int threads);
+extern "C" int openblas_get_num_threads(void);
 
 namespace orthojit::cpu {
 namespace {
@@ -30,6 +31,7 @@ struct Library {
   decltype(&cblas_ssyrk) ssyrk = nullptr;
   decltype(&cblas_dgemm) dgemm = nullptr;
   decltype(&openblas_set_num_threads) set_num_threads = nullptr;
+  decltype(&openblas_get_num_threads) get_num_threads = nullptr;
   decltype(&openblas_get_corename) get_corename = nullptr;
 };
 
@@ -107,6 +109,7 @@ Library open_library() {
   resolve(library.ssyrk, "cblas_ssyrk");
   resolve(library.dgemm, "cblas_dgemm");
   resolve(library.set_num_threads, "openblas_set_num_threads");
+  resolve(library.get_num_threads, "openblas_get_num_threads");
   resolve(library.get_corename, "openblas_get_corename");
   return library;  // the handle stays open for the process's lifetime
 }
@@ -175,6 +178,16 @@ void openblas_dgemm_nt(int m, int n, int k, const double* a, const double* b, do
 }
 
 void openblas_set_threads(int threads) { usable_library().set_num_threads(threads); }
+
+int openblas_threads() { return usable_library().get_num_threads(); }
+
+ScopedOpenBlasThreads::ScopedOpenBlasThreads(int threads) : previous_(openblas_threads()) {
+  if (threads != previous_) openblas_set_threads(threads);
+}
+
+ScopedOpenBlasThreads::~ScopedOpenBlasThreads() {
+  if (openblas_threads() != previous_) openblas_set_threads(previous_);
+}
 
 const char* openblas_core_name() {
   const Library& opened = library();

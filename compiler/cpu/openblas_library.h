@@ -59,6 +59,22 @@ void openblas_ssyrk(bool trans, int n, int k, float alpha, const float* a, int l
 // C = A·Bᵀ in f64, A m×k and B n×k row-major (cblas_dgemm).
 void openblas_dgemm_nt(int m, int n, int k, const double* a, const double* b, double* c);
 void openblas_set_threads(int threads);
+int openblas_threads();  // openblas_get_num_threads
+
+// OpenBLAS's thread count is process-wide, and the library is shared with whatever else loaded it:
+// Debian's python3-torch runs its f32 matmuls on this same OpenBLAS. A product sets the count it
+// runs on for its own call and puts back what it found, so that tuning or a product on the openblas
+// engine inside a PyTorch process leaves PyTorch's matmuls on the threads they had.
+class ScopedOpenBlasThreads {
+ public:
+  explicit ScopedOpenBlasThreads(int threads);
+  ~ScopedOpenBlasThreads();
+  ScopedOpenBlasThreads(const ScopedOpenBlasThreads&) = delete;
+  ScopedOpenBlasThreads& operator=(const ScopedOpenBlasThreads&) = delete;
+
+ private:
+  int previous_;
+};
 // The kernel OpenBLAS runs ("SkylakeX", "Haswell", "Zen", "Prescott", ...), "(unavailable)" when
 // the library cannot be opened.
 const char* openblas_core_name();

@@ -32,7 +32,7 @@ std::string openblas_kernel_warning() {
 void run_openblas_product(const GemmProblem& problem, ThreadPool* pool) {
   const int64_t m = problem.a.rows, k = problem.a.cols, n = problem.b.cols;
   if (problem.b.rows != k || problem.d.rows != m || problem.d.cols != n) throw std::logic_error("openblas product: operand shapes disagree");
-  openblas_set_threads(pool ? pool->size() : 1);
+  const ScopedOpenBlasThreads threads(pool ? pool->size() : 1);  // the call's own; the caller's count is put back
   thread_local AlignedBuffer a_scratch, b_scratch, accumulator_scratch;
   const bool gram_of_a = problem.triangular && m == n && problem.a.data == problem.b.data && problem.a.type == problem.b.type &&
                          problem.a.row_stride == problem.b.col_stride && problem.a.col_stride == problem.b.row_stride;

@@ -32,5 +32,6 @@ void openblas_sgemm(bool, bool, int, int, int, float, const float*, int, const f
 void openblas_ssyrk(bool, int, int, float, const float*, int, float, float*, int) { throw PartNotBuilt(vendor_blas_unavailable_reason()); }
 void openblas_dgemm_nt(int, int, int, const double*, const double*, double*) { throw PartNotBuilt(vendor_blas_unavailable_reason()); }
 void openblas_set_threads(int) { throw PartNotBuilt(vendor_blas_unavailable_reason()); }
+int openblas_threads() { throw PartNotBuilt(vendor_blas_unavailable_reason()); }
 
 }  // namespace orthojit::cpu
