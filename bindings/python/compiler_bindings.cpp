@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "bindings/python/bindings.h"
+#include "cpu/openblas_library.h"
 #include "runtime/model_config.h"
 #include "runtime/records.h"
 #include "ir/lower_program.h"
@@ -627,6 +628,8 @@ void register_compiler(nb::module_& module) {
              nb::arg("precision").none(), nb::arg("budget"), nb::arg("threads"), nb::arg("per_head"),
              "`orthojit bench --model/--compare --json`: standard vs gram vs OpenBLAS per shape; returns JSON text.");
   module.def("info", [] { return runtime::info_record().dump(); }, "`orthojit info` as JSON text.");
+  module.def("_openblas_coretype_for_host", &cpu::openblas_coretype_for_host,
+             "The OPENBLAS_CORETYPE orthojit chooses for this CPU (\"\": OpenBLAS's own choice is as good); orthojit/openblas_before_torch.py.");
 }
 
 }  // namespace orthojit::python

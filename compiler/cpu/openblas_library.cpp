@@ -62,7 +62,9 @@ Library open_library() {
   // What OPENBLAS_CORETYPE holds while the library's constructor reads it; put back afterwards.
   enum class During { AsIs, Ours } during = During::AsIs;
   if (already_loaded) {
-    library.origin = "OpenBLAS was loaded by the program before orthojit chose its kernel";
+    // By the program itself, or by a library it loaded first (Debian's PyTorch links OpenBLAS;
+    // orthojit's Python package chooses the kernel before it imports torch: openblas_before_torch.py).
+    library.origin = "OpenBLAS was already loaded in this process, with the kernel chosen then";
   } else if (!user_choice.empty()) {
     const std::string missing = openblas_coretype_missing_isa(user_choice, host_cpu());
     if (missing.empty()) {

@@ -24,6 +24,8 @@ const std::string& openblas_coretype_origin() {
 
 bool openblas_user_coretype_replaced() { return false; }
 
+std::string openblas_coretype_for_host() { return ""; }
+
 const char* openblas_core_name() { return "(not built)"; }
 
 void openblas_sgemm(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int) {
