@@ -62,7 +62,17 @@ TEST_P(Distributed, StateGathersToTheSingleRankStateAndLoadsBack) {
     // Its file is the single-rank optimizer's, byte for byte (streamed in chunks of 3 floats
     // that cut through tensors), and loads there as the same state.
     const std::string path = shared_path("save");
-    optimizer.save_state(path);
+    // Rank 0 writes it front to back, so it hashes as it writes and reads nothing back at commit
+    // (no "checksum" phase); the other ranks report nothing.
+    std::vector<std::string> phases;
+    optimizer.save_state(path, {}, [&](const FileProgress& progress) {
+      if (phases.empty() || phases.back() != progress.phase) phases.emplace_back(progress.phase);
+    });
+    if (communicator.rank() == 0) {
+      EXPECT_EQ(phases, (std::vector<std::string>{"write", "sync"})) << where << ": the save wrote out of the file's order and read it back";
+    } else {
+      EXPECT_TRUE(phases.empty()) << where;
+    }
     if (communicator.rank() == 0) {
       const std::string expected = path + ".single";
       reference.save_state(expected);

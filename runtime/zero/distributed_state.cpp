@@ -346,18 +346,13 @@ void DistributedOptimizer::save_state(const std::string& path, const std::map<st
       failure = std::current_exception();
     }
   }
-  // Chunk by chunk of each rank's partition: the first buffer (momentum | exp_avg), then the
-  // second (exp_avg_sq) where AdamW tensors lie; no chunk of padding alone. Both sides decide
-  // from the plan, so sends and receives pair up.
+  // Tensor by tensor in the file's order (entries_, each one's tensors as state_file_tensors lays
+  // them out), so that rank 0 writes the file front to back and hashes it as it writes (beside the
+  // write, for large pieces) instead of reading the file back at commit. A piece lies in one rank's
+  // partition and holds at most a chunk: that rank copies it out of its state and sends it. Both
+  // sides decide from the plan, so sends and receives pair up; padding is never sent.
   const int64_t part = plan_.partition_elements;
   const int64_t chunk = std::clamp<int64_t>(distributed_.bucket_elements / world, 1, std::max<int64_t>(part, 1));
-  auto tensors_in = [&](int64_t begin, int64_t count, bool second, auto&& visit) {
-    for (const Entry& entry : entries_) {
-      if (second && entry.muon) continue;
-      const int64_t offset = plan_.tensors[entry.tensor].offset, lo = std::max(begin, offset), hi = std::min(begin + count, offset + entry.parameter.elements());
-      if (lo < hi) visit(entry, lo - offset, hi - lo, lo - begin);
-    }
-  };
   // The chunks' buffers, allocated by every rank before any chunk moves: a rank that cannot
   // allocate them stops every rank here (a device nearly full), not rank 0 inside a receive.
   std::optional<ScratchBuffer> first, second, received;
@@ -374,42 +369,46 @@ void DistributedOptimizer::save_state(const std::string& path, const std::map<st
     allocation = std::current_exception();
   }
   agree(allocation, "allocating the state file's chunk buffers (" + std::to_string(chunk * 4) + " bytes each)");
-  for (int r = 0; r < world; ++r) {
-    for (int64_t j = 0; j < part; j += chunk) {
-      const int64_t count = std::min(chunk, part - j), begin = r * part + j;
-      if (rank == r) copy_state_to_partition(first->address, second->address, j, count);
-      for (const bool is_second : {false, true}) {
-        bool carries = false;
-        tensors_in(begin, count, is_second, [&](const Entry&, int64_t, int64_t, int64_t) { carries = true; });
-        if (!carries) continue;
-        const std::uintptr_t mine = is_second ? second->address : first->address;
-        if (rank == kRoot) {
-          if (r == kRoot) {
-            memory_->download(host.data(), mine, count * 4);
-          } else {
-            communicator_.exchange({}, {{r, reinterpret_cast<void*>(received->address), count * 4}});
-            memory_->download(host.data(), received->address, count * 4);
-          }
-          if (failure) continue;
-          try {
-            tensors_in(begin, count, is_second, [&](const Entry& entry, int64_t element, int64_t elements, int64_t from) {
-              const char* key = entry.muon ? ".momentum_buffer" : is_second ? ".exp_avg_sq" : ".exp_avg";
-              writer->write(entry.parameter.name + key, static_cast<uint64_t>(element) * 4, host.data() + from, static_cast<uint64_t>(elements) * 4);
-            });
-          } catch (...) {
-            failure = std::current_exception();
-            writer.reset();  // removes the temporary file
-          }
-        } else if (rank == r) {
-          communicator_.exchange({{kRoot, reinterpret_cast<void*>(mine), count * 4}}, {});
-        }
-      }
+  // Rank 0's writes; after a failure the pieces still flow (no rank waits forever) and are dropped.
+  auto write = [&](const std::string& name, uint64_t offset, const void* data, uint64_t bytes) {
+    if (failure) return;
+    try {
+      writer->write(name, offset, data, bytes);
+    } catch (...) {
+      failure = std::current_exception();
+      writer.reset();  // removes the temporary file
     }
+  };
+  auto move_tensor = [&](const Entry& entry, bool is_second) {
+    const int64_t offset = plan_.tensors[entry.tensor].offset, end = offset + entry.parameter.elements();
+    const std::string name = entry.parameter.name + (entry.muon ? ".momentum_buffer" : is_second ? ".exp_avg_sq" : ".exp_avg");
+    for (int64_t at = offset; at < end;) {
+      const int owner = static_cast<int>(at / part);
+      const int64_t count = std::min({end, (owner + 1) * part, at + chunk}) - at;
+      if (rank == owner) copy_state_to_partition(first->address, second->address, at - owner * part, count);
+      const std::uintptr_t mine = is_second ? second->address : first->address;
+      if (rank == kRoot) {
+        if (owner == kRoot) {
+          memory_->download(host.data(), mine, count * 4);
+        } else {
+          communicator_.exchange({}, {{owner, reinterpret_cast<void*>(received->address), count * 4}});
+          memory_->download(host.data(), received->address, count * 4);
+        }
+        write(name, static_cast<uint64_t>(at - offset) * 4, host.data(), static_cast<uint64_t>(count) * 4);
+      } else if (rank == owner) {
+        communicator_.exchange({{kRoot, reinterpret_cast<void*>(mine), count * 4}}, {});
+      }
+      at += count;
+    }
+  };
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    move_tensor(entries_[i], false);
+    if (entries_[i].muon) continue;
+    move_tensor(entries_[i], true);
+    if (rank == kRoot) write(entries_[i].parameter.name + ".step", 0, &counts[i], sizeof(int64_t));
   }
   if (rank == kRoot && !failure) {
     try {
-      for (size_t i = 0; i < entries_.size(); ++i)
-        if (!entries_[i].muon) writer->write(entries_[i].parameter.name + ".step", 0, &counts[i], sizeof(int64_t));
       writer->commit();
     } catch (...) {
       failure = std::current_exception();
