@@ -152,8 +152,9 @@ class DistributedOptimizer {
   //     the ranks agree (one all-reduce): when any rank finds a problem, every rank throws
   //     std::runtime_error and no rank changes anything.
   //   save_state: HybridOptimizer::save_state's file, byte for byte, written by rank 0 alone as
-  //     it streams in: each rank sends its partition's state in chunks of bucket_elements /
-  //     world floats, which rank 0 writes in place (SafetensorsWriter), so a rank holds two
+  //     it streams in: tensor by tensor in the file's order, each piece's owner sends it (at most
+  //     bucket_elements / world floats), and rank 0 writes it in place (SafetensorsWriter) front
+  //     to back, hashing as it writes (nothing read back at commit), so a rank holds two
   //     chunks beyond its own state (rank 0: four). A failed write throws on every rank and leaves the
   //     target as it was. `extra_metadata` (rank 0's) joins the file's metadata (a wrapper's own
   //     record, such as orthojit.DistributedMuon's param_groups); a key of the state file's own

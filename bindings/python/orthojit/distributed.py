@@ -568,7 +568,7 @@ class DistributedMuon(torch.optim.Optimizer):
         world size, stage or mode. A failure on rank 0 raises on every rank. ``progress``: True
         for a progress line on rank 0's stderr, or a callable ``progress(phase, done, total)``
         (orthojit.file_progress; rank 0 alone writes, so only rank 0's is called: phases
-        "write", "checksum" for what arrived out of order, "sync"); what it raises fails the save
+        "write", then "sync"); what it raises fails the save
         on every rank, with ``path`` as it was."""
         try:
             groups, problem = _json_groups(self.param_groups), ""
