@@ -14,8 +14,9 @@ Prints the median step time of each and the ratios. --shapes: orthojit.Muon alon
 parameter of each shape at a time (the step's own cost per shape, e.g. old and new builds side by
 side).
 
-PyTorch's f32 matmuls run on the OpenBLAS torch loads (bench/torch_openblas.py): its kernel is
-chosen for the CPU before torch is imported, and its threads are set to the same count.
+PyTorch's f32 matmuls run on the OpenBLAS torch loads (bench/torch_openblas.py): orthojit is
+imported first, so that kernel is the one orthojit chooses for the CPU, and its threads are set to
+the same count as torch's.
 """
 import argparse
 import os
@@ -23,14 +24,11 @@ import statistics
 import sys
 import time
 
+import orthojit  # before torch: it chooses OpenBLAS's kernel for the CPU before torch loads it
+import torch
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_openblas  # noqa: E402
-
-OPENBLAS_CHOICE = torch_openblas.choose_kernel_before_torch()
-
-import torch  # noqa: E402
-
-import orthojit  # noqa: E402
 
 
 def newton_schulz(G, steps=5, eps=1e-7, dtype=torch.bfloat16):
@@ -113,7 +111,7 @@ def main():
             print(f"{text:>12} {time_steps(optimizer, params, args.steps):10.2f} ms")
         return
     shapes = [tuple(p.shape) for p in model(args.hidden, 1)]
-    print(f"torch {torch.__version__}, {threads} threads; f32 matmuls on {torch_openblas.describe()} ({OPENBLAS_CHOICE}); {args.layers} layers of {shapes}")
+    print(f"torch {torch.__version__}, {threads} threads; f32 matmuls on {torch_openblas.describe()}; {args.layers} layers of {shapes}")
     results = {}
     params = model(args.hidden, args.layers)
     results["orthojit.Muon (keller, bf16 NS, cpu backend)"] = time_steps(
