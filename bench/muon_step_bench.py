@@ -2,10 +2,10 @@
 """One Muon optimizer step on the CPU: orthojit.Muon against Muon written from the formula in
 PyTorch (Keller Jordan's / torch.optim.Muon's code: EMA momentum, Nesterov, Newton-Schulz with
 jordan coefficients, X/(|X|+eps), transposing tall matrices), side by side in one run, on the
-matrices of a transformer block stack. Both use the same threads; PyTorch's NS runs in bf16 (as
-the reference implementations do) and in f32 (the faster choice on most CPUs); orthojit's in bf16
-storage with f32 accumulation on its JIT kernels, with the strategy its heuristic (or tuning
-records) picks.
+matrices of a transformer block stack, and torch.optim.Muon itself where PyTorch has it (>= 2.9).
+All use the same threads; PyTorch's NS runs in bf16 (as the reference implementations do) and in
+f32 (the faster choice on most CPUs); orthojit's in bf16 storage with f32 accumulation on its JIT
+kernels, with the strategy its heuristic (or tuning records) picks.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/muon_step_bench.py [--hidden 512] [--layers 2] [--steps 5] [--threads T]
     PYTHONPATH=build/python /usr/bin/python3 bench/muon_step_bench.py --shapes 256x896,896x256 [--preset torch] [--steps 15]
@@ -119,6 +119,9 @@ def main():
     for dtype in (torch.bfloat16, torch.float32):
         params = model(args.hidden, args.layers)
         results[f"PyTorch formula Muon ({str(dtype).replace('torch.', '')} NS)"] = time_steps(FormulaMuon(params, dtype=dtype), params, args.steps)
+    if hasattr(torch.optim, "Muon"):  # PyTorch >= 2.9: the peer itself (its NS in bf16)
+        params = model(args.hidden, args.layers)
+        results["torch.optim.Muon"] = time_steps(torch.optim.Muon(params, lr=0.02, weight_decay=0.0), params, args.steps)
     if threads > 1:
         # The f32 products run on OpenBLAS's threads; torch's own (OpenMP, for the element-wise
         # ops) spin between parallel regions and can take the cores OpenBLAS needs. One torch

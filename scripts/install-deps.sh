@@ -15,6 +15,7 @@ packages=(
   python3-matplotlib                       # `orthojit bench --model ... --plot FILE.png`
   libopenmpi-dev openmpi-bin               # the distributed optimizer's MPI engine and its mpirun tests
   python3-dev python3-pip python3-pytest   # the Python bindings (built with nanobind from PyPI, tested with pytest)
+  python3-venv                             # tests/pip_install_test.sh: `pip install .` into a fresh environment
   python3-torch                            # PyTorch (CPU) for orthojit.Muon and its tests
   python3-mpi4py                           # orthojit.DistributedMuon takes an mpi4py communicator (its tests)
 )
