@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 # work there (see test-minimal).
 MINIMAL ?= build-minimal
 
-.PHONY: all deps build test test-minimal test-sanitize test-sanitize-address test-sanitize-thread fuzz demo bench clean
+.PHONY: all deps build test test-torch-pypi test-minimal test-sanitize test-sanitize-address test-sanitize-thread fuzz demo bench clean
 
 all: build
 
@@ -31,8 +31,28 @@ build: deps $(BUILD)/build.ninja
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@$(MAKE) --no-print-directory test-torch-pypi
 	@$(MAKE) --no-print-directory test-minimal
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
+
+# The Python tests again on a current PyTorch from PyPI (Debian's is 1.13; users train on 2.x):
+# torch.optim.Muon (PyTorch >= 2.9), which the torch preset is checked against, exists only there,
+# and torch.distributed's gloo differs. A virtual environment of Debian's python3 (the interpreter
+# the extension is built for), made once per build folder (~3.5 GB with the CUDA libraries the
+# wheel requires; CPU only here).
+TORCH_PYPI ?= 2.15.0
+TORCH_VENV ?= $(BUILD)/venv-torch-$(TORCH_PYPI)
+$(TORCH_VENV)/.complete: | deps
+	@rm -rf $(TORCH_VENV)
+	@/usr/bin/python3 -m venv $(TORCH_VENV)
+	@echo "orthojit: installing torch==$(TORCH_PYPI), numpy, pytest and matplotlib from PyPI into $(TORCH_VENV)"
+	@$(TORCH_VENV)/bin/python -m pip install -q --disable-pip-version-check "torch==$(TORCH_PYPI)" numpy pytest matplotlib
+	@touch $@
+
+test-torch-pypi: build $(TORCH_VENV)/.complete
+	@$(TORCH_VENV)/bin/python -c "import sys, torch; sys.exit(0 if hasattr(torch.optim, 'Muon') else f'torch {torch.__version__} has no torch.optim.Muon: its tests would be skipped')"
+	@cd $(BUILD) && PYTHONPATH=$(abspath $(BUILD))/python ORTHOJIT_CACHE_DIR=$(abspath $(BUILD))/test-cache ORTHOJIT_SOURCE_DIR=$(CURDIR) \
+	  $(abspath $(TORCH_VENV))/bin/python -m pytest -q -rs -p no:cacheprovider $(CURDIR)/tests/python
 
 # The minimal build: -O0 without debug info and only the targets its checks need, since the compile
 # is what CI pays for (docs/cuda-backend.md gives the cost). Its checks: build_parts_test (the CLI

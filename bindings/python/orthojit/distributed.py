@@ -73,8 +73,9 @@ class _TorchCollectives:
     """The collectives of the C++ optimizer (bindings/python/torch_communicator.h) on a
     torch.distributed process group; tensors come in as views of the optimizer's buffers."""
 
-    def __init__(self, group):
-        import torch.distributed as dist
+    def __init__(self, group, dist=None):
+        if dist is None:  # a stand-in only in tests (tests/python/test_torch_collectives.py)
+            import torch.distributed as dist
 
         self.dist = dist
         self.group = group
@@ -89,6 +90,34 @@ class _TorchCollectives:
             backends = {"cpu": self.backend, "cuda": self.backend}
         self.moves_cuda_tensors = backends.get("cuda") == "nccl"
         self.moves_cpu_tensors = backends.get("cpu") not in (None, "nccl")
+        self._kept = []  # the tensors of the last calls (_keep)
+
+    # How many calls' tensors may wait for a backend thread before the oldest are let go anyway
+    # (a reference that never goes would otherwise keep reduce_scatter's full-size sum forever).
+    _KEPT_CALLS = 8
+
+    def _release(self):
+        # At the start of every call: lets go of the tensors of earlier calls that no backend
+        # thread holds any more (see _keep), before this call allocates its own.
+        def held_elsewhere(tensor):
+            count = getattr(tensor, "_use_count", None)
+            return count is not None and count() > 1
+
+        self._kept = [call for call in self._kept if any(held_elsewhere(t) for t in call)][-(self._KEPT_CALLS - 1):]
+
+    def _keep(self, passed):
+        # A backend's worker thread (gloo's runLoop, NCCL's watchdog) lets go of a work's tensors
+        # just after the work completes, so after wait() returns it may still hold them. If this
+        # thread drops its Python references first, torch hands the Python object to the tensor,
+        # and the worker's release becomes the last: it must take the GIL to free the object, and
+        # during interpreter shutdown that ends the process with std::terminate (seen at the exit
+        # of torchrun jobs on torch 2.15 under load: "terminate called without an active
+        # exception", a backtrace from ProcessGroupGloo::runLoop through decref_pyobject). So the
+        # tensors handed to torch.distributed stay referenced here until a later call finds the
+        # worker done with them (Tensor._use_count() == 1, torch >= 2.0), or until the next call
+        # where torch cannot tell. (A view's base needs nothing: the view keeps it, and the view
+        # is let go of here, on this thread.)
+        self._kept.append(tuple(passed))
 
     def _global(self, rank):
         # broadcast and point-to-point take global ranks; a subgroup's ranks map to them
@@ -101,37 +130,49 @@ class _TorchCollectives:
         return tensor.cuda() if not tensor.is_cuda and not self.moves_cpu_tensors else tensor
 
     def all_reduce(self, tensor):
+        self._release()
         work = self._staged(tensor)
         self.dist.all_reduce(work, group=self.group)
+        self._keep([work])
         if work is not tensor:
             tensor.copy_(work.cpu())
 
     def reduce_scatter(self, source, destination):
+        self._release()
         if source.is_cuda and self.moves_cuda_tensors:
             scatter = getattr(self.dist, "reduce_scatter_tensor", None) or self.dist._reduce_scatter_base
             scatter(destination, source, group=self.group)
+            self._keep([destination, source])
             return
         # gloo has no reduce-scatter: the sum of everything, then this rank's block
         total = source.clone()
         self.dist.all_reduce(total, group=self.group)
+        self._keep([total])
         count = destination.numel()
         destination.copy_(total[self.rank * count:(self.rank + 1) * count])
 
     def all_gather(self, source, destination):
-        self.dist.all_gather(list(destination.chunk(self.world)), source, group=self.group)
+        self._release()
+        blocks = list(destination.chunk(self.world))
+        self.dist.all_gather(blocks, source, group=self.group)
+        self._keep(blocks + [source])
 
     def broadcast(self, tensor, root):
+        self._release()
         work = self._staged(tensor)
         self.dist.broadcast(work, src=self._global(root), group=self.group)
+        self._keep([work])
         if work is not tensor:
             tensor.copy_(work.cpu())
 
     def exchange(self, sends, receives):
+        self._release()
         ops = [self.dist.P2POp(self.dist.isend, t, self._global(peer), self.group) for peer, t in sends]
         ops += [self.dist.P2POp(self.dist.irecv, t, self._global(peer), self.group) for peer, t in receives]
         if ops:
             for request in self.dist.batch_isend_irecv(ops):
                 request.wait()
+            self._keep([t for _, t in sends] + [t for _, t in receives])
 
 
 def _torch_group(comm):

@@ -1,0 +1,130 @@
+"""The torch.distributed collectives of orthojit.DistributedMuon (orthojit.distributed._TorchCollectives)
+keep every tensor they hand to torch.distributed referenced until the backend's worker thread has
+let go of it, so that the worker's release is never the last one. When it was, the worker had to
+take the GIL to free the Python object, and at interpreter shutdown that ended torchrun jobs with
+std::terminate (torch 2.15, gloo: a backtrace from ProcessGroupGloo::runLoop through
+TensorImpl::decref_pyobject; bench/RESULTS.md, twenty-fifth session).
+
+The stand-in for torch.distributed below holds each tensor it is given the way a backend's work
+does: a C++ reference (a holder tensor's .grad), which Python cannot see but Tensor._use_count()
+can; `release()` is the worker finishing. Whether the worker's release was the last is then
+visible from Python: the tensor's Python object dies with it."""
+import gc
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from orthojit.distributed import _TorchCollectives  # noqa: E402
+
+WORLD = 2
+
+
+class FakeDistributed:
+    """What _TorchCollectives calls of torch.distributed, on one rank of two; each collective's
+    tensors are held as a backend's work holds them until release()."""
+
+    class group:  # noqa: N801 - torch.distributed.group
+        WORLD = object()
+
+    def __init__(self):
+        self.holders = []
+        self.seen = []  # weak references to every tensor handed over
+
+    def _hold(self, tensor):
+        holder = torch.zeros_like(tensor)
+        holder.grad = tensor  # a C++ reference to the tensor's TensorImpl
+        self.holders.append(holder)
+        self.seen.append(weakref.ref(tensor))
+
+    def release(self):
+        for holder in self.holders:
+            holder.grad = None
+        self.holders = []
+        gc.collect()
+
+    get_rank = staticmethod(lambda group=None: 0)
+    get_world_size = staticmethod(lambda group=None: WORLD)
+    get_backend = staticmethod(lambda group=None: "gloo")
+    get_global_rank = staticmethod(lambda group, rank: rank)
+
+    def all_reduce(self, tensor, group=None):
+        self._hold(tensor)
+
+    def all_gather(self, blocks, source, group=None):
+        for block in blocks:
+            block.copy_(source)
+            self._hold(block)
+        self._hold(source)
+
+    def broadcast(self, tensor, src, group=None):
+        self._hold(tensor)
+
+    isend = irecv = object()
+
+    class P2POp:
+        def __init__(self, op, tensor, peer, group=None):
+            self.tensor = tensor
+
+    class _Request:
+        def wait(self):
+            pass
+
+    def batch_isend_irecv(self, ops):
+        for op in ops:
+            self._hold(op.tensor)
+        return [self._Request() for _ in ops]
+
+
+CALLS = {
+    "all_reduce": lambda c: c.all_reduce(torch.ones(6)),
+    "reduce_scatter": lambda c: c.reduce_scatter(torch.ones(6), torch.zeros(3)),  # gloo: a sum, then this rank's block
+    "all_gather": lambda c: c.all_gather(torch.ones(3), torch.zeros(6)),
+    "broadcast": lambda c: c.broadcast(torch.ones(6), 0),
+    "exchange": lambda c: c.exchange([(1, torch.ones(3))], [(1, torch.zeros(3))]),
+}
+
+
+def collectives():
+    fake = FakeDistributed()
+    return _TorchCollectives(fake.group.WORLD, dist=fake), fake
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_the_worker_never_lets_go_of_a_tensor_last(call):
+    c, fake = collectives()
+    CALLS[call](c)  # the caller's references are gone when this returns
+    gc.collect()
+    handed = list(fake.seen)
+    assert handed and all(w() is not None for w in handed)
+    fake.release()  # the worker finishes after the call returned
+    alive = [w() is not None for w in handed]
+    assert all(alive), f"{call}: the worker's release freed {alive.count(False)} of {len(alive)} tensors' Python objects (it was the last reference)"
+    CALLS["broadcast"](c)  # the next call lets them go, on this thread
+    gc.collect()
+    assert all(w() is None for w in handed), f"{call}: tensors kept after the worker let go of them"
+
+
+@pytest.mark.skipif(not hasattr(torch.Tensor, "_use_count"), reason=f"torch {torch.__version__} has no Tensor._use_count(): the tensors are kept for one call")
+def test_tensors_the_worker_still_holds_stay_kept_across_calls():
+    c, fake = collectives()
+    CALLS["all_gather"](c)
+    first = list(fake.seen)
+    fake.seen.clear()
+    for _ in range(3):  # later calls while the worker still holds the first one's tensors
+        CALLS["all_reduce"](c)
+    gc.collect()
+    assert all(w() is not None for w in first)
+    fake.release()
+    assert all(w() is not None for w in first), "the worker's release was the last reference"
+    CALLS["all_reduce"](c)
+    gc.collect()
+    assert all(w() is None for w in first + fake.seen[:-1])
+
+
+@pytest.mark.skipif(not hasattr(torch.Tensor, "_use_count"), reason=f"torch {torch.__version__} has no Tensor._use_count()")
+def test_a_worker_that_never_lets_go_does_not_grow_what_is_kept():
+    c, _ = collectives()
+    for _ in range(50):
+        CALLS["reduce_scatter"](c)  # each keeps a full-size sum
+    assert len(c._kept) <= _TorchCollectives._KEPT_CALLS
