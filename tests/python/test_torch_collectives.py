@@ -10,11 +10,14 @@ does: a C++ reference (a holder tensor's .grad), which Python cannot see but Ten
 can; `release()` is the worker finishing. Whether the worker's release was the last is then
 visible from Python: the tensor's Python object dies with it."""
 import gc
+import threading
+import time
 import weakref
 
 import pytest
 
 torch = pytest.importorskip("torch")
+from orthojit import distributed  # noqa: E402
 from orthojit.distributed import _TorchCollectives  # noqa: E402
 
 WORLD = 2
@@ -27,9 +30,11 @@ class FakeDistributed:
     class group:  # noqa: N801 - torch.distributed.group
         WORLD = object()
 
-    def __init__(self):
+    def __init__(self, refuses_reduce_scatter=False):
         self.holders = []
         self.seen = []  # weak references to every tensor handed over
+        self.calls = []
+        self.refuses_reduce_scatter = refuses_reduce_scatter
 
     def _hold(self, tensor):
         holder = torch.zeros_like(tensor)
@@ -49,6 +54,8 @@ class FakeDistributed:
     get_global_rank = staticmethod(lambda group, rank: rank)
 
     def all_reduce(self, tensor, group=None):
+        self.calls.append("all_reduce")
+        tensor.mul_(WORLD)
         self._hold(tensor)
 
     def all_gather(self, blocks, source, group=None):
@@ -59,6 +66,14 @@ class FakeDistributed:
 
     def broadcast(self, tensor, src, group=None):
         self._hold(tensor)
+
+    def reduce_scatter_tensor(self, destination, source, group=None):  # gloo in recent PyTorch
+        self.calls.append("reduce_scatter_tensor")
+        if self.refuses_reduce_scatter:  # gloo in older PyTorch (1.13's message)
+            raise RuntimeError("ProcessGroup gloo does not support _reduce_scatter_base")
+        destination.copy_(source[:destination.numel()] * WORLD)
+        self._hold(destination)
+        self._hold(source)
 
     isend = irecv = object()
 
@@ -78,15 +93,26 @@ class FakeDistributed:
 
 CALLS = {
     "all_reduce": lambda c: c.all_reduce(torch.ones(6)),
-    "reduce_scatter": lambda c: c.reduce_scatter(torch.ones(6), torch.zeros(3)),  # gloo: a sum, then this rank's block
+    "reduce_scatter": lambda c: c.reduce_scatter(torch.ones(6), torch.zeros(3)),
     "all_gather": lambda c: c.all_gather(torch.ones(3), torch.zeros(6)),
     "broadcast": lambda c: c.broadcast(torch.ones(6), 0),
     "exchange": lambda c: c.exchange([(1, torch.ones(3))], [(1, torch.zeros(3))]),
 }
 
 
-def collectives():
-    fake = FakeDistributed()
+@pytest.fixture(autouse=True)
+def brief_last_wait(monkeypatch):
+    # Most tests end with the stand-in still holding the last call's tensors: no 5 s wait each,
+    # and what the collectives then leave referenced until exit is let go of after the test.
+    monkeypatch.setattr(_TorchCollectives, "_LAST_WAIT_SECONDS", 0.01)
+    before = len(distributed._HELD_UNTIL_EXIT)
+    yield
+    gc.collect()
+    del distributed._HELD_UNTIL_EXIT[before:]
+
+
+def collectives(**fake_options):
+    fake = FakeDistributed(**fake_options)
     return _TorchCollectives(fake.group.WORLD, dist=fake), fake
 
 
@@ -128,3 +154,59 @@ def test_a_worker_that_never_lets_go_does_not_grow_what_is_kept():
     for _ in range(50):
         CALLS["reduce_scatter"](c)  # each keeps a full-size sum
     assert len(c._kept) <= _TorchCollectives._KEPT_CALLS
+
+
+@pytest.mark.parametrize("refuses", [False, True])
+def test_reduce_scatter_is_gloos_own_where_it_has_one(refuses):
+    # Recent gloo reduce-scatters (half an all-reduce's traffic, no full-size sum); older gloo
+    # refuses, and then every call is an all-reduce and this rank's block, without asking again.
+    c, fake = collectives(refuses_reduce_scatter=refuses)
+    for step in range(3):
+        source = torch.arange(6, dtype=torch.float32) + step
+        destination = torch.zeros(3)
+        c.reduce_scatter(source, destination)
+        assert torch.equal(destination, (torch.arange(3, dtype=torch.float32) + step) * WORLD)
+    expected = ["reduce_scatter_tensor", "all_reduce", "all_reduce", "all_reduce"] if refuses else ["reduce_scatter_tensor"] * 3
+    assert fake.calls == expected
+
+
+def test_reduce_scatter_lets_other_errors_through():
+    c, fake = collectives()
+
+    def broken(destination, source, group=None):
+        raise RuntimeError("Connection closed by peer")
+
+    fake.reduce_scatter_tensor = broken
+    with pytest.raises(RuntimeError, match="Connection closed"):
+        c.reduce_scatter(torch.ones(6), torch.zeros(3))
+    assert c.gloo_reduce_scatter
+
+
+@pytest.mark.skipif(not hasattr(torch.Tensor, "_use_count"), reason=f"torch {torch.__version__} has no Tensor._use_count()")
+def test_the_collectives_going_wait_for_the_worker(monkeypatch):
+    monkeypatch.setattr(_TorchCollectives, "_LAST_WAIT_SECONDS", 5.0)
+    # The end of a job: the optimizer (and these collectives) go while gloo's worker still holds
+    # the last all-gather's tensors. They must go only after the worker let go of them.
+    c, fake = collectives()
+    CALLS["all_gather"](c)
+    handed = list(fake.seen)
+    worker = threading.Timer(0.2, fake.release)
+    worker.start()
+    start = time.monotonic()
+    del c
+    gc.collect()
+    waited = time.monotonic() - start
+    worker.join()
+    assert waited >= 0.15, f"the collectives went after {waited:.3f} s, while the worker still held their tensors"
+    assert all(w() is None for w in handed)
+
+
+@pytest.mark.skipif(not hasattr(torch.Tensor, "_use_count"), reason=f"torch {torch.__version__} has no Tensor._use_count()")
+def test_tensors_a_worker_never_lets_go_of_stay_referenced():
+    c, fake = collectives()
+    CALLS["broadcast"](c)
+    handed = list(fake.seen)
+    del c
+    gc.collect()
+    fake.release()  # much later: the worker's release must not be the last
+    assert all(w() is not None for w in handed)

@@ -23,6 +23,7 @@ import contextlib
 import copy
 import json as _json
 import os
+import time
 
 import torch
 
@@ -69,6 +70,11 @@ def _matrix_options(matrix_options, names):
     return result
 
 
+# Tensors a torch.distributed worker still held when the collectives that handed them over went
+# (_TorchCollectives.__del__): referenced until the process ends, so that no worker frees them last.
+_HELD_UNTIL_EXIT = []
+
+
 class _TorchCollectives:
     """The collectives of the C++ optimizer (bindings/python/torch_communicator.h) on a
     torch.distributed process group; tensors come in as views of the optimizer's buffers."""
@@ -91,19 +97,40 @@ class _TorchCollectives:
         self.moves_cuda_tensors = backends.get("cuda") == "nccl"
         self.moves_cpu_tensors = backends.get("cpu") not in (None, "nccl")
         self._kept = []  # the tensors of the last calls (_keep)
+        self.gloo_reduce_scatter = True  # until gloo refuses it (reduce_scatter)
 
     # How many calls' tensors may wait for a backend thread before the oldest are let go anyway
     # (a reference that never goes would otherwise keep reduce_scatter's full-size sum forever).
     _KEPT_CALLS = 8
 
+    # How long the collectives, when they go, wait for a backend thread to let go of the last
+    # calls' tensors before leaving them referenced for the rest of the process (__del__).
+    _LAST_WAIT_SECONDS = 5.0
+
+    @staticmethod
+    def _held_elsewhere(tensor):
+        count = getattr(tensor, "_use_count", None)
+        return count is not None and count() > 1
+
     def _release(self):
         # At the start of every call: lets go of the tensors of earlier calls that no backend
         # thread holds any more (see _keep), before this call allocates its own.
-        def held_elsewhere(tensor):
-            count = getattr(tensor, "_use_count", None)
-            return count is not None and count() > 1
+        self._kept = [call for call in self._kept if any(map(self._held_elsewhere, call))][-(self._KEPT_CALLS - 1):]
 
-        self._kept = [call for call in self._kept if any(held_elsewhere(t) for t in call)][-(self._KEPT_CALLS - 1):]
+    def __del__(self):
+        # The optimizer is going (often just before the job's last barrier and its exit): the last
+        # calls' tensors, too, must not be let go of while a worker still holds them. A worker that
+        # finished but was not scheduled since may hold them a while (a job's end under load:
+        # the last all-gather's work, which the trainer's final barrier had taken hold of as
+        # well). Wait for it, briefly; what a worker still holds after that stays referenced for
+        # the rest of the process.
+        try:
+            deadline = time.monotonic() + self._LAST_WAIT_SECONDS
+            while any(map(self._held_elsewhere, (t for call in self._kept for t in call))) and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            _HELD_UNTIL_EXIT.extend(call for call in self._kept if any(map(self._held_elsewhere, call)))
+        except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down what this needs
+            pass
 
     def _keep(self, passed):
         # A backend's worker thread (gloo's runLoop, NCCL's watchdog) lets go of a work's tensors
@@ -139,12 +166,25 @@ class _TorchCollectives:
 
     def reduce_scatter(self, source, destination):
         self._release()
+        scatter = getattr(self.dist, "reduce_scatter_tensor", None) or getattr(self.dist, "_reduce_scatter_base", None)
         if source.is_cuda and self.moves_cuda_tensors:
-            scatter = getattr(self.dist, "reduce_scatter_tensor", None) or self.dist._reduce_scatter_base
             scatter(destination, source, group=self.group)
             self._keep([destination, source])
             return
-        # gloo has no reduce-scatter: the sum of everything, then this rank's block
+        if self.gloo_reduce_scatter and scatter is not None and not source.is_cuda and self.moves_cpu_tensors:
+            # gloo's own reduce-scatter (recent PyTorch; torch 2.15 has it): (N-1)/N of the data
+            # per rank instead of an all-reduce's twice that, and no full-size sum. Older gloo
+            # refuses it before anything moves, the same way on every rank (same torch), so the
+            # first refusal switches every rank to the all-reduce below for good.
+            try:
+                scatter(destination, source, group=self.group)
+                self._keep([destination, source])
+                return
+            except RuntimeError as error:
+                if "does not support" not in str(error) and "not supported" not in str(error):
+                    raise
+                self.gloo_reduce_scatter = False
+        # the sum of everything, then this rank's block
         total = source.clone()
         self.dist.all_reduce(total, group=self.group)
         self._keep([total])
