@@ -107,15 +107,19 @@ class _TorchCollectives:
     # calls' tensors before leaving them referenced for the rest of the process (__del__).
     _LAST_WAIT_SECONDS = 5.0
 
-    @staticmethod
-    def _held_elsewhere(tensor):
-        count = getattr(tensor, "_use_count", None)
-        return count is not None and count() > 1
+    def _still_held(self):
+        # The kept calls a backend thread still holds a tensor of (Tensor._use_count() > 1: a
+        # reference besides this Python object's); none where torch cannot tell (1.13).
+        def held(tensor):
+            count = getattr(tensor, "_use_count", None)
+            return count is not None and count() > 1
+
+        return [call for call in self._kept if any(map(held, call))]
 
     def _release(self):
         # At the start of every call: lets go of the tensors of earlier calls that no backend
         # thread holds any more (see _keep), before this call allocates its own.
-        self._kept = [call for call in self._kept if any(map(self._held_elsewhere, call))][-(self._KEPT_CALLS - 1):]
+        self._kept = self._still_held()[-(self._KEPT_CALLS - 1):]
 
     def __del__(self):
         # The optimizer is going (often just before the job's last barrier and its exit): the last
@@ -126,9 +130,9 @@ class _TorchCollectives:
         # the rest of the process.
         try:
             deadline = time.monotonic() + self._LAST_WAIT_SECONDS
-            while any(map(self._held_elsewhere, (t for call in self._kept for t in call))) and time.monotonic() < deadline:
+            while self._still_held() and time.monotonic() < deadline:
                 time.sleep(0.0005)
-            _HELD_UNTIL_EXIT.extend(call for call in self._kept if any(map(self._held_elsewhere, call)))
+            _HELD_UNTIL_EXIT.extend(self._still_held())
         except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down what this needs
             pass
 
