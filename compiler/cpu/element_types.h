@@ -1,5 +1,13 @@
 // Storage element types as the CPU backend holds them (f32, bf16 and f16 bit patterns) and their
 // conversions to and from f32 with round-to-nearest-even, as GPU and CPU hardware convert.
+//
+// The f16 conversions are integer and f32 arithmetic, not casts of _Float16: this library is
+// built for baseline x86-64 (no F16C), where GCC turns every _Float16 cast into a call to
+// libgcc's soft-float __extendhfsf2 / __truncsfhf2. In the packing loops of the products that
+// call cost more than the products themselves (f16 NS5 at 1024x4096 ran 1.9-2.6x slower than
+// bf16 before; bench/RESULTS.md, twenty-sixth session). These forms have no calls and no
+// data-dependent branches, so the loops around them vectorize; tests/f16_conversion_test.cpp
+// checks them against the compiler's _Float16 on every f16 value and on every rounding boundary.
 #pragma once
 
 #include <bit>
@@ -20,7 +28,19 @@ struct F16 {
 
 inline float to_float(float value) { return value; }
 inline float to_float(Bf16 value) { return std::bit_cast<float>(static_cast<uint32_t>(value.bits) << 16); }
-inline float to_float(F16 value) { return static_cast<float>(std::bit_cast<_Float16>(value.bits)); }
+// IEEE binary16 -> binary32, exact. The exponent and mantissa move to their f32 places and the
+// exponent is rebiased (15 -> 127); an all-ones exponent (infinity, NaN: payload kept) is rebiased
+// once more to f32's all-ones; a zero exponent (zero, subnormal m·2^-24) is renormalized by one f32
+// subtraction, exact: (1 + m/1024)·2^-14 - 2^-14 = m·2^-24.
+inline float to_float(F16 value) {
+  const uint32_t sign = (static_cast<uint32_t>(value.bits) & 0x8000u) << 16;
+  const uint32_t shifted = (static_cast<uint32_t>(value.bits) & 0x7fffu) << 13;
+  const uint32_t exponent = shifted & 0x0f800000u;
+  const uint32_t rebiased = shifted + (112u << 23) + (exponent == 0x0f800000u ? 112u << 23 : 0u);
+  const float subnormal = std::bit_cast<float>(rebiased + (1u << 23)) - std::bit_cast<float>(113u << 23);
+  const uint32_t magnitude = exponent == 0 ? std::bit_cast<uint32_t>(subnormal) : rebiased;
+  return std::bit_cast<float>(magnitude | sign);
+}
 
 template <typename T>
 T from_float(float value);
@@ -35,9 +55,28 @@ inline Bf16 from_float<Bf16>(float value) {
   bits += 0x7fffu + ((bits >> 16) & 1u);  // ties to even
   return {static_cast<uint16_t>(bits >> 16)};
 }
+// binary32 -> binary16, round to nearest even (F16C's vcvtps2ph with its default rounding), in
+// three ranges of |value| (the method of F. Giesen's public-domain "float_to_half_fast3_rtne"):
+//   >= 2^16        infinity, or NaN kept NaN (quiet bit set, the payload's top bits kept);
+//   <  2^-14       a subnormal half or zero: adding 0.5, whose f32 ulp is 2^-24 (the half's
+//                  subnormal step), makes the FPU round at that step; the sum's low bits are the
+//                  half (a carry to 0x400 is the smallest normal, as it should be);
+//   otherwise      rebias the exponent (127 -> 15) and round the 13 dropped bits to even by adding
+//                  0xfff plus the lowest kept bit; a carry into the exponent is the right result,
+//                  up to infinity for |value| >= 65520.
+// Each range is computed for every value and one is selected (no branches). The f32 addition
+// assumes the default rounding mode and no denormals-are-zero, as the library's arithmetic does.
 template <>
 inline F16 from_float<F16>(float value) {
-  return {std::bit_cast<uint16_t>(static_cast<_Float16>(value))};  // GCC: correctly rounded (RNE)
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  const uint32_t special = magnitude > 0x7f800000u ? 0x7e00u | ((magnitude >> 13) & 0x3ffu) : 0x7c00u;
+  const uint32_t half_magic = 126u << 23;  // 0.5f
+  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(magnitude) + std::bit_cast<float>(half_magic)) - half_magic;
+  const uint32_t normal = (magnitude - (112u << 23) + 0xfffu + ((magnitude >> 13) & 1u)) >> 13;
+  const uint32_t result = magnitude >= (143u << 23) ? special : magnitude < (113u << 23) ? subnormal : normal;
+  return {static_cast<uint16_t>(result | sign)};
 }
 
 // Calls f(T{}) with the C++ type that holds `type` (float, Bf16, F16): one switch outside a loop
