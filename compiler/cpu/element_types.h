@@ -26,6 +26,10 @@ struct F16 {
   uint16_t bits;
 };
 
+// All ones where `condition` holds, else zero: the f16 conversions select with masks, not
+// branches or ternaries, because GCC vectorizes the loops around them only in that form.
+inline uint32_t lane_mask(bool condition) { return 0u - static_cast<uint32_t>(condition); }
+
 inline float to_float(float value) { return value; }
 inline float to_float(Bf16 value) { return std::bit_cast<float>(static_cast<uint32_t>(value.bits) << 16); }
 // IEEE binary16 -> binary32, exact. The exponent and mantissa move to their f32 places and the
@@ -33,13 +37,13 @@ inline float to_float(Bf16 value) { return std::bit_cast<float>(static_cast<uint
 // once more to f32's all-ones; a zero exponent (zero, subnormal m·2^-24) is renormalized by one f32
 // subtraction, exact: (1 + m/1024)·2^-14 - 2^-14 = m·2^-24.
 inline float to_float(F16 value) {
-  const uint32_t sign = (static_cast<uint32_t>(value.bits) & 0x8000u) << 16;
   const uint32_t shifted = (static_cast<uint32_t>(value.bits) & 0x7fffu) << 13;
   const uint32_t exponent = shifted & 0x0f800000u;
-  const uint32_t rebiased = shifted + (112u << 23) + (exponent == 0x0f800000u ? 112u << 23 : 0u);
-  const float subnormal = std::bit_cast<float>(rebiased + (1u << 23)) - std::bit_cast<float>(113u << 23);
-  const uint32_t magnitude = exponent == 0 ? std::bit_cast<uint32_t>(subnormal) : rebiased;
-  return std::bit_cast<float>(magnitude | sign);
+  const uint32_t rebiased = shifted + (112u << 23) + (lane_mask(exponent == 0x0f800000u) & (112u << 23));
+  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(rebiased + (1u << 23)) - std::bit_cast<float>(113u << 23));
+  const uint32_t small = lane_mask(exponent == 0);
+  const uint32_t sign = (static_cast<uint32_t>(value.bits) & 0x8000u) << 16;
+  return std::bit_cast<float>((small & subnormal) | (~small & rebiased) | sign);
 }
 
 template <typename T>
@@ -64,19 +68,20 @@ inline Bf16 from_float<Bf16>(float value) {
 //   otherwise      rebias the exponent (127 -> 15) and round the 13 dropped bits to even by adding
 //                  0xfff plus the lowest kept bit; a carry into the exponent is the right result,
 //                  up to infinity for |value| >= 65520.
-// Each range is computed for every value and one is selected (no branches). The f32 addition
+// Each range is computed for every value and one is selected by masks. The f32 addition
 // assumes the default rounding mode and no denormals-are-zero, as the library's arithmetic does.
 template <>
 inline F16 from_float<F16>(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
-  const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t magnitude = bits & 0x7fffffffu;
-  const uint32_t special = magnitude > 0x7f800000u ? 0x7e00u | ((magnitude >> 13) & 0x3ffu) : 0x7c00u;
+  const int32_t ordered = static_cast<int32_t>(magnitude);  // below 2^31: signed compares (SSE2 has no unsigned ones)
+  const uint32_t special = 0x7c00u | (lane_mask(ordered > 0x7f800000) & (0x200u | ((magnitude >> 13) & 0x3ffu)));
   const uint32_t half_magic = 126u << 23;  // 0.5f
   const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(magnitude) + std::bit_cast<float>(half_magic)) - half_magic;
   const uint32_t normal = (magnitude - (112u << 23) + 0xfffu + ((magnitude >> 13) & 1u)) >> 13;
-  const uint32_t result = magnitude >= (143u << 23) ? special : magnitude < (113u << 23) ? subnormal : normal;
-  return {static_cast<uint16_t>(result | sign)};
+  const uint32_t overflow = lane_mask(ordered >= static_cast<int32_t>(143u << 23)), small = lane_mask(ordered < static_cast<int32_t>(113u << 23));
+  const uint32_t result = (overflow & special) | (small & subnormal) | (~(overflow | small) & normal);
+  return {static_cast<uint16_t>(result | ((bits >> 16) & 0x8000u))};
 }
 
 // Calls f(T{}) with the C++ type that holds `type` (float, Bf16, F16): one switch outside a loop

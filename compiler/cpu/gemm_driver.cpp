@@ -78,7 +78,9 @@ void pack_a_panels(const MatrixView& a, int64_t row0, int64_t rows, int64_t k0, 
         for (int i = 0; i < mr; ++i) {
           const T* __restrict source = sources[i] + k;
           float* __restrict target = panel + k * mr + i;
-          for (int t = 0; t < 8; ++t) target[t * mr] = to_float(source[t]);
+          float run[8];  // converted as one vector, then spread down the panel
+          for (int t = 0; t < 8; ++t) run[t] = to_float(source[t]);
+          for (int t = 0; t < 8; ++t) target[t * mr] = run[t];
         }
       for (; k < kc; ++k)
         for (int i = 0; i < mr; ++i) panel[k * mr + i] = to_float(sources[i][k]);
@@ -122,7 +124,9 @@ void pack_b_panels(const MatrixView& b, int64_t k0, int64_t kc, int64_t col0, in
         for (int j = 0; j < nr; ++j) {
           const T* __restrict source = origin + j * b.col_stride + k;
           float* __restrict target = panel + k * nr + j;
-          for (int t = 0; t < 8; ++t) target[t * nr] = to_float(source[t]);
+          float run[8];  // converted as one vector, then spread down the panel
+          for (int t = 0; t < 8; ++t) run[t] = to_float(source[t]);
+          for (int t = 0; t < 8; ++t) target[t * nr] = run[t];
         }
       for (; k < kc; ++k)
         for (int j = 0; j < nr; ++j) panel[k * nr + j] = to_float(origin[j * b.col_stride + k]);
