@@ -232,9 +232,11 @@ void BM_MeasuredClock(benchmark::State& state) {
   double ghz = 0;
   for (auto _ : state) ghz = orthojit::measure_clock_ghz();
   state.counters["GHz"] = ghz;
-  state.counters["core_nominal_f32_GFLOP/s"] = ghz * 64;  // two 512-bit FMA pipes
+  // Two FMA pipes of the widest vectors the host has: 512-bit (16 lanes) with AVX-512, else 256-bit.
+  const int lanes = orthojit::host_cpu().avx512f ? 16 : 8;
+  state.counters["core_nominal_f32_GFLOP/s"] = ghz * 2 * 2 * lanes;
   // The f32 FMA ceiling as measured (Zen 4 retires zmm FMAs at half the nominal rate).
-  if (const double measured = orthojit::measure_f32_fma_flops_per_cycle(ghz, 16); measured > 0)
+  if (const double measured = orthojit::measure_f32_fma_flops_per_cycle(ghz, lanes); measured > 0)
     state.counters["core_f32_fma_measured_GFLOP/s"] = ghz * measured;
   // The bf16 dot-product ceiling: vdpbf16ps alone, in registers (cpu_peak.h); compare
   // BM_MicrokernelAlone/bf16_dot with it.
