@@ -454,6 +454,63 @@ TEST(HybridOptimizer, Bf16ParametersAreRoundedOnceFromTheF64Update) {
   }
 }
 
+// A bf16 or f16 gradient is read where it is, in its own type (no f32 copy): every part of the
+// step (the fused Muon step compiled for that gradient type, a variant's unfused path, AdamW)
+// must give the bits that the same gradient widened to f32 by the test (bf16: the bits shifted
+// up; f16: the compiler's _Float16 conversion) gives. Each preset as shipped, on the CPU backend.
+TEST(HybridOptimizer, SixteenBitGradientsGiveTheBitsOfTheirF32Widening) {
+  std::mt19937 random(std::random_device{}());
+  for (const DType grad_type : {DType::BF16, DType::F16})
+    for (const std::string& preset : {std::string("deepspeed"), std::string("keller")})
+      for (const MuonVariant variant : {MuonVariant::Muon, MuonVariant::NorMuon}) {
+        SCOPED_TRACE(std::string(grad_type == DType::BF16 ? "bf16" : "f16") + " gradients, " + preset + ", " + to_string(variant));
+        OptimizerSettings settings = preset_settings(preset);
+        settings.muon.variant = variant;
+        settings.adam.weight_decay = 0.01;
+        const std::vector<float> start_matrix = random_values(24 * 40, random), start_bias = random_values(40, random);
+        std::vector<float> matrix16 = start_matrix, bias16 = start_bias, matrix32 = start_matrix, bias32 = start_bias;
+        std::vector<uint16_t> g_matrix16(matrix16.size()), g_bias16(bias16.size());
+        std::vector<float> g_matrix32(matrix16.size()), g_bias32(bias16.size());
+        auto parameter = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float>& data, const void* grad, DType type) {
+          Parameter p;
+          p.name = name;
+          p.shape = std::move(shape);
+          p.data = data.data();
+          p.grad = grad;
+          p.grad_dtype = type;
+          return p;
+        };
+        HybridOptimizer sixteen({parameter("layers.0.w", {24, 40}, matrix16, g_matrix16.data(), grad_type),
+                                 parameter("layers.0.bias", {40}, bias16, g_bias16.data(), grad_type)},
+                                settings);
+        HybridOptimizer widened({parameter("layers.0.w", {24, 40}, matrix32, g_matrix32.data(), DType::F32),
+                                 parameter("layers.0.bias", {40}, bias32, g_bias32.data(), DType::F32)},
+                                settings);
+        for (int step = 0; step < 2; ++step) {
+          for (auto [bits, wide] : {std::pair{&g_matrix16, &g_matrix32}, std::pair{&g_bias16, &g_bias32}}) {
+            const std::vector<float> values = random_values(bits->size(), random, 0.5);
+            for (size_t i = 0; i < values.size(); ++i) {
+              if (grad_type == DType::BF16) {
+                (*bits)[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(values[i]) >> 16);
+                (*wide)[i] = std::bit_cast<float>(static_cast<uint32_t>((*bits)[i]) << 16);
+              } else {
+                (*bits)[i] = std::bit_cast<uint16_t>(static_cast<_Float16>(values[i]));
+                (*wide)[i] = static_cast<float>(std::bit_cast<_Float16>((*bits)[i]));
+              }
+            }
+          }
+          const StepReport a = sixteen.step(), b = widened.step();
+          ASSERT_EQ(a.muon_updated, 1);
+          ASSERT_EQ(a.adam_updated, 1);
+          ASSERT_EQ(b.muon_updated, 1);
+          for (size_t i = 0; i < matrix16.size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(matrix16[i]), std::bit_cast<uint32_t>(matrix32[i])) << "matrix element " << i << ", step " << step;
+          for (size_t i = 0; i < bias16.size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(bias16[i]), std::bit_cast<uint32_t>(bias32[i])) << "bias element " << i << ", step " << step;
+        }
+        EXPECT_NE(matrix16, start_matrix);
+        EXPECT_NE(bias16, start_bias);
+      }
+}
+
 // Each preset as shipped (16-bit NS on the CPU backend, gram for deepspeed): one step from zero
 // momentum moves a matrix by lr·s·O with O's singular values in the band the quintic maps into
 // (jordan: about 0.68..1.14 after 5 steps; 0.5..1.3 leaves room for bf16/f16 rounding).

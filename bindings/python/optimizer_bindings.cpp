@@ -281,9 +281,9 @@ void adam_update(MuonSettings& self, int64_t step, const nb::ndarray<>& param, c
   adam.eps = eps;
   adam.weight_decay = weight_decay;
   nb::gil_scoped_release release;
-  std::vector<float> gradient(static_cast<size_t>(p.count));
-  runtime::widen_to_f32(g.dtype, g.data, p.count, gradient.data());
-  runtime::adam_step(adam, step, gradient.data(), static_cast<float*>(m.data), static_cast<float*>(v.data), p.dtype, p.data, 0, p.count);
+  // The gradient in its own type: an f32 copy of it was most of the step's time for a large
+  // embedding (a 64 MiB allocation and an extra pass; bench/RESULTS.md, twenty-sixth session).
+  runtime::adam_step(adam, step, g.dtype, g.data, static_cast<float*>(m.data), static_cast<float*>(v.data), p.dtype, p.data, 0, p.count);
 }
 
 // HybridOptimizer::step's check: the first NaN or infinity of a gradient, as it reports it.

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/f16_bits.h"
 #include "support/rounding.h"
 #include "support/scalar_type.h"
 
@@ -74,7 +75,7 @@ template <ScalarType T>
 inline double load_stored_as(const void* base, int64_t index) {
   if constexpr (T == ScalarType::F32) return static_cast<const float*>(base)[index];
   else if constexpr (T == ScalarType::BF16) return std::bit_cast<float>(static_cast<uint32_t>(static_cast<const uint16_t*>(base)[index]) << 16);
-  else if constexpr (T == ScalarType::F16) return static_cast<double>(std::bit_cast<_Float16>(static_cast<const uint16_t*>(base)[index]));
+  else if constexpr (T == ScalarType::F16) return static_cast<double>(f16_bits_to_float(static_cast<const uint16_t*>(base)[index]));
   else return static_cast<const double*>(base)[index];
 }
 template <ScalarType T>
@@ -85,7 +86,8 @@ inline void store_rounded_as(void* base, int64_t index, double value) {
     const float rounded = static_cast<float>(round_to_known<ScalarType::BF16>(value));  // exact in f32
     static_cast<uint16_t*>(base)[index] = static_cast<uint16_t>(std::bit_cast<uint32_t>(rounded) >> 16);
   } else if constexpr (T == ScalarType::F16) {
-    static_cast<uint16_t*>(base)[index] = std::bit_cast<uint16_t>(static_cast<_Float16>(round_to_known<ScalarType::F16>(value)));
+    // Rounded once, in f64, to the f16 grid: the f32 conversion and f16_bits_of are then exact.
+    static_cast<uint16_t*>(base)[index] = f16_bits_of(static_cast<float>(round_to_known<ScalarType::F16>(value)));
   } else {
     static_cast<double*>(base)[index] = value;
   }

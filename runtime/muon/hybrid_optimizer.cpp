@@ -74,28 +74,35 @@ StepReport HybridOptimizer::step() {
   // Every kernel the step runs is compiled before anything changes: a compile that fails (a
   // setting the backend refuses, a shape it cannot take) leaves every parameter and state as it
   // was, and the step can be retried after a fix without stepping the first parameters twice.
+  // The fused Muon step reads the gradient in its own type (a missing one is f32 zeros), so its
+  // kernel is compiled for that type.
   for (const Entry& entry : entries_) {
     if (!entry.muon || (!entry.parameter.grad && settings_.missing_gradient == MissingGradient::Skip)) continue;
     std::optional<ir::MuonStepSpec> fused;
-    if (settings_.muon.variant == MuonVariant::Muon) fused = BlockOrthogonalizer::step_spec(settings_.muon, DType::F32, entry.parameter.dtype);
+    const DType grad_type = entry.parameter.grad ? entry.parameter.grad_dtype : DType::F32;
+    if (settings_.muon.variant == MuonVariant::Muon) fused = BlockOrthogonalizer::step_spec(settings_.muon, grad_type, entry.parameter.dtype);
     orthogonalizer_->prepare(entry.plan, fused);
   }
-  std::vector<float> gradient;
+  // Gradients are read where they are, in their own type: no f32 copy per parameter (an extra
+  // pass over every gradient each step). Only a missing gradient (zeros) and a Muon variant's
+  // unfused path take an f32 buffer.
+  std::vector<float> zeros;
   for (Entry& entry : entries_) {
     const Parameter& p = entry.parameter;
-    gradient.resize(static_cast<size_t>(p.elements()));
+    const void* gradient = p.grad;
+    DType grad_type = p.grad_dtype;
     if (!p.grad) {
       ++report.without_gradient;
       if (settings_.missing_gradient == MissingGradient::Skip) continue;
-      std::fill(gradient.begin(), gradient.end(), 0.0f);  // DeepSpeed, Keller: zeros and the full step
-    } else {
-      widen_to_f32(p.grad_dtype, p.grad, p.elements(), gradient.data());
+      zeros.assign(static_cast<size_t>(p.elements()), 0.0f);  // DeepSpeed, Keller: zeros and the full step
+      gradient = zeros.data();
+      grad_type = DType::F32;
     }
     if (entry.muon) {
-      muon_update(entry, gradient, report);
+      muon_update(entry, gradient, grad_type, report);
       ++report.muon_updated;
     } else {
-      adam_update(entry, gradient);
+      adam_update(entry, gradient, grad_type);
       ++report.adam_updated;
     }
   }
@@ -103,7 +110,7 @@ StepReport HybridOptimizer::step() {
   return report;
 }
 
-void HybridOptimizer::muon_update(Entry& entry, const std::vector<float>& gradient, StepReport& report) {
+void HybridOptimizer::muon_update(Entry& entry, const void* gradient, DType grad_type, StepReport& report) {
   const Parameter& p = entry.parameter;
   State& state = state_.at(p.name);
   // Momentum, Newton–Schulz and the update as one compiled Muon step per block shape (the
@@ -111,21 +118,28 @@ void HybridOptimizer::muon_update(Entry& entry, const std::vector<float>& gradie
   const double before = orthogonalizer_->seconds();
   if (settings_.muon.variant != MuonVariant::Muon) {
     // NorMuon / AdaMuon rescale O with whole-block reductions between NS and the update: the
-    // unfused host path (muon_variants.h).
+    // unfused host path (muon_variants.h), on an f32 gradient.
+    std::vector<float> widened;
+    const float* f32 = static_cast<const float*>(gradient);
+    if (grad_type != DType::F32) {
+      widened.resize(static_cast<size_t>(p.elements()));
+      widen_to_f32(grad_type, gradient, p.elements(), widened.data());
+      f32 = widened.data();
+    }
     if (variant_counts_steps(settings_.muon.variant)) state.variant_step += 1;
-    variant_muon_step(settings_.muon, entry.plan, *orthogonalizer_, gradient.data(), state.momentum.data(), state.second_moment.data(), state.variant_step,
-                      p.dtype, p.data);
-  } else
-    orthogonalizer_->muon_step(settings_.muon, entry.plan, gradient.data(), state.momentum.data(), p.dtype, p.data);
+    variant_muon_step(settings_.muon, entry.plan, *orthogonalizer_, f32, state.momentum.data(), state.second_moment.data(), state.variant_step, p.dtype,
+                      p.data);
+  } else {
+    orthogonalizer_->muon_step(settings_.muon, entry.plan, gradient, grad_type, state.momentum.data(), p.dtype, p.data);
+  }
   report.orthogonalize_seconds += orthogonalizer_->seconds() - before;
 }
 
-void HybridOptimizer::adam_update(Entry& entry, const std::vector<float>& gradient) {
+void HybridOptimizer::adam_update(Entry& entry, const void* gradient, DType grad_type) {
   const Parameter& p = entry.parameter;
   State& state = state_.at(p.name);
   state.step += 1;
-  adam_step(settings_.adam, state.step, gradient.data(), state.exp_avg.data(), state.exp_avg_sq.data(), p.dtype, p.data, 0,
-            static_cast<int64_t>(gradient.size()));
+  adam_step(settings_.adam, state.step, grad_type, gradient, state.exp_avg.data(), state.exp_avg_sq.data(), p.dtype, p.data, 0, p.elements());
 }
 
 void HybridOptimizer::set_learning_rates(double muon_lr, double adam_lr) {

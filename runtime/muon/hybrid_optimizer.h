@@ -119,8 +119,9 @@ class HybridOptimizer {
  private:
   std::vector<StateOwner> state_owners() const;
   struct Entry;
-  void muon_update(Entry& entry, const std::vector<float>& gradient, StepReport& report);
-  void adam_update(Entry& entry, const std::vector<float>& gradient);
+  // `gradient`: the parameter's, in its own type, or f32 zeros for a missing one.
+  void muon_update(Entry& entry, const void* gradient, DType grad_type, StepReport& report);
+  void adam_update(Entry& entry, const void* gradient, DType grad_type);
 
   OptimizerSettings settings_;
   std::vector<Entry> entries_;

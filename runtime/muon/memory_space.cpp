@@ -53,16 +53,9 @@ class HostMemory final : public MemorySpace {
   }
   void adam_step(const AdamGroupSettings& adam, int64_t step, DType grad_type, std::uintptr_t grad, std::uintptr_t exp_avg, std::uintptr_t exp_avg_sq,
                  DType param_type, std::uintptr_t param, int64_t count, void*) override {
-    // adam_step reads an f32 gradient: a 16-bit one is widened first (exactly), as HybridOptimizer does.
-    const float* gradient = reinterpret_cast<const float*>(grad);
-    std::vector<float> widened;
-    if (grad_type != DType::F32) {
-      widened.resize(static_cast<size_t>(count));
-      widen_to_f32(grad_type, reinterpret_cast<const void*>(grad), count, widened.data());
-      gradient = widened.data();
-    }
-    runtime::adam_step(adam, step, gradient, reinterpret_cast<float*>(exp_avg), reinterpret_cast<float*>(exp_avg_sq), param_type, reinterpret_cast<void*>(param),
-                       0, count);
+    // The gradient in its own type (adam_step widens each element as it reads it).
+    runtime::adam_step(adam, step, grad_type, reinterpret_cast<const void*>(grad), reinterpret_cast<float*>(exp_avg), reinterpret_cast<float*>(exp_avg_sq),
+                       param_type, reinterpret_cast<void*>(param), 0, count);
   }
   void copy(std::uintptr_t destination, std::uintptr_t source, int64_t bytes, void*) override {
     if (bytes > 0 && destination != source) std::memmove(reinterpret_cast<void*>(destination), reinterpret_cast<const void*>(source), static_cast<size_t>(bytes));

@@ -128,25 +128,29 @@ void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType typ
   });
 }
 
-void adam_step(const AdamGroupSettings& adam, int64_t step, const float* gradient, float* exp_avg, float* exp_avg_sq, DType type, void* data,
-               int64_t begin, int64_t count) {
+void adam_step(const AdamGroupSettings& adam, int64_t step, DType grad_type, const void* gradient, float* exp_avg, float* exp_avg_sq, DType type,
+               void* data, int64_t begin, int64_t count) {
   const double t = static_cast<double>(step);
-  const double bias1 = 1.0 - std::pow(adam.beta1, t), bias2 = 1.0 - std::pow(adam.beta2, t);
-  const double decay = 1.0 - adam.lr * adam.weight_decay;
-  ir::with_stored_type(scalar_type(type), [&](auto stored) {
-    constexpr ScalarType T = decltype(stored)::value;
-    for_chunks(0, count, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        const double g = gradient[i];
-        const float m = static_cast<float>(exp_avg[i] + (1.0 - adam.beta1) * (g - exp_avg[i]));
-        const float v = static_cast<float>(exp_avg_sq[i] + (1.0 - adam.beta2) * (g * g - exp_avg_sq[i]));
-        exp_avg[i] = m;
-        exp_avg_sq[i] = v;
-        double delta;
-        if (adam.formula == AdamFormula::Standard) delta = adam.lr * (m / bias1) / (std::sqrt(v / bias2) + adam.eps);
-        else delta = adam.lr * std::sqrt(bias2) / bias1 * (m / (adam.eps + std::sqrt(static_cast<double>(v))));
-        ir::store_rounded_as<T>(data, begin + i, ir::load_stored_as<T>(data, begin + i) * decay - delta);
-      }
+  const double beta1 = adam.beta1, beta2 = adam.beta2, lr = adam.lr, eps = adam.eps;
+  const double bias1 = 1.0 - std::pow(beta1, t), bias2 = 1.0 - std::pow(beta2, t);
+  const double decay = 1.0 - lr * adam.weight_decay;
+  const bool standard = adam.formula == AdamFormula::Standard;
+  ir::with_stored_type(scalar_type(grad_type), [&](auto grad_stored) {
+    constexpr ScalarType G = decltype(grad_stored)::value;
+    ir::with_stored_type(scalar_type(type), [&](auto stored) {
+      constexpr ScalarType T = decltype(stored)::value;
+      for_chunks(0, count, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) {
+          const double g = static_cast<float>(ir::load_stored_as<G>(gradient, i));  // exactly widen_to_f32's value
+          const float m = static_cast<float>(exp_avg[i] + (1.0 - beta1) * (g - exp_avg[i]));
+          const float v = static_cast<float>(exp_avg_sq[i] + (1.0 - beta2) * (g * g - exp_avg_sq[i]));
+          exp_avg[i] = m;
+          exp_avg_sq[i] = v;
+          const double delta = standard ? lr * (m / bias1) / (std::sqrt(v / bias2) + eps)
+                                        : lr * std::sqrt(bias2) / bias1 * (m / (eps + std::sqrt(static_cast<double>(v))));
+          ir::store_rounded_as<T>(data, begin + i, ir::load_stored_as<T>(data, begin + i) * decay - delta);
+        }
+      });
     });
   });
 }

@@ -43,9 +43,15 @@ void muon_momentum(const MuonGroupSettings& muon, const float* gradient, float* 
 void apply_muon(const MuonGroupSettings& muon, const MatrixPlan& plan, DType type, void* data, const float* orthogonal, int64_t begin, int64_t end);
 
 // One AdamW step (step count `step`, already incremented) for the parameter's elements
-// [begin, begin + count); gradient and moments are indexed from 0 for element `begin`.
-void adam_step(const AdamGroupSettings& adam, int64_t step, const float* gradient, float* exp_avg, float* exp_avg_sq, DType type, void* data,
-               int64_t begin, int64_t count);
+// [begin, begin + count); gradient and moments are indexed from 0 for element `begin`. The
+// gradient is read in its own type (f32, bf16 or f16, widened exactly as widen_to_f32 would):
+// no f32 copy of it is needed.
+void adam_step(const AdamGroupSettings& adam, int64_t step, DType grad_type, const void* gradient, float* exp_avg, float* exp_avg_sq, DType type,
+               void* data, int64_t begin, int64_t count);
+inline void adam_step(const AdamGroupSettings& adam, int64_t step, const float* gradient, float* exp_avg, float* exp_avg_sq, DType type, void* data,
+                      int64_t begin, int64_t count) {
+  adam_step(adam, step, DType::F32, gradient, exp_avg, exp_avg_sq, type, data, begin, count);
+}
 
 // QK-clip (MuonClip, Kimi K2). check_qk_clip throws std::invalid_argument for τ <= 0,
 // head_rows <= 0 or an S_max that is negative or not finite. qk_clip_rows scales, for each head
