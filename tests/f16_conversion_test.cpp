@@ -22,7 +22,7 @@ uint16_t reference_half(float value) { return std::bit_cast<uint16_t>(static_cas
 float reference_float(uint16_t bits) { return static_cast<float>(std::bit_cast<_Float16>(bits)); }
 bool is_nan_half(uint16_t bits) { return (bits & 0x7c00u) == 0x7c00u && (bits & 0x3ffu) != 0; }
 
-// Returns an empty string when the conversion of `value` agrees with the compiler's, else what differs.
+// Success when the conversion of `value` agrees with the compiler's (a NaN: any NaN of the same sign), else what differs.
 ::testing::AssertionResult same_half(float value) {
   const uint16_t expected = reference_half(value), got = from_float<F16>(value).bits;
   if (is_nan_half(expected) ? is_nan_half(got) && (got & 0x8000u) == (expected & 0x8000u) : got == expected)
