@@ -53,13 +53,21 @@ TunedChoice lookup_tuned(const dsl::Program& program, int64_t rows, int64_t cols
     choice.reason = "tuning records in " + records.path + " not used: " + *records.mismatch;
     return choice;
   }
-  const ProblemKey key = problem_key(program, rows, cols, batch, precision);
   const auto& entries = records.loaded.file->entries;
-  if (!entries.contains(key.key)) {
+  std::string key = problem_key(program, rows, cols, batch, precision).key;
+  // A batch nobody tuned takes its matrix's own record: an optimizer groups a model's equal
+  // shapes into batches (one per shape and step), while `tune --model` tunes each shape once.
+  // The strategy and kernels that win for one matrix are the ones each matrix of the batch runs.
+  std::string of_one_matrix;
+  if (!entries.contains(key) && batch > 1) {
+    key = problem_key(program, rows, cols, 1, precision).key;
+    of_one_matrix = " (the record of one matrix, for each of the batch's " + std::to_string(batch) + ")";
+  }
+  if (!entries.contains(key)) {
     choice.reason = "no tuning record for this shape";
     return choice;
   }
-  const auto& entry = entries.at(key.key);
+  const auto& entry = entries.at(key);
   if (!entry.contains("winner") || entry.at("winner").is_null()) {
     choice.reason = "the tuning record has no winner (no candidate passed)";
     return choice;
@@ -69,7 +77,7 @@ TunedChoice lookup_tuned(const dsl::Program& program, int64_t rows, int64_t cols
     choice.gram_restarts = recorded_restarts(entry, static_cast<int>(program.steps.size()));
     char text[64];
     std::snprintf(text, sizeof text, ", %.3g ms", entry.at("winner").value("p50_ms", 0.0));
-    choice.reason = "tuned: " + choice.winner->label() + text + restarts_note(choice.gram_restarts) + " (" + records.path + ")";
+    choice.reason = "tuned: " + choice.winner->label() + text + restarts_note(choice.gram_restarts) + of_one_matrix + " (" + records.path + ")";
   } catch (const std::exception& error) {
     choice.winner.reset();
     choice.gram_restarts.reset();

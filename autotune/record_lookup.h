@@ -22,7 +22,8 @@ struct TunedChoice {
 };
 
 // Reads the default tuning file (tuning_record.h: default_tuning_path) once per process and again
-// when it changes on disk.
+// when it changes on disk. A batch without a record of its own takes the record of one matrix of
+// its shape (what `tune --model` writes; the optimizers batch a model's equal shapes).
 TunedChoice lookup_tuned(const dsl::Program& program, int64_t rows, int64_t cols, int64_t batch, std::optional<ScalarType> precision);
 
 // For `orthojit info`: where the records are, how many entries, and whether they apply here.

@@ -200,6 +200,31 @@ TEST(CpuBackend, IdenticalResultsAcrossRunsAndThreadCounts) {
   for (const auto& result : results) EXPECT_EQ(result, results.front());
 }
 
+TEST(CpuBackend, EachMatrixOfABatchGetsTheBitsItGetsAlone) {
+  // A batch runs whole rounds of one matrix per worker and the matrices left over with their
+  // products split across the workers (cpu_executable.h). Batches below, at and past the worker
+  // count and with every remainder: each matrix must come out as it does alone on one thread,
+  // wherever it ran (a wrong index in either part, or a leftover skipped, breaks it).
+  const auto program = kernels::load_program_by_name_or_path("jordan_ns5");
+  const int64_t m = 24, n = 70, elements = m * n;
+  const auto input = reference::gaussian_values(7 * elements, 41);
+  runtime::OrthogonalizeOptions options;
+  options.strategy = "standard";
+  std::vector<std::vector<double>> alone;
+  for (int64_t z = 0; z < 7; ++z) {
+    options.threads = 1;
+    alone.push_back(run_cpu(program, std::vector<double>(input.begin() + z * elements, input.begin() + (z + 1) * elements), 1, m, n, options));
+  }
+  for (int threads : {2, 3})
+    for (int64_t batch : {1, 2, 3, 4, 5, 7}) {
+      SCOPED_TRACE("threads " + std::to_string(threads) + ", batch " + std::to_string(batch));
+      options.threads = threads;
+      const auto result = run_cpu(program, std::vector<double>(input.begin(), input.begin() + batch * elements), batch, m, n, options);
+      for (int64_t z = 0; z < batch; ++z)
+        EXPECT_EQ(std::vector<double>(result.begin() + z * elements, result.begin() + (z + 1) * elements), alone[static_cast<size_t>(z)]) << "matrix " << z;
+    }
+}
+
 TEST(CpuBackend, ConcurrentCallersShareOneExecutableSafely) {
   // A trainer may orthogonalize from several threads; they share the cached executable and the
   // process-wide pool. Each must get exactly the single-threaded caller's result.

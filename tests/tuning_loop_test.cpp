@@ -453,5 +453,42 @@ TEST(TuningOptions, ARecordOfTheEarlierFormatStillLoads) {
   std::filesystem::remove_all(directory);
 }
 
+// The optimizers batch a model's equal shapes (one compiled Muon step per shape), while `tune
+// --model` records each shape once: a batch without its own record takes its matrix's, and says
+// so; a record of the batch itself comes first; another shape's record is never taken.
+TEST(TuningOptions, ABatchWithoutItsOwnRecordTakesItsMatrixsRecord) {
+  const auto directory = std::filesystem::temp_directory_path() / ("orthojit-batch-record-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(directory);
+  const std::string path = (directory / "records.json").string();
+  const dsl::Program program = kernels::load_program_by_name_or_path("jordan_ns5");
+  auto entry = [](const char* strategy, double ms) {
+    const nlohmann::json config = {{"engine", "jit"}, {"strategy", strategy}, {"triangular", true}, {"blocking", {96, 256, 512}}};
+    return nlohmann::json{{"program", "jordan_ns5"}, {"candidates", nlohmann::json::array()},
+                          {"winner", {{"label", std::string("jit ") + strategy}, {"config", config}, {"p50_ms", ms}}}};
+  };
+  merge_into_tuning_file(path, cpu_fingerprint(),
+                         {{problem_key(program, 64, 256, 1, std::nullopt).key, entry("gram", 1.0)},
+                          {problem_key(program, 64, 256, 4, std::nullopt).key, entry("standard", 3.0)}},
+                         nullptr);
+  ::setenv("ORTHOJIT_TUNING_FILE", path.c_str(), 1);
+  const TunedChoice batch_of_eight = lookup_tuned(program, 64, 256, 8, std::nullopt);
+  const TunedChoice batch_of_four = lookup_tuned(program, 64, 256, 4, std::nullopt);
+  const TunedChoice transposed = lookup_tuned(program, 256, 64, 8, std::nullopt);  // oriented: the same kernels
+  const TunedChoice other_shape = lookup_tuned(program, 64, 512, 8, std::nullopt);
+  ::unsetenv("ORTHOJIT_TUNING_FILE");
+  ASSERT_TRUE(batch_of_eight.winner.has_value()) << batch_of_eight.reason;
+  EXPECT_EQ(batch_of_eight.winner->strategy, ir::StrategyKind::Gram);
+  EXPECT_EQ(batch_of_eight.winner->mc, 96);
+  EXPECT_NE(batch_of_eight.reason.find("the record of one matrix, for each of the batch's 8"), std::string::npos) << batch_of_eight.reason;
+  ASSERT_TRUE(batch_of_four.winner.has_value()) << batch_of_four.reason;
+  EXPECT_EQ(batch_of_four.winner->strategy, ir::StrategyKind::Standard);
+  EXPECT_EQ(batch_of_four.reason.find("one matrix"), std::string::npos) << batch_of_four.reason;
+  ASSERT_TRUE(transposed.winner.has_value()) << transposed.reason;
+  EXPECT_EQ(transposed.winner->strategy, ir::StrategyKind::Gram);
+  EXPECT_FALSE(other_shape.winner.has_value());
+  EXPECT_EQ(other_shape.reason, "no tuning record for this shape");
+  std::filesystem::remove_all(directory);
+}
+
 }  // namespace
 }  // namespace orthojit::autotune

@@ -392,6 +392,7 @@ CpuExecutable::CpuExecutable(const ir::Function& scheduled, const CpuOptions& op
     const bool known = std::any_of(epilogue_specs_.begin(), epilogue_specs_.end(), [&](const EpilogueSpec& other) { return other.name() == spec.name(); });
     if (!known) epilogue_specs_.push_back(spec);
   }
+  for (const auto& buffer : function_.buffers) workspace_bytes_ += static_cast<size_t>(buffer.elements * size_in_bytes(buffer.type));
   if (options_.threads == 0) pool_ = &shared_thread_pool();
   else if (options_.threads > 1) {
     own_pool_ = std::make_unique<ThreadPool>(options_.threads);
@@ -405,27 +406,39 @@ std::vector<EpilogueSpec> CpuExecutable::epilogues() const { return epilogue_spe
 
 std::vector<MicrokernelSpec> CpuExecutable::microkernels() const { return kernel_specs_; }
 
+int64_t CpuExecutable::matrices_one_per_worker() const {
+  if (!pool_ || options_.engine != ProductEngine::Jit) return 0;  // a vendor library threads its own calls
+  const int64_t workers = pool_->size();
+  if (function_.batch < workers) return 0;
+  // Each worker keeps its own planned buffers (run_one): one matrix per worker costs that many
+  // sets at once. Past the cap (large matrices on many cores), products split across the workers
+  // instead, which for large matrices is about as fast (bench/RESULTS.md, twenty-seventh session).
+  if (static_cast<double>(workers) * static_cast<double>(workspace_bytes_) > kOnePerWorkerWorkspaceCap) return 0;
+  return function_.batch / workers * workers;
+}
+
+void CpuExecutable::for_each_matrix(const std::function<void(int64_t item, ThreadPool* pool)>& body) const {
+  // Whole rounds of one matrix per worker (each product on one thread: no barrier inside a
+  // product, which for small matrices costs more than the arithmetic), then the matrices left
+  // over one after another, each product split across every worker, so no worker idles through a
+  // last, partial round. A matrix's bits do not depend on which way it ran: products split along
+  // rows and columns, never along k.
+  const int64_t whole_rounds = matrices_one_per_worker();
+  if (whole_rounds > 0) pool_->parallel_for(whole_rounds, [&](int64_t item, int) { body(item, nullptr); });
+  for (int64_t item = whole_rounds; item < function_.batch; ++item) body(item, pool_);
+}
+
 void CpuExecutable::run(const float* input, float* output) const {
   if (function_.muon_step) throw std::invalid_argument("this executable is a Muon step: run it with run_muon_step");
   const int64_t per_matrix = function_.input_shape.elements();
-  const int64_t batch = function_.batch;
-  if (pool_ && batch >= 2 * pool_->size() && options_.engine == ProductEngine::Jit) {
-    // Many matrices: one per worker at a time, each product on a single thread.
-    pool_->parallel_for(batch, [&](int64_t item, int) { run_one(input + item * per_matrix, output + item * per_matrix, nullptr); });
-    return;
-  }
-  for (int64_t item = 0; item < batch; ++item) run_one(input + item * per_matrix, output + item * per_matrix, pool_);
+  for_each_matrix([&](int64_t item, ThreadPool* pool) { run_one(input + item * per_matrix, output + item * per_matrix, pool); });
 }
 
 void CpuExecutable::run_muon_step(const std::vector<ir::MuonStepMatrix>& matrices) const {
   if (!function_.muon_step) throw std::invalid_argument("run_muon_step: this executable is an orthogonalizer, not a Muon step");
   if (static_cast<int64_t>(matrices.size()) != function_.batch)
     throw std::invalid_argument("run_muon_step: " + std::to_string(matrices.size()) + " matrices for a step compiled for " + std::to_string(function_.batch));
-  if (pool_ && function_.batch >= 2 * pool_->size() && options_.engine == ProductEngine::Jit) {
-    pool_->parallel_for(function_.batch, [&](int64_t item, int) { run_one(nullptr, nullptr, nullptr, &matrices[static_cast<size_t>(item)]); });
-    return;
-  }
-  for (const ir::MuonStepMatrix& matrix : matrices) run_one(nullptr, nullptr, pool_, &matrix);
+  for_each_matrix([&](int64_t item, ThreadPool* pool) { run_one(nullptr, nullptr, pool, &matrices[static_cast<size_t>(item)]); });
 }
 
 void CpuExecutable::run_one(const float* input, float* output, ThreadPool* pool, const ir::MuonStepMatrix* io) const {

@@ -1,10 +1,12 @@
 // The CPU backend: executes scheduled IR (after plan_buffers) with JIT-compiled microkernels for
 // every product and host loops for the O(mn) ops (normalize, lincomb, conversions). bf16, f16 and
-// f32 storage; products accumulate in f32. Batches run one matrix per worker when there are
-// enough matrices, otherwise every product is split across the workers.
+// f32 storage; products accumulate in f32. Batches run whole rounds of one matrix per worker, and
+// the matrices left over (or all of them, when there are fewer than workers or they are too large
+// to hold one per worker) with every product split across the workers.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -45,6 +47,13 @@ class CpuExecutable {
 
  private:
   void run_one(const float* input, float* output, ThreadPool* pool, const ir::MuonStepMatrix* io = nullptr) const;
+  // How many of the batch's matrices run one per worker (whole rounds; 0: every product split).
+  int64_t matrices_one_per_worker() const;
+  // body(item, pool) for every matrix of the batch: pool null for the ones run one per worker.
+  void for_each_matrix(const std::function<void(int64_t item, ThreadPool* pool)>& body) const;
+
+  // One matrix per worker holds a set of planned buffers per worker at once: at most this much.
+  static constexpr double kOnePerWorkerWorkspaceCap = 1024.0 * 1024 * 1024;
 
   ir::Function function_;
   CpuOptions options_;
@@ -52,6 +61,7 @@ class CpuExecutable {
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
   double jit_seconds_ = 0;
+  size_t workspace_bytes_ = 0;  // the planned buffers of one matrix
   std::vector<MicrokernelSpec> kernel_specs_;  // the compiled kernels, in compile order (microkernels())
   // Their functions by name: the driver asks for a kernel per product and stage, which for a batch
   // of small matrices is thousands of lookups a run.
