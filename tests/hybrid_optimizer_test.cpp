@@ -511,6 +511,82 @@ TEST(HybridOptimizer, SixteenBitGradientsGiveTheBitsOfTheirF32Widening) {
       }
 }
 
+// Muon parameters step together: every block of every parameter, grouped by shape and types into
+// one batched Muon step (whole rounds of one matrix per worker, the leftovers split across the
+// workers). Each parameter must come out with the bits it gets in an optimizer of its own, over
+// steps with fresh gradients: equal shapes (five, on three workers: a whole round and two
+// leftovers), their transposes, a 16-bit gradient of the same shape (another group), a QKV split
+// into blocks, a missing gradient (zeros) and an AdamW bias. A block given another's gradient,
+// momentum, parameter or lr·s, or a leftover skipped, breaks it.
+TEST(HybridOptimizer, EqualShapesStepTogetherWithTheBitsEachGetsAlone) {
+  std::mt19937 random(std::random_device{}());
+  OptimizerSettings settings = preset_settings("keller");  // bf16 NS on the cpu backend
+  settings.muon.threads = 3;
+  settings.muon.weight_decay = 0.01;
+  settings.missing_gradient = MissingGradient::Zero;
+  struct Spec {
+    std::string name;
+    std::vector<int64_t> shape;
+    DType grad_type = DType::F32;
+    std::vector<int64_t> row_splits = {};
+  };
+  std::vector<Spec> specs;
+  for (int i = 0; i < 5; ++i) specs.push_back({"layers." + std::to_string(i) + ".w", {24, 40}});
+  for (int i = 0; i < 3; ++i) specs.push_back({"layers." + std::to_string(i) + ".up", {40, 24}});
+  specs.push_back({"layers.5.w", {24, 40}, DType::BF16});
+  specs.push_back({"attn.qkv", {24, 40}, DType::F32, {8, 8, 8}});
+  specs.push_back({"layers.0.bias", {40}});
+  const size_t count = specs.size();
+  std::vector<std::vector<float>> together(count), alone(count), gradients(count);
+  std::vector<std::vector<uint16_t>> gradients16(count);
+  auto parameter = [&](size_t i, std::vector<float>& data) {
+    Parameter p;
+    p.name = specs[i].name;
+    p.shape = specs[i].shape;
+    p.data = data.data();
+    p.row_splits = specs[i].row_splits;
+    p.grad_dtype = specs[i].grad_type;
+    p.grad = specs[i].grad_type == DType::BF16 ? static_cast<const void*>(gradients16[i].data()) : gradients[i].data();
+    return p;
+  };
+  std::vector<Parameter> all;
+  std::vector<std::unique_ptr<HybridOptimizer>> singles;
+  for (size_t i = 0; i < count; ++i) {
+    int64_t elements = 1;
+    for (int64_t d : specs[i].shape) elements *= d;
+    together[i] = random_values(static_cast<size_t>(elements), random);
+    alone[i] = together[i];
+    gradients[i].resize(together[i].size());
+    gradients16[i].resize(together[i].size());
+    all.push_back(parameter(i, together[i]));
+    singles.push_back(std::make_unique<HybridOptimizer>(std::vector<Parameter>{parameter(i, alone[i])}, settings));
+  }
+  HybridOptimizer grouped(all, settings);
+  const size_t missing = 2;  // layers.2.w: no gradient at the second step
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    for (size_t i = 0; i < count; ++i) {
+      const std::vector<float> values = random_values(gradients[i].size(), random, 0.5);
+      std::copy(values.begin(), values.end(), gradients[i].begin());  // in place: the optimizers hold its address
+      for (size_t k = 0; k < gradients[i].size(); ++k) gradients16[i][k] = static_cast<uint16_t>(std::bit_cast<uint32_t>(gradients[i][k]) >> 16);
+    }
+    const void* grad = step == 1 ? nullptr : static_cast<const void*>(gradients[missing].data());
+    grouped.set_gradient(specs[missing].name, grad, DType::F32);
+    singles[missing]->set_gradient(specs[missing].name, grad, DType::F32);
+    const StepReport report = grouped.step();
+    ASSERT_FALSE(report.skipped) << report.reason;
+    EXPECT_EQ(report.muon_updated, static_cast<int>(count - 1));
+    EXPECT_EQ(report.adam_updated, 1);
+    EXPECT_EQ(report.without_gradient, step == 1 ? 1 : 0);
+    for (size_t i = 0; i < count; ++i) {
+      singles[i]->step();
+      for (size_t k = 0; k < together[i].size(); ++k)
+        ASSERT_EQ(std::bit_cast<uint32_t>(together[i][k]), std::bit_cast<uint32_t>(alone[i][k])) << specs[i].name << " element " << k;
+    }
+  }
+  for (size_t i = 0; i < count; ++i) EXPECT_EQ(grouped.state().at(specs[i].name).momentum, singles[i]->state().at(specs[i].name).momentum) << specs[i].name;
+}
+
 // Each preset as shipped (16-bit NS on the CPU backend, gram for deepspeed): one step from zero
 // momentum moves a matrix by lr·s·O with O's singular values in the band the quintic maps into
 // (jordan: about 0.68..1.14 after 5 steps; 0.5..1.3 leaves room for bf16/f16 rounding).

@@ -254,9 +254,8 @@ double muon_variant_update(MuonSettings& self, const runtime::MatrixPlan& plan, 
   const double before = orthogonalizer.seconds();
   {
     nb::gil_scoped_release release;
-    std::vector<float> gradient(static_cast<size_t>(count));
-    runtime::widen_to_f32(g.dtype, g.data, count, gradient.data());
-    runtime::variant_muon_step(muon, plan, orthogonalizer, gradient.data(), static_cast<float*>(m.data), static_cast<float*>(v.data), step, p.dtype, p.data);
+    // The gradient in its own type, widened as it is read (no f32 copy of it).
+    runtime::variant_muon_step(muon, plan, orthogonalizer, g.dtype, g.data, static_cast<float*>(m.data), static_cast<float*>(v.data), step, p.dtype, p.data);
   }
   return orthogonalizer.seconds() - before;
 }
@@ -377,8 +376,9 @@ DType parse_step_dtype(const std::string& text, const char* what) {
 // The whole Muon part of a tensor-path step: every group compiled (cached) as a Muon step and
 // run in order, on the settings' host backend for host memory or the cuda backend for device
 // memory (enqueued on `stream`; one CUDA graph for all groups when `graphs`). Returns how many
-// graph launches this settings object has made so far.
-int muon_steps(MuonSettings& self, const std::vector<StepGroup>& groups, std::uintptr_t stream, bool graphs) {
+// graph launches this settings object has made so far. `run` false: compiles every group and
+// stops, changing nothing (Muon.step compiles the whole step before it updates anything).
+int muon_steps(MuonSettings& self, const std::vector<StepGroup>& groups, std::uintptr_t stream, bool graphs, bool run) {
   std::vector<runtime::MuonStepGroup> compiled;
   for (const auto& [device, rows, cols, grad_text, param_text, ema, nesterov, entries] : groups) {
     if (rows <= 0 || cols <= 0 || entries.empty()) throw std::invalid_argument("muon_steps: a group needs positive rows, cols and at least one block");
@@ -396,6 +396,7 @@ int muon_steps(MuonSettings& self, const std::vector<StepGroup>& groups, std::ui
     }
     compiled.push_back(std::move(group));
   }
+  if (!run) return self.launcher->graph_launches();
   nb::gil_scoped_release release;
   self.launcher->run(compiled, reinterpret_cast<void*>(stream), graphs);
   return self.launcher->graph_launches();
@@ -599,10 +600,11 @@ void register_optimizer(nb::module_& m) {
   m.def("orthogonalize_batch", &orthogonalize_batch, nb::arg("settings"), nb::arg("input"), nb::arg("output"), nb::arg("stream") = 0,
         "O = NS(U) for a batch x rows x cols f32 tensor: host memory on the settings' backend, CUDA memory on the cuda backend, "
         "enqueued on `stream` (an integer CUstream, e.g. torch.cuda.current_stream().cuda_stream) without synchronizing.");
-  m.def("muon_steps", &muon_steps, nb::arg("settings"), nb::arg("groups"), nb::arg("stream") = 0, nb::arg("graphs") = true,
+  m.def("muon_steps", &muon_steps, nb::arg("settings"), nb::arg("groups"), nb::arg("stream") = 0, nb::arg("graphs") = true, nb::arg("run") = true,
         "The Muon part of a step as compiled Muon steps (momentum, Newton-Schulz and the update in the iteration's kernels). groups: "
         "(device, rows, cols, grad dtype, param dtype, ema, nesterov, [(grad address, momentum address, param address, beta, lr*s, "
-        "1 - lr*wd), ...]); device groups on the cuda backend on `stream`, as one CUDA graph when `graphs`. Returns the graph launches so far.");
+        "1 - lr*wd), ...]); device groups on the cuda backend on `stream`, as one CUDA graph when `graphs`; `run` false: compile only. "
+        "Returns the graph launches so far.");
   m.def("device_adam", &device_adam, nb::arg("settings"), nb::arg("step"), nb::arg("param"), nb::arg("grad"), nb::arg("exp_avg"), nb::arg("exp_avg_sq"),
         nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"), nb::arg("stream"),
         "CUDA tensors: one AdamW step (the settings' formula) with the generated kernel on `stream`.");

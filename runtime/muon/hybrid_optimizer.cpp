@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "kernels/program_library.h"
+#include "runtime/muon/muon_step_launcher.h"
 #include "runtime/muon/muon_variants.h"
 #include "runtime/muon/safetensors_file.h"
 #include "runtime/muon/state_format.h"
@@ -71,67 +72,65 @@ StepReport HybridOptimizer::step() {
       return report;
     }
   }
-  // Every kernel the step runs is compiled before anything changes: a compile that fails (a
-  // setting the backend refuses, a shape it cannot take) leaves every parameter and state as it
-  // was, and the step can be retried after a fix without stepping the first parameters twice.
-  // The fused Muon step reads the gradient in its own type (a missing one is f32 zeros), so its
-  // kernel is compiled for that type.
-  for (const Entry& entry : entries_) {
-    if (!entry.muon || (!entry.parameter.grad && settings_.missing_gradient == MissingGradient::Skip)) continue;
-    std::optional<ir::MuonStepSpec> fused;
-    const DType grad_type = entry.parameter.grad ? entry.parameter.grad_dtype : DType::F32;
-    if (settings_.muon.variant == MuonVariant::Muon) fused = BlockOrthogonalizer::step_spec(settings_.muon, grad_type, entry.parameter.dtype);
-    orthogonalizer_->prepare(entry.plan, fused);
-  }
-  // Gradients are read where they are, in their own type: no f32 copy per parameter (an extra
-  // pass over every gradient each step). Only a missing gradient (zeros) and a Muon variant's
-  // unfused path take an f32 buffer.
+  // A missing gradient is zeros (DeepSpeed, Keller: and the full step); one buffer, read only,
+  // serves every such parameter.
   std::vector<float> zeros;
+  if (settings_.missing_gradient == MissingGradient::Zero)
+    for (const Entry& entry : entries_)
+      if (!entry.parameter.grad) zeros.resize(std::max(zeros.size(), static_cast<size_t>(entry.parameter.elements())), 0.0f);
+  auto gradient_of = [&](const Parameter& p) { return p.grad ? std::pair<const void*, DType>{p.grad, p.grad_dtype} : std::pair<const void*, DType>{zeros.data(), DType::F32}; };
+  auto steps = [&](const Entry& entry) { return entry.parameter.grad || settings_.missing_gradient == MissingGradient::Zero; };
+  // Muon parameters step together: the blocks of every parameter, grouped by shape and types
+  // into one compiled Muon step per group (muon_step_launcher.h: the momentum fused into the
+  // normalize, the update after the last product). A model's equal shapes (every layer's) then
+  // run as one batch, whole rounds of one matrix per core, instead of a call per parameter with
+  // each small product split across the cores. Gradients are read where they are, in their own
+  // type. NorMuon / AdaMuon rescale O with whole-block reductions between NS and the update: the
+  // unfused host path, per parameter (muon_variants.h).
+  //
+  // Every kernel the step runs is compiled here, before anything changes: a compile that fails
+  // (a setting the backend refuses, a shape it cannot take) leaves every parameter and state as
+  // it was, and the step can be retried after a fix without stepping the first parameters twice.
+  const bool fused = settings_.muon.variant == MuonVariant::Muon;
+  std::vector<MuonStepTensor> tensors;
   for (Entry& entry : entries_) {
-    const Parameter& p = entry.parameter;
-    const void* gradient = p.grad;
-    DType grad_type = p.grad_dtype;
-    if (!p.grad) {
-      ++report.without_gradient;
-      if (settings_.missing_gradient == MissingGradient::Skip) continue;
-      zeros.assign(static_cast<size_t>(p.elements()), 0.0f);  // DeepSpeed, Keller: zeros and the full step
-      gradient = zeros.data();
-      grad_type = DType::F32;
+    if (!entry.muon || !steps(entry)) continue;
+    if (!fused) {
+      orthogonalizer_->prepare(entry.plan, std::nullopt);
+      continue;
     }
-    if (entry.muon) {
-      muon_update(entry, gradient, grad_type, report);
-      ++report.muon_updated;
-    } else {
+    const Parameter& p = entry.parameter;
+    const auto [gradient, grad_type] = gradient_of(p);
+    tensors.push_back({&entry.plan, grad_type, reinterpret_cast<std::uintptr_t>(gradient), reinterpret_cast<std::uintptr_t>(state_.at(p.name).momentum.data()),
+                       p.dtype, reinterpret_cast<std::uintptr_t>(p.data)});
+  }
+  const std::vector<MuonStepGroup> groups = muon_step_groups(*orthogonalizer_, settings_.muon, tensors);
+  for (Entry& entry : entries_) {
+    if (!entry.parameter.grad) ++report.without_gradient;
+    if (!steps(entry)) continue;
+    const auto [gradient, grad_type] = gradient_of(entry.parameter);
+    if (!entry.muon) {
       adam_update(entry, gradient, grad_type);
       ++report.adam_updated;
+      continue;
     }
+    if (!fused) variant_update(entry, gradient, grad_type, report);
+    ++report.muon_updated;
   }
+  const auto started = std::chrono::steady_clock::now();
+  for (const MuonStepGroup& group : groups) group.compiled->run_muon_step(group.matrices, nullptr);
+  report.orthogonalize_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ++steps_;
   return report;
 }
 
-void HybridOptimizer::muon_update(Entry& entry, const void* gradient, DType grad_type, StepReport& report) {
+void HybridOptimizer::variant_update(Entry& entry, const void* gradient, DType grad_type, StepReport& report) {
   const Parameter& p = entry.parameter;
   State& state = state_.at(p.name);
-  // Momentum, Newton–Schulz and the update as one compiled Muon step per block shape (the
-  // momentum inside the normalize, the update after the last product).
   const double before = orthogonalizer_->seconds();
-  if (settings_.muon.variant != MuonVariant::Muon) {
-    // NorMuon / AdaMuon rescale O with whole-block reductions between NS and the update: the
-    // unfused host path (muon_variants.h), on an f32 gradient.
-    std::vector<float> widened;
-    const float* f32 = static_cast<const float*>(gradient);
-    if (grad_type != DType::F32) {
-      widened.resize(static_cast<size_t>(p.elements()));
-      widen_to_f32(grad_type, gradient, p.elements(), widened.data());
-      f32 = widened.data();
-    }
-    if (variant_counts_steps(settings_.muon.variant)) state.variant_step += 1;
-    variant_muon_step(settings_.muon, entry.plan, *orthogonalizer_, f32, state.momentum.data(), state.second_moment.data(), state.variant_step, p.dtype,
-                      p.data);
-  } else {
-    orthogonalizer_->muon_step(settings_.muon, entry.plan, gradient, grad_type, state.momentum.data(), p.dtype, p.data);
-  }
+  if (variant_counts_steps(settings_.muon.variant)) state.variant_step += 1;
+  variant_muon_step(settings_.muon, entry.plan, *orthogonalizer_, grad_type, gradient, state.momentum.data(), state.second_moment.data(), state.variant_step,
+                    p.dtype, p.data);
   report.orthogonalize_seconds += orthogonalizer_->seconds() - before;
 }
 

@@ -119,8 +119,9 @@ class HybridOptimizer {
  private:
   std::vector<StateOwner> state_owners() const;
   struct Entry;
-  // `gradient`: the parameter's, in its own type, or f32 zeros for a missing one.
-  void muon_update(Entry& entry, const void* gradient, DType grad_type, StepReport& report);
+  // `gradient`: the parameter's, in its own type, or f32 zeros for a missing one. Muon under
+  // NorMuon / AdaMuon (muon.variant); plain Muon parameters step together in step().
+  void variant_update(Entry& entry, const void* gradient, DType grad_type, StepReport& report);
   void adam_update(Entry& entry, const void* gradient, DType grad_type);
 
   OptimizerSettings settings_;

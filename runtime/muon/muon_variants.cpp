@@ -111,12 +111,12 @@ void adamuon_rescale(const MuonGroupSettings& muon, const MatrixPlan& plan, int6
     }
 }
 
-void variant_muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, BlockOrthogonalizer& orthogonalizer, const float* gradient, float* momentum,
-                       float* second_moment, int64_t step, DType type, void* data) {
+void variant_muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, BlockOrthogonalizer& orthogonalizer, DType grad_type, const void* gradient,
+                       float* momentum, float* second_moment, int64_t step, DType type, void* data) {
   if (muon.variant == MuonVariant::Muon) throw std::invalid_argument("variant_muon_step: muon.variant is muon (use BlockOrthogonalizer::muon_step)");
   const int64_t count = plan.batch * plan.rows * plan.cols;
   std::vector<float> update(static_cast<size_t>(count)), orthogonal(update.size());
-  muon_momentum(muon, gradient, momentum, update.data(), count);
+  muon_momentum(muon, grad_type, gradient, momentum, update.data(), count);
   if (muon.variant == MuonVariant::AdaMuon && muon.sign_momentum) sign_in_place(update.data(), count);
   orthogonalizer.orthogonalize(plan, update.data(), orthogonal.data());
   if (muon.variant == MuonVariant::NorMuon) normuon_rescale(muon, plan, orthogonal.data(), second_moment);

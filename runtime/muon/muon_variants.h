@@ -64,8 +64,13 @@ void adamuon_rescale(const MuonGroupSettings& muon, const MatrixPlan& plan, int6
 
 // One Muon step of a parameter under muon.variant (normuon or adamuon): momentum, U (sign(U)
 // for AdaMuon with sign_momentum), O = NS(U) per block, the rescaling, the parameter update.
-// `gradient` is f32 indexed like the parameter; momentum and second_moment change in place.
-void variant_muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, BlockOrthogonalizer& orthogonalizer, const float* gradient, float* momentum,
-                       float* second_moment, int64_t step, DType type, void* data);
+// `gradient` is indexed like the parameter, in its own type (f32, bf16 or f16: read as it is,
+// no f32 copy); momentum and second_moment change in place.
+void variant_muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, BlockOrthogonalizer& orthogonalizer, DType grad_type, const void* gradient,
+                       float* momentum, float* second_moment, int64_t step, DType type, void* data);
+inline void variant_muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, BlockOrthogonalizer& orthogonalizer, const float* gradient,
+                              float* momentum, float* second_moment, int64_t step, DType type, void* data) {
+  variant_muon_step(muon, plan, orthogonalizer, DType::F32, gradient, momentum, second_moment, step, type, data);
+}
 
 }  // namespace orthojit::runtime

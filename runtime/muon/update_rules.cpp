@@ -93,15 +93,19 @@ double lr_scale(LrAdjust adjust, int64_t rows, int64_t cols) {
   return 1.0;
 }
 
-void muon_momentum(const MuonGroupSettings& muon, const float* gradient, float* momentum, float* update, int64_t count) {
+void muon_momentum(const MuonGroupSettings& muon, DType grad_type, const void* gradient, float* momentum, float* update, int64_t count) {
   const double beta = muon.momentum;
-  for_chunks(0, count, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const bool ema = muon.momentum_kind == MomentumKind::Ema;
-      const float next = ir::muon_momentum_next(ema, beta, gradient[i], momentum[i]);
-      momentum[i] = next;
-      update[i] = ir::muon_update_value(ema, muon.nesterov, beta, gradient[i], next);
-    }
+  const bool ema = muon.momentum_kind == MomentumKind::Ema;
+  ir::with_stored_type(scalar_type(grad_type), [&](auto grad_stored) {
+    constexpr ScalarType G = decltype(grad_stored)::value;
+    for_chunks(0, count, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const float g = static_cast<float>(ir::load_stored_as<G>(gradient, i));  // exactly widen_to_f32's value
+        const float next = ir::muon_momentum_next(ema, beta, g, momentum[i]);
+        momentum[i] = next;
+        update[i] = ir::muon_update_value(ema, muon.nesterov, beta, g, next);
+      }
+    });
   });
 }
 

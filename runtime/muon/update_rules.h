@@ -35,8 +35,12 @@ int64_t first_nonfinite(DType type, const void* data, int64_t count);
 double lr_scale(LrAdjust adjust, int64_t rows, int64_t cols);
 
 // Momentum and the Nesterov update for `count` elements: momentum is updated in place (f32),
-// `update` receives U (f32).
-void muon_momentum(const MuonGroupSettings& muon, const float* gradient, float* momentum, float* update, int64_t count);
+// `update` receives U (f32). The gradient is read in its own type (f32, bf16 or f16), each
+// element widened as it is read: the same bits as widening it to f32 first (widening is exact).
+void muon_momentum(const MuonGroupSettings& muon, DType grad_type, const void* gradient, float* momentum, float* update, int64_t count);
+inline void muon_momentum(const MuonGroupSettings& muon, const float* gradient, float* momentum, float* update, int64_t count) {
+  muon_momentum(muon, DType::F32, gradient, momentum, update, count);
+}
 
 // p ← p·(1 − lr·wd) − lr·s·O for the parameter's elements [begin, end); `orthogonal` holds O for
 // the whole parameter (indexed like the parameter), s from the block each element is in.

@@ -777,6 +777,72 @@ def test_auto_backend_runs_the_asked_precision():
     assert opt.settings["muon.backend"] == "auto"
 
 
+def test_equal_shapes_step_together_with_the_bits_each_gets_alone(monkeypatch):
+    # Muon parameters step together: every block of every parameter, grouped by shape and types
+    # into one batched compiled Muon step (on the CPU, whole rounds of one matrix per worker and
+    # the leftovers with each product split across the workers). Five equal matrices on three
+    # workers (a whole round and two leftovers), their transposes, a bf16 one of the same shape
+    # (another group), a QKV split and a bias, on the default cpu backend (bf16 Newton-Schulz):
+    # each must come out with the bits it gets in an optimizer of its own, over fresh gradients.
+    # A block given another's gradient, momentum, parameter or lr*s breaks it.
+    torch.manual_seed(5)
+    shapes = [(f"layers.{i}.w", (24, 40), torch.float32) for i in range(5)]
+    shapes += [(f"layers.{i}.up", (40, 24), torch.float32) for i in range(3)]
+    shapes += [("layers.5.w", (24, 40), torch.bfloat16), ("attn.qkv", (24, 40), torch.float32), ("layers.0.bias", (40,), torch.float32)]
+    options = {"attn.qkv": {"row_splits": [8, 8, 8]}}
+    settings = {"muon.threads": 3, "missing_grad": "zero"}
+    together = [(n, nn.Parameter(torch.randn(*shape).to(dtype))) for n, shape, dtype in shapes]
+    alone = [(n, nn.Parameter(p.detach().clone())) for n, p in together]
+    grouped = orthojit.Muon(together, preset="keller", weight_decay=0.01, settings=settings, matrix_options=options)
+    singles = [orthojit.Muon([(n, p)], preset="keller", weight_decay=0.01, settings=settings,
+                             matrix_options={k: v for k, v in options.items() if k == n}) for n, p in alone]
+    calls = []
+    real = _orthojit.muon_steps
+
+    def counting(settings, groups, stream, graphs, run=True):
+        if run:
+            calls.append(sorted((len(entries), rows, cols, grad) for _, rows, cols, grad, *_, entries in groups))
+        return real(settings, groups, stream, graphs, run=run)
+
+    for step in range(3):
+        for (n, p), (_, q) in zip(together, alone):
+            p.grad = None if (step == 1 and n == "layers.2.w") else torch.randn_like(p)
+            q.grad = None if p.grad is None else p.grad.clone()
+        monkeypatch.setattr(_orthojit, "muon_steps", counting)
+        grouped.step()
+        monkeypatch.setattr(_orthojit, "muon_steps", real)
+        assert grouped.last_report.muon_updated == 10 and grouped.last_report.adam_updated == 1
+        for opt in singles:
+            opt.step()
+        for (n, p), (_, q) in zip(together, alone):
+            assert torch.equal(p.detach(), q.detach()), f"{n} after step {step}: stepped together it differs from stepped alone"
+    # One call per step, a group per block shape and gradient type: the five (24, 40) f32 matrices,
+    # the bf16 one apart, the tall ones, the QKV's three 8-row blocks.
+    assert calls[0] == [(1, 24, 40, "bf16"), (3, 8, 40, "f32"), (3, 40, 24, "f32"), (5, 24, 40, "f32")], calls[0]
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize("tensor_path", [False, True])
+def test_a_step_whose_compile_fails_changes_nothing(tmp_path, tensor_path):
+    # The gram strategy refuses a program written on the n x n side when it compiles a shape: at
+    # the first step. Everything the step runs is compiled before the first update, so neither the
+    # AdamW parameters nor the Muon ones nor any state change, however often it is retried.
+    program = tmp_path / "right_side.oj"
+    program.write_text("orthogonalizer right_side {\n  precision { storage = f32; accumulate = f32; norm = f32; }\n"
+                       "  coefficients jordan repeat 5;\n  step {\n    S = X.T @ X;\n    X = a * X + b * X @ S + c * X @ S @ S;\n  }\n}\n")
+    model = Net()
+    opt = orthojit.Muon(model.named_parameters(), preset="keller", settings={"muon.program": str(program), "muon.strategy": "gram"})
+    opt._force_tensor_path = tensor_path
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    make_gradients(model)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="the gram strategy needs every step"):
+            opt.step()
+        for n, p in model.named_parameters():
+            assert torch.equal(p.detach(), before[n]), f"{n} changed in a step that failed"
+        assert len(opt.state) == 0 and opt.steps_taken == 0
+
+
 # ----------------------------------------------------------------------------- the tensor path (CUDA parameters)
 # orthojit/tensor_step.py steps CUDA parameters where they live. The same code runs on CPU tensors
 # when forced (Newton-Schulz then on the settings' host backend), so it is checked here against the
@@ -815,9 +881,10 @@ def test_the_tensor_path_batches_equal_blocks_across_parameters(monkeypatch):
     calls = []
     real = _orthojit.muon_steps
 
-    def counting(settings, groups, stream, graphs):
-        calls.append(sorted((len(entries), rows, cols) for _, rows, cols, *_, entries in groups))
-        return real(settings, groups, stream, graphs)
+    def counting(settings, groups, stream, graphs, run=True):
+        if run:  # the step compiles every group first (run=False), then runs them
+            calls.append(sorted((len(entries), rows, cols) for _, rows, cols, *_, entries in groups))
+        return real(settings, groups, stream, graphs, run=run)
 
     monkeypatch.setattr(_orthojit, "muon_steps", counting)
     before = {n: p.detach().double().clone() for n, p in params}

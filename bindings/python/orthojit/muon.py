@@ -471,37 +471,58 @@ class Muon(torch.optim.Optimizer):
         if problem is not None:
             self.last_report = StepReport(skipped=True, reason=problem)
             return loss
-        # Every kernel the host updates run is compiled before the first changes anything (a
-        # compile that fails leaves every parameter and state as it was).
+        variant = self._variant()
+        if variant != "muon":
+            name = next((n for group, n, _, _ in on_tensors if group["use_muon"]), None)
+            if name is not None:
+                raise ValueError(f"orthojit.Muon: {_label(name)} is on {on_tensors[0][2].device}: muon.variant = {variant} runs on CPU "
+                                 "parameters only (the device path compiles the fused Muon step); move the Muon parameters to the CPU "
+                                 "or use variant='muon'")
+        # A tensor-path gradient moves to its parameter's device and memory format.
+        on_tensors = [(group, name, p, _physical(_in_format_of(g.to(p.device), p))) for group, name, p, g in on_tensors]
+        on_host = [(group, name, p, _physical(g)) for group, name, p, g in on_host]
+        # Muon parameters step together, on the host and on devices alike: every block of every
+        # parameter, grouped by shape and types into one compiled Muon step per group (the momentum
+        # inside the first Newton-Schulz kernels, the update in the last one's epilogue). A model's
+        # equal shapes (every layer's) run as one batch: on the CPU, whole rounds of one matrix per
+        # core instead of a call per parameter with each small product split across the cores; on a
+        # GPU, one launch sequence per shape and one CUDA graph per step. NorMuon / AdaMuon rescale
+        # with whole-block reductions between Newton-Schulz and the update: per parameter, on the host.
+        values = self._settings.values()
+        ema = values["muon.momentum_kind"] == "ema"
+        fresh: Dict[torch.Tensor, torch.Tensor] = {}  # momentum buffers this step creates
+        muon_items = []
+        for group, name, p, g in (on_host + on_tensors if variant == "muon" else on_tensors):
+            if not group["use_muon"]:
+                continue
+            buf = self.state.get(p, {}).get("momentum_buffer")
+            if buf is None:
+                buf = fresh[p] = torch.zeros_like(p, dtype=torch.float32)
+            muon_items.append((self._plans[id(p)], _physical(p.detach()), g, _physical(buf), float(group["lr"]), float(group["momentum"]),
+                               float(group["weight_decay"]), ema, bool(group["nesterov"])))
+        # Every kernel the step runs is compiled before the first update (a compile that fails
+        # leaves every parameter and state as it was).
+        groups, stream = _tensor_step.group_muon_steps(muon_items, values["muon.lr_adjust"])
+        _orthojit.muon_steps(self._settings, groups, stream, bool(self.cuda_graphs), run=False)
         for group, name, p, g in on_host:
+            if group["use_muon"] and variant != "muon":
+                _orthojit.muon_prepare(self._settings, self._plans[id(p)], _physical(p.detach()), g, bool(group["nesterov"]), name)
+        for group, name, p, g in on_host + on_tensors:  # the state gains its entries in the parameters' order
+            if p in fresh:
+                self.state[p]["momentum_buffer"] = fresh[p]
             if group["use_muon"]:
-                _orthojit.muon_prepare(self._settings, self._plans[id(p)], _physical(p.detach()), _physical(g), bool(group["nesterov"]), name)
-        self._tensor_step(on_tensors, report)
-        for group, name, p, g in on_host:
-            state = self.state[p]
-            data, g = _physical(p.detach()), _physical(g)  # the memory in order (channels_last filters)
-            if group["use_muon"]:
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
-                if self._variant() != "muon":
+                if variant != "muon":  # on the host (checked above)
+                    state = self.state[p]
+                    if "momentum_buffer" not in state:
+                        state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
                     report.orthogonalize_seconds += self._variant_update(group, name, p, g, state)
-                    report.muon_updated += 1
-                    continue
-                report.orthogonalize_seconds += _orthojit.muon_update(
-                    self._settings, self._plans[id(p)], data, g, _physical(state["momentum_buffer"]), float(group["lr"]),
-                    float(group["momentum"]), float(group["weight_decay"]), bool(group["nesterov"]), name)
-                report.muon_updated += 1
-            else:
-                if "step" not in state:
-                    state["step"] = torch.zeros((), dtype=torch.int64)
-                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
-                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
-                beta1, beta2 = group["betas"]
-                _orthojit.adam_update(self._settings, int(state["step"]) + 1, data, g, _physical(state["exp_avg"]), _physical(state["exp_avg_sq"]),
-                                      float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
-                                      float(group["weight_decay"]), name)
-                state["step"] += 1
-                report.adam_updated += 1
+                continue
+            self._adam_update(group, name, p, g, str(values["adam.formula"]), on_device=(p.device.type != "cpu" or self._force_tensor_path))
+            report.adam_updated += 1
+        started = time.perf_counter()
+        _orthojit.muon_steps(self._settings, groups, stream, bool(self.cuda_graphs))
+        report.orthogonalize_seconds += time.perf_counter() - started  # host time to enqueue (CUDA) or run (CPU)
+        report.muon_updated += sum(1 for group, _, _, _ in work if group["use_muon"])
         # The updates went through raw memory, which autograd does not see: each counts as the
         # in-place change it is, so a graph that saved a parameter before the step fails in its
         # backward (as after torch's own optimizers) instead of silently using the new values.
@@ -510,6 +531,25 @@ class Muon(torch.optim.Optimizer):
         self.steps_taken += 1
         self.last_report = report
         return loss
+
+    def _adam_update(self, group: Dict[str, Any], name: str, p: torch.Tensor, g: torch.Tensor, formula: str, on_device: bool) -> None:
+        """One AdamW step of p in place: the C++ update rules on host memory, the generated
+        kernel (or the same rules) on the tensor path."""
+        state = self.state[p]
+        if "step" not in state:
+            state["step"] = torch.zeros((), dtype=torch.int64)
+            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+        beta1, beta2 = group["betas"]
+        if on_device:
+            _tensor_step.adam_step(self._settings, _physical(p), g, _physical(state["exp_avg"]), _physical(state["exp_avg_sq"]),
+                                   int(state["step"]) + 1, float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
+                                   float(group["weight_decay"]), formula)
+        else:
+            _orthojit.adam_update(self._settings, int(state["step"]) + 1, _physical(p.detach()), g, _physical(state["exp_avg"]),
+                                  _physical(state["exp_avg_sq"]), float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
+                                  float(group["weight_decay"]), name)
+        state["step"] += 1
 
     def _variant(self) -> str:
         return str(self._settings.values()["muon.variant"])
@@ -540,46 +580,6 @@ class Muon(torch.optim.Optimizer):
         if variant == "adamuon":
             state["variant_step"] += 1
         return seconds
-
-    def _tensor_step(self, work: List[Tuple[Dict[str, Any], str, torch.Tensor, torch.Tensor]], report: StepReport) -> None:
-        """The step of parameters on the tensor path: state on the parameter's device, Muon
-        parameters through compiled Muon steps batched over equal blocks of all parameters
-        (one CUDA graph per step on a GPU), AdamW through its generated kernel."""
-        if not work:
-            return
-        values = self._settings.values()
-        if values["muon.variant"] != "muon" and any(group["use_muon"] for group, _, _, _ in work):
-            name = next(n for group, n, _, _ in work if group["use_muon"])
-            raise ValueError(f"orthojit.Muon: {_label(name)} is on {work[0][2].device}: muon.variant = {values['muon.variant']} runs on CPU "
-                             "parameters only (the device path compiles the fused Muon step); move the Muon parameters to the CPU "
-                             "or use variant='muon'")
-        kind, adjust, formula = values["muon.momentum_kind"], values["muon.lr_adjust"], values["adam.formula"]
-        muon_items = []
-        for group, name, p, g in work:
-            state = self.state[p]
-            g = _physical(_in_format_of(g.to(p.device), p))
-            if group["use_muon"]:
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
-                muon_items.append((self._plans[id(p)], _physical(p.detach()), g, _physical(state["momentum_buffer"]), float(group["lr"]), float(group["momentum"]),
-                                   float(group["weight_decay"]), kind == "ema", bool(group["nesterov"])))
-            else:
-                if "step" not in state:
-                    state["step"] = torch.zeros((), dtype=torch.int64)
-                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
-                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
-                beta1, beta2 = group["betas"]
-                _tensor_step.adam_step(self._settings, _physical(p), g, _physical(state["exp_avg"]), _physical(state["exp_avg_sq"]),
-                                       int(state["step"]) + 1, float(group["lr"]),
-                                       float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]), formula)
-                state["step"] += 1
-                report.adam_updated += 1
-        if not muon_items:
-            return
-        started = time.perf_counter()
-        _tensor_step.muon_steps(self._settings, muon_items, adjust, graphs=self.cuda_graphs)
-        report.orthogonalize_seconds += time.perf_counter() - started  # host time to enqueue (CUDA) or run (CPU)
-        report.muon_updated += len(muon_items)
 
     @property
     def step_skipped(self) -> bool:

@@ -64,15 +64,17 @@ def _dtype_name(t: torch.Tensor, what: str) -> str:
     return _DTYPES[t.dtype]
 
 
-def muon_steps(settings: Any, items: List[Tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, float, float, float, bool, bool]],
-               adjust: str, graphs: bool = True) -> None:
-    """The Muon part of a step: for every (plan, p, g, momentum_buffer, lr, beta, weight_decay, ema,
-    nesterov) item, M and p change in place by one compiled Muon step per group of equal blocks
-    (compiler/ir/muon_step.h: the momentum inside the first Newton-Schulz kernels, the update in
-    the last one's epilogue). Blocks of equal (rows, cols, dtypes, momentum form) across all items
-    form one batched launch sequence; the addresses of each block's first elements and its
-    scalars (beta, lr*s, 1 - lr*wd) are arguments, so a schedule never recompiles. On CUDA the
-    groups run on torch's current stream, as one CUDA graph when ``graphs``."""
+MuonItem = Tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, float, float, float, bool, bool]
+
+
+def group_muon_steps(items: List[MuonItem], adjust: str) -> Tuple[List[Tuple[Any, ...]], int]:
+    """The groups of a step's compiled Muon steps, and the CUDA stream they run on (0: none), for
+    every (plan, p, g, momentum_buffer, lr, beta, weight_decay, ema, nesterov) item: M and p will
+    change in place by one compiled Muon step per group of equal blocks (compiler/ir/muon_step.h:
+    the momentum inside the first Newton-Schulz kernels, the update in the last one's epilogue).
+    Blocks of equal (rows, cols, dtypes, momentum form) across all items form one batched group;
+    the addresses of each block's first elements and its scalars (beta, lr*s, 1 - lr*wd) are
+    arguments, so a schedule never recompiles. The tensors must stay alive until the groups ran."""
     groups: "OrderedDict[Tuple[Any, ...], List[Tuple[int, int, int, float, float, float]]]" = OrderedDict()
     stream = 0
     checked = set()
@@ -100,7 +102,14 @@ def muon_steps(settings: Any, items: List[Tuple[Any, torch.Tensor, torch.Tensor,
             for z in range(plan.batch):
                 first = z * plan.rows * plan.cols + offset * plan.cols
                 entries.append((gp + first * gs, mp + first * 4, pp + first * ps, float(beta), float(step), float(decay)))
-    _orthojit.muon_steps(settings, [key + (entries,) for key, entries in groups.items()], stream, bool(graphs))
+    return [key + (entries,) for key, entries in groups.items()], stream
+
+
+def muon_steps(settings: Any, items: List[MuonItem], adjust: str, graphs: bool = True) -> None:
+    """The Muon part of a step (group_muon_steps), compiled and run. On CUDA the groups run on
+    torch's current stream, as one CUDA graph when ``graphs``."""
+    groups, stream = group_muon_steps(items, adjust)
+    _orthojit.muon_steps(settings, groups, stream, bool(graphs))
 
 
 def adam_step(settings: Any, p: torch.Tensor, g: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: int, lr: float,
