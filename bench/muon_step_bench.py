@@ -10,7 +10,12 @@ kernels, with the strategy its heuristic (or tuning records) picks.
     PYTHONPATH=build/python /usr/bin/python3 bench/muon_step_bench.py [--hidden 512] [--layers 2] [--steps 5] [--threads T]
     PYTHONPATH=build/python /usr/bin/python3 bench/muon_step_bench.py --shapes 256x896,896x256 [--preset torch] [--steps 15]
 
-Prints the median step time of each and the ratios. --shapes: orthojit.Muon alone, one bf16
+    PYTHONPATH=build/python /usr/bin/python3 bench/muon_step_bench.py --grouping [--hidden 128] [--layers 8] [--steps 9] [--threads T]
+
+Prints the median step time of each and the ratios. --grouping: orthojit.Muon over the block
+stack in one optimizer (the equal shapes of all layers step as one batched compiled Muon step)
+against one orthojit.Muon per parameter (a compiled call per parameter, as steps ran before the
+grouping), bf16 parameters, the torch preset, rounds alternating. --shapes: orthojit.Muon alone, one bf16
 parameter of each shape at a time (the step's own cost per shape, e.g. old and new builds side by
 side).
 
@@ -87,6 +92,36 @@ def time_steps(optimizer, params, steps):
     return statistics.median(times) * 1e3
 
 
+class PerParameter:
+    """One orthojit.Muon per parameter: a compiled Muon call per parameter per step."""
+
+    def __init__(self, params, **options):
+        self.optimizers = [orthojit.Muon([(f"w{i}", p)], **options) for i, p in enumerate(params)]
+
+    def step(self):
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+
+def grouping(args):
+    settings = {"muon.threads": args.threads} if args.threads else None
+    params = [torch.nn.Parameter(p.detach().to(torch.bfloat16)) for p in model(args.hidden, args.layers)]
+    shapes = sorted({tuple(p.shape) for p in params})
+    print(f"torch {torch.__version__}; orthojit.Muon(preset={args.preset!r}), {args.layers} layers of {shapes}, bf16, "
+          f"{args.threads or 'one per core'} threads")
+    runs = {"together (one optimizer)": orthojit.Muon([(f"w{i}", p) for i, p in enumerate(params)], preset=args.preset, settings=settings),
+            "alone (one optimizer per parameter)": PerParameter(params, preset=args.preset, settings=settings)}
+    medians = {name: [] for name in runs}
+    for _ in range(3):  # rounds alternate, so a noisy minute hits both
+        for name, optimizer in runs.items():
+            medians[name].append(time_steps(optimizer, params, args.steps))
+    together = statistics.median(medians["together (one optimizer)"])
+    print(f"\n{'step':<40} {'median ms':>10} {'rounds':>24} {'together speedup':>17}")
+    for name, values in medians.items():
+        ms = statistics.median(values)
+        print(f"{name:<40} {ms:>10.2f} {' '.join(f'{v:.2f}' for v in values):>24} {ms / together:>16.2f}x")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hidden", type=int, default=512)
@@ -94,7 +129,8 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="threads for both (default: PyTorch's)")
     parser.add_argument("--shapes", help="RxC,...: orthojit.Muon alone on one bf16 parameter of each shape")
-    parser.add_argument("--preset", default="torch", help="the preset of --shapes (default torch: bf16 standard NS5)")
+    parser.add_argument("--preset", default="torch", help="the preset of --shapes and --grouping (default torch: bf16 standard NS5)")
+    parser.add_argument("--grouping", action="store_true", help="one optimizer for the stack against one per parameter")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -109,6 +145,9 @@ def main():
             params = [torch.nn.Parameter((torch.randn(rows, cols) * 0.02).to(torch.bfloat16))]
             optimizer = orthojit.Muon([("layers.0.weight", params[0])], preset=args.preset, settings={"muon.threads": args.threads} if args.threads else None)
             print(f"{text:>12} {time_steps(optimizer, params, args.steps):10.2f} ms")
+        return
+    if args.grouping:
+        grouping(args)
         return
     shapes = [tuple(p.shape) for p in model(args.hidden, 1)]
     print(f"torch {torch.__version__}, {threads} threads; f32 matmuls on {torch_openblas.describe()}; {args.layers} layers of {shapes}")

@@ -9,7 +9,8 @@
 //   plan_matrices(name, shape, ...)   MatrixPlan: how Muon sees a parameter (experts, splits)
 //   default_use_muon(name, shape)     DeepSpeed's tagging rule
 //   find_nonfinite(grad)              the first NaN / infinity, as the C++ step reports it
-//   muon_update(...), adam_update(...), qk_clip(...)
+//   muon_steps(...) (equal blocks of all parameters, batched), muon_variant_update(...),
+//   adam_update(...), qk_clip(...)
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -179,8 +180,7 @@ void expect_count(const Elements& e, int64_t count, const std::string& what, con
 
 std::string label(const std::string& name) { return name.empty() ? std::string("the parameter") : "parameter '" + name + "'"; }
 
-// The group's hyperparameters, checked, on the settings' formulas (muon_update and
-// muon_variant_update).
+// The group's hyperparameters, checked, on the settings' formulas (muon_variant_update).
 runtime::MuonGroupSettings muon_group(const MuonSettings& self, const std::string& who, double lr, double momentum, double weight_decay, bool nesterov) {
   if (!(lr >= 0) || !std::isfinite(lr)) throw std::invalid_argument(who + ": lr must be finite and >= 0");
   if (!(momentum >= 0 && momentum < 1)) throw std::invalid_argument(who + ": momentum must be in [0, 1)");
@@ -193,45 +193,18 @@ runtime::MuonGroupSettings muon_group(const MuonSettings& self, const std::strin
   return muon;
 }
 
-double muon_update(MuonSettings& self, const runtime::MatrixPlan& plan, const nb::ndarray<>& param, const nb::ndarray<>& grad,
-                   const nb::ndarray<>& momentum_buffer, double lr, double momentum, double weight_decay, bool nesterov, const std::string& name) {
-  const std::string who = label(name);
-  const Elements p = elements(param, who), g = elements(grad, who + ": the gradient"),
-                 m = elements(momentum_buffer, who + ": momentum_buffer", /*f32_only=*/true);
-  const int64_t count = plan.batch * plan.rows * plan.cols;
-  expect_count(p, count, who, "its matrix plan (" + std::to_string(plan.batch) + " x " + std::to_string(plan.rows) + " x " + std::to_string(plan.cols) + ")");
-  expect_count(g, count, who + ": the gradient", "the parameter");
-  expect_count(m, count, who + ": momentum_buffer", "the parameter");
-  const runtime::MuonGroupSettings muon = muon_group(self, who, lr, momentum, weight_decay, nesterov);
-  runtime::BlockOrthogonalizer& orthogonalizer = self.blocks();
-  const double before = orthogonalizer.seconds();
-  {
-    nb::gil_scoped_release release;
-    // HybridOptimizer::muon_update: the compiled Muon step per block (the momentum fused into the
-    // normalize, the parameter update after the last product: the same bits as muon_momentum,
-    // orthogonalize and apply_muon in sequence, without their passes and buffers), reading the
-    // gradient in its own type.
-    orthogonalizer.muon_step(muon, plan, g.data, g.dtype, static_cast<float*>(m.data), p.dtype, p.data);
-  }
-  return orthogonalizer.seconds() - before;
-}
-
-// Compiles what muon_update (or muon_variant_update, under a variant) will run for this
+// Compiles what muon_variant_update (or a Muon step of this parameter alone) will run for this
 // parameter, without changing anything: Muon.step calls it for every parameter before it updates
 // the first, so that a compile that fails leaves every parameter and state as it was.
-void muon_prepare(MuonSettings& self, const runtime::MatrixPlan& plan, const nb::ndarray<>& param, const nb::ndarray<>& grad, bool nesterov,
-                  const std::string& name) {
+void muon_prepare(MuonSettings& self, const runtime::MatrixPlan& plan, const nb::ndarray<>& param, const nb::ndarray<>& grad, const std::string& name) {
   const std::string who = label(name);
-  const Elements p = elements(param, who), g = elements(grad, who + ": the gradient");
-  runtime::MuonGroupSettings muon = self.settings.muon;
-  muon.nesterov = nesterov;
-  std::optional<ir::MuonStepSpec> fused;
-  if (muon.variant == runtime::MuonVariant::Muon) fused = runtime::BlockOrthogonalizer::step_spec(muon, g.dtype, p.dtype);
+  elements(param, who);  // what muon_variant_update will refuse, refused before anything changes
+  elements(grad, who + ": the gradient");
   nb::gil_scoped_release release;
-  self.blocks().prepare(plan, fused);
+  self.blocks().prepare(plan);
 }
 
-// NorMuon / AdaMuon (muon.variant): HybridOptimizer::muon_update's variant path on the tensors'
+// NorMuon / AdaMuon (muon.variant): HybridOptimizer::variant_update's path on the tensors'
 // memory, `second_moment` the variant's f32 state (variant_state_elements values) and `step`
 // AdaMuon's count, already incremented (NorMuon ignores it).
 double muon_variant_update(MuonSettings& self, const runtime::MatrixPlan& plan, const nb::ndarray<>& param, const nb::ndarray<>& grad,
@@ -610,12 +583,8 @@ void register_optimizer(nb::module_& m) {
         "CUDA tensors: one AdamW step (the settings' formula) with the generated kernel on `stream`.");
   m.def("find_nonfinite", &find_nonfinite, nb::arg("grad"), nb::arg("name") = "",
         "None when every gradient element is finite, else the C++ step's report of the first NaN or infinity.");
-  m.def("muon_prepare", &muon_prepare, nb::arg("settings"), nb::arg("plan"), nb::arg("param"), nb::arg("grad"), nb::arg("nesterov"), nb::arg("name") = "",
-        "Compiles what muon_update will run for this parameter; changes nothing.");
-  m.def("muon_update", &muon_update, nb::arg("settings"), nb::arg("plan"), nb::arg("param"), nb::arg("grad"), nb::arg("momentum_buffer"), nb::arg("lr"),
-        nb::arg("momentum"), nb::arg("weight_decay"), nb::arg("nesterov"), nb::arg("name") = "",
-        "One Muon step in place: momentum (f32 buffer), Nesterov, O = NS(U) per block, p <- p(1 - lr wd) - lr s O. Returns the "
-        "orthogonalization's seconds.");
+  m.def("muon_prepare", &muon_prepare, nb::arg("settings"), nb::arg("plan"), nb::arg("param"), nb::arg("grad"), nb::arg("name") = "",
+        "Compiles what muon_variant_update will run for this parameter; changes nothing.");
   m.def("muon_variant_update", &muon_variant_update, nb::arg("settings"), nb::arg("plan"), nb::arg("param"), nb::arg("grad"), nb::arg("momentum_buffer"),
         nb::arg("second_moment"), nb::arg("step"), nb::arg("lr"), nb::arg("momentum"), nb::arg("weight_decay"), nb::arg("nesterov"), nb::arg("name") = "",
         "One NorMuon / AdaMuon step in place (muon.variant): momentum, U (sign(U) for AdaMuon), O = NS(U) per block, the variant's rescaling with "

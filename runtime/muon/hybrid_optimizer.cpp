@@ -96,7 +96,7 @@ StepReport HybridOptimizer::step() {
   for (Entry& entry : entries_) {
     if (!entry.muon || !steps(entry)) continue;
     if (!fused) {
-      orthogonalizer_->prepare(entry.plan, std::nullopt);
+      orthogonalizer_->prepare(entry.plan);
       continue;
     }
     const Parameter& p = entry.parameter;

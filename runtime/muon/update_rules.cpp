@@ -207,11 +207,11 @@ ir::MuonStepSpec BlockOrthogonalizer::step_spec(const MuonGroupSettings& muon, D
   return {muon.momentum_kind == MomentumKind::Ema, muon.nesterov, scalar_type(grad_type), scalar_type(type)};
 }
 
-void BlockOrthogonalizer::prepare(const MatrixPlan& plan, const std::optional<ir::MuonStepSpec>& step) {
-  // The batches muon_step and orthogonalize form: every block of one height, over the plan's batch.
+void BlockOrthogonalizer::prepare(const MatrixPlan& plan) {
+  // The batches orthogonalize forms: every block of one height, over the plan's batch.
   std::map<int64_t, int64_t> blocks_by_height;
   for (const MatrixBlock& block : plan.blocks) blocks_by_height[block.rows] += plan.batch;
-  for (const auto& [rows, count] : blocks_by_height) compiled(count, rows, plan.cols, step);
+  for (const auto& [rows, count] : blocks_by_height) compiled(count, rows, plan.cols);
 }
 
 std::shared_ptr<CompiledOrthogonalizer> BlockOrthogonalizer::compiled(int64_t batch, int64_t rows, int64_t cols, const std::optional<ir::MuonStepSpec>& step) {
@@ -233,33 +233,6 @@ std::shared_ptr<CompiledOrthogonalizer> BlockOrthogonalizer::compiled(int64_t ba
   auto result = compile_orthogonalizer(program(), batch, rows, cols, options);
   cache_.emplace(key, result);
   return result;
-}
-
-void BlockOrthogonalizer::muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, const void* gradient, DType grad_type, float* momentum,
-                                    DType type, void* data) {
-  const int64_t cols = plan.cols, matrix_elements = plan.rows * plan.cols;
-  std::map<int64_t, std::vector<ir::MuonStepMatrix>> by_height;
-  const double decay = 1.0 - muon.lr * muon.weight_decay;  // as apply_muon
-  const ir::MuonStepSpec spec = step_spec(muon, grad_type, type);
-  char* const param = static_cast<char*>(data);
-  const char* const grad = static_cast<const char*>(gradient);
-  for (int64_t matrix = 0; matrix < plan.batch; ++matrix)
-    for (const MatrixBlock& block : plan.blocks) {
-      const int64_t first = matrix * matrix_elements + block.row_offset * cols;
-      const auto [scale_rows, scale_cols] = scale_shape(plan, block);
-      ir::MuonStepMatrix io;
-      io.grad = reinterpret_cast<std::uintptr_t>(grad + first * dtype_bytes(grad_type));
-      io.momentum = reinterpret_cast<std::uintptr_t>(momentum + first);
-      io.param = reinterpret_cast<std::uintptr_t>(param + first * dtype_bytes(type));
-      io.beta = muon.momentum;
-      io.step = muon.lr * lr_scale(muon.lr_adjust, scale_rows, scale_cols);
-      io.decay = decay;
-      by_height[block.rows].push_back(io);
-    }
-  const auto started = std::chrono::steady_clock::now();
-  for (const auto& [rows, matrices] : by_height)
-    compiled(static_cast<int64_t>(matrices.size()), rows, cols, spec)->run_muon_step(matrices, nullptr);
-  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 }
 
 void BlockOrthogonalizer::orthogonalize(const MatrixPlan& plan, const float* update, float* orthogonal) {

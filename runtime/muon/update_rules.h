@@ -77,24 +77,12 @@ class BlockOrthogonalizer {
   const dsl::Program& program();
   // `update` and `orthogonal` hold the whole parameter (plan.batch x plan.rows x plan.cols).
   void orthogonalize(const MatrixPlan& plan, const float* update, float* orthogonal);
-  // One whole Muon step of a parameter as compiled Muon steps (compiler/ir/muon_step.h: the
-  // momentum fused into the normalize, the update after the last product), blocks of equal
-  // height batched: momentum (f32, in place) and the parameter `data` (its own type) change;
-  // `gradient` is f32, indexed like the parameter. The same bits as muon_momentum, orthogonalize
-  // and apply_muon in sequence. The hyperparameters (lr, weight decay, β, momentum form) are
-  // `muon`'s, the caller's current settings; the iteration's are the constructor's.
-  void muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, const float* gradient, float* momentum, DType type, void* data) {
-    muon_step(muon, plan, gradient, DType::F32, momentum, type, data);
-  }
-  // The same with the gradient in its own storage type (f32, bf16 or f16), read by the compiled
-  // step directly: the same bits as widening it to f32 first (widening is exact).
-  void muon_step(const MuonGroupSettings& muon, const MatrixPlan& plan, const void* gradient, DType grad_type, float* momentum, DType type, void* data);
-  // The compiled Muon step muon_step runs for these settings and types.
+  // The compiled Muon step (muon_step_launcher.h: muon_step_groups) for these settings and types.
   static ir::MuonStepSpec step_spec(const MuonGroupSettings& muon, DType grad_type, DType type);
-  // Compiles now what muon_step (`step` set: its spec) or orthogonalize (no `step`) will run for
-  // `plan`, so that a caller that must change nothing when a compile fails (HybridOptimizer::step)
-  // can compile every parameter's kernels before it updates the first. Throws as compiled().
-  void prepare(const MatrixPlan& plan, const std::optional<ir::MuonStepSpec>& step);
+  // Compiles now what orthogonalize will run for `plan`, so that a caller that must change
+  // nothing when a compile fails (HybridOptimizer::step) can compile every parameter's kernels
+  // before it updates the first. Throws as compiled().
+  void prepare(const MatrixPlan& plan);
   // `step` set: the compiled Muon step of that spec; else the orthogonalizer.
   std::shared_ptr<CompiledOrthogonalizer> compiled(int64_t batch, int64_t rows, int64_t cols, const std::optional<ir::MuonStepSpec>& step = std::nullopt);
   double seconds() const { return seconds_; }

@@ -256,7 +256,7 @@ void DistributedOptimizer::compile_kernels() {
     MatrixPlan packed = entry.matrices;
     packed.batch = static_cast<int64_t>(entry.mine.size());
     if (!memory_->is_device()) {
-      orthogonalizer_->prepare(packed, std::nullopt);
+      orthogonalizer_->prepare(packed);
       continue;
     }
     for (const MatrixBlock& block : packed.blocks) (void)orthogonalizer_->compiled(1, block.rows, packed.cols);

@@ -24,6 +24,7 @@ nn = torch.nn
 
 import orthojit  # noqa: E402
 from orthojit import _orthojit  # noqa: E402
+from orthojit import tensor_step as _tensor_step  # noqa: E402
 
 JORDAN = (3.4445, -4.7750, 2.0315)
 SOURCE_DIR = Path(os.environ.get("ORTHOJIT_SOURCE_DIR") or Path(__file__).resolve().parents[2])
@@ -557,14 +558,20 @@ def test_clear_errors_for_unsupported_tensors_and_settings():
     if _cuda_reason():  # no CUDA here: asking for it is an error saying why
         with pytest.raises(ValueError, match="muon.backend = cuda: "):
             orthojit.Muon([("w", nn.Parameter(torch.zeros(4, 4)))], backend="cuda")
-    # the C++ functions check what reaches them, too
-    settings = _orthojit.MuonSettings("keller", {})
+    # the functions under the step check what reaches them, too
+    settings = _orthojit.MuonSettings("keller", {"muon.variant": "normuon"})
     plan = _orthojit.plan_matrices("w", [4, 4])
     with pytest.raises(TypeError, match="momentum_buffer has dtype bfloat16"):
-        _orthojit.muon_update(settings, plan, torch.zeros(4, 4), torch.zeros(4, 4), torch.zeros(4, 4, dtype=torch.bfloat16),
-                              0.1, 0.9, 0.0, True, "w")
+        _orthojit.muon_variant_update(settings, plan, torch.zeros(4, 4), torch.zeros(4, 4), torch.zeros(4, 4, dtype=torch.bfloat16),
+                                      torch.zeros(4), 0, 0.1, 0.9, 0.0, True, "w")
     with pytest.raises(ValueError, match="not contiguous"):
-        _orthojit.muon_update(settings, plan, torch.zeros(4, 4).T, torch.zeros(4, 4), torch.zeros(4, 4), 0.1, 0.9, 0.0, True, "w")
+        _orthojit.muon_variant_update(settings, plan, torch.zeros(4, 4).T, torch.zeros(4, 4), torch.zeros(4, 4), torch.zeros(4), 0,
+                                      0.1, 0.9, 0.0, True, "w")
+    item = (plan, torch.zeros(4, 4), torch.zeros(4, 4), torch.zeros(4, 4), 0.1, 0.9, 0.0, True, True)
+    with pytest.raises(ValueError, match="momentum_buffer must be float32"):
+        _tensor_step.group_muon_steps([item[:3] + (torch.zeros(4, 4, dtype=torch.bfloat16),) + item[4:]], "original")
+    with pytest.raises(ValueError, match="must be contiguous"):
+        _tensor_step.group_muon_steps([item[:1] + (torch.zeros(4, 4).T,) + item[2:]], "original")
     with pytest.raises(ValueError, match="has 8 elements but"):
         _orthojit.adam_update(settings, 1, torch.zeros(4), torch.zeros(8), torch.zeros(4), torch.zeros(4), 0.1, 0.9, 0.9, 1e-8, 0.0, "b")
 

@@ -506,7 +506,7 @@ class Muon(torch.optim.Optimizer):
         _orthojit.muon_steps(self._settings, groups, stream, bool(self.cuda_graphs), run=False)
         for group, name, p, g in on_host:
             if group["use_muon"] and variant != "muon":
-                _orthojit.muon_prepare(self._settings, self._plans[id(p)], _physical(p.detach()), g, bool(group["nesterov"]), name)
+                _orthojit.muon_prepare(self._settings, self._plans[id(p)], _physical(p.detach()), g, name)
         for group, name, p, g in on_host + on_tensors:  # the state gains its entries in the parameters' order
             if p in fresh:
                 self.state[p]["momentum_buffer"] = fresh[p]
