@@ -35,8 +35,7 @@ std::vector<MuonStepGroup> muon_step_groups(BlockOrthogonalizer& orthogonalizer,
   std::vector<MuonStepGroup> launches;
   for (auto& [key, matrices] : groups) {
     const auto [rows, cols, grad_type, param_type] = key;
-    const ir::MuonStepSpec spec{muon.momentum_kind == MomentumKind::Ema, muon.nesterov, scalar_type(static_cast<DType>(grad_type)),
-                                scalar_type(static_cast<DType>(param_type))};
+    const ir::MuonStepSpec spec = BlockOrthogonalizer::step_spec(muon, static_cast<DType>(grad_type), static_cast<DType>(param_type));
     MuonStepGroup group;
     group.compiled = orthogonalizer.compiled(static_cast<int64_t>(matrices.size()), rows, cols, spec);
     group.matrices = std::move(matrices);
