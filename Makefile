@@ -98,7 +98,8 @@ SANITIZE_CONFIGURE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLA
   -DCMAKE_C_FLAGS_RELWITHDEBINFO='-O1 -g1' -DORTHOJIT_WERROR=OFF -DORTHOJIT_WITH_BENCHMARK=OFF -DORTHOJIT_BUILD_BENCH=OFF \
   -DORTHOJIT_WITH_LLVM=ON -DORTHOJIT_WITH_VENDOR_BLAS=ON -DORTHOJIT_WITH_GTEST=ON
 # ThreadSanitizer: the tests where several threads share state (TSAN_TESTS, a ctest -R pattern):
-#   the thread pool: the GEMM driver, the CPU executable and the AMX GEMM on 1..3 threads
+#   the thread pool: the GEMM driver, the CPU executable (threads, batches in rounds of one matrix
+#     per worker) and the AMX GEMM on 1..3 threads
 #     and from concurrent callers, and the f64 reference products on several threads;
 #   the kernel caches: the CPU JIT's in-memory cache (compiles from racing threads) and the CUDA
 #     program cache's disk entries written by concurrent threads;
@@ -106,7 +107,7 @@ SANITIZE_CONFIGURE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLA
 #   the device runs' hang watchdog (its thread against the caller's begin/idle);
 #   the state file's writer and reader, which hash large pieces on a second thread beside their I/O.
 # MPI is off in this build (the MPI engine's own threads are Open MPI's, which is not instrumented).
-TSAN_TESTS := ThreadPool\.|GemmDriver\.ResultDoesNotDependOnThreadCount|CpuBackend\.IdenticalResultsAcrossRunsAndThreadCounts|CpuBackend\.ConcurrentCallers|AmxGemm\.IdenticalBitsForOneAndTwoThreadsAndConcurrentBatches|F64Products\.PortableOnSeveralThreads|KernelCache\.|ProgramCacheTest\.ConcurrentThreads|TuningRecords\.|HangWatchdog\.Concurrent|SafetensorsFile\.LargePieces
+TSAN_TESTS := ThreadPool\.|GemmDriver\.ResultDoesNotDependOnThreadCount|CpuBackend\.IdenticalResultsAcrossRunsAndThreadCounts|CpuBackend\.EachMatrixOfABatchGetsTheBitsItGetsAlone|CpuBackend\.ConcurrentCallers|AmxGemm\.IdenticalBitsForOneAndTwoThreadsAndConcurrentBatches|F64Products\.PortableOnSeveralThreads|KernelCache\.|ProgramCacheTest\.ConcurrentThreads|TuningRecords\.|HangWatchdog\.Concurrent|SafetensorsFile\.LargePieces
 TSAN_TARGETS := thread_pool_test gemm_driver_test cpu_backend_test amx_test f64_products_test kernel_cache_test cuda_program_cache_test autotune_test hang_watchdog_test safetensors_file_test
 
 $(ASAN_BUILD)/build.ninja: | deps
