@@ -435,7 +435,8 @@ class Muon(torch.optim.Optimizer):
                 loss = closure()
         report = StepReport()
         work = []
-        zero_missing = self._settings.values()["missing_grad"] == "zero"
+        values = self._settings.values()
+        zero_missing = values["missing_grad"] == "zero"
         # Everything is checked before anything changes: the groups' hyperparameters (param_groups
         # may have been edited since they were added), the parameters' layouts (a model moved to
         # channels_last after construction), the gradients below.
@@ -471,7 +472,7 @@ class Muon(torch.optim.Optimizer):
         if problem is not None:
             self.last_report = StepReport(skipped=True, reason=problem)
             return loss
-        variant = self._variant()
+        variant = str(values["muon.variant"])
         if variant != "muon":
             name = next((n for group, n, _, _ in on_tensors if group["use_muon"]), None)
             if name is not None:
@@ -488,7 +489,6 @@ class Muon(torch.optim.Optimizer):
         # core instead of a call per parameter with each small product split across the cores; on a
         # GPU, one launch sequence per shape and one CUDA graph per step. NorMuon / AdaMuon rescale
         # with whole-block reductions between Newton-Schulz and the update: per parameter, on the host.
-        values = self._settings.values()
         ema = values["muon.momentum_kind"] == "ema"
         fresh: Dict[torch.Tensor, torch.Tensor] = {}  # momentum buffers this step creates
         muon_items = []
