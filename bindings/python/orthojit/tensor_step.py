@@ -105,13 +105,6 @@ def group_muon_steps(items: List[MuonItem], adjust: str) -> Tuple[List[Tuple[Any
     return [key + (entries,) for key, entries in groups.items()], stream
 
 
-def muon_steps(settings: Any, items: List[MuonItem], adjust: str, graphs: bool = True) -> None:
-    """The Muon part of a step (group_muon_steps), compiled and run. On CUDA the groups run on
-    torch's current stream, as one CUDA graph when ``graphs``."""
-    groups, stream = group_muon_steps(items, adjust)
-    _orthojit.muon_steps(settings, groups, stream, bool(graphs))
-
-
 def adam_step(settings: Any, p: torch.Tensor, g: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, step: int, lr: float,
               beta1: float, beta2: float, eps: float, weight_decay: float, formula: str) -> None:
     """One AdamW step in place (update_rules.cpp adam_step), float64 arithmetic, one rounding each."""
