@@ -209,8 +209,11 @@ TEST(GemmDriver, Bf16ADirectOrPackedGivesTheSameBits) {
   for (int64_t direct_bytes : {int64_t{0}, int64_t{1} << 30}) {
     const GemmBlocking blocking{24, 384, 64, true, direct_bytes};
     const OperandLayouts layouts = choose_operand_layouts(isa, blocking, a.view(), b.view());
-    EXPECT_EQ(layouts.a_direct, direct_bytes > 0 && uses_bf16_dot(isa, true, a.view(), b.view()));
-    EXPECT_FALSE(layouts.b_direct);
+    // Dot products read the bf16 A in place and pack B; the FMA kernels read widened copies of both.
+    const bool dot = uses_bf16_dot(isa, true, a.view(), b.view());
+    EXPECT_EQ(layouts.a_direct, direct_bytes > 0);
+    EXPECT_EQ(layouts.b_direct, direct_bytes > 0 && !dot);
+    EXPECT_EQ(layouts.a_widened, direct_bytes > 0 && !dot);
     Storage d(ScalarType::BF16, std::vector<double>(static_cast<size_t>(m * n), std::nan("")), m, n);
     GemmProblem problem{a.view(), b.view(), std::nullopt, d.view(), 1, 0, 0, false};
     make_driver(isa, blocking).run(problem, &shared_thread_pool());
@@ -220,7 +223,78 @@ TEST(GemmDriver, Bf16ADirectOrPackedGivesTheSameBits) {
   // An odd K keeps A packed (the last pair would read past the row).
   Storage odd(ScalarType::BF16, reference::gaussian_values(m * (k - 1), 8), m, k - 1);
   Storage odd_b(ScalarType::BF16, reference::gaussian_values((k - 1) * n, 9), k - 1, n);
-  EXPECT_FALSE(choose_operand_layouts(isa, GemmBlocking{24, 384, 64, true, int64_t{1} << 30}, odd.view(), odd_b.view()).a_direct);
+  EXPECT_EQ(choose_operand_layouts(isa, GemmBlocking{24, 384, 64, true, int64_t{1} << 30}, odd.view(), odd_b.view()).a_direct,
+            !uses_bf16_dot(isa, true, odd.view(), odd_b.view()));
+}
+
+// Small 16-bit operands on the FMA kernels are widened whole to f32 copies and read from there
+// (OperandLayouts); the sums must be the packed path's bit for bit, for row-major and transposed
+// operands, windows of wider storage, the shared copy of X·Xᵀ (triangular), an operand too large
+// to widen beside one that is not, one thread and the pool. The packed path itself is checked
+// against f64 in MatchesADoubleProductOnOddShapes.
+TEST(GemmDriver, SixteenBitOperandsWidenedOrPackedGiveTheSameBits) {
+  const int64_t m = 61, k = 203, n = 75, wide = 230;  // edge panels everywhere; windows of `wide` columns; B larger than A
+  for (ScalarType type : {ScalarType::BF16, ScalarType::F16}) {
+    Storage x(type, reference::gaussian_values(m * wide, 21), m, wide);  // A: the window (m, k) of x
+    Storage y(type, reference::gaussian_values(k * wide, 22), k, wide);  // B: the window (k, n), or (n, k) transposed
+    Storage c(type, reference::gaussian_values(m * m, 23), m, m);
+    MatrixView a = x.view();
+    a.cols = k;
+    MatrixView b_rows = y.view();
+    b_rows.cols = n;
+    MatrixView z = y.view();  // the window (n, k) of y, whose transpose is a (k, n) B with contiguous columns
+    z.rows = n;
+    z.cols = k;
+    const MatrixView b_columns = z.transposed();
+    struct Variant {
+      const char* name;
+      MatrixView b;
+      bool triangular;
+      int64_t direct_bytes;
+    };
+    const Variant variants[] = {
+        {"row-major B", b_rows, false, int64_t{1} << 30},
+        {"transposed B", b_columns, false, int64_t{1} << 30},
+        {"X times its transpose", a.transposed(), true, int64_t{1} << 30},
+        {"A widened, B too large", b_rows, false, m * k * 4},
+    };
+    for (const Variant& variant : variants)
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &shared_thread_pool()}) {
+        SCOPED_TRACE(std::string(to_string(type)) + " " + variant.name + (pool ? " pool" : " one thread"));
+        const CpuIsa isa = best_host_isa() == CpuIsa::AmxBf16 ? CpuIsa::Avx512f : best_host_isa();  // the FMA kernels
+        const int64_t cols = variant.b.cols;
+        std::vector<std::vector<uint16_t>> results;
+        for (int64_t direct_bytes : {int64_t{0}, variant.direct_bytes}) {
+          const GemmBlocking blocking{24, 128, 64, false, direct_bytes};
+          const OperandLayouts layouts = choose_operand_layouts(isa, blocking, a, variant.b);
+          EXPECT_EQ(layouts.a_widened, direct_bytes > 0);
+          EXPECT_EQ(layouts.a_direct, direct_bytes > 0);
+          EXPECT_EQ(layouts.b_widened, direct_bytes > 0 && variant.direct_bytes > m * k * 4);
+          EXPECT_EQ(layouts.b_direct, layouts.b_widened && variant.b.col_stride == 1);
+          Storage d(type, std::vector<double>(static_cast<size_t>(m * cols), std::nan("")), m, cols);
+          GemmProblem problem{a, variant.b, std::nullopt, d.view(), 1.5f, 0, 0, variant.triangular};
+          if (variant.triangular) {
+            problem.c = c.view();
+            problem.beta = -0.5f;
+            problem.gamma = 2.0f;
+          }
+          make_driver(isa, blocking).run(problem, pool);
+          results.push_back(d.half);
+        }
+        EXPECT_EQ(results[0], results[1]);
+      }
+    // A column vector X: its Xᵀ has unit strides both ways, so it gets a copy of its own (a row).
+    Storage v(type, reference::gaussian_values(m, 24), m, 1);
+    std::vector<std::vector<uint16_t>> results;
+    for (int64_t direct_bytes : {int64_t{0}, int64_t{1} << 30}) {
+      Storage d(type, std::vector<double>(static_cast<size_t>(m * m), std::nan("")), m, m);
+      GemmProblem problem{v.view(), v.view().transposed(), std::nullopt, d.view(), 1, 0, 0, true};
+      make_driver(best_host_isa() == CpuIsa::AmxBf16 ? CpuIsa::Avx512f : best_host_isa(), GemmBlocking{24, 128, 64, false, direct_bytes})
+          .run(problem, &shared_thread_pool());
+      results.push_back(d.half);
+    }
+    EXPECT_EQ(results[0], results[1]) << to_string(type) << " column vector";
+  }
 }
 
 }  // namespace

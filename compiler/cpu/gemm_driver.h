@@ -92,8 +92,16 @@ inline bool uses_amx(CpuIsa isa, bool fp16, const MatrixView& a, const MatrixVie
 // products a bf16 A with an even K (a row's pair (k, k+1) is already the 32-bit word the kernel
 // broadcasts; an odd K would need a zero past the row's end). A bf16 B is always packed (its pairs
 // interleave two rows), and so is Xᵀ (a transposed view).
+//
+// On the f32 FMA kernels, a 16-bit operand (bf16, f16) whose f32 copy fits the same size is first
+// widened whole into an f32 copy in its own layout (rows or, for Xᵀ, columns contiguous; `widened`),
+// and that copy is then read in place or packed as an f32 operand would be. A small product's
+// packing is not amortized over many microtiles, and the 16-bit packs are transposes with a
+// conversion per element; the widening is a contiguous vector loop (and the 16-bit value widened
+// to f32 is exact, so the sums are the packed path's bit for bit).
 struct OperandLayouts {
   bool a_direct = false, b_direct = false;
+  bool a_widened = false, b_widened = false;
 };
 OperandLayouts choose_operand_layouts(CpuIsa isa, const GemmBlocking& blocking, const MatrixView& a, const MatrixView& b);
 
@@ -127,6 +135,7 @@ class GemmDriver {
 
  private:
   void run_amx(const GemmProblem& problem, ThreadPool* pool) const;  // uses_amx products
+  void run_fma(const GemmProblem& problem, ThreadPool* pool) const;  // f32 FMA or vdpbf16ps products
   void mirror_if_triangular(const GemmProblem& problem, ThreadPool* pool) const;
   CpuIsa isa_;
   IsaTraits traits_;
