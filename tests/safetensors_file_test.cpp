@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/muon/safetensors_file.h"
 #include "support/sha256.h"
 
@@ -170,6 +172,47 @@ TEST(SafetensorsFile, ReadsAFileBuiltByHandFromTheSpecification) {
     EXPECT_EQ(file.metadata, (std::map<std::string, std::string>{{"format", "pt"}}));
     EXPECT_FALSE(file.checksum.has_value());
   }
+}
+
+// Empty tensors share an offset with their neighbours; the header's order decides theirs, not the
+// names' (the parser holds the header in a map sorted by name, and lists the order separately).
+TEST(SafetensorsFile, EmptyTensorsAtOneOffsetKeepTheHeadersOrder) {
+  const std::vector<float> weight = {1.0f, 2.0f};
+  const std::string header = R"({"z.empty":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
+                             R"("b.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("m.empty":{"dtype":"F32","shape":[0,3],"data_offsets":[0,0]},)"
+                             R"("a.empty":{"dtype":"I64","shape":[0],"data_offsets":[8,8]}})";
+  const std::string path = temp_path("empty_order.safetensors");
+  write_file(path, build_file(header, floats(weight)));
+  const runtime::SafetensorsFile file = runtime::read_safetensors(path);
+  std::vector<std::string> names;
+  for (const NamedTensor& tensor : file.tensors) names.push_back(tensor.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"z.empty", "m.empty", "b.weight", "a.empty"}));
+}
+
+// The writer's header, read back by a JSON parser that keeps the order (an independent reader of
+// the text): compact JSON (what nlohmann's dump() writes), "__metadata__" first with the checksum
+// last in it, then the tensors in the data's order; names that need escaping stay intact.
+TEST(SafetensorsFile, TheWrittenHeaderIsCompactJsonInTheDatasOrder) {
+  const std::string path = temp_path("header_text.safetensors");
+  const std::vector<NamedTensor> tensors = {f32_tensor("z \"quoted\"\\name", {1}, {1.0f}), f32_tensor("a.weight", {2}, {2.0f, 3.0f}),
+                                            f32_tensor("m.\xc3\xa9t\xc3\xa9", {0}, {})};
+  runtime::write_safetensors(path, tensors, {{"b", "2"}, {"a", "1"}});
+  const std::string bytes = read_file(path);
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  std::string text = bytes.substr(8, length);
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  const nlohmann::ordered_json json = nlohmann::ordered_json::parse(text);
+  EXPECT_EQ(json.dump(), text);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : json.items()) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"__metadata__", "z \"quoted\"\\name", "a.weight", "m.\xc3\xa9t\xc3\xa9"}));
+  std::vector<std::string> meta_keys;
+  for (const auto& [key, value] : json.at("__metadata__").items()) meta_keys.push_back(key);
+  EXPECT_EQ(meta_keys, (std::vector<std::string>{"a", "b", runtime::kSafetensorsChecksumKey}));
+  EXPECT_EQ(json.at("a.weight").dump(), R"({"dtype":"F32","shape":[2],"data_offsets":[4,12]})");
+  EXPECT_EQ(runtime::read_safetensors(path).tensors.size(), 3u);
 }
 
 TEST(SafetensorsFile, AFlippedDataByteFailsTheChecksum) {
