@@ -294,6 +294,19 @@ TEST(GemmDriver, SixteenBitOperandsWidenedOrPackedGiveTheSameBits) {
       results.push_back(d.half);
     }
     EXPECT_EQ(results[0], results[1]) << to_string(type) << " column vector";
+    // A·A, one copy read as both operands, into a window of wider storage.
+    Storage square(type, reference::gaussian_values(m * wide, 25), m, wide);
+    MatrixView s = square.view();
+    s.cols = m;
+    std::vector<std::vector<uint16_t>> squares;
+    for (int64_t direct_bytes : {int64_t{0}, int64_t{1} << 30}) {
+      Storage d(type, std::vector<double>(static_cast<size_t>(m * m), std::nan("")), m, m);
+      GemmProblem problem{s, s, std::nullopt, d.view(), 1, 0, 0, false};
+      make_driver(best_host_isa() == CpuIsa::AmxBf16 ? CpuIsa::Avx512f : best_host_isa(), GemmBlocking{24, 128, 64, false, direct_bytes})
+          .run(problem, &shared_thread_pool());
+      squares.push_back(d.half);
+    }
+    EXPECT_EQ(squares[0], squares[1]) << to_string(type) << " A times A";
   }
 }
 

@@ -671,9 +671,13 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   const bool b_is_a_transposed = layouts.a_widened && layouts.b_widened && problem.b.data == problem.a.data && problem.b.type == problem.a.type &&
                                  problem.b.rows == problem.a.cols && problem.b.cols == problem.a.rows && problem.b.row_stride == problem.a.col_stride &&
                                  problem.b.col_stride == problem.a.row_stride && (problem.a.col_stride == 1) == (problem.b.col_stride != 1);
+  // A·A (the standard step's second product) reads one matrix twice: one copy.
+  const bool b_is_a = layouts.a_widened && layouts.b_widened && problem.b.data == problem.a.data && problem.b.type == problem.a.type &&
+                      problem.b.rows == problem.a.rows && problem.b.cols == problem.a.cols && problem.b.row_stride == problem.a.row_stride &&
+                      problem.b.col_stride == problem.a.col_stride;
   std::vector<Widening> widenings;
   if (layouts.a_widened) widenings.push_back(plan(problem.a, a_wide_scratch));
-  if (layouts.b_widened && !b_is_a_transposed) widenings.push_back(plan(problem.b, b_wide_scratch));
+  if (layouts.b_widened && !b_is_a_transposed && !b_is_a) widenings.push_back(plan(problem.b, b_wide_scratch));
   const int workers = pool ? pool->size() : 1;
   std::vector<std::pair<size_t, int64_t>> tasks;  // (widening, first memory row)
   for (size_t w = 0; w < widenings.size(); ++w) {
@@ -695,7 +699,7 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   GemmProblem widened = problem;
   size_t next = 0;
   if (layouts.a_widened) widened.a = widened_view(widenings[next++]);
-  if (layouts.b_widened) widened.b = b_is_a_transposed ? widened.a.transposed() : widened_view(widenings[next++]);
+  if (layouts.b_widened) widened.b = b_is_a_transposed ? widened.a.transposed() : b_is_a ? widened.a : widened_view(widenings[next++]);
   const OperandLayouts copies = choose_operand_layouts(isa_, blocking_, widened.a, widened.b);
   if (copies.a_direct != layouts.a_direct || copies.b_direct != layouts.b_direct)
     throw std::logic_error("gemm: the widened operands' layouts differ from those their kernels were chosen for");
