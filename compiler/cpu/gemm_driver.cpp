@@ -638,14 +638,17 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
     return mirror_if_triangular(problem, pool);
   }
   const OperandLayouts layouts = choose_operand_layouts(isa_, blocking_, problem.a, problem.b);
-  if (!layouts.a_widened && !layouts.b_widened) return run_fma(problem, pool);
+  if (layouts.a_widened || layouts.b_widened) return run_fma(widened_operands(problem, layouts, pool), pool);
+  run_fma(problem, pool);
+}
 
-  // Widen the small 16-bit operands to f32 copies (OperandLayouts), in their own orientation and
-  // with padded strides (accumulator_stride: no L1 set conflicts between the rows the kernel
-  // reads together), then run the product on the copies. Xᵀ of X·Xᵀ shares X's copy where its own
-  // copy would have the transposed orientation (not for a column vector X, whose Xᵀ has unit
-  // strides both ways and is copied, and read in place, as a row), so that the copies have the
-  // layouts the compiled kernels were chosen for.
+// The product with its small 16-bit operands replaced by f32 copies (OperandLayouts), in their own
+// orientation and with padded strides (accumulator_stride: no L1 set conflicts between the rows
+// the kernel reads together). The copies live in this thread's scratch until its next product.
+GemmProblem GemmDriver::widened_operands(const GemmProblem& problem, const OperandLayouts& layouts, ThreadPool* pool) const {
+  // Xᵀ of X·Xᵀ shares X's copy where its own copy would have the transposed orientation (not for
+  // a column vector X, whose Xᵀ has unit strides both ways and is copied, and read in place, as a
+  // row), so that the copies have the layouts the compiled kernels were chosen for.
   struct Widening {
     const MatrixView* source = nullptr;
     float* out = nullptr;
@@ -703,7 +706,7 @@ void GemmDriver::run(const GemmProblem& problem, ThreadPool* pool) const {
   const OperandLayouts copies = choose_operand_layouts(isa_, blocking_, widened.a, widened.b);
   if (copies.a_direct != layouts.a_direct || copies.b_direct != layouts.b_direct)
     throw std::logic_error("gemm: the widened operands' layouts differ from those their kernels were chosen for");
-  run_fma(widened, pool);
+  return widened;
 }
 
 void GemmDriver::run_fma(const GemmProblem& problem, ThreadPool* pool) const {
