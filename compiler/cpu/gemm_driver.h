@@ -136,8 +136,6 @@ class GemmDriver {
  private:
   void run_amx(const GemmProblem& problem, ThreadPool* pool) const;  // uses_amx products
   void run_fma(const GemmProblem& problem, ThreadPool* pool) const;  // f32 FMA or vdpbf16ps products
-  // The product on f32 copies of the operands that `layouts` widens (OperandLayouts).
-  GemmProblem widened_operands(const GemmProblem& problem, const OperandLayouts& layouts, ThreadPool* pool) const;
   void mirror_if_triangular(const GemmProblem& problem, ThreadPool* pool) const;
   CpuIsa isa_;
   IsaTraits traits_;
