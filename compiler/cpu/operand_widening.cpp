@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <stdexcept>
-#include <utility>
 #include <vector>
 
 #include "cpu/aligned_buffer.h"
@@ -24,6 +23,13 @@ ORTHOJIT_HOST_CLONES void widen_rows(const T* source, int64_t stride, int64_t le
     float* __restrict to = out + row * out_stride;
     for (int64_t j = 0; j < length; ++j) to[j] = to_float(from[j]);
   }
+}
+
+// Whether `b` reads the same storage as `a` (transposed: as aᵀ), element for element.
+bool reads_same_storage(const MatrixView& a, const MatrixView& b, bool transposed) {
+  if (b.data != a.data || b.type != a.type) return false;
+  if (!transposed) return b.rows == a.rows && b.cols == a.cols && b.row_stride == a.row_stride && b.col_stride == a.col_stride;
+  return b.rows == a.cols && b.cols == a.rows && b.row_stride == a.col_stride && b.col_stride == a.row_stride;
 }
 
 }  // namespace
@@ -57,30 +63,31 @@ GemmProblem widened_operands(CpuIsa isa, const GemmBlocking& blocking, const Gem
     return MatrixView{widening.out, ScalarType::F32, view.rows, view.cols, row_major ? widening.out_stride : 1, row_major ? 1 : widening.out_stride};
   };
   thread_local AlignedBuffer a_wide_scratch, b_wide_scratch;
-  const bool b_is_a_transposed = layouts.a_widened && layouts.b_widened && problem.b.data == problem.a.data && problem.b.type == problem.a.type &&
-                                 problem.b.rows == problem.a.cols && problem.b.cols == problem.a.rows && problem.b.row_stride == problem.a.col_stride &&
-                                 problem.b.col_stride == problem.a.row_stride && (problem.a.col_stride == 1) == (problem.b.col_stride != 1);
+  const bool both_widened = layouts.a_widened && layouts.b_widened;
+  const bool b_is_a_transposed = both_widened && reads_same_storage(problem.a, problem.b, true) &&
+                                 (problem.a.col_stride == 1) == (problem.b.col_stride != 1);
   // A·A (the standard step's second product) reads one matrix twice: one copy.
-  const bool b_is_a = layouts.a_widened && layouts.b_widened && problem.b.data == problem.a.data && problem.b.type == problem.a.type &&
-                      problem.b.rows == problem.a.rows && problem.b.cols == problem.a.cols && problem.b.row_stride == problem.a.row_stride &&
-                      problem.b.col_stride == problem.a.col_stride;
+  const bool b_is_a = both_widened && reads_same_storage(problem.a, problem.b, false);
   std::vector<Widening> widenings;
   if (layouts.a_widened) widenings.push_back(plan(problem.a, a_wide_scratch));
   if (layouts.b_widened && !b_is_a_transposed && !b_is_a) widenings.push_back(plan(problem.b, b_wide_scratch));
   const int workers = pool ? pool->size() : 1;
-  std::vector<std::pair<size_t, int64_t>> tasks;  // (widening, first memory row)
-  for (size_t w = 0; w < widenings.size(); ++w) {
-    const int64_t chunk = std::max<int64_t>(8, widenings[w].memory_rows / (2 * workers));
-    for (int64_t row = 0; row < widenings[w].memory_rows; row += chunk) tasks.emplace_back(w, row);
-  }
-  auto widen_task = [&](int64_t task, int) {
-    const Widening& widening = widenings[tasks[static_cast<size_t>(task)].first];
-    const int64_t begin = tasks[static_cast<size_t>(task)].second;
+  struct Task {
+    const Widening* widening;
+    int64_t row_begin, row_end;  // memory rows
+  };
+  std::vector<Task> tasks;
+  for (const Widening& widening : widenings) {
     const int64_t chunk = std::max<int64_t>(8, widening.memory_rows / (2 * workers));
-    const int64_t end = std::min(widening.memory_rows, begin + chunk);
+    for (int64_t row = 0; row < widening.memory_rows; row += chunk) tasks.push_back({&widening, row, std::min(widening.memory_rows, row + chunk)});
+  }
+  auto widen_task = [&](int64_t index, int) {
+    const Task& task = tasks[static_cast<size_t>(index)];
+    const Widening& widening = *task.widening;
     dispatch_storage_type(widening.source->type, [&](auto tag) {
       using T = decltype(tag);
-      widen_rows(static_cast<const T*>(widening.source->data), widening.stride, widening.length, begin, end, widening.out, widening.out_stride);
+      widen_rows(static_cast<const T*>(widening.source->data), widening.stride, widening.length, task.row_begin, task.row_end, widening.out,
+                 widening.out_stride);
     });
   };
   if (pool) pool->parallel_for(static_cast<int64_t>(tasks.size()), widen_task);
