@@ -35,6 +35,7 @@ class FakeDistributed:
         self.seen = []  # weak references to every tensor handed over
         self.calls = []
         self.refuses_reduce_scatter = refuses_reduce_scatter
+        self.peer_sends = None
 
     def _hold(self, tensor):
         holder = torch.zeros_like(tensor)
@@ -75,18 +76,23 @@ class FakeDistributed:
         self._hold(destination)
         self._hold(source)
 
-    isend = irecv = object()
+    isend, irecv = object(), object()
 
     class P2POp:
         def __init__(self, op, tensor, peer, group=None):
-            self.tensor = tensor
+            self.op, self.tensor, self.peer = op, tensor, peer
 
     class _Request:
         def wait(self):
             pass
 
     def batch_isend_irecv(self, ops):
+        # what the other rank sends: the test's `peer_sends` (a function of what this rank sends)
+        self.calls.append("batch_isend_irecv")
+        sent = [op.tensor for op in ops if op.op is self.isend]
         for op in ops:
+            if op.op is self.irecv and self.peer_sends is not None:
+                op.tensor.copy_(self.peer_sends(*sent))
             self._hold(op.tensor)
         return [self._Request() for _ in ops]
 
@@ -158,16 +164,25 @@ def test_a_worker_that_never_lets_go_does_not_grow_what_is_kept():
 
 @pytest.mark.parametrize("refuses", [False, True])
 def test_reduce_scatter_is_gloos_own_where_it_has_one(refuses):
-    # Recent gloo reduce-scatters (half an all-reduce's traffic, no full-size sum); older gloo
-    # refuses, and then every call is an all-reduce and this rank's block, without asking again.
+    # Recent gloo reduce-scatters; older gloo refuses, and then every call is a ring of
+    # point-to-point transfers (half an all-reduce's traffic, no full-size sum), without asking
+    # again. Here the other rank (rank 1 of 2) holds twice this rank's source: in the one round
+    # of the ring it sends its part of block 0 and receives this rank's part of block 1.
     c, fake = collectives(refuses_reduce_scatter=refuses)
     for step in range(3):
         source = torch.arange(6, dtype=torch.float32) + step
         destination = torch.zeros(3)
+        if refuses:
+            fake.peer_sends = lambda sent: (assert_equal(sent, source[3:]), 2 * source[:3])[1]
         c.reduce_scatter(source, destination)
-        assert torch.equal(destination, (torch.arange(3, dtype=torch.float32) + step) * WORLD)
-    expected = ["reduce_scatter_tensor", "all_reduce", "all_reduce", "all_reduce"] if refuses else ["reduce_scatter_tensor"] * 3
+        expected = source[:3] * 3 if refuses else source[:3] * WORLD  # the stand-in's gloo doubles
+        assert torch.equal(destination, expected)
+    expected = ["reduce_scatter_tensor"] + ["batch_isend_irecv"] * 3 if refuses else ["reduce_scatter_tensor"] * 3
     assert fake.calls == expected
+
+
+def assert_equal(a, b):
+    assert torch.equal(a, b), (a, b)
 
 
 def test_reduce_scatter_lets_other_errors_through():

@@ -42,6 +42,17 @@ def test_schedules_and_checkpoints_under_torchrun_match_muon(ranks):
 
 @pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                     reason="this torch has no torch.distributed with gloo")
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_the_ring_reduce_scatter_sums_every_ranks_block(ranks):
+    script = os.path.join(os.path.dirname(__file__), "torchrun_reduce_scatter_check.py")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--standalone", "--tee", "1", "--redirects", "2", script]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert f"ring reduce-scatter, {ranks} ranks: OK" in result.stdout, result.stdout + result.stderr[-4000:]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="this torch has no torch.distributed with gloo")
 def test_the_example_trainer_resumes_bit_exactly_across_stages_and_modes(tmp_path):
     # examples/python/train_distributed_torchrun.py on 2 ranks: 12 steps straight, against 5 steps
     # at stage 3 (deepspeed mode), a checkpoint, and the remaining 7 in a new job at stage 1 in

@@ -188,12 +188,45 @@ class _TorchCollectives:
                 if "does not support" not in str(error) and "not supported" not in str(error):
                     raise
                 self.gloo_reduce_scatter = False
+        if not source.is_cuda and self.moves_cpu_tensors:
+            return self._ring_reduce_scatter(source, destination)
         # the sum of everything, then this rank's block
         total = source.clone()
         self.dist.all_reduce(total, group=self.group)
         self._keep([total])
         count = destination.numel()
         destination.copy_(total[self.rank * count:(self.rank + 1) * count])
+
+    def _ring_reduce_scatter(self, source, destination):
+        # Where gloo has no reduce-scatter (torch 1.13): a ring of point-to-point transfers. In
+        # each of world-1 rounds every rank passes a block's partial sum to the next rank and adds
+        # its own part to the block it receives from the previous one, so block r is complete at
+        # rank r after the last round. Each rank sends (world-1)/world of the data, half an
+        # all-reduce's traffic, and holds two blocks instead of a full-size sum.
+        count, world, rank = destination.numel(), self.world, self.rank
+        if source.numel() != count * world:
+            raise ValueError(f"reduce_scatter: a source of {source.numel()} elements for {world} blocks of {count}")
+
+        def block(index):
+            index %= world
+            return source[index * count:(index + 1) * count]
+
+        if world == 1:
+            destination.copy_(source)
+            return
+        following, preceding = self._global((rank + 1) % world), self._global((rank - 1) % world)
+        outgoing = block(rank - 1).clone()
+        incoming = torch.empty_like(outgoing)
+        for step in range(world - 1):
+            # the last round receives block `rank` itself, straight into the destination
+            target = destination if step == world - 2 else incoming
+            ops = [self.dist.P2POp(self.dist.isend, outgoing, following, self.group),
+                   self.dist.P2POp(self.dist.irecv, target, preceding, self.group)]
+            for request in self.dist.batch_isend_irecv(ops):
+                request.wait()
+            self._keep([outgoing, target])
+            target.add_(block(rank - step - 2))
+            outgoing, incoming = target, outgoing
 
     def all_gather(self, source, destination):
         self._release()
