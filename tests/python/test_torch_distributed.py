@@ -13,60 +13,56 @@ torch = pytest.importorskip("torch")
 import torch.distributed  # noqa: E402
 
 
-@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                    reason="this torch has no torch.distributed with gloo")
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_distributed_muon_under_torchrun_is_bit_identical_to_muon(ranks):
-    script = os.path.join(os.path.dirname(__file__), "torchrun_distributed_check.py")
-    # torchrun is `python -m torch.distributed.run`; a free port per run (ranks run on this host).
+HERE = os.path.dirname(__file__)
+needs_gloo = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                                reason="this torch has no torch.distributed with gloo")
+
+
+def torchrun(ranks, script, *arguments):
+    """`script` with `arguments` under torchrun on `ranks` processes of this host (one thread
+    each); the finished process, after checking that every rank exited with 0."""
+    # torchrun is `python -m torch.distributed.run`; --standalone: a free port per run.
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--standalone",
                # torch 1.13 under Python 3.11 turns "0" (Std.NONE) into None and fails (a zero
                # IntFlag is not iterated there): tee stdout (1), keep stderr in torchrun's log (2)
-               "--tee", "1", "--redirects", "2", script]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+               "--tee", "1", "--redirects", "2", script, *arguments]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return result
+
+
+@needs_gloo
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_distributed_muon_under_torchrun_is_bit_identical_to_muon(ranks):
+    result = torchrun(ranks, os.path.join(HERE, "torchrun_distributed_check.py"))
     assert f"{ranks} ranks: OK" in result.stdout, result.stdout + result.stderr[-4000:]
 
 
-@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                    reason="this torch has no torch.distributed with gloo")
+@needs_gloo
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_schedules_and_checkpoints_under_torchrun_match_muon(ranks):
-    script = os.path.join(os.path.dirname(__file__), "torchrun_checkpoint_check.py")
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--standalone", "--tee", "1", "--redirects", "2", script]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    result = torchrun(ranks, os.path.join(HERE, "torchrun_checkpoint_check.py"))
     assert f"checkpoints and schedules, {ranks} ranks: OK" in result.stdout, result.stdout + result.stderr[-4000:]
 
 
-@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                    reason="this torch has no torch.distributed with gloo")
+@needs_gloo
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_the_ring_reduce_scatter_sums_every_ranks_block(ranks):
-    script = os.path.join(os.path.dirname(__file__), "torchrun_reduce_scatter_check.py")
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--standalone", "--tee", "1", "--redirects", "2", script]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    result = torchrun(ranks, os.path.join(HERE, "torchrun_reduce_scatter_check.py"))
     assert f"ring reduce-scatter, {ranks} ranks: OK" in result.stdout, result.stdout + result.stderr[-4000:]
 
 
-@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                    reason="this torch has no torch.distributed with gloo")
+@needs_gloo
 def test_the_example_trainer_resumes_bit_exactly_across_stages_and_modes(tmp_path):
     # examples/python/train_distributed_torchrun.py on 2 ranks: 12 steps straight, against 5 steps
     # at stage 3 (deepspeed mode), a checkpoint, and the remaining 7 in a new job at stage 1 in
     # balanced mode. The batches depend on (rank, step) only, so the final parameters must match
     # bit for bit: the optimizer state, the scheduler and the step count all came back.
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python", "train_distributed_torchrun.py")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    script = os.path.join(HERE, "..", "..", "examples", "python", "train_distributed_torchrun.py")
     checkpoint = str(tmp_path / "run.pt")
 
     def run(*extra):
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone", "--tee", "1", "--redirects", "2",
-                   script, "--steps", "12", "--save-every", "4", "--digest"] + list(extra)
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+        result = torchrun(2, script, "--steps", "12", "--save-every", "4", "--digest", *extra)
         lines = [line for line in result.stdout.splitlines() if "parameters sha256" in line]
         assert lines, result.stdout
         return lines[-1].split()[-1], result.stdout
