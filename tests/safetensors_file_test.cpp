@@ -271,6 +271,14 @@ TEST(SafetensorsFile, NamesEachStructuralProblem) {
                    R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data);
   EXPECT_NE(error.find("the header names \"a\" twice"), std::string::npos) << error;
 
+  // The writer refuses an empty name, so the reader does (found by fuzz_safetensors: a file
+  // read that could not be written back); named twice, it is a duplicate.
+  error = error_of("empty-name.safetensors", R"({"":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", data);
+  EXPECT_NE(error.find("a tensor has an empty name"), std::string::npos) << error;
+  error = error_of("empty-twice.safetensors",
+                   R"({"":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data);
+  EXPECT_NE(error.find("the header names \"\" twice"), std::string::npos) << error;
+
   error = error_of("json.safetensors", R"({"a":{"dtype":"F32",)", data);
   EXPECT_NE(error.find("the header is not valid JSON"), std::string::npos) << error;
 

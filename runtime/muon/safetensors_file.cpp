@@ -13,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -190,7 +191,7 @@ uint64_t checked_header_length(std::string_view first_bytes, uint64_t file_bytes
 struct TopLevelNames final : nlohmann::json_sax<nlohmann::json> {
   std::vector<std::string> in_order;
   std::set<std::string> seen;
-  std::string duplicate;
+  std::optional<std::string> duplicate;  // the first name seen twice ("" is a name too)
   int depth = 0;  // open objects and arrays
   bool null() override { return true; }
   bool boolean(bool) override { return true; }
@@ -205,7 +206,7 @@ struct TopLevelNames final : nlohmann::json_sax<nlohmann::json> {
   bool end_array() override { return --depth, true; }
   bool key(string_t& name) override {
     if (depth == 1) {
-      if (!seen.insert(name).second && duplicate.empty()) duplicate = name;
+      if (!seen.insert(name).second && !duplicate) duplicate = name;
       in_order.push_back(name);
     }
     return true;
@@ -234,7 +235,7 @@ SafetensorsHeader parse_header(std::string_view header_text, uint64_t file_bytes
   if (!json.is_object()) fail(origin, "the header is not a JSON object");
   TopLevelNames names;
   Json::sax_parse(header_text.begin(), header_text.end(), &names);
-  if (!names.duplicate.empty()) fail(origin, "the header names \"" + names.duplicate + "\" twice (duplicate tensor name)");
+  if (names.duplicate) fail(origin, "the header names \"" + *names.duplicate + "\" twice (duplicate tensor name)");
   const std::vector<std::string>& names_in_order = names.in_order;
 
   SafetensorsHeader header;
@@ -251,6 +252,8 @@ SafetensorsHeader parse_header(std::string_view header_text, uint64_t file_bytes
       }
       continue;
     }
+    // As the writer (lay_out) refuses it: what is read must be writable again.
+    if (name.empty()) fail(origin, "a tensor has an empty name");
     const std::string what = "tensor \"" + name + "\"";
     if (!entry.is_object()) fail(origin, what + " must be an object with dtype, shape and data_offsets, found " + std::string(entry.type_name()));
     for (const char* key : {"dtype", "shape", "data_offsets"})

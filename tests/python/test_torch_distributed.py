@@ -47,9 +47,9 @@ def test_schedules_and_checkpoints_under_torchrun_match_muon(ranks):
 
 @needs_gloo
 @pytest.mark.parametrize("ranks", [2, 3, 4])
-def test_the_ring_reduce_scatter_sums_every_ranks_block(ranks):
-    result = torchrun(ranks, os.path.join(HERE, "torchrun_reduce_scatter_check.py"))
-    assert f"ring reduce-scatter, {ranks} ranks: OK" in result.stdout, result.stdout + result.stderr[-4000:]
+def test_the_ring_collectives_sum_and_gather_every_ranks_block(ranks):
+    result = torchrun(ranks, os.path.join(HERE, "torchrun_ring_collectives_check.py"))
+    assert f"ring collectives, {ranks} ranks: OK" in result.stdout, result.stdout + result.stderr[-4000:]
 
 
 @needs_gloo

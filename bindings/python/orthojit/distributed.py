@@ -230,9 +230,36 @@ class _TorchCollectives:
 
     def all_gather(self, source, destination):
         self._release()
+        if not source.is_cuda and self.moves_cpu_tensors:
+            return self._ring_all_gather(source, destination)
         blocks = list(destination.chunk(self.world))
         self.dist.all_gather(blocks, source, group=self.group)
         self._keep(blocks + [source])
+
+    def _ring_all_gather(self, source, destination):
+        # gloo's all-gather (torch 1.13 and 2.x) gathers into a flat temporary of the whole
+        # result and then copies it into the blocks. A ring of point-to-point transfers writes
+        # every block in place: in round s each rank passes on the block it received in round
+        # s-1 (its own first), so after world-1 rounds it holds them all. Same traffic, no
+        # full-size temporary, one pass over the result fewer.
+        world, rank = self.world, self.rank
+        count = source.numel()
+        if destination.numel() != count * world:
+            raise ValueError(f"all_gather: a destination of {destination.numel()} elements for {world} blocks of {count}")
+
+        def block(index):
+            index %= world
+            return destination[index * count:(index + 1) * count]
+
+        block(rank).copy_(source)
+        following, preceding = self._global((rank + 1) % world), self._global((rank - 1) % world)
+        for step in range(world - 1):
+            outgoing, incoming = block(rank - step), block(rank - step - 1)
+            ops = [self.dist.P2POp(self.dist.isend, outgoing, following, self.group),
+                   self.dist.P2POp(self.dist.irecv, incoming, preceding, self.group)]
+            for request in self.dist.batch_isend_irecv(ops):
+                request.wait()
+            self._keep([outgoing, incoming])
 
     def broadcast(self, tensor, root):
         self._release()
