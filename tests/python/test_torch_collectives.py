@@ -181,6 +181,18 @@ def test_reduce_scatter_is_gloos_own_where_it_has_one(refuses):
     assert fake.calls == expected
 
 
+def test_the_rings_move_nothing_for_empty_blocks_and_refuse_sizes_that_do_not_divide():
+    c, fake = collectives(refuses_reduce_scatter=True)
+    c.gloo_reduce_scatter = False
+    c.reduce_scatter(torch.zeros(0), torch.zeros(0))
+    c.all_gather(torch.zeros(0, dtype=torch.uint8), torch.zeros(0, dtype=torch.uint8))
+    assert fake.calls == []
+    with pytest.raises(ValueError, match="reduce_scatter: 7 elements are not 2 blocks of 3"):
+        c.reduce_scatter(torch.zeros(7), torch.zeros(3))
+    with pytest.raises(ValueError, match="all_gather: 5 elements are not 2 blocks of 3"):
+        c.all_gather(torch.zeros(3), torch.zeros(5))
+
+
 def assert_equal(a, b):
     assert torch.equal(a, b), (a, b)
 

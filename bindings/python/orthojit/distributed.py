@@ -197,35 +197,40 @@ class _TorchCollectives:
         count = destination.numel()
         destination.copy_(total[self.rank * count:(self.rank + 1) * count])
 
+    def _ring_round(self, outgoing, incoming):
+        # One round of a ring: `outgoing` to the next rank while `incoming` arrives from the
+        # previous one (one peer for both on two ranks).
+        following, preceding = ((self.rank + step) % self.world for step in (1, -1))
+        ops = [self.dist.P2POp(self.dist.isend, outgoing, self._global(following), self.group),
+               self.dist.P2POp(self.dist.irecv, incoming, self._global(preceding), self.group)]
+        for request in self.dist.batch_isend_irecv(ops):
+            request.wait()
+        self._keep([outgoing, incoming])
+
+    def _blocks(self, tensor, count, what):
+        # The world blocks of `count` elements of a flat tensor, as views (none when empty).
+        if tensor.numel() != count * self.world:
+            raise ValueError(f"{what}: {tensor.numel()} elements are not {self.world} blocks of {count}")
+        return list(tensor.split(count)) if count else []
+
     def _ring_reduce_scatter(self, source, destination):
         # Where gloo has no reduce-scatter (torch 1.13): a ring of point-to-point transfers. In
         # each of world-1 rounds every rank passes a block's partial sum to the next rank and adds
         # its own part to the block it receives from the previous one, so block r is complete at
         # rank r after the last round. Each rank sends (world-1)/world of the data, half an
         # all-reduce's traffic, and holds two blocks instead of a full-size sum.
-        count, world, rank = destination.numel(), self.world, self.rank
-        if source.numel() != count * world:
-            raise ValueError(f"reduce_scatter: a source of {source.numel()} elements for {world} blocks of {count}")
-
-        def block(index):
-            index %= world
-            return source[index * count:(index + 1) * count]
-
-        if world == 1:
+        world, rank = self.world, self.rank
+        blocks = self._blocks(source, destination.numel(), "reduce_scatter")
+        if world == 1 or not blocks:
             destination.copy_(source)
             return
-        following, preceding = self._global((rank + 1) % world), self._global((rank - 1) % world)
-        outgoing = block(rank - 1).clone()
+        outgoing = blocks[(rank - 1) % world].clone()
         incoming = torch.empty_like(outgoing)
         for step in range(world - 1):
             # the last round receives block `rank` itself, straight into the destination
             target = destination if step == world - 2 else incoming
-            ops = [self.dist.P2POp(self.dist.isend, outgoing, following, self.group),
-                   self.dist.P2POp(self.dist.irecv, target, preceding, self.group)]
-            for request in self.dist.batch_isend_irecv(ops):
-                request.wait()
-            self._keep([outgoing, target])
-            target.add_(block(rank - step - 2))
+            self._ring_round(outgoing, target)
+            target.add_(blocks[(rank - step - 2) % world])
             outgoing, incoming = target, outgoing
 
     def all_gather(self, source, destination):
@@ -243,23 +248,12 @@ class _TorchCollectives:
         # s-1 (its own first), so after world-1 rounds it holds them all. Same traffic, no
         # full-size temporary, one pass over the result fewer.
         world, rank = self.world, self.rank
-        count = source.numel()
-        if destination.numel() != count * world:
-            raise ValueError(f"all_gather: a destination of {destination.numel()} elements for {world} blocks of {count}")
-
-        def block(index):
-            index %= world
-            return destination[index * count:(index + 1) * count]
-
-        block(rank).copy_(source)
-        following, preceding = self._global((rank + 1) % world), self._global((rank - 1) % world)
+        blocks = self._blocks(destination, source.numel(), "all_gather")
+        if not blocks:
+            return
+        blocks[rank].copy_(source)
         for step in range(world - 1):
-            outgoing, incoming = block(rank - step), block(rank - step - 1)
-            ops = [self.dist.P2POp(self.dist.isend, outgoing, following, self.group),
-                   self.dist.P2POp(self.dist.irecv, incoming, preceding, self.group)]
-            for request in self.dist.batch_isend_irecv(ops):
-                request.wait()
-            self._keep([outgoing, incoming])
+            self._ring_round(blocks[(rank - step) % world], blocks[(rank - step - 1) % world])
 
     def broadcast(self, tensor, root):
         self._release()
