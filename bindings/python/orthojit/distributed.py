@@ -179,7 +179,7 @@ class _TorchCollectives:
             # gloo's own reduce-scatter (recent PyTorch; torch 2.15 has it): (N-1)/N of the data
             # per rank instead of an all-reduce's twice that, and no full-size sum. Older gloo
             # refuses it before anything moves, the same way on every rank (same torch), so the
-            # first refusal switches every rank to the all-reduce below for good.
+            # first refusal switches every rank to the ring below for good.
             try:
                 scatter(destination, source, group=self.group)
                 self._keep([destination, source])
@@ -190,7 +190,8 @@ class _TorchCollectives:
                 self.gloo_reduce_scatter = False
         if not source.is_cuda and self.moves_cpu_tensors:
             return self._ring_reduce_scatter(source, destination)
-        # the sum of everything, then this rank's block
+        # Host tensors on a group that moves only CUDA tensors (NCCL without a host backend):
+        # the sum of everything, then this rank's block.
         total = source.clone()
         self.dist.all_reduce(total, group=self.group)
         self._keep([total])
