@@ -190,8 +190,7 @@ class _TorchCollectives:
                 self.gloo_reduce_scatter = False
         if not source.is_cuda and self.moves_cpu_tensors:
             return self._ring_reduce_scatter(source, destination)
-        # Host tensors on a group that moves only CUDA tensors (NCCL without a host backend):
-        # the sum of everything, then this rank's block.
+        # Any other pairing of tensor and backend: the sum of everything, then this rank's block.
         total = source.clone()
         self.dist.all_reduce(total, group=self.group)
         self._keep([total])
