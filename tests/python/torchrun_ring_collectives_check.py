@@ -3,14 +3,16 @@ transfers that orthojit.DistributedMuon's collectives run on CPU tensors (the re
 gloo has none, torch 1.13; the all-gather always), against the sum and the concatenation of every
 rank's source computed on each rank.
 
-Every rank makes every rank's source from the same seeds (integers in f32, so the sum is exact
-in any order and the comparison is bit for bit), for blocks of 1, 7 and 2**18 + 3 elements, on all
+Every rank makes every rank's source from the same seeds, fresh each run (rank 0 draws the base
+and broadcasts it; failures print it), integers in f32, so the sum is exact in any order and the
+comparison is bit for bit, for blocks of 1, 7 and 2**18 + 3 elements, on all
 ranks and on a subgroup of every rank but rank 0 (global and group ranks differ there); the
 all-gather also on bytes, as the optimizer passes it. Each rank checks its result, that its
 source was left as it was, and that it sent (world-1)/world of the reduce-scatter's source (the
 ring's traffic, half an all-reduce's) and world-1 blocks of the all-gather. Exits non-zero on any
 mismatch."""
 
+import os
 import sys
 
 import torch
@@ -21,6 +23,9 @@ from orthojit.distributed import _TorchCollectives
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 failures = []
+base = torch.tensor([int.from_bytes(os.urandom(4), "little") if rank == 0 else 0], dtype=torch.int64)
+dist.broadcast(base, 0)
+BASE = int(base.item())  # fresh inputs each run, the same on every rank
 
 
 class CountingDistributed:
@@ -43,7 +48,7 @@ def check_reduce_scatter(group, members, label):
     collectives.gloo_reduce_scatter = False  # the ring even where gloo has its own
     size, me = len(members), members.index(rank)
     for count in (1, 7, 2**18 + 3):
-        sources = [torch.randint(-1000, 1000, (size * count,), generator=torch.Generator().manual_seed(1000 * count + r)).float()
+        sources = [torch.randint(-1000, 1000, (size * count,), generator=torch.Generator().manual_seed(BASE + 1000 * count + r)).float()
                    for r in range(size)]
         source = sources[me].clone()
         destination = torch.full((count,), float("nan"))
@@ -65,7 +70,7 @@ def check_all_gather(group, members, label):
     size, me = len(members), members.index(rank)
     for count in (1, 7, 2**18 + 3):
         for dtype in (torch.float32, torch.uint8):
-            sources = [torch.randint(0, 100, (count,), generator=torch.Generator().manual_seed(7 * count + r)).to(dtype) for r in range(size)]
+            sources = [torch.randint(0, 100, (count,), generator=torch.Generator().manual_seed(BASE + 7 * count + r + 1)).to(dtype) for r in range(size)]
             source = sources[me].clone()
             destination = torch.full((size * count,), 255, dtype=dtype)
             counting.sent = 0
@@ -88,7 +93,7 @@ if rank in others and len(others) > 1:
     check_all_gather(subgroup, others, "ranks 1..")
 dist.barrier()
 for failure in failures:
-    print(f"rank {rank}: {failure}", flush=True)
+    print(f"rank {rank}: {failure} (seed base {BASE})", flush=True)
 if not failures:
     print(f"ring collectives, {world} ranks: OK", flush=True)
 dist.destroy_process_group()
