@@ -136,6 +136,39 @@ TEST_P(MalformedProgram, ReportsExactLocation) {
 INSTANTIATE_TEST_SUITE_P(Cases, MalformedProgram, ::testing::ValuesIn(kMalformed),
                          [](const ::testing::TestParamInfo<Malformed>& param_info) { return std::string(param_info.param.name); });
 
+// Expressions are walked recursively after parsing, so the parser bounds their depth (256) with
+// an error instead of a stack overflow (fuzz_dsl found one: 4000 nested negations under ASan;
+// 100000, or a chain of 200000 additions, crashed the release CLI).
+TEST(Parser, BoundsTheDepthOfExpressions) {
+  auto program = [](const std::string& expression) {
+    return "orthogonalizer x {\n  coefficients jordan repeat 1;\n  step {\n    X = " + expression + ";\n  }\n}";
+  };
+  auto chain = [](int terms) {
+    std::string text = "X";
+    for (int i = 1; i < terms; ++i) text += " + X";
+    return text;
+  };
+  auto error_of = [&](const std::string& expression) -> std::string {
+    try {
+      ir::load_program(program(expression), "<string>");
+    } catch (const CompileError& error) {
+      return error.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error_of(chain(256)), "");  // 255 additions: 256 levels
+  // the 256th "+" (column 11 + 4·255) makes the 257th level
+  EXPECT_NE(error_of(chain(257)).find("<string>:4:1031: error: the expression nests more than 256 levels of operators here"), std::string::npos)
+      << error_of(chain(257));
+  EXPECT_NE(error_of(chain(200000)).find("nests more than 256 levels of operators"), std::string::npos);
+  EXPECT_EQ(error_of(std::string(255, '-') + "X"), "");
+  EXPECT_NE(error_of(std::string(100000, '-') + "X").find("levels of '-' or parentheses"), std::string::npos);
+  EXPECT_NE(error_of(std::string(100000, '(') + "X" + std::string(100000, ')')).find("levels of '-' or parentheses"), std::string::npos);
+  std::string transposes = "X";
+  for (int i = 0; i < 300; ++i) transposes += ".T";
+  EXPECT_NE(error_of(transposes).find("levels of operators"), std::string::npos);
+}
+
 TEST(Parser, NeverCrashesOnTruncations) {
   // Every prefix of a valid program is either valid or a CompileError, never anything else.
   const std::string text(kernels::find_shipped_program("polar_express5")->source);

@@ -19,6 +19,7 @@ struct Expr {
   std::string name;    // Kind::Name ("X", "a", "I", a temporary)
   double number = 0;   // Kind::Number
   std::shared_ptr<const Expr> lhs, rhs;  // operands (rhs empty for unary kinds)
+  int depth = 1;  // the levels of this tree (1 for a leaf); the parser bounds it
 };
 using ExprPtr = std::shared_ptr<const Expr>;
 

@@ -1,6 +1,7 @@
 // Recursive-descent parser for the orthogonalizer DSL.
 #include "dsl/parser.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -294,11 +295,12 @@ class Parser {
   ExprPtr parse_unary() {
     if (at_punct("-")) {
       const Token& op = advance();
+      const NestingGuard guard(*this, op);
       auto node = std::make_shared<Expr>();
       node->kind = Expr::Kind::Negate;
       node->location = op.location;
       node->lhs = parse_unary();
-      return node;
+      return bounded(std::move(node));
     }
     return parse_postfix();
   }
@@ -311,7 +313,7 @@ class Parser {
       node->kind = Expr::Kind::Transpose;
       node->location = op.location;
       node->lhs = value;
-      value = node;
+      value = bounded(std::move(node));
     }
     return value;
   }
@@ -333,6 +335,7 @@ class Parser {
       return node;
     }
     if (accept_punct("(")) {
+      const NestingGuard guard(*this, token);
       ExprPtr inner = parse_expression();
       expect_punct(")", "')' to close '(' at " + token.location.to_string());
       return inner;
@@ -346,8 +349,35 @@ class Parser {
     node->location = location;
     node->lhs = std::move(lhs);
     node->rhs = std::move(rhs);
+    return bounded(std::move(node));
+  }
+
+  // Expressions are walked recursively (lowering, printing, freeing the tree), so their depth is
+  // bounded here, where a clear error can still be given: a chain of 200000 additions or 100000
+  // nested negations overflowed the stack (found by fuzz_dsl). Real steps are a few levels deep.
+  static constexpr int kMaxExpressionDepth = 256;
+
+  static ExprPtr bounded(std::shared_ptr<Expr> node) {
+    node->depth = 1 + std::max(node->lhs ? node->lhs->depth : 0, node->rhs ? node->rhs->depth : 0);
+    if (node->depth > kMaxExpressionDepth)
+      throw CompileError(node->location, "the expression nests more than " + std::to_string(kMaxExpressionDepth) +
+                                             " levels of operators here; split it into several statements");
     return node;
   }
+
+  // Bounds the parser's own recursion ('-' and '(' nest before any node is built).
+  struct NestingGuard {
+    NestingGuard(Parser& parser, const Token& at) : parser_(parser) {
+      if (++parser_.nesting_ > kMaxExpressionDepth)
+        throw CompileError(at.location, "the expression nests more than " + std::to_string(kMaxExpressionDepth) +
+                                            " levels of '-' or parentheses here; split it into several statements");
+    }
+    ~NestingGuard() { --parser_.nesting_; }
+    NestingGuard(const NestingGuard&) = delete;
+    NestingGuard& operator=(const NestingGuard&) = delete;
+    Parser& parser_;
+  };
+  int nesting_ = 0;
 
   double parse_signed_number(const std::string& what) {
     double sign = 1.0;
