@@ -65,9 +65,6 @@ void host_collectives(Communicator& nccl) {
   std::fill(received.begin(), received.end(), -7.0f);
   nccl.all_gather(input.data(), static_cast<int64_t>(count * 4), received.data());
   check(same(received, input), "host all_gather on one rank copies");
-  std::fill(received.begin(), received.end(), -7.0f);
-  nccl.all_gather_v(input.data(), received.data(), {static_cast<int64_t>(count * 4)});
-  check(same(received, input), "host all_gather_v on one rank copies");
   data = input;
   nccl.broadcast(data.data(), static_cast<int64_t>(count * 4), 0);
   check(same(data, input), "host broadcast from rank 0 keeps the root's values");
@@ -97,9 +94,6 @@ void device_collectives(Communicator& nccl) {
   receive.upload(poison.data(), static_cast<int64_t>(count * 4));
   nccl.all_gather(send_pointer, static_cast<int64_t>(count * 4), receive_pointer);
   check(same(device_result(receive), input), "device all_gather on one rank copies");
-  receive.upload(poison.data(), static_cast<int64_t>(count * 4));
-  nccl.all_gather_v(send_pointer, receive_pointer, {static_cast<int64_t>(count * 4)});
-  check(same(device_result(receive), input), "device all_gather_v on one rank copies");
   nccl.broadcast(send_pointer, static_cast<int64_t>(count * 4), 0);
   check(same(device_result(send), input), "device broadcast from rank 0 keeps the root's values");
 }

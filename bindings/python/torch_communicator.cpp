@@ -123,21 +123,6 @@ void TorchCommunicator::all_gather(const void* send, int64_t bytes, void* receiv
   bytes_sent_ += (world_ - 1) * bytes;
 }
 
-void TorchCommunicator::all_gather_v(const void* send, void* receive, const std::vector<int64_t>& bytes) {
-  if (static_cast<int>(bytes.size()) != world_) throw std::invalid_argument("all_gather_v: one size per rank");
-  // One broadcast per rank (the groups' all-gathers take equal sizes only).
-  nb::gil_scoped_acquire gil;
-  int64_t offset = 0;
-  for (int root = 0; root < world_; ++root) {
-    const int64_t size = bytes[static_cast<size_t>(root)];
-    void* place = static_cast<char*>(receive) + offset;
-    if (root == rank_ && size > 0 && place != send) std::memmove(place, send, static_cast<size_t>(size));
-    if (size > 0) collectives_.attr("broadcast")(tensor(place, size, false), root);
-    offset += size;
-  }
-  bytes_sent_ += (world_ - 1) * bytes[static_cast<size_t>(rank_)];
-}
-
 void TorchCommunicator::broadcast(void* data, int64_t bytes, int root) {
   if (bytes <= 0) return;
   nb::gil_scoped_acquire gil;

@@ -14,11 +14,6 @@ void LocalCommunicator::all_gather(const void* send, int64_t bytes, void* receiv
   if (send != receive) std::memmove(receive, send, static_cast<size_t>(bytes));
 }
 
-void LocalCommunicator::all_gather_v(const void* send, void* receive, const std::vector<int64_t>& bytes) {
-  if (bytes.size() != 1) throw std::invalid_argument("all_gather_v: one size per rank (world 1)");
-  if (send != receive) std::memmove(receive, send, static_cast<size_t>(bytes[0]));
-}
-
 void LocalCommunicator::broadcast(void*, int64_t, int root) {
   if (root != 0) throw std::invalid_argument("broadcast: root " + std::to_string(root) + " outside a world of 1");
 }

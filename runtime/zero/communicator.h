@@ -27,8 +27,6 @@ class Communicator {
   virtual void reduce_scatter_sum(const float* send, float* receive, int64_t count) = 0;
   // Every rank contributes `bytes`; `receive` gets world·bytes, rank order.
   virtual void all_gather(const void* send, int64_t bytes, void* receive) = 0;
-  // Variable sizes: rank r contributes bytes[r]; `receive` gets them back to back in rank order.
-  virtual void all_gather_v(const void* send, void* receive, const std::vector<int64_t>& bytes) = 0;
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
 
   // A group of point-to-point transfers completed together (no ordering deadlocks): this rank
@@ -66,7 +64,6 @@ class LocalCommunicator : public Communicator {
   void all_reduce_sum(float*, int64_t) override {}
   void reduce_scatter_sum(const float* send, float* receive, int64_t count) override;
   void all_gather(const void* send, int64_t bytes, void* receive) override;
-  void all_gather_v(const void* send, void* receive, const std::vector<int64_t>& bytes) override;
   void broadcast(void*, int64_t, int root) override;
   void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) override;
 };

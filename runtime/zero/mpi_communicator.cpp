@@ -107,38 +107,6 @@ void MpiCommunicator::all_gather(const void* send, int64_t bytes, void* receive)
   bytes_sent_ += (world_ - 1) * bytes;
 }
 
-void MpiCommunicator::all_gather_v(const void* send, void* receive, const std::vector<int64_t>& bytes) {
-  if (static_cast<int>(bytes.size()) != world_) throw std::invalid_argument("all_gather_v: one size per rank");
-  int64_t total = 0, largest_block = 0;
-  for (int64_t b : bytes) {
-    if (b < 0) throw std::invalid_argument("all_gather_v: a negative size");
-    total += b;
-    largest_block = std::max(largest_block, b);
-  }
-  if (total <= largest_) {
-    std::vector<int> counts(bytes.size()), offsets(bytes.size());
-    int64_t offset = 0;
-    for (size_t r = 0; r < bytes.size(); ++r) {
-      counts[r] = static_cast<int>(bytes[r]);
-      offsets[r] = static_cast<int>(offset);
-      offset += bytes[r];
-    }
-    check(MPI_Allgatherv(send, counts[static_cast<size_t>(rank_)], MPI_BYTE, receive, counts.data(), offsets.data(), MPI_BYTE, communicator_),
-          "MPI_Allgatherv");
-  } else {
-    // Displacements past int's range: each rank's block broadcast from its place, in pieces.
-    int64_t offset = 0;
-    for (int r = 0; r < world_; ++r) {
-      char* place = static_cast<char*>(receive) + offset;
-      if (r == rank_ && bytes[static_cast<size_t>(r)] > 0 && place != send) std::memmove(place, send, static_cast<size_t>(bytes[static_cast<size_t>(r)]));
-      for (int64_t first = 0; first < bytes[static_cast<size_t>(r)]; first += largest_)
-        check(MPI_Bcast(place + first, piece(bytes[static_cast<size_t>(r)] - first, largest_), MPI_BYTE, r, communicator_), "MPI_Bcast");
-      offset += bytes[static_cast<size_t>(r)];
-    }
-  }
-  bytes_sent_ += (world_ - 1) * bytes[static_cast<size_t>(rank_)];
-}
-
 void MpiCommunicator::broadcast(void* data, int64_t bytes, int root) {
   if (root < 0 || root >= world_) throw std::invalid_argument("broadcast: root " + std::to_string(root) + " outside the world");
   for (int64_t first = 0; first < bytes; first += largest_)

@@ -42,7 +42,6 @@ class MpiCommunicator : public Communicator {
   void all_reduce_sum(float* data, int64_t count) override;
   void reduce_scatter_sum(const float* send, float* receive, int64_t count) override;
   void all_gather(const void* send, int64_t bytes, void* receive) override;
-  void all_gather_v(const void* send, void* receive, const std::vector<int64_t>& bytes) override;
   void broadcast(void* data, int64_t bytes, int root) override;
   void exchange(const std::vector<Transfer>& sends, const std::vector<Transfer>& receives) override;
 

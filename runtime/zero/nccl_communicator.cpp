@@ -197,30 +197,6 @@ void NcclCommunicator::all_gather(const void* send, int64_t bytes, void* receive
   impl_->staging_out.download(receive, bytes * world_);
 }
 
-void NcclCommunicator::all_gather_v(const void* send, void* receive, const std::vector<int64_t>& bytes) {
-  // NCCL has no all-gather-v: one broadcast per rank inside a group (NCCL's documented idiom).
-  if (static_cast<int>(bytes.size()) != world_) throw std::invalid_argument("all_gather_v: one size per rank");
-  int64_t total = 0;
-  for (int64_t b : bytes) total += b;
-  const bool direct = on_device(send) && on_device(receive);
-  const auto stream = direct ? static_cast<cudaStream_t>(stream_) : nullptr;
-  const CUdeviceptr in = direct ? reinterpret_cast<CUdeviceptr>(send) : impl_->in(send, bytes[static_cast<size_t>(rank_)]);
-  const CUdeviceptr out = direct ? reinterpret_cast<CUdeviceptr>(receive) : impl_->out(total);
-  check(nccl().groupStart(), "ncclGroupStart");
-  int64_t offset = 0;
-  for (int root = 0; root < world_; ++root) {
-    check(nccl().broadcast(raw(in), raw(out + static_cast<CUdeviceptr>(offset)), static_cast<size_t>(bytes[static_cast<size_t>(root)]), ncclUint8, root,
-                           impl_->comm, stream),
-          "ncclBroadcast");
-    offset += bytes[static_cast<size_t>(root)];
-  }
-  check(nccl().groupEnd(), "ncclGroupEnd");
-  bytes_sent_ += (world_ - 1) * bytes[static_cast<size_t>(rank_)];
-  if (direct) return;
-  impl_->synchronize();
-  impl_->staging_out.download(receive, total);
-}
-
 void NcclCommunicator::broadcast(void* data, int64_t bytes, int root) {
   const auto stream = static_cast<cudaStream_t>(stream_);
   bytes_sent_ += (world_ - 1) * bytes / world_;
