@@ -1,6 +1,7 @@
 // Tuning record files: load, merge under a lock, atomic replace.
 #include "autotune/tuning_record.h"
 
+#include "autotune/json_depth.h"
 #include "autotune/json_integer.h"
 
 #include <fcntl.h>
@@ -62,6 +63,7 @@ LoadedRecords load_tuning_file(const std::string& path) {
 LoadedRecords parse_tuning_file(const std::string& text, const std::string& origin) {
   LoadedRecords result;
   try {
+    if (const std::string deep = json_depth_problem(text); !deep.empty()) throw std::runtime_error(deep);
     const nlohmann::json document = nlohmann::json::parse(text);
     if (!document.is_object()) throw std::runtime_error("the top level is not a JSON object");
     const int schema = json_int(document.at("schema_version"), "schema_version");

@@ -6,6 +6,8 @@
 #include <cctype>
 #include <sstream>
 
+#include "cpu/thread_pool.h"
+
 namespace orthojit::cli {
 
 Arguments::Arguments(const std::vector<std::string>& args, const std::set<std::string>& valued, const std::set<std::string>& flags) {
@@ -58,6 +60,13 @@ int parse_count(const std::string& text, const std::string& option) {
   return std::stoi(text);
 }
 
+int parse_threads(const std::string& text) {
+  const int threads = parse_count(text, "threads");
+  if (threads > cpu::kMaxThreads)
+    throw runtime::UsageError("invalid --threads '" + text + "'; expected 0 (one per logical core) or 1 to " + std::to_string(cpu::kMaxThreads));
+  return threads;
+}
+
 std::vector<int> parse_int_list(const std::string& text, const std::string& option) {
   std::vector<int> values;
   std::stringstream stream(text);
@@ -98,7 +107,7 @@ runtime::OrthogonalizeOptions orthogonalize_options(const Arguments& arguments) 
     options.cpu_isa = *isa;
   }
   if (auto kernel = arguments.get("kernel")) options.cpu_kernel = *kernel;
-  if (auto threads = arguments.get("threads")) options.threads = parse_count(*threads, "threads");
+  if (auto threads = arguments.get("threads")) options.threads = parse_threads(*threads);
   if (auto variant = arguments.get("variant")) {
     if (options.backend != "cuda") throw runtime::UsageError("--variant is an option of --backend cuda");
     options.cuda_variant = *variant;

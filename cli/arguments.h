@@ -28,6 +28,8 @@ class Arguments {
 
 // A non-negative integer option value. Throws UsageError.
 int parse_count(const std::string& text, const std::string& option);
+// --threads: 0 (one per logical core) or 1 to cpu::kMaxThreads; UsageError otherwise.
+int parse_threads(const std::string& text);
 // --budget SECONDS: a positive number, or `fallback` when absent. Throws UsageError.
 double parse_budget(const std::optional<std::string>& text, double fallback);
 

@@ -44,7 +44,7 @@ int bench_model_command(const std::vector<std::string>& args) {
   const dsl::Program program = kernels::load_program_by_name_or_path(program_name);
   const std::optional<ScalarType> precision = runtime::parse_tuning_precision(arguments.get("precision"));
   const double budget = parse_budget(arguments.get("budget"), 60);
-  const int threads = arguments.has("threads") ? parse_count(*arguments.get("threads"), "threads") : 0;
+  const int threads = arguments.has("threads") ? parse_threads(*arguments.get("threads")) : 0;
   // Before the benchmark, not after its minutes: a chart that cannot be drawn.
   if (auto png = arguments.get("plot"))
     if (const std::string why = plot_unavailable_reason(*png); !why.empty()) throw runtime::UsageError("--plot " + *png + ": " + why);

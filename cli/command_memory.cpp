@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "autotune/json_depth.h"
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "runtime/model_config.h"
@@ -39,6 +40,7 @@ int memory_command(const std::vector<std::string>& args) {
   else if (tied != "auto") throw runtime::UsageError("invalid --tied-embeddings '" + tied + "'; expected auto, yes or no");
 
   const std::string text = runtime::read_model_config(path);
+  if (const std::string deep = autotune::json_depth_problem(text); !deep.empty()) throw runtime::UsageError(path + ": " + deep);
   nlohmann::json config;
   try {
     config = nlohmann::json::parse(text);

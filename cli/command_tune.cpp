@@ -109,7 +109,7 @@ int tune_command(const std::vector<std::string>& args) {
     }
   }
   request.budget = parse_budget(arguments.get("budget"), 90);
-  request.threads = arguments.has("threads") ? parse_count(*arguments.get("threads"), "threads") : 0;
+  request.threads = arguments.has("threads") ? parse_threads(*arguments.get("threads")) : 0;
   request.out = arguments.get("out");
   request.retune = arguments.has("retune");
   const bool json = arguments.has("json");

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "autotune/json_depth.h"
+
 #include "runtime/orthogonalize.h"
 
 namespace orthojit::runtime {
@@ -24,6 +26,7 @@ autotune::ModelShapes load_model_matrices(const std::string& path, const autotun
 }
 
 autotune::ModelShapes parse_model_matrices(const std::string& text, const std::string& path, const autotune::ModelShapeOptions& options) {
+  if (const std::string deep = autotune::json_depth_problem(text); !deep.empty()) throw UsageError(path + ": " + deep);
   nlohmann::json config;
   try {
     config = nlohmann::json::parse(text);

@@ -18,6 +18,7 @@
 #include "support/host_cpu.h"
 #include "cpu/build_status.h"
 #include "cpu/cpu_executable.h"
+#include "cpu/thread_pool.h"
 #include "ir/printer.h"
 #include "passes/pipeline.h"
 #include "reference/interpreter.h"
@@ -273,7 +274,8 @@ std::shared_ptr<CompiledOrthogonalizer> compile_orthogonalizer(const dsl::Progra
     if (!cpu::host_supports(*isa)) throw UsageError("this CPU cannot run the " + options.cpu_isa + " code path");
     cpu_options.isa = *isa;
   }
-  if (options.threads < 0) throw UsageError("--threads must be 0 (all cores) or positive");
+  if (options.threads < 0 || options.threads > cpu::kMaxThreads)
+    throw UsageError("--threads " + std::to_string(options.threads) + ": expected 0 (one per logical core) or 1 to " + std::to_string(cpu::kMaxThreads));
   // Until the autotuner sets blocking per shape, ORTHOJIT_CPU_BLOCKING="MC,KC,NC[,DIRECT]" overrides
   // the defaults (for experiments; bench/RESULTS.md); DIRECT is GemmBlocking::direct_operand_bytes
   // (0: every operand packed).

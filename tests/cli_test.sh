@@ -90,6 +90,11 @@ np.save(f"{w}/ints.npy", np.arange(12, dtype=np.int32).reshape(3, 4))
 PY
 expect 0 "" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy"
 expect 0 "backend cpu" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --backend cpu --threads 1 --isa generic --verbose
+# --threads beyond kMaxThreads: refused (99999 started that many threads, exhausted the process
+# limit and starved the machine's other processes)
+expect 2 "invalid --threads '99999'; expected 0 (one per logical core) or 1 to 1024" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --threads 99999
+expect 2 "invalid --threads '1025'" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --threads 1025
+expect 2 "invalid --threads '5000'" -- "$orthojit" tune --shape 8x16 --threads 5000 --out "$work/never.json"
 expect 2 "unknown ISA 'avx1024'" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --backend cpu --isa avx1024
 [[ -s "$work/y.npy" ]] && echo "ok: output written" || { echo "FAIL: no output file"; failures=$((failures + 1)); }
 expect 0 "gram: requested" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --strategy gram --verbose
@@ -185,6 +190,11 @@ expect 0 "43.5% less optimizer state" -- "$orthojit" memory --model "$models/lla
 expect 0 '"reduction_percent"' -- "$orthojit" memory --model "$models/qwen2.5-3b.json" --json
 expect 0 "q, k, v biases (Qwen2, per layer)" -- "$orthojit" memory --model "$models/qwen2.5-3b.json"
 expect 0 "Muon: hidden matrices" -- "$orthojit" memory --model default
+# A deeply nested document is refused before it is parsed: 100000 nested objects overflowed the
+# stack when the memory accounting copied the parsed document (rc 139).
+/usr/bin/python3 -c 'print("{\"a\":" * 100000 + "1" + "}" * 100000)' > "$work/deep.json"
+expect 2 "nested more than 64 levels deep (at byte 320)" -- "$orthojit" memory --model "$work/deep.json"
+expect 2 "nested more than 64 levels deep" -- "$orthojit" plan --model "$work/deep.json" --world 2 --stage 1
 if "$orthojit" memory --model "$models/llama-3-8b.json" --json | /usr/bin/python3 -c '
 import json, sys
 r = json.load(sys.stdin)

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -92,6 +93,12 @@ TEST(ThreadPool, SpinComesFromTheEnvironmentWithinBounds) {
   }
   ::unsetenv("ORTHOJIT_THREAD_SPIN_US");
   EXPECT_EQ(ThreadPool(2, 7).spin_microseconds(), 7) << "an explicit value wins";
+}
+
+TEST(ThreadPool, RefusesMoreThanKMaxThreads) {
+  // The safety net under the front ends' checks: no pool of 99999 threads.
+  EXPECT_THROW(ThreadPool(kMaxThreads + 1), std::invalid_argument);
+  EXPECT_EQ(ThreadPool(2).size(), 2);
 }
 
 }  // namespace

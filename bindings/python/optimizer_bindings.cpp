@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "autotune/json_depth.h"
 #include "bindings/python/bindings.h"
 #include "bindings/python/tensor_view.h"
 #include "runtime/muon/deepspeed_config.h"
@@ -499,6 +500,7 @@ void register_optimizer(nb::module_& m) {
   m.def(
       "deepspeed_settings",
       [](const std::string& json_text, bool strict, const std::string& origin) {
+        if (const std::string deep = autotune::json_depth_problem(json_text); !deep.empty()) throw std::invalid_argument(origin + ": " + deep);
         nlohmann::json config;
         try {
           config = nlohmann::json::parse(json_text);

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 #include "support/host_cpu.h"
 
@@ -35,6 +37,8 @@ inline void cpu_relax() {
 }  // namespace
 
 ThreadPool::ThreadPool(int threads, int spin_microseconds) : spin_microseconds_(spin_microseconds >= 0 ? spin_microseconds : spin_from_environment()) {
+  if (threads > kMaxThreads)
+    throw std::invalid_argument("a thread pool of " + std::to_string(threads) + " threads; at most " + std::to_string(kMaxThreads));
   for (int worker = 1; worker < std::max(threads, 1); ++worker) workers_.emplace_back([this, worker] { worker_loop(worker); });
 }
 

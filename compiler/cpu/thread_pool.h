@@ -25,9 +25,15 @@
 
 namespace orthojit::cpu {
 
+// The most threads a pool takes: far beyond the cores of any machine this runs on. A larger count
+// is a typo that would start that many threads (`--threads 99999` ran out of the process limit and
+// starved the machine's other processes); front ends refuse it with their option's name.
+inline constexpr int kMaxThreads = 1024;
+
 class ThreadPool {
  public:
-  // threads >= 1; the caller is one of them. spin_microseconds < 0: the default (above).
+  // 1 <= threads <= kMaxThreads (std::invalid_argument otherwise); the caller is one of them.
+  // spin_microseconds < 0: the default (above).
   explicit ThreadPool(int threads, int spin_microseconds = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

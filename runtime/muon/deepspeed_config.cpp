@@ -9,6 +9,8 @@
 #include <optional>
 #include <sstream>
 
+#include "autotune/json_depth.h"
+
 namespace orthojit::runtime {
 namespace {
 
@@ -452,6 +454,7 @@ DeepSpeedConfig load_deepspeed_config(const std::string& path, bool strict) {
 }
 
 DeepSpeedConfig parse_deepspeed_config_text(const std::string& text, const std::string& origin, bool strict) {
+  if (const std::string deep = autotune::json_depth_problem(text); !deep.empty()) throw DeepSpeedConfigError(origin + ": " + deep);
   json config;
   try {
     config = json::parse(text);

@@ -234,6 +234,17 @@ def test_bad_options_are_value_errors():
         orthojit.orthogonalize(g, program=42)
 
 
+@pytest.mark.parametrize("threads", [10**6, 1025, -1, "2", 2.5, True, None])
+def test_threads_outside_zero_to_1024_are_refused(threads):
+    # 10**6 started that many threads (no return within a minute, the machine's process limit
+    # exhausted); "2" or 2.5 gave a bare signature error listing C++ types.
+    g = random_matrix((8, 16))
+    with pytest.raises(ValueError, match=r"threads = .*: expected 0 \(one per logical core\) or a whole number from 1 to 1024"):
+        orthojit.orthogonalize(g, threads=threads)
+    with pytest.raises(ValueError, match="threads"):
+        orthojit.bench("jordan_ns5", (8, 16), repeat=1, threads=threads)
+
+
 # ---- out= ---------------------------------------------------------------------------------
 
 def test_out_numpy_is_written_in_place():
@@ -332,6 +343,15 @@ def test_compiled_gram_kernel_and_torch():
 def test_compile_shape_errors():
     with pytest.raises(ValueError, match="positive sizes"):
         orthojit.compile("jordan_ns5", (0, 16))
+    # not truncated or cast: (8.7, 16.2) was compiled as 8x16, (True, True) as 1x1, batch "2" as 2
+    with pytest.raises(TypeError, match=r"expected whole numbers \(ints\), got \(8.7, 16.2\)"):
+        orthojit.compile("jordan_ns5", (8.7, 16.2))
+    with pytest.raises(TypeError, match="whole numbers"):
+        orthojit.compile("jordan_ns5", (True, True))
+    with pytest.raises(TypeError, match="batch must be a whole number"):
+        orthojit.compile("jordan_ns5", (8, 16), batch="2")
+    with pytest.raises(ValueError, match="has a size above 2147483647"):
+        orthojit.compile("jordan_ns5", (2**40, 4))
     with pytest.raises(ValueError, match="batch"):
         orthojit.compile("jordan_ns5", (3, 8, 16), batch=2)
 

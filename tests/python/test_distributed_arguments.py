@@ -344,3 +344,42 @@ def test_channels_last_filters_step_as_their_contiguous_twins(tmp_path):
     last[0].weight.grad[0, 0, 0, 0] = float("nan")
     assert a.step()["skipped"]
     assert all(torch.equal(p, q) for p, q in zip(last.parameters(), before))
+
+
+@pytest.mark.parametrize("replace, message", [
+    (lambda m: m.to(torch.bfloat16), r"dtype torch.float32 -> torch.bfloat16"),
+    (lambda m: setattr(m.weight, "data", m.weight.data.double()), r"dtype torch.float32 -> torch.float64"),
+    (lambda m: setattr(m.weight, "data", m.weight.data[:2].clone()), r"shape \(4, 6\) -> \(2, 6\)"),
+    (lambda m: setattr(m.weight, "data", m.weight.data.clone()), r"its storage"),
+])
+def test_a_parameter_whose_storage_was_replaced_is_refused_before_the_runtime_writes_it(replace, message):
+    # The runtime addresses the memory the parameters had at construction: a step after
+    # model.to(dtype) or p.data = ... wrote into freed memory (a heap corruption), or updated a
+    # tensor the model no longer used. Each call that reads or writes parameters refuses it.
+    encoder, _ = pair_of_linears()
+    optimizer = orthojit.DistributedMuon(encoder.named_parameters(), comm="local")
+    replace(encoder)
+    for p in encoder.parameters():
+        p.grad = torch.ones_like(p)
+    before = {n: p.detach().clone() for n, p in encoder.named_parameters()}
+    for call in (optimizer.step, optimizer.accumulate, optimizer.gather_parameters,
+                 lambda: optimizer.qk_clip("weight", "weight", 2, [1e9, 1e9], 1.0)):
+        with pytest.raises(ValueError, match=message):
+            call()
+    for name, p in encoder.named_parameters():
+        assert torch.equal(p.detach(), before[name]), f"{name} changed"
+    assert optimizer.steps_taken == 0
+
+
+def test_a_gradient_of_another_shape_is_refused_before_it_is_read():
+    # The runtime reads as many elements as the parameter has: a shorter gradient was read past its
+    # end, a longer one truncated, without a word.
+    encoder, _ = pair_of_linears()
+    optimizer = orthojit.DistributedMuon(encoder.named_parameters(), comm="local")
+    same_random_gradients(1, encoder)
+    encoder.bias.grad.data = torch.randn(2)
+    with pytest.raises(ValueError, match=r"the gradient of 'bias' has shape \(2,\), the parameter \(4,\)"):
+        optimizer.step()
+    with pytest.raises(ValueError, match=r"the gradient of 'bias' has shape \(2,\)"):
+        optimizer.accumulate()
+    assert optimizer.steps_taken == 0

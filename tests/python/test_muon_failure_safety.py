@@ -190,3 +190,68 @@ def test_a_kernel_that_fails_to_compile_fails_the_step_before_anything_changes(t
         optimizer.step()
     assert_unchanged(module, optimizer, before)
     assert "momentum_buffer" not in optimizer.state[square] or not optimizer.state[square]["momentum_buffer"].any()
+
+
+def stepped_model_and_optimizer():
+    model = model_and_gradients(3)
+    optimizer = orthojit.Muon(model.named_parameters())
+    optimizer.step()
+    model(torch.randn(16, 8)).square().mean().backward()
+    return model, optimizer
+
+
+@pytest.mark.parametrize("spoil, message", [
+    # a parameter given new memory of another shape: its plan and state are for the old one
+    (lambda m, o: (setattr(m[0].weight, "data", torch.rand(4, 8)), setattr(m[0].weight.grad, "data", torch.rand(4, 8))),
+     r"parameter '0.weight' has shape \(4, 8\), but it had \(12, 8\)"),
+    (lambda m, o: setattr(m[0].weight.grad, "data", torch.rand(4, 8)), r"its gradient has shape \(4, 8\), the parameter \(12, 8\)"),
+    (lambda m, o: setattr(m[1].bias.grad, "data", torch.rand(2)), r"its gradient has shape \(2,\), the parameter \(6,\)"),
+    (lambda m, o: o.state[m[0].weight].update(momentum_buffer=torch.zeros(4, 4)),
+     r"state 'momentum_buffer' is torch.float32 \(4, 4\), expected torch.float32 \(12, 8\)"),
+    (lambda m, o: o.state[m[0].weight].update(momentum_buffer=o.state[m[0].weight]["momentum_buffer"].double()),
+     r"state 'momentum_buffer' is torch.float64"),
+    # AdamW's state: the second AdamW parameter's, so that a step updating one by one would already
+    # have changed the first
+    (lambda m, o: o.state[m[1].bias].update(exp_avg=torch.zeros(2)), r"'1.bias': state 'exp_avg' is torch.float32 \(2,\)"),
+    (lambda m, o: o.state[m[1].bias].update(exp_avg_sq=o.state[m[1].bias]["exp_avg_sq"].double()), r"state 'exp_avg_sq' is torch.float64"),
+    (lambda m, o: o.state[m[1].bias].update(step=torch.tensor(-5)), r"state 'step' is -5, a negative step count"),
+    (lambda m, o: o.state[m[1].bias].update(step="x"), r"state 'step' is a str"),
+    (lambda m, o: o.state[m[1].bias].pop("exp_avg"), r"its AdamW state has \['exp_avg_sq', 'step'\]"),
+])
+def test_a_parameter_gradient_or_state_of_the_wrong_shape_fails_the_step_before_anything_changes(spoil, message):
+    # The runtime steps raw memory: a shrunk parameter, a short gradient or a small momentum buffer
+    # was read and written past its end (NaN parameters, then a heap corruption), and AdamW's state
+    # was checked one parameter at a time, after the first had been updated.
+    model, optimizer = stepped_model_and_optimizer()
+    spoil(model, optimizer)
+    before = snapshot(model, optimizer)
+    with pytest.raises(ValueError, match=message):
+        optimizer.step()
+    assert_unchanged(model, optimizer, before)
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda sd, k: sd["state"][k["muon"]]["momentum_buffer"].view(-1).__setitem__(5, float("nan")), r"momentum_buffer' holds a NaN"),
+    (lambda sd, k: sd["state"][k["adam"]]["exp_avg_sq"].view(-1).__setitem__(0, -1.0), r"exp_avg_sq' holds a negative value"),
+    (lambda sd, k: sd["state"][k["adam"]].update(step=torch.tensor(-1)), r"'1.bias.step' holds a negative value"),
+    (lambda sd, k: sd["param_groups"][0].update(lr="abc"), r"lr = 'abc'"),
+    (lambda sd, k: sd["param_groups"][0].pop("momentum"), r"momentum = None"),
+    (lambda sd, k: sd["param_groups"][0].update(nesterov="no"), r"nesterov = 'no'"),
+    (lambda sd, k: sd.pop("state"), r"a dict with 'state' \(a dict\) and 'param_groups' \(a list\)"),
+    (lambda sd, k: sd.update(state=[]), r"a dict with 'state'"),
+    (lambda sd, k: sd["state"].update({k["adam"]: 5}), r"has state a int"),
+    (lambda sd, k: sd.update(orthojit={"steps_taken": "abc"}), r"steps_taken >= 0"),
+])
+def test_a_state_dict_that_could_not_drive_a_step_is_refused_at_load(spoil, message):
+    model, optimizer = stepped_model_and_optimizer()
+    state_dict = optimizer.state_dict()
+    index = {"muon": 0, "adam": None}
+    adam_group = next(g for g in state_dict["param_groups"] if not g["use_muon"])
+    index["adam"] = adam_group["params"][adam_group["param_names"].index("1.bias")]
+    index["muon"] = next(i for i, s in state_dict["state"].items() if "momentum_buffer" in s)
+    spoil(state_dict, index)
+    before = snapshot(model, optimizer)
+    with pytest.raises(ValueError, match=message):
+        optimizer.load_state_dict(state_dict)
+    assert_unchanged(model, optimizer, before)
+    optimizer.step()  # what it held is still usable

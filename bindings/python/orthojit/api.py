@@ -14,6 +14,7 @@ this build and machine have the CUDA backend (``info()["cuda"]``).
 from __future__ import annotations
 
 import json as _json
+import numbers as _numbers
 import os as _os
 from typing import Callable, Any, Dict, Optional, Sequence, Tuple, Union
 
@@ -89,6 +90,26 @@ def _precision(precision: Optional[str]) -> Optional[str]:
     if precision is None or isinstance(precision, str):
         return precision
     raise TypeError(f"precision: expected None or one of 'bf16', 'f16', 'f32', 'f64', got {type(precision).__name__}")
+
+
+_MAX_THREADS = 1024  # the runtime's bound (kMaxThreads, compiler/cpu/thread_pool.h)
+_MAX_DIMENSION = 2**31 - 1  # a size the core takes (its own checks then bound the elements)
+
+
+def _whole(name: str, value: Any, least: int, most: int) -> int:
+    """An integer argument, checked here rather than converted: 8.7, "2" or True would be truncated
+    or cast without a word, and a value beyond the core's int a bare signature error."""
+    if isinstance(value, bool) or not isinstance(value, _numbers.Integral):
+        raise TypeError(f"{name} must be a whole number (an int), got {value!r}")
+    if not least <= int(value) <= most:
+        raise ValueError(f"{name} = {int(value)}: expected a whole number from {least} to {most}")
+    return int(value)
+
+
+def _threads(threads: Any) -> int:
+    if isinstance(threads, bool) or not isinstance(threads, _numbers.Integral) or not 0 <= int(threads) <= _MAX_THREADS:
+        raise ValueError(f"threads = {threads!r}: expected 0 (one per logical core) or a whole number from 1 to {_MAX_THREADS}")
+    return int(threads)
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> str:
@@ -207,6 +228,8 @@ def orthogonalize(x, program: ProgramLike = "jordan_ns5", strategy: str = "auto"
     if _is_torch_tensor(x) and x.is_cuda and backend == "auto":
         backend = "cuda"
 
+    threads = _threads(threads)
+
     def call(array, target):
         return _core.orthogonalize(array, program, strategy, precision, backend, target, threads)
 
@@ -223,13 +246,15 @@ def compile(program: ProgramLike, shape: Sequence[int], batch: int = 1, strategy
     _check_choice("strategy", strategy, ("auto", "standard", "gram"))
     _check_choice("backend", backend, ("auto", "cpu", "ref", "cuda"))
     dims = _shape(shape, "shape")
+    batch = _whole("batch", batch, 1, _MAX_DIMENSION)
+    threads = _threads(threads)
     if len(dims) == 3:
         if batch != 1 and batch != dims[0]:
             raise ValueError(f"shape {tuple(shape)} has batch {dims[0]} but batch={batch} was given")
         batch, dims = dims[0], dims[1:]
     if len(dims) != 2:
         raise ValueError(f"shape: expected (rows, cols) or (batch, rows, cols), got {tuple(shape)}")
-    return Compiled(_core.compile(program, dims[0], dims[1], int(batch), strategy, precision, backend, threads))
+    return Compiled(_core.compile(program, dims[0], dims[1], batch, strategy, precision, backend, threads))
 
 
 def _shape(shape, name: str) -> Tuple[int, ...]:
@@ -243,9 +268,14 @@ def _shape(shape, name: str) -> Tuple[int, ...]:
             dims = (dims[2], dims[0], dims[1])
         return dims
     try:
-        dims = tuple(int(d) for d in shape)
+        dims = tuple(shape)
     except TypeError:
         raise TypeError(f"{name}: expected a tuple of ints, got {type(shape).__name__}") from None
+    if any(isinstance(d, bool) or not isinstance(d, _numbers.Integral) for d in dims):
+        raise TypeError(f"{name}: expected whole numbers (ints), got {tuple(shape)!r}")
+    dims = tuple(int(d) for d in dims)
+    if any(d > _MAX_DIMENSION for d in dims):
+        raise ValueError(f"{name}: {tuple(shape)} has a size above {_MAX_DIMENSION}")
     if any(d < 1 for d in dims) or len(dims) not in (2, 3):
         raise ValueError(f"{name}: expected (rows, cols) or (batch, rows, cols) with positive sizes, got {tuple(shape)}")
     return dims
@@ -368,10 +398,11 @@ def tune(model_config=None, budget: float = 90, backend: str = "cpu", program: P
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
         raise ValueError(f"budget must be a positive number of seconds, got {budget!r}")
     restart_text = _restarts(restarts)
+    threads = _threads(threads)
     bar = progress if callable(progress) else _TuneProgressBar(bool(progress))
     try:
         text = _core.tune(model, is_json, triple, _program(program), _precision(precision), float(budget), backend,
-                          _os.fspath(out) if out is not None else None, bool(per_head), bool(retune), int(threads), bool(verbose), bar,
+                          _os.fspath(out) if out is not None else None, bool(per_head), bool(retune), threads, bool(verbose), bar,
                           restart_text)
     finally:
         if isinstance(bar, _TuneProgressBar):
@@ -390,10 +421,10 @@ def bench(program: ProgramLike, shape, backend: str = "cpu", strategy: str = "au
     _check_choice("backend", backend, ("cpu", "ref", "cuda"))
     _check_choice("strategy", strategy, ("auto", "standard", "gram"))
     _check_choice("kernel", kernel, ("", "fma", "bf16dot", "amx"))
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        raise ValueError(f"repeat must be a positive integer, got {repeat!r}")
+    repeat = _whole("repeat", repeat, 1, 1_000_000)
+    threads = _threads(threads)
     rows, cols, batch = _triple(shape)
-    record = _json.loads(_core.bench(_program(program), rows, cols, batch, backend, strategy, _precision(precision), repeat, int(threads), isa, variant, kernel))
+    record = _json.loads(_core.bench(_program(program), rows, cols, batch, backend, strategy, _precision(precision), repeat, threads, isa, variant, kernel))
     for name in ("median", "p20", "p80"):
         record[name + "_ms"] = record[name + "_s"] * 1e3
     return record
@@ -440,7 +471,8 @@ def bench_model(model_config=None, budget: float = 60, program: ProgramLike = "j
     triple = _triple(shape) if shape is not None else None
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
         raise ValueError(f"budget must be a positive number of seconds, got {budget!r}")
-    return BenchModelResult(_json.loads(_core.bench_model(model, is_json, triple, _program(program), _precision(precision), float(budget), int(threads), bool(per_head))))
+    threads = _threads(threads)
+    return BenchModelResult(_json.loads(_core.bench_model(model, is_json, triple, _program(program), _precision(precision), float(budget), threads, bool(per_head))))
 
 
 def plan(model_config, world: int, stage: int, mode: str = "deepspeed", alignment: int = 1, per_head: bool = False, *,

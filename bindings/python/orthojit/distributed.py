@@ -429,6 +429,11 @@ class DistributedMuon(torch.optim.Optimizer):
         self._shadows = [(tensor, tensor.detach().contiguous()) for _, tensor in self._parameters
                          if isinstance(tensor, torch.Tensor) and _channels_last(tensor)]
         contiguous = {id(tensor): shadow for tensor, shadow in self._shadows}
+        # What the runtime holds of each parameter: its address (a shadowed filter's is its copy's),
+        # dtype and shape. A parameter whose storage is replaced afterwards (model.to(dtype),
+        # p.data = ...) is refused at the next call, not written through a stale address.
+        self._bound = {name: (None if id(tensor) in contiguous else tensor.data_ptr(), tensor.dtype, tensor.shape, tensor.device)
+                       for name, tensor in self._parameters if isinstance(tensor, torch.Tensor)}
         self._core = _orthojit.Distributed([(name, contiguous.get(id(tensor), tensor.detach()), use_muon.get(name))
                                             for name, tensor in self._parameters], handle, preset,
                                            overrides, stage, mode, bool(average_gradients), bool(offload), engine, collectives,
@@ -556,6 +561,35 @@ class DistributedMuon(torch.optim.Optimizer):
 
         return json.loads(self._core.plan_json())
 
+    def _parameter_problem(self, name, tensor):
+        """Why the runtime can no longer step this parameter (its storage was replaced after
+        construction), or None."""
+        address, dtype, shape, device = self._bound[name]
+        now = (tensor.dtype, tensor.shape, tensor.device)
+        if now != (dtype, shape, device) or (address is not None and tensor.data_ptr() != address):
+            changed = ", ".join(f"{what} {before} -> {after}" for what, before, after in
+                                zip(("dtype", "shape", "device"), (dtype, tuple(shape), device), (now[0], tuple(now[1]), now[2]))
+                                if before != after) or "its storage"
+            return (f"parameter '{name}' is no longer the tensor memory DistributedMuon was built on ({changed}: e.g. model.to(...) or "
+                    "p.data = ... after construction); the runtime's partitions address the old memory. Change parameters in place "
+                    "(p.data.copy_(...)), or build the optimizer after the change (state_dict / load_state_dict carry its state over); "
+                    "nothing was changed")
+        return None
+
+    def _require_parameters_bound(self, doing, gradients=()):
+        """Raises on every rank when any rank's parameters moved or its gradients do not have their
+        parameters' shapes (one all-reduce with more than one rank: a rank that raised alone would
+        leave the others waiting in the next collective)."""
+        problem = next((p for p in (self._parameter_problem(name, tensor) for name, tensor in self._parameters) if p), None)
+        if problem is None:
+            shapes = {name: tensor.shape for name, tensor in self._parameters}
+            problem = next((f"the gradient of '{name}' has shape {tuple(grad.shape)}, the parameter {tuple(shapes[name])}; nothing was "
+                            "changed" for name, grad in gradients if grad.shape != shapes[name]), None)
+        if self.world > 1:
+            self._core.require_on_every_rank(problem or "", doing)
+        elif problem:
+            raise ValueError(problem)
+
     def _gradients(self, after_accumulation=False):
         """The (name, gradient) pairs to step on, and the names without a gradient under
         missing_grad = skip, which the runtime refuses on every rank together (so that the other
@@ -585,6 +619,7 @@ class DistributedMuon(torch.optim.Optimizer):
         At stages 2 and 3 each micro-batch is reduce-scattered here (a collective: every rank calls
         it as often), and the reduced micro-batches are summed."""
         gradients, missing = self._gradients()
+        self._require_parameters_bound("accumulating gradients", gradients)
         self._core.step(gradients, True, self._stream(), missing)
         self._accumulated = True
 
@@ -600,6 +635,7 @@ class DistributedMuon(torch.optim.Optimizer):
                 loss = closure()
         self._apply_groups()
         gradients, missing = self._gradients(self._accumulated)
+        self._require_parameters_bound("the step", gradients)
         with self._through_shadows():
             self.last_report = self._core.step(gradients, False, self._stream(), missing)
         self._accumulated = False
@@ -624,6 +660,7 @@ class DistributedMuon(torch.optim.Optimizer):
 
         if isinstance(s_max, torch.Tensor):
             s_max = s_max.detach().double().cpu().reshape(-1).tolist()
+        self._require_parameters_bound("QK-clip")
         with self._through_shadows():
             self._core.qk_clip(resolve(q_param), resolve(k_param), int(head_rows), [float(s) for s in s_max], float(tau))
 
@@ -749,5 +786,6 @@ class DistributedMuon(torch.optim.Optimizer):
     def gather_parameters(self):
         """Stage 3: every rank's parameters receive the other ranks' slices (collective). Stages 1-2:
         nothing to do, the parameters are whole after every step."""
+        self._require_parameters_bound("gathering the parameters")
         with self._through_shadows():
             self._core.gather_parameters(self._stream())

@@ -226,6 +226,7 @@ class Muon(torch.optim.Optimizer):
         self._use_muon = use_muon
         self._matrix_options = {k: dict(v) for k, v in (matrix_options or {}).items()}
         self._plans: Dict[int, Any] = {}  # id(param) -> MatrixPlan (Muon parameters)
+        self._shapes: Dict[int, torch.Size] = {}  # id(param) -> its shape when added (what its plan and state are for)
         self._next_index = 0
         # Parameters stepped by the tensor path (orthojit/tensor_step.py): CUDA ones always; CPU
         # ones only when a test forces it (the same code then runs without a GPU).
@@ -359,6 +360,7 @@ class Muon(torch.optim.Optimizer):
             parts.append(part)
         plans = {id(p): self._plan(n, p, matrix) for part in parts if part["use_muon"] for n, p in zip(part["param_names"], part["params"])}
         self._plans.update(plans)
+        self._shapes.update({id(p): p.shape for p in tensors})
         # torch's add_param_group fills a group's missing keys from defaults (Muon's: above); each
         # part here already has its own, and an AdamW part must not take Muon's.
         defaults, self.defaults = self.defaults, {}
@@ -460,6 +462,8 @@ class Muon(torch.optim.Optimizer):
                 if g.is_sparse:
                     raise RuntimeError(f"orthojit.Muon: {_label(name)} has a sparse gradient; Muon and AdamW need dense ones")
                 work.append((group, name, p, _in_format_of(g.detach(), p)))
+        for group, name, p, g in work:
+            self._check_step_input(group, name, p, g)
         on_tensors, on_host = [], []
         for w in work:
             (on_tensors if w[2].device.type != "cpu" or self._force_tensor_path else on_host).append(w)
@@ -531,6 +535,34 @@ class Muon(torch.optim.Optimizer):
         self.steps_taken += 1
         self.last_report = report
         return loss
+
+    def _check_step_input(self, group: Dict[str, Any], name: str, p: torch.Tensor, g: torch.Tensor) -> None:
+        """Raises, before anything changes, when a parameter, its gradient or its state is not what
+        the step reads: the runtime steps raw memory, so a shape that differs from the plan's (a
+        parameter whose .data was replaced, a gradient or buffer of another size) would be read or
+        written past its end."""
+        shape = self._shapes[id(p)]
+        if p.shape != shape:
+            raise ValueError(f"orthojit.Muon: {_label(name)} has shape {tuple(p.shape)}, but it had {tuple(shape)} when it was added to the "
+                             "optimizer (its matrix plan and state are for that shape); give a parameter new values in place "
+                             "(p.data.copy_(...)), or build a new optimizer for the new shape. Nothing was changed")
+        if g.shape != p.shape:
+            raise ValueError(f"orthojit.Muon: {_label(name)}: its gradient has shape {tuple(g.shape)}, the parameter {tuple(p.shape)}; "
+                             "nothing was changed")
+        state = self.state.get(p)
+        if not state:
+            return
+        expected = _expected_state(p, group["use_muon"], self._variant_state)
+        present = [key for key in expected if key in state]
+        if not group["use_muon"] and present and len(present) != len(expected):
+            raise ValueError(f"orthojit.Muon: {_label(name)}: its AdamW state has {sorted(present)} of {sorted(expected)} (all or none); "
+                             "nothing was changed")
+        for key in present:
+            problem = _state_problem(state[key], *expected[key], device=_state_device(p, key))
+            if problem is None and key in ("step", "variant_step") and int(state[key]) < 0:
+                problem = f"is {int(state[key])}, a negative step count"
+            if problem is not None:
+                raise ValueError(f"orthojit.Muon: {_label(name)}: state '{key}' {problem}; nothing was changed")
 
     def _adam_update(self, group: Dict[str, Any], name: str, p: torch.Tensor, g: torch.Tensor, formula: str, on_device: bool) -> None:
         """One AdamW step of p in place: the C++ update rules on host memory, the generated
@@ -872,6 +904,39 @@ def _file_meta(metadata: Dict[str, str]) -> Dict[str, Any]:
             "steps_taken": int(steps) if steps.isdigit() else 0}
 
 
+# State that only grows from zero: step counts and second moments (sums of squares).
+_NONNEGATIVE_STATE = ("step", "variant_step", "exp_avg_sq", "second_momentum_buffer", "v_buffer")
+
+
+def _expected_state(p: torch.Tensor, is_muon: bool,
+                    variant_state: Callable[[torch.Tensor], Dict[str, Tuple[torch.dtype, Tuple[int, ...]]]]) -> Dict[str, Tuple[torch.dtype, torch.Size]]:
+    """The state a parameter has once stepped: each key's dtype and shape."""
+    if not is_muon:
+        return {"exp_avg": (torch.float32, p.shape), "exp_avg_sq": (torch.float32, p.shape), "step": (torch.int64, torch.Size([]))}
+    expected = {"momentum_buffer": (torch.float32, p.shape)}
+    for key, (dtype, shape) in variant_state(p).items():
+        expected[key] = (dtype, torch.Size(shape))
+    return expected
+
+
+def _state_problem(value: Any, dtype: torch.dtype, shape: torch.Size, device: Optional[torch.device] = None, values: bool = False,
+                   nonnegative: bool = False) -> Optional[str]:
+    """What is wrong with one state tensor ("is float64 (4, 4), expected ..."), or None. The
+    dtype, shape and device are checked at every step; the values (finite, and >= 0 for counts
+    and second moments) only when a state is loaded: a pass over the whole state."""
+    if not isinstance(value, torch.Tensor) or value.dtype != dtype or value.shape != shape:
+        what = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
+        return f"is {what}, expected {dtype} {tuple(shape)}"
+    if device is not None and value.device != device:
+        return f"is on {value.device}, expected {device}"
+    values = values and value.device.type != "meta"  # a state file's tensors, matched before they are read (their checksum covers them)
+    if values and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        return "holds a NaN or an infinity"
+    if values and nonnegative and bool((value < 0).any()):
+        return "holds a negative value (a step count or a second moment is never negative)"
+    return None
+
+
 def _match_saved_state(groups: List[Dict[str, Any]], state_dict: Dict[str, Any], variant: str,
                       variant_state: Callable[[torch.Tensor], Dict[str, Tuple[torch.dtype, Tuple[int, ...]]]],
                       momentum_kind: str) -> Tuple[Dict[torch.Tensor, Dict[str, torch.Tensor]], List[Dict[str, Any]], Dict[str, Any]]:
@@ -880,8 +945,20 @@ def _match_saved_state(groups: List[Dict[str, Any]], state_dict: Dict[str, Any],
     state tensors (as saved; parameters without an entry are left out), the groups with the saved
     hyperparameters and this optimizer's parameters, and the ``orthojit`` metadata. Raises
     ValueError saying what does not match."""
-    saved_groups = state_dict["param_groups"]
     problem = lambda what: ValueError(f"optimizer state does not match this optimizer: {what}; nothing was loaded")  # noqa: E731
+    if not isinstance(state_dict, Mapping) or not isinstance(state_dict.get("state"), Mapping) or \
+            not isinstance(state_dict.get("param_groups"), (list, tuple)):
+        given = sorted(map(str, state_dict)) if isinstance(state_dict, Mapping) else f"a {type(state_dict).__name__}"
+        raise ValueError(f"optimizer state must be a dict with 'state' (a dict) and 'param_groups' (a list), as state_dict() returns; "
+                         f"got {given}; nothing was loaded")
+    saved_groups = state_dict["param_groups"]
+    for i, saved in enumerate(saved_groups):
+        if not isinstance(saved, Mapping) or not isinstance(saved.get("params"), (list, tuple)):
+            raise problem(f"param_groups[{i}] is not a dict with a list 'params'")
+    meta = state_dict.get("orthojit", {})
+    if not isinstance(meta, Mapping) or (isinstance(meta.get("steps_taken", 0), bool) or not isinstance(meta.get("steps_taken", 0), int)
+                                         or meta.get("steps_taken", 0) < 0):
+        raise problem(f"its 'orthojit' entry {meta!r} is not a dict with a whole number steps_taken >= 0")
     if len(groups) != len(saved_groups):
         raise problem(f"it has {len(saved_groups)} parameter groups, this optimizer {len(groups)}")
     saved_variant = str(state_dict.get("orthojit", {}).get("muon_variant", "muon"))
@@ -908,21 +985,15 @@ def _match_saved_state(groups: List[Dict[str, Any]], state_dict: Dict[str, Any],
         name, p, is_muon = index_to_param[index]
         if not values:  # an entry made by reading opt.state[p] of a parameter not yet stepped
             continue
-        expected = {"momentum_buffer": torch.float32} if is_muon else \
-            {"exp_avg": torch.float32, "exp_avg_sq": torch.float32, "step": torch.int64}
-        shapes = {key: torch.Size([]) if key == "step" else p.shape for key in expected}
-        if is_muon:
-            for key, (dtype, shape) in variant_state(p).items():
-                expected[key], shapes[key] = dtype, torch.Size(shape)
-        if set(values) != set(expected):
-            raise problem(f"{_label(name)} has state {sorted(values)}, expected {sorted(expected)} "
+        expected = _expected_state(p, is_muon, variant_state)
+        if not isinstance(values, Mapping) or set(values) != set(expected):
+            held = sorted(values) if isinstance(values, Mapping) else f"a {type(values).__name__}"
+            raise problem(f"{_label(name)} has state {held}, expected {sorted(expected)} "
                           f"(muon.variant = {variant}; a state saved under another variant holds other buffers)")
-        for key, dtype in expected.items():
-            value = values[key]
-            shape = shapes[key]
-            if not isinstance(value, torch.Tensor) or value.dtype != dtype or value.shape != shape:
-                what = f"{value.dtype} {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
-                raise problem(f"'{name}.{key}' is {what}, expected {dtype} {tuple(shape)}")
+        for key, (dtype, shape) in expected.items():
+            what = _state_problem(values[key], dtype, shape, values=True, nonnegative=key in _NONNEGATIVE_STATE)
+            if what is not None:
+                raise problem(f"'{name}.{key}' {what}")
         matched[p] = dict(values)
     new_groups = []
     for group, saved in zip(groups, saved_groups):
@@ -930,8 +1001,11 @@ def _match_saved_state(groups: List[Dict[str, Any]], state_dict: Dict[str, Any],
         merged["params"] = group["params"]
         merged["param_names"] = group["param_names"]
         merged["use_muon"] = group["use_muon"]
+        try:
+            _check_group(merged, owner="the saved param_groups")
+        except ValueError as error:
+            raise ValueError(f"{error}; nothing was loaded") from None
         new_groups.append(merged)
-    meta = state_dict.get("orthojit", {})
     if any(g["use_muon"] for g in groups) and meta:
         saved_kind = _orthojit.saved_momentum_kind(str(meta.get("format", "")), str(meta.get("preset", "")),
                                                    str(meta.get("momentum_kind", "")))
