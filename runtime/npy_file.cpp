@@ -3,8 +3,10 @@
 #include "runtime/npy_file.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -237,10 +239,7 @@ void write_npy(const std::string& path, const NpyArray& array) {
   header.append((64 - unpadded % 64) % 64, ' ');
   header.push_back('\n');
 
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    if (!file) throw NpyError(path + ": cannot open for writing");
+  auto write_to = [&](std::ofstream& file) {
     file.write(kMagic, 6);
     const char version[2] = {1, 0};
     file.write(version, 2);
@@ -256,14 +255,42 @@ void write_npy(const std::string& path, const NpyArray& array) {
         file.write(reinterpret_cast<const char*>(&narrow), 4);
       }
     }
-    if (!file.flush()) {
+    return static_cast<bool>(file.flush());
+  };
+  // A regular file is replaced whole (a temporary renamed over it: a reader never sees half a
+  // file, and a failed write leaves the old one). A symbolic link keeps pointing where it did: the
+  // file it names is replaced. A device, FIFO or socket (/dev/null, /dev/stdout) is written in
+  // place: renaming over it replaced the device node with a regular file.
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::path target = path;
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(target, error)); ++hops) {  // a chain, or one to a file not yet made
+    const fs::path next = fs::read_symlink(target, error);
+    if (error) break;
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  const fs::file_status status = fs::status(target, error);
+  if (fs::is_directory(status)) throw NpyError(path + ": is a directory; give the output a file name, e.g. " + (fs::path(path) / "out.npy").string());
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    std::ofstream file(path, std::ios::binary);
+    if (!file) throw NpyError(path + ": cannot open for writing: " + std::strerror(errno));
+    if (!write_to(file)) throw NpyError(path + ": write failed");
+    return;
+  }
+  const std::string temporary = target.string() + ".tmp";
+  {
+    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+    if (!file) throw NpyError(path + ": cannot open " + temporary + " for writing: " + std::strerror(errno));
+    if (!write_to(file)) {
+      file.close();
       std::remove(temporary.c_str());
       throw NpyError(path + ": write failed");
     }
   }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+  if (std::rename(temporary.c_str(), target.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
     std::remove(temporary.c_str());
-    throw NpyError(path + ": cannot rename the temporary file into place");
+    throw NpyError(path + ": cannot rename the temporary file into place: " + why);
   }
 }
 

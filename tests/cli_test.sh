@@ -90,6 +90,18 @@ np.save(f"{w}/ints.npy", np.arange(12, dtype=np.int32).reshape(3, 4))
 PY
 expect 0 "" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy"
 expect 0 "backend cpu" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --backend cpu --threads 1 --isa generic --verbose
+# --output: a symbolic link keeps pointing at its file, which is replaced; a FIFO (like a device)
+# is written in place, not replaced by a regular file; a directory is named as one.
+ln -s real.npy "$work/link.npy"
+expect 0 "" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/link.npy"
+if [[ ! -L $work/link.npy || ! -s $work/real.npy ]]; then echo "FAIL: --output through a symbolic link replaced the link"; failures=$((failures + 1)); fi
+mkfifo "$work/fifo"
+timeout 60 cat "$work/fifo" > "$work/from-fifo" &  # a bounded reader: a writer that never opens the FIFO must not hang the test
+expect 0 "" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/fifo"
+wait
+if [[ ! -p $work/fifo ]] || ! cmp -s "$work/from-fifo" "$work/real.npy"; then echo "FAIL: --output to a FIFO did not write through it"; failures=$((failures + 1)); fi
+mkdir "$work/outdir"
+expect 2 "outdir: is a directory; give the output a file name" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/outdir"
 # --threads beyond kMaxThreads: refused (99999 started that many threads, exhausted the process
 # limit and starved the machine's other processes)
 expect 2 "invalid --threads '99999'; expected 0 (one per logical core) or 1 to 1024" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --threads 99999

@@ -109,6 +109,11 @@ const Malformed kMalformed[] = {
      "gram restart at step 3 is outside 1..2"},
     {"trailing_text", "orthogonalizer x {\n  coefficients jordan repeat 2;\n  step { X = X; }\n}\nextra", 5, 1, "expected end of file"},
     {"number_glued_to_name", "orthogonalizer x {\n  coefficients jordan repeat 2;\n  step { X = 2X; }\n}", 3, 15, "unexpected 'X' right after number 2"},
+    // 1e400 was read as an infinity: every output NaN, exit status 0.
+    {"number_beyond_double", "orthogonalizer x {\n  coefficients (1e400, -4.775, 2.0315) repeat 2;\n  step { X = X; }\n}", 2, 17,
+     "number 1e400 is beyond the range of a double"},
+    {"step_number_beyond_double", "orthogonalizer x {\n  coefficients jordan repeat 2;\n  step { X = 1e400 * X; }\n}", 3, 14,
+     "number 1e400 is beyond the range of a double"},
     {"empty_step", "orthogonalizer x {\n  coefficients jordan repeat 2;\n  step { }\n}", 3, 10, "the step block is empty"},
     {"safety_below_one", "orthogonalizer x {\n  coefficients jordan repeat 2 scaled 0.9;\n}", 2, 39, "safety factor must be a finite number >= 1, found 0.9"},
 };

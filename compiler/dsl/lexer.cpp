@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -77,6 +78,9 @@ std::vector<Token> tokenize(std::string_view text, const std::string& file_name)
       token.number = std::strtod(token.text.c_str(), &parsed_end);
       if (parsed_end != token.text.c_str() + token.text.size())
         throw CompileError(token.location, "malformed number '" + token.text + "'");
+      // strtod gives an infinity for 1e400: a coefficient of inf made every output NaN, silently.
+      if (!std::isfinite(token.number))
+        throw CompileError(token.location, "number " + token.text + " is beyond the range of a double (about 1.8e308)");
       if (end < text.size() && is_identifier_start(text[end]))
         throw CompileError(SourceLocation{file_name, line, column + static_cast<int>(end - i)},
                            "unexpected '" + std::string(1, text[end]) + "' right after number " +
