@@ -77,6 +77,8 @@ LoadedRecords parse_tuning_file(const std::string& text, const std::string& orig
     result.file = std::move(file);
   } catch (const std::exception& error) {
     result.warning = "tuning records in " + origin + " are unusable (" + error.what() + "); ignoring them";
+    result.foreign = text.find_first_not_of(" \t\r\n") != std::string::npos && text.find("\"schema_version\"") == std::string::npos &&
+                     text.find("\"fingerprint\"") == std::string::npos && text.find("\"entries\"") == std::string::npos;
   }
   return result;
 }
@@ -88,6 +90,9 @@ nlohmann::json merged_tuning_document(const LoadedRecords& existing, const std::
   if (existing.newer_schema)
     throw std::runtime_error(path + " holds tuning records of a newer orthojit (schema version " + std::to_string(*existing.newer_schema) +
                              "; this build writes " + std::to_string(kTuningSchemaVersion) + "), which writing here would lose; write to another file with --out");
+  if (existing.foreign)
+    throw std::runtime_error(path + " is not a tuning-records file (it has none of their keys: schema_version, fingerprint, entries), which "
+                             "writing here would replace; write the records to another file with --out");
   if (!existing.warning.empty()) {
     if (warning) *warning = existing.warning + "; the file is rebuilt";
   } else if (existing.file) {
@@ -147,6 +152,9 @@ std::string tuning_path_unwritable_reason(const std::string& path) {
   const std::filesystem::path target(path);
   std::error_code error;
   if (std::filesystem::is_directory(target, error)) return path + " is a folder, not a file";
+  if (path.empty()) return "the records path is empty";
+  if (std::filesystem::exists(target, error) && load_tuning_file(path).foreign)
+    return path + " is not a tuning-records file (it has none of their keys), which writing there would replace";
   const std::filesystem::path folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
   std::filesystem::create_directories(folder, error);
   if (error) return "cannot create the folder " + folder.string() + " for " + target.filename().string() + ": " + error.message();

@@ -38,6 +38,10 @@ struct LoadedRecords {
   // Set when the file's schema is newer than this build's: written by a newer orthojit, whose
   // records this build cannot read but must not destroy (merged_tuning_document refuses it).
   std::optional<int> newer_schema;
+  // Set when the unusable text does not look like tuning records at all (none of their keys:
+  // a model config, an .npy, garbage): merged_tuning_document refuses to replace it, where a
+  // damaged records file is rebuilt.
+  bool foreign = false;
 };
 
 // Reads `path`. A missing file gives {nullopt, ""}; an unreadable, truncated or malformed one

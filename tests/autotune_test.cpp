@@ -132,8 +132,8 @@ TEST(TuningRecords, CorruptOrTruncatedFileWarnsAndIsRebuilt) {
     std::ifstream in(path);
     text.assign(std::istreambuf_iterator<char>(in), {});
   }
-  for (const std::string& broken : {text.substr(0, text.size() / 2), std::string("\x00\x01garbage", 9), std::string("[1, 2]"),
-                                     std::string("{\"schema_version\": 0}")}) {
+  for (const std::string& broken : {text.substr(0, text.size() / 2), std::string("{\"schema_version\": 0}"), std::string("[{\"entries\": 1}]"),
+                                     std::string("")}) {
     {
       std::ofstream out(path, std::ios::trunc | std::ios::binary);
       out << broken;
@@ -147,6 +147,25 @@ TEST(TuningRecords, CorruptOrTruncatedFileWarnsAndIsRebuilt) {
     const LoadedRecords rebuilt = load_tuning_file(path);
     ASSERT_TRUE(rebuilt.file.has_value());
     EXPECT_EQ(rebuilt.file->entries.size(), 1u);
+  }
+}
+
+// A file with none of the records' keys is some other file given as --out by mistake (a model
+// config, an .npy): refused and left as it was, where it was once replaced with a warning.
+TEST(TuningRecords, AFileThatIsNotTuningRecordsIsNotReplaced) {
+  const std::string path = temporary_path("not_records.json");
+  for (const std::string& foreign : {std::string("{\"hidden_size\": 4096, \"num_hidden_layers\": 32}"), std::string("\x93NUMPY\x01\x00garbage", 16),
+                                     std::string("[1, 2]")}) {
+    std::ofstream(path, std::ios::trunc | std::ios::binary) << foreign;
+    EXPECT_TRUE(load_tuning_file(path).foreign);
+    try {
+      merge_into_tuning_file(path, cpu_fingerprint(), {{"fresh", sample_entry(3)}}, nullptr);
+      ADD_FAILURE() << "a file that is not tuning records was replaced";
+    } catch (const std::runtime_error& error) {
+      EXPECT_NE(std::string(error.what()).find("is not a tuning-records file"), std::string::npos) << error.what();
+    }
+    std::ifstream in(path, std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), foreign) << "the file changed";
   }
 }
 

@@ -107,6 +107,12 @@ expect 2 "outdir: is a directory; give the output a file name" -- "$orthojit" ru
 expect 2 "invalid --threads '99999'; expected 0 (one per logical core) or 1 to 1024" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --threads 99999
 expect 2 "invalid --threads '1025'" -- "$orthojit" bench --program jordan_ns5 --shape 8x16 --threads 1025
 expect 2 "invalid --threads '5000'" -- "$orthojit" tune --shape 8x16 --threads 5000 --out "$work/never.json"
+# --out naming a file that is not tuning records (a model config given by mistake): refused before
+# tuning, the file as it was (it was replaced with a warning)
+echo '{"hidden_size": 64, "num_hidden_layers": 2}' > "$work/config.json"
+expect 2 "config.json is not a tuning-records file" -- "$orthojit" tune --shape 8x16 --budget 1 --out "$work/config.json"
+if [[ $(cat "$work/config.json") != '{"hidden_size": 64, "num_hidden_layers": 2}' ]]; then echo "FAIL: tune --out replaced a model config"; failures=$((failures + 1)); fi
+expect 2 "the records path is empty" -- "$orthojit" tune --shape 8x16 --budget 1 --out ""
 expect 2 "unknown ISA 'avx1024'" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --backend cpu --isa avx1024
 [[ -s "$work/y.npy" ]] && echo "ok: output written" || { echo "FAIL: no output file"; failures=$((failures + 1)); }
 expect 0 "gram: requested" -- "$orthojit" run --program jordan_ns5 --input "$work/g.npy" --output "$work/y.npy" --strategy gram --verbose
