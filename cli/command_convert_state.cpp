@@ -53,6 +53,8 @@ int convert_state_command(const std::vector<std::string>& args) {
     if (progress) progress->finish();
   } catch (const std::runtime_error& error) {
     throw runtime::UsageError(error.what());
+  } catch (const std::invalid_argument& error) {
+    throw runtime::UsageError(error.what());
   }
   std::printf("%s: %d momentum buffer(s) %s -> %s (x %.17g) -> %s\n", input.c_str(), report.buffers, runtime::to_string(report.from),
               runtime::to_string(*kind), report.factor, output.c_str());

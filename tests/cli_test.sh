@@ -289,6 +289,11 @@ expect 2 "missing required option --input" -- "$orthojit" inspect-state
 expect 0 "verifying $work/state.safetensors: checksum 112 bytes in " -- "$orthojit" inspect-state --input "$work/state.safetensors" --progress
 expect 0 "converting $work/state.safetensors: read 112 bytes in " -- "$orthojit" convert-state --input "$work/state.safetensors" --output "$work/sum.safetensors" --momentum-kind sum --momentum 0.95 --progress
 expect 0 "converting $work/state.safetensors: sync in " -- "$orthojit" convert-state --input "$work/state.safetensors" --output "$work/sum.safetensors" --momentum-kind sum --momentum 0.95 --progress
+# The state records the beta its buffers were made with: another one is refused (the buffers were
+# scaled by a wrong factor, and the output recorded the wrong beta); the input as --output too.
+expect 2 "records the momentum 0.95 (its buffers were made with it), but --momentum 0.5 was given; convert with --momentum 0.95" -- "$orthojit" convert-state --input "$work/state.safetensors" --output "$work/half.safetensors" --momentum-kind sum --momentum 0.5
+if [[ -e $work/half.safetensors ]]; then echo "FAIL: a refused conversion wrote its output"; failures=$((failures + 1)); fi
+expect 2 "is the input file" -- "$orthojit" convert-state --input "$work/state.safetensors" --output "$work/state.safetensors" --momentum-kind sum --momentum 0.95
 if "$orthojit" inspect-state --input "$work/state.safetensors" 2>&1 >/dev/null | grep -q verifying; then
   echo "FAIL: inspect-state reported progress to a stderr that is not a terminal, without --progress"; failures=$((failures + 1))
 else echo "ok: inspect-state is quiet in a log without --progress"; fi

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <stdexcept>
 
@@ -190,6 +192,23 @@ ConversionReport convert_state_momentum(const std::string& input, const std::str
     auto found = header.metadata.find(key);
     return found == header.metadata.end() ? std::string() : found->second;
   };
+  // The beta a format 2 state records is the one its buffers were made with (the last step's under
+  // a schedule): converting with another scaled every buffer by a wrong factor, without a word.
+  if (const std::string recorded = text("orthojit.momentum"); !recorded.empty()) {
+    char* end = nullptr;
+    const double saved = std::strtod(recorded.c_str(), &end);
+    if (*end != '\0' || !(saved >= 0 && saved < 1))
+      throw std::runtime_error(input + " records the momentum '" + recorded + "', not a number in [0, 1): the file is damaged");
+    if (saved != beta) {
+      char given[32];
+      std::snprintf(given, sizeof given, "%.17g", beta);
+      throw std::invalid_argument(input + " records the momentum " + recorded + " (its buffers were made with it), but --momentum " + given +
+                                  " was given; convert with --momentum " + recorded);
+    }
+  }
+  std::error_code same_error;
+  if (std::filesystem::equivalent(input, output, same_error))
+    throw std::invalid_argument("--output " + output + " is the input file; write the converted state to another file (the input is kept as it is)");
   ConversionReport report;
   report.from = saved_momentum_kind(format->second, text("orthojit.preset"), text("orthojit.momentum_kind"));
   report.factor = momentum_conversion_factor(report.from, to, beta);
