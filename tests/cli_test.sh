@@ -269,7 +269,18 @@ write("corrupt.safetensors", state, meta, flip=True)
 write("old.safetensors", state, meta, checksum=False)
 write("weights.safetensors", [("embed.weight", "F32", [2, 2], f32(4))], {})
 write("foreign.safetensors", state + [("w.fisher", "F32", [2, 3], f32(6))], meta)
+# A state no optimizer could load, with a correct checksum: inspect-state said "verified", exit 0.
+bad = dict(meta, **{"orthojit.format": "hybrid-optimizer-state/9", "orthojit.momentum_kind": "bogus", "orthojit.momentum": "nan",
+                    "orthojit.steps_taken": "abc"})
+write("unloadable.safetensors", [("w.momentum_buffer", "F16", [2, 3], f32(3)), ("b.step", "F64", [], struct.pack("<d", 7.0)),
+                                 ("c.step", "I64", [], struct.pack("<q", -4))], bad)
 PY
+expect 2 "unloadable.safetensors is not an optimizer state orthojit can load:" -- "$orthojit" inspect-state --input "$work/unloadable.safetensors"
+for problem in "orthojit.format 'hybrid-optimizer-state/9' is not one this build reads" "orthojit.momentum_kind 'bogus' is not ema or sum" \
+               "orthojit.momentum 'nan' is not a number in [0, 1)" "orthojit.steps_taken 'abc' is not a whole number" \
+               "'w.momentum_buffer' is F16, expected F32" "'b.step' is F64 of 0 dimension(s), expected one I64" "'c.step' is -4, a negative step count"; do
+  expect 2 "$problem" -- "$orthojit" inspect-state --input "$work/unloadable.safetensors"
+done
 expect 0 "usage: orthojit inspect-state" -- "$orthojit" inspect-state --help
 expect 0 "Muon parameters: 1 (6 elements)" -- "$orthojit" inspect-state --input "$work/state.safetensors"
 expect 0 "AdamW parameters: 2 (9 elements), steps 7 to 9" -- "$orthojit" inspect-state --input "$work/state.safetensors"
