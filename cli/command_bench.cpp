@@ -47,7 +47,7 @@ options:
   --kernel K            cpu, bf16 products: fma (widened to f32), bf16dot (vdpbf16ps, avx512bf16 path)
                         or amx (AMX tiles); default: the tuning record's, else the path's default
                         (orthojit info names it and why)
-  --threads T           cpu: worker threads (default: one per logical core)
+  --threads T           cpu: worker threads, 1 to 1024 (default: one per logical core)
   --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', 'generated hopper' (sm_90a tile, CC 9.0), fused-small, cublas, cublaslt
   --repeat N            timed runs after one warm-up (default 7)
   --json                print one JSON object instead of the table

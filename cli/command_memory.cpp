@@ -52,6 +52,9 @@ int memory_command(const std::vector<std::string>& args) {
     report = runtime::account_memory(config, options);
   } catch (const std::invalid_argument& error) {
     throw runtime::UsageError(path + ": " + error.what());
+  } catch (const nlohmann::json::exception& error) {
+    // A field of a type the accounting does not check by name ("model_type": 5): the file's fault.
+    throw runtime::UsageError(path + ": a field has the wrong type (" + std::string(error.what()) + ")");
   }
   if (arguments.has("json")) {
     nlohmann::json json = runtime::to_json(report);

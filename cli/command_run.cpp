@@ -32,7 +32,7 @@ options:
                         else the best this CPU runs; `orthojit info` says which and why)
   --kernel K            cpu, bf16 products: fma (widened to f32), bf16dot (vdpbf16ps, avx512bf16 path)
                         or amx (AMX tiles); default: the tuning record's, else the path's default
-  --threads T           cpu: worker threads (default: one per logical core)
+  --threads T           cpu: worker threads, 1 to 1024 (default: one per logical core)
   --variant V           cuda: generated (default), 'generated BMxBNxBK/WMxWN', 'generated hopper' (sm_90a tile, CC 9.0), fused-small, cublas, cublaslt
   --verbose             print the strategy chosen and the time taken
 

@@ -53,7 +53,7 @@ options:
                         bf16 or f16 storage, so f32 programs need --precision bf16)
   --out FILE            the records file (default: the device's file in the cache directory)
   --per-head            split attention projections into per-head blocks
-  --threads T           worker threads (default: one per logical core)
+  --threads T           worker threads, 1 to 1024 (default: one per logical core)
   --retune              time shapes again even when they have records
   --restarts R          the gram restarts the candidates are tuned with, stored in the record and
                         applied by the runtime with it: auto (the restart search: the scalar Gram

@@ -213,6 +213,11 @@ expect 0 "Muon: hidden matrices" -- "$orthojit" memory --model default
 /usr/bin/python3 -c 'print("{\"a\":" * 100000 + "1" + "}" * 100000)' > "$work/deep.json"
 expect 2 "nested more than 64 levels deep (at byte 320)" -- "$orthojit" memory --model "$work/deep.json"
 expect 2 "nested more than 64 levels deep" -- "$orthojit" plan --model "$work/deep.json" --world 2 --stage 1
+# Fields of the wrong type: named, exit 2 (an "internal error", exit 1; "yes" was read as untied)
+echo '{"model_type": 5, "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100}' > "$work/typed.json"
+expect 2 "typed.json: a field has the wrong type" -- "$orthojit" memory --model "$work/typed.json"
+echo '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 4, "vocab_size": 100, "tie_word_embeddings": "yes"}' > "$work/tied.json"
+expect 2 '"tie_word_embeddings" must be true or false, got "yes"' -- "$orthojit" memory --model "$work/tied.json"
 if "$orthojit" memory --model "$models/llama-3-8b.json" --json | /usr/bin/python3 -c '
 import json, sys
 r = json.load(sys.stdin)

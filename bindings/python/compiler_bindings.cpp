@@ -482,21 +482,28 @@ std::string tune(const std::optional<std::string>& model, bool model_is_json, co
                              std::to_string(loaded->program->steps.size()) + " steps)").c_str());
     }
   }
+  // progress(shape, shapes, text, candidate, candidates, phase, label), called with the GIL taken
+  // (the tuning runs without it). An exception it raises stops the tuning and reaches the caller
+  // (Ctrl-C lands in the callback as KeyboardInterrupt; a callback with the wrong signature fails
+  // at once): it travels through the tuner as ProgressRaised, which is not a std::exception, so
+  // no candidate's catch takes it for that candidate's failure. The shapes finished before it
+  // are in the records file already.
+  struct ProgressRaised {};
+  auto raised = std::make_shared<std::optional<nb::python_error>>();
   if (!progress.is_none())
-    // progress(shape, shapes, text, candidate, candidates, phase, label), called with the GIL
-    // taken (the tuning runs without it); an exception it raises stops nothing.
-    request.on_progress = [progress](size_t index, size_t count, const std::string& text, const autotune::TuneProgress& p) {
+    request.on_progress = [progress, raised](size_t index, size_t count, const std::string& text, const autotune::TuneProgress& p) {
       nb::gil_scoped_acquire gil;
       try {
         progress(index, count, text, p.candidate, p.candidates, p.phase, p.label);
       } catch (nb::python_error& error) {
-        error.discard_as_unraisable("orthojit.tune progress callback");
+        raised->emplace(std::move(error));
+        throw ProgressRaised{};
       }
     };
   std::vector<autotune::ModelMatrix> adamw;
   request.shapes = shapes_for(model, model_is_json, shape, per_head, &adamw, nullptr);
   nlohmann::json result;
-  {
+  try {
     nb::gil_scoped_release release;
     const runtime::TuneTarget target = runtime::prepare_tuning(request);
     const runtime::TuneOutcome outcome = runtime::run_tuning(request, target, verbose);
@@ -511,6 +518,10 @@ std::string tune(const std::optional<std::string>& model, bool model_is_json, co
     result = {{"records", target.path}, {"elapsed_s", outcome.elapsed_s}, {"program", loaded->program->name}, {"backend", backend},
               {"device", target.fingerprint.to_json()}, {"shapes", shapes}, {"adamw", not_tuned}, {"restarts", outcome.restarts}};
     if (!target.existing.warning.empty()) result["warning"] = target.existing.warning;
+  } catch (const ProgressRaised&) {
+    nb::python_error error = std::move(**raised);
+    raised->reset();
+    throw error;
   }
   return result.dump();
 }

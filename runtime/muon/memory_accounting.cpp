@@ -138,7 +138,9 @@ MemoryReport account_memory(const nlohmann::json& config_in, const MemoryOptions
   MemoryReport report;
   // Hugging Face: GPT2Config keeps PretrainedConfig's tie_word_embeddings = True; the Llama-style
   // configs default to False (as model_shapes reads them).
-  const bool config_ties = has(config, "tie_word_embeddings") && config.at("tie_word_embeddings").is_boolean() ? config.at("tie_word_embeddings").get<bool>() : gpt2;
+  if (has(config, "tie_word_embeddings") && !config.at("tie_word_embeddings").is_boolean())  // "yes" was read as untied
+    throw std::invalid_argument("\"tie_word_embeddings\" must be true or false, got " + config.at("tie_word_embeddings").dump());
+  const bool config_ties = has(config, "tie_word_embeddings") ? config.at("tie_word_embeddings").get<bool>() : gpt2;
   report.tied_embeddings = options.tied_embeddings.value_or(config_ties);
   if (!gpt2) config["tie_word_embeddings"] = report.tied_embeddings;
 

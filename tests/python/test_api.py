@@ -530,6 +530,26 @@ def test_tune_reports_progress_for_every_shape(tmp_path):
     assert orthojit.tune(config, budget=1, program="jordan_ns5_f32", out=tmp_path / "r.json")["shapes"]
 
 
+def test_an_exception_in_the_progress_callback_stops_the_tuning_and_reaches_the_caller(tmp_path):
+    # It was printed as "Exception ignored" at every call and the tuning went on: Ctrl-C, which
+    # Python raises inside the callback, did not stop a tune, nor did a callback of the wrong
+    # signature. The shapes finished before it stay in the records file.
+    calls = []
+
+    def interrupt(*args):
+        calls.append(args)
+        if args[5] == "check" and args[0] == 1:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        orthojit.tune({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+                       "num_key_value_heads": 2, "vocab_size": 100}, budget=30, program="jordan_ns5_f32", out=tmp_path / "r.json",
+                      progress=interrupt)
+    assert calls[-1][0] == 1 and calls[-1][5] == "check", "calls went on after the exception"
+    assert len(json.loads((tmp_path / "r.json").read_text())["entries"]) == 1, "the first shape's record was not kept"
+    with pytest.raises(TypeError, match="positional argument"):
+        orthojit.tune(shape=(8, 32), budget=30, out=tmp_path / "r.json", progress=lambda shape: None)
+
+
 def test_tune_errors():
     with pytest.raises(ValueError, match="exactly one"):
         orthojit.tune()

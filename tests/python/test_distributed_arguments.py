@@ -383,3 +383,22 @@ def test_a_gradient_of_another_shape_is_refused_before_it_is_read():
     with pytest.raises(ValueError, match=r"the gradient of 'bias' has shape \(2,\)"):
         optimizer.accumulate()
     assert optimizer.steps_taken == 0
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(use_muon={"weight": "no"}), TypeError, r"use_muon\['weight'\] = 'no'; expected True or False"),  # bool("no") is True
+    (dict(use_muon={"wieght": False}), ValueError, r"use_muon names parameters it was not given: \['wieght'\]"),
+    (dict(lr="0.1"), TypeError, r"muon.lr = '0.1'; expected a number"),  # converted to 0.1 where orthojit.Muon refuses it
+    (dict(momentum=True), TypeError, r"muon.momentum = True"),
+    (dict(nesterov="no"), TypeError, r"nesterov = 'no'; expected True or False"),
+    (dict(betas=0.9), ValueError, r"betas must be a pair of numbers"),
+])
+def test_arguments_of_the_wrong_type_are_refused_not_converted(kwargs, error, message):
+    encoder, _ = pair_of_linears()
+    with pytest.raises(error, match=message):
+        orthojit.DistributedMuon(encoder.named_parameters(), comm="local", **kwargs)
+
+
+def test_a_parameter_that_is_not_a_tensor_is_named():
+    with pytest.raises(TypeError, match=r"parameter 'w' is a ndarray, not a torch.Tensor"):
+        orthojit.DistributedMuon([("w", torch.zeros(4, 4).numpy())], comm="local")

@@ -255,3 +255,16 @@ def test_a_state_dict_that_could_not_drive_a_step_is_refused_at_load(spoil, mess
         optimizer.load_state_dict(state_dict)
     assert_unchanged(model, optimizer, before)
     optimizer.step()  # what it held is still usable
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda m: orthojit.Muon(m.named_parameters(), use_muon={"0.weight": "no"}), TypeError,
+     r"use_muon gives parameter '0.weight' 'no'; expected True, False or None"),  # bool("no") is True: it tagged Muon
+    (lambda m: orthojit.Muon([{"params": list(m.named_parameters()), "use_muon": "no"}]), TypeError, r"a param group's use_muon is 'no'"),
+    (lambda m: orthojit.Muon(m.named_parameters(), betas=0.9), ValueError, r"betas = 0.9; expected two numbers"),
+    (lambda m: orthojit.Muon.from_deepspeed_config(m.named_parameters(), {"optimizer": {"type": "muon", "params": {}}}, strict="no"),
+     TypeError, r"strict must be True or False, got 'no'"),
+])
+def test_switches_and_tags_of_the_wrong_type_are_refused(make, error, message):
+    with pytest.raises(error, match=message):
+        make(model_and_gradients())

@@ -379,7 +379,9 @@ def tune(model_config=None, budget: float = 90, backend: str = "cpu", program: P
         verbose: the CLI's report on stderr.
         progress: ``True`` (the default): a progress bar over the shapes' candidates (tqdm where
             installed, its widget in a notebook; else a line per shape on a terminal); ``False``:
-            none; or a callable ``progress(shape, shapes, text, candidate, candidates, phase, label)``.
+            none; or a callable ``progress(shape, shapes, text, candidate, candidates, phase, label)``:
+            an exception it raises (Ctrl-C's KeyboardInterrupt too) stops the tuning and reaches the
+            caller; the shapes finished before it are in the records file.
         restarts: the gram restarts the candidates are tuned with (``orthojit tune --restarts``), stored
             in each shape's record and applied with it: ``"auto"`` (the restart search of
             docs/autotuning.md, "Gram restarts"), ``"none"`` or ``[]``, step indices (``2``, ``[2, 4]``,

@@ -48,9 +48,14 @@ def _overrides(settings, *, lr, muon_lr, adam_lr, momentum, nesterov, weight_dec
         "adam.eps": eps,
         "muon.backend": backend,
     }
+    for key, value in explicit.items():  # numbers as orthojit.Muon takes them: "0.1" is refused, not converted
+        if value is not None and key not in ("muon.nesterov", "muon.backend") and (isinstance(value, (bool, str)) or not isinstance(value, (int, float))):
+            raise TypeError(f"orthojit.DistributedMuon: {key} = {value!r}; expected a number")
+    if nesterov is not None and not isinstance(nesterov, bool):
+        raise TypeError(f"orthojit.DistributedMuon: nesterov = {nesterov!r}; expected True or False")
     if betas is not None:
-        if len(betas) != 2:
-            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2 or any(isinstance(b, (bool, str)) or not isinstance(b, (int, float)) for b in betas):
+            raise ValueError(f"betas must be a pair of numbers (beta1, beta2), got {betas!r}")
         explicit["adam.beta1"], explicit["adam.beta2"] = float(betas[0]), float(betas[1])
     overrides.update({key: value for key, value in explicit.items() if value is not None})
     return overrides
@@ -385,11 +390,18 @@ class DistributedMuon(torch.optim.Optimizer):
         if mode not in ("deepspeed", "balanced"):
             raise ValueError(f"mode must be 'deepspeed' or 'balanced', got {mode!r}")
         use_muon = dict(use_muon or {})
+        for name, tag in use_muon.items():
+            if not isinstance(tag, bool):  # bool("no") is True: a string would tag Muon
+                raise TypeError(f"orthojit.DistributedMuon: use_muon['{name}'] = {tag!r}; expected True or False")
         self._parameters = []
+        given = set()
         for item in named_parameters:
             if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
                 raise TypeError("named_parameters must yield (name, tensor) pairs, e.g. model.named_parameters()")
             name, tensor = item
+            given.add(name)
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"orthojit.DistributedMuon: parameter '{name}' is a {type(tensor).__name__}, not a torch.Tensor")
             if getattr(tensor, "requires_grad", True) is False:
                 continue
             if isinstance(tensor, torch.Tensor):
@@ -407,6 +419,9 @@ class DistributedMuon(torch.optim.Optimizer):
             names[name], tensors[id(tensor)] = tensor, name
         if not self._parameters:
             raise ValueError("DistributedMuon was given no trainable parameters")
+        unknown = sorted(set(use_muon) - given)
+        if unknown:  # a misspelt name would leave its parameter to the tagging rule, silently
+            raise ValueError(f"orthojit.DistributedMuon: use_muon names parameters it was not given: {unknown}")
         options = _matrix_options(matrix_options, names)
         if max_grad_norm is not None and (isinstance(max_grad_norm, (bool, str)) or not isinstance(max_grad_norm, (int, float))
                                           or not max_grad_norm > 0 or max_grad_norm == float("inf")):

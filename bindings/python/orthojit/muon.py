@@ -219,6 +219,8 @@ class Muon(torch.optim.Optimizer):
                 self._settings.set(key, value)
         else:
             self._settings = _orthojit.MuonSettings(preset, overrides)
+        if betas is not None and (not isinstance(betas, (tuple, list)) or len(betas) != 2):
+            raise ValueError(f"orthojit.Muon: betas = {betas!r}; expected two numbers (beta1, beta2)")
         self._explicit = dict(lr=lr, muon_lr=muon_lr, adam_lr=adam_lr, momentum=momentum, nesterov=nesterov,
                               weight_decay=weight_decay, betas=betas, eps=eps)
         if use_muon is not None and not callable(use_muon) and not isinstance(use_muon, Mapping):
@@ -329,6 +331,8 @@ class Muon(torch.optim.Optimizer):
             seen_names.add(name)
 
         group_tag = group.pop("use_muon", None)
+        if group_tag is not None and not isinstance(group_tag, bool):
+            raise TypeError(f"orthojit.Muon: a param group's use_muon is {group_tag!r}; expected True, False or None (the tagging rule)")
         matrix = {k: group.pop(k) for k in _MATRIX_KEYS if k in group}
         defaults = self._defaults()
         parts = []
@@ -395,11 +399,13 @@ class Muon(torch.optim.Optimizer):
             tag = self._use_muon(name, p)
         elif self._use_muon is not None:
             tag = self._use_muon.get(name)
+        if tag is not None and not isinstance(tag, bool):  # bool("no") is True: a string would tag Muon
+            raise TypeError(f"orthojit.Muon: use_muon gives {_label(name)} {tag!r}; expected True, False or None (the tagging rule)")
         if tag is None:
             tag = group_tag
         if tag is None:
             return bool(_orthojit.default_use_muon(name, list(p.shape), self._settings.values()["tagging"]))
-        return bool(tag)
+        return tag
 
     def _check_channels_last_plan(self, name: str, p: torch.Tensor, plan: Any) -> None:
         """A channels_last filter is stepped in its memory order (_physical): right when its
@@ -852,6 +858,8 @@ def _read_deepspeed_config(config: Any) -> Tuple[Dict[str, Any], str]:
 
 def _deepspeed_settings(data: Dict[str, Any], origin: str, strict: bool) -> Any:
     """The MuonSettings of a config's optimizer section; each ignored key named in a warning."""
+    if not isinstance(strict, bool):  # bool("no") is True
+        raise TypeError(f"strict must be True or False, got {strict!r}")
     base, ignored = _orthojit.deepspeed_settings(_json.dumps(data), bool(strict), origin)
     for path, valid in ignored:
         warnings.warn(f"{origin}: ignored unknown key {path} (DeepSpeed ignores it too; strict=True refuses it); "
