@@ -550,6 +550,16 @@ def test_an_exception_in_the_progress_callback_stops_the_tuning_and_reaches_the_
         orthojit.tune(shape=(8, 32), budget=30, out=tmp_path / "r.json", progress=lambda shape: None)
 
 
+def test_a_directory_where_a_file_is_expected_is_named_as_one(tmp_path):
+    # "found end of file" and "not valid JSON" before
+    with pytest.raises(ValueError, match="is a directory; give a .oj file"):
+        orthojit.load_program(str(tmp_path))
+    with pytest.raises(ValueError, match="is a directory; give its config.json"):
+        orthojit.plan(tmp_path, world=2, stage=1)
+    with pytest.raises(ValueError, match="world = 1099511627776: expected a whole number"):
+        orthojit.plan("default", world=2**40, stage=1)
+
+
 def test_tune_errors():
     with pytest.raises(ValueError, match="exactly one"):
         orthojit.tune()

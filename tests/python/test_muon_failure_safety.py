@@ -268,3 +268,26 @@ def test_a_state_dict_that_could_not_drive_a_step_is_refused_at_load(spoil, mess
 def test_switches_and_tags_of_the_wrong_type_are_refused(make, error, message):
     with pytest.raises(error, match=message):
         make(model_and_gradients())
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda m: orthojit.Muon(m.named_parameters(), preset=None), TypeError, r"preset must be a name from orthojit.muon_presets\(\)"),
+    (lambda m: orthojit.Muon(m.named_parameters(), settings={3: 4}), TypeError, r"settings keys are setting names \(str"),  # std::bad_cast
+    (lambda m: orthojit.DistributedMuon(m.named_parameters(), "local", preset=None), TypeError, r"preset must be a name"),
+    (lambda m: orthojit.Muon.from_deepspeed_config(m.named_parameters(), "/"), ValueError, r"'/' is a directory"),  # "no such file"
+    (lambda m: orthojit.Muon.from_deepspeed_config(m.named_parameters(), "[1]"), ValueError, r"expected a JSON object, found list"),
+])
+def test_construction_arguments_are_named_when_wrong(make, error, message):
+    with pytest.raises(error, match=message):
+        make(model_and_gradients())
+
+
+def test_a_tensor_put_into_param_groups_by_hand_fails_the_step_before_anything_changes():
+    # It had no plan and no recorded shape: a KeyError naming an object id.
+    model = model_and_gradients()
+    optimizer = orthojit.Muon(model.named_parameters())
+    optimizer.param_groups[0]["params"][0] = torch.nn.Parameter(torch.zeros(12, 8))
+    before = snapshot(model, optimizer)
+    with pytest.raises(ValueError, match=r"holds a tensor at parameter '0.weight' that was not added to the optimizer"):
+        optimizer.step()
+    assert_unchanged(model, optimizer, before)

@@ -75,6 +75,8 @@ def load_program(path_or_source: Union[str, "os.PathLike[str]"]) -> "Program":
         path_or_source = _os.fspath(path_or_source)
     if not isinstance(path_or_source, str):
         raise TypeError(f"load_program() takes a shipped name, a .oj path or DSL source text (str), got {type(path_or_source).__name__}")
+    if _os.path.isdir(path_or_source):  # it was read as an empty program ("found end of file")
+        raise ValueError(f"{path_or_source} is a directory; give a .oj file, a shipped name or DSL source text")
     return _core.load_program(path_or_source)
 
 
@@ -291,10 +293,11 @@ def _model(model_config) -> Tuple[str, bool]:
     """(path or JSON text, is_json)."""
     if isinstance(model_config, dict):
         return _json.dumps(model_config), True
-    if isinstance(model_config, _os.PathLike):
-        return _os.fspath(model_config), False
-    if isinstance(model_config, str):
-        return model_config, False
+    if isinstance(model_config, (str, _os.PathLike)):
+        path = _os.fspath(model_config)
+        if _os.path.isdir(path):  # it was reported as "not valid JSON"
+            raise ValueError(f"model_config {path!r} is a directory; give its config.json")
+        return path, False
     raise TypeError(f"model_config: expected a path to a Hugging Face config.json, a dict of it, or 'default', got {type(model_config).__name__}")
 
 
@@ -495,6 +498,7 @@ def plan(model_config, world: int, stage: int, mode: str = "deepspeed", alignmen
                         ("gradient_bytes", gradient_bytes)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        _whole(name, value, 0, 2**31 - 1)  # beyond the core's int: a bare signature error
     return _json.loads(_core.plan(model, is_json, world, stage, mode, alignment, bool(per_head), parameter_bytes, gradient_bytes))
 
 

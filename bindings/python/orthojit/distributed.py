@@ -30,7 +30,7 @@ import torch
 from . import _orthojit
 from .file_progress import file_progress
 from .muon import (_GROUPS_KEY, _MATRIX_KEYS, _STATE_FORMAT, _channels_last, _check_group, _check_not_sharded, _file_meta, _json_groups, _match_saved_state,
-                   _saved_groups)
+                   _preset_name, _saved_groups, _setting_overrides)
 
 __all__ = ["DistributedMuon"]
 
@@ -429,6 +429,8 @@ class DistributedMuon(torch.optim.Optimizer):
         if bucket_size is not None and (isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 1):
             raise ValueError(f"bucket_size must be a whole number of elements >= 1 (or None: 2**24), got {bucket_size!r}")
         self._accumulated = False
+        _preset_name(preset, "orthojit.DistributedMuon")
+        _setting_overrides(settings or {}, "orthojit.DistributedMuon")
         overrides = _overrides(settings, lr=lr, muon_lr=muon_lr, adam_lr=adam_lr, momentum=momentum, nesterov=nesterov,
                                weight_decay=weight_decay, betas=betas, eps=eps, backend=backend)
         if _base_settings is not None:  # from_deepspeed_config: the config's settings, the overrides on top

@@ -142,6 +142,19 @@ def _state_device(p: torch.Tensor, key: str) -> torch.device:
     return torch.device("cpu") if key in ("step", "variant_step") else p.device
 
 
+def _preset_name(preset: Any, owner: str) -> str:
+    if not isinstance(preset, str):  # None gave a bare signature error
+        raise TypeError(f"{owner}: preset must be a name from orthojit.muon_presets() (e.g. 'deepspeed'), got {preset!r}")
+    return preset
+
+
+def _setting_overrides(settings: Mapping[Any, Any], owner: str) -> Dict[str, Any]:
+    for key in settings:
+        if not isinstance(key, str):  # {3: 4} gave "std::bad_cast"
+            raise TypeError(f"{owner}: settings keys are setting names (str, docs/muon.md), got {key!r}")
+    return dict(settings)
+
+
 def _label(name: str) -> str:
     return f"parameter '{name}'"
 
@@ -218,7 +231,7 @@ class Muon(torch.optim.Optimizer):
             for key, value in overrides.items():
                 self._settings.set(key, value)
         else:
-            self._settings = _orthojit.MuonSettings(preset, overrides)
+            self._settings = _orthojit.MuonSettings(_preset_name(preset, "orthojit.Muon"), _setting_overrides(overrides, "orthojit.Muon"))
         if betas is not None and (not isinstance(betas, (tuple, list)) or len(betas) != 2):
             raise ValueError(f"orthojit.Muon: betas = {betas!r}; expected two numbers (beta1, beta2)")
         self._explicit = dict(lr=lr, muon_lr=muon_lr, adam_lr=adam_lr, momentum=momentum, nesterov=nesterov,
@@ -451,6 +464,10 @@ class Muon(torch.optim.Optimizer):
         for group in self.param_groups:
             _check_group(group)
             for name, p in zip(group["param_names"], group["params"]):
+                if id(p) not in self._shapes:  # a tensor put into param_groups by hand: no plan, no state
+                    raise ValueError(f"orthojit.Muon: param group '{group.get('name', '?')}' holds a tensor at {_label(name)} that was not "
+                                     "added to the optimizer (param_groups' parameters are fixed; add tensors with add_param_group); "
+                                     "nothing was changed")
                 if p.dtype not in _PARAM_DTYPES or not p.is_contiguous():  # what a model's .to() may change
                     self._check_parameter(name, p)  # raises, saying what is wrong
                     if group["use_muon"]:
@@ -836,9 +853,14 @@ def _read_deepspeed_config(config: Any) -> Tuple[Dict[str, Any], str]:
         data: Any = dict(config)
     elif isinstance(config, (str, os.PathLike)):
         text = os.fspath(config)
-        if text.lstrip().startswith("{"):
-            data = _json.loads(text)
+        if text.lstrip().startswith(("{", "[")):  # JSON text (an array is refused below as not an object)
+            try:
+                data = _json.loads(text)
+            except ValueError as error:
+                raise ValueError(f"the DeepSpeed configuration text is not valid JSON: {error}") from None
         else:
+            if os.path.isdir(text):
+                raise ValueError(f"DeepSpeed configuration {text!r} is a directory; give the path of its JSON file")
             if not os.path.isfile(text):
                 raise FileNotFoundError(f"DeepSpeed configuration {text!r}: no such file (give a path, JSON text or a dict)")
             origin = text
