@@ -1,6 +1,8 @@
 // Command-line option parsing.
 #include "cli/arguments.h"
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 
 #include <cctype>
@@ -65,6 +67,14 @@ int parse_threads(const std::string& text) {
   if (threads > cpu::kMaxThreads)
     throw runtime::UsageError("invalid --threads '" + text + "'; expected 0 (one per logical core) or 1 to " + std::to_string(cpu::kMaxThreads));
   return threads;
+}
+
+uint64_t parse_seed(const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 20 && text.find_first_not_of("0123456789") == std::string::npos;
+  errno = 0;
+  const unsigned long long value = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
+  if (!digits || errno == ERANGE) throw runtime::UsageError("invalid --seed '" + text + "'; expected a whole number from 0 to 18446744073709551615");
+  return value;
 }
 
 std::vector<int> parse_int_list(const std::string& text, const std::string& option) {

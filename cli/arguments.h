@@ -3,6 +3,7 @@
 // values only the CLI takes. What Python parses too is runtime/shared_options.h.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -29,6 +30,8 @@ class Arguments {
 // A non-negative integer option value. Throws UsageError.
 int parse_count(const std::string& text, const std::string& option);
 // --threads: 0 (one per logical core) or 1 to cpu::kMaxThreads; UsageError otherwise.
+// --seed: a whole number from 0 to 2^64 - 1 (std::stoull took "-1" as 2^64 - 1 and "1.5" as 1).
+uint64_t parse_seed(const std::string& text);
 int parse_threads(const std::string& text);
 // --budget SECONDS: a positive number, or `fallback` when absent. Throws UsageError.
 double parse_budget(const std::optional<std::string>& text, double fallback);

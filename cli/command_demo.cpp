@@ -44,7 +44,7 @@ int demo_command(const std::vector<std::string>& args) {
   Arguments arguments(args, {"shape", "seed"}, {});
   const runtime::ParsedShape shape = runtime::parse_shape(arguments.get("shape").value_or("128x512"));
   if (shape.batch != 1) throw runtime::UsageError("demo takes one matrix: --shape MxN");
-  const uint64_t seed = std::stoull(arguments.get("seed").value_or("1"));
+  const uint64_t seed = parse_seed(arguments.get("seed").value_or("1"));
   const std::vector<double> input = reference::gaussian_values(shape.rows * shape.cols, seed);
 
   std::printf("orthojit demo: each shipped program on one random %lldx%lld Gaussian matrix (seed %llu),\n",

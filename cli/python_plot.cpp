@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <vector>
 
 #include "runtime/orthogonalize.h"
@@ -49,6 +50,11 @@ std::string plot_unavailable_reason(const std::string& png) {
   std::error_code error;
   if (!std::filesystem::is_directory(folder, error)) return "the folder " + folder.string() + " of " + png + " does not exist";
   if (std::filesystem::is_directory(target, error)) return png + " is a folder; name the image file";
+  // matplotlib picks the format from the extension; an unknown one failed only after the work
+  // with a Python traceback ("Format 'txt' is not supported").
+  static const std::set<std::string> kFormats = {".png", ".pdf", ".svg", ".svgz", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp", ".pgf"};
+  if (!kFormats.count(target.extension().string()))
+    return png + " has no image extension matplotlib writes (.png, .pdf, .svg, .jpg, .eps, .tif, .webp, ...)";
   if (::access(folder.c_str(), W_OK) != 0) return "the folder " + folder.string() + " of " + png + " is not writable: " + std::strerror(errno);
   if (::access(kPython, X_OK) != 0)
     return std::string("there is no ") + kPython + ", which draws the chart with matplotlib (Debian's python3 and python3-matplotlib; scripts/install-deps.sh)";

@@ -158,6 +158,11 @@ expect 2 "--stage must be 1, 2 or 3" -- "$orthojit" plan --model default --world
 expect 2 "unknown --mode 'fastest'" -- "$orthojit" plan --model default --world 2 --stage 1 --mode fastest
 expect 2 "missing required option --world" -- "$orthojit" plan --model default --stage 1
 expect 0 "plot: $work/plan.png" -- "$orthojit" plan --model default --world 4 --stage 2 --plot "$work/plan.png"
+# an extension matplotlib cannot write: refused before the work (a traceback after it before)
+expect 2 "plan.txt has no image extension matplotlib writes" -- "$orthojit" plan --model default --world 4 --stage 2 --plot "$work/plan.txt"
+expect 2 "invalid --seed '-1'; expected a whole number from 0 to 18446744073709551615" -- "$orthojit" demo --seed -1
+expect 2 "invalid --seed '1.5'" -- "$orthojit" demo --seed 1.5
+expect 2 "invalid --seed '99999999999999999999'" -- "$orthojit" demo --seed 99999999999999999999
 [[ -s "$work/plan.png" ]] || { echo "FAIL: plan --plot wrote no image"; failures=$((failures + 1)); }
 # The chart's path is one argument, whatever it holds (it once went through a shell: a quote broke
 # it, and '; cmd' ran cmd), and a chart that cannot be drawn is refused before the work it shows.
