@@ -402,10 +402,9 @@ class DistributedMuon(torch.optim.Optimizer):
             given.add(name)
             if not isinstance(tensor, torch.Tensor):
                 raise TypeError(f"orthojit.DistributedMuon: parameter '{name}' is a {type(tensor).__name__}, not a torch.Tensor")
-            if getattr(tensor, "requires_grad", True) is False:
+            if not tensor.requires_grad:
                 continue
-            if isinstance(tensor, torch.Tensor):
-                _check_not_sharded("orthojit.DistributedMuon", name, tensor)
+            _check_not_sharded("orthojit.DistributedMuon", name, tensor)
             self._parameters.append((name, tensor))
         # Names key each tensor's gradient and state (two tensors under one name once stepped the
         # first with the second's gradient and the second with zeros), as in orthojit.Muon.
@@ -443,14 +442,13 @@ class DistributedMuon(torch.optim.Optimizer):
         # and each step is its contiguous twin's, bit for bit. The copy takes the parameter's
         # values before every call that reads them and gives them back after every call that
         # writes them (two copies of each such filter per step, on the parameter's device).
-        self._shadows = [(tensor, tensor.detach().contiguous()) for _, tensor in self._parameters
-                         if isinstance(tensor, torch.Tensor) and _channels_last(tensor)]
+        self._shadows = [(tensor, tensor.detach().contiguous()) for _, tensor in self._parameters if _channels_last(tensor)]
         contiguous = {id(tensor): shadow for tensor, shadow in self._shadows}
         # What the runtime holds of each parameter: its address (a shadowed filter's is its copy's),
         # dtype and shape. A parameter whose storage is replaced afterwards (model.to(dtype),
         # p.data = ...) is refused at the next call, not written through a stale address.
         self._bound = {name: (None if id(tensor) in contiguous else tensor.data_ptr(), tensor.dtype, tensor.shape, tensor.device)
-                       for name, tensor in self._parameters if isinstance(tensor, torch.Tensor)}
+                       for name, tensor in self._parameters}
         self._core = _orthojit.Distributed([(name, contiguous.get(id(tensor), tensor.detach()), use_muon.get(name))
                                             for name, tensor in self._parameters], handle, preset,
                                            overrides, stage, mode, bool(average_gradients), bool(offload), engine, collectives,
