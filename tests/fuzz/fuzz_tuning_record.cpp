@@ -20,6 +20,7 @@ ORTHOJIT_FUZZ_TARGET(tuning_record) {
   }
   fuzz_check(loaded.file.has_value() != !loaded.warning.empty(), "parse_tuning_file gave both a file and a warning, or neither");
   fuzz_check(!loaded.newer_schema || !loaded.file, "parse_tuning_file read a newer schema's file as its own");
+  fuzz_check(!loaded.foreign || !loaded.file, "parse_tuning_file called a file it read foreign");
 
   // This machine, for the merge: the fingerprint of the file when it read, a fixed one otherwise.
   at::DeviceFingerprint here;
@@ -36,9 +37,10 @@ ORTHOJIT_FUZZ_TARGET(tuning_record) {
   try {
     document = at::merged_tuning_document(loaded, "fuzz-records.json", here, ours, &warning);
   } catch (const std::runtime_error& error) {
-    // Refused only for another device's records or a newer schema's (which writing would lose).
+    // Refused only for another device's records, a newer schema's (which writing would lose) or a
+    // file that is not tuning records at all (none of their keys: writing would replace it).
     const bool other_device = loaded.file && here.mismatch(loaded.file->fingerprint).has_value();
-    fuzz_check(other_device || loaded.newer_schema.has_value(), std::string("the merge refused a file of this device: ") + error.what());
+    fuzz_check(other_device || loaded.newer_schema.has_value() || loaded.foreign, std::string("the merge refused a file of this device: ") + error.what());
     return 0;
   } catch (const std::exception& error) {
     fuzz_failure(std::string("merged_tuning_document threw something other than std::runtime_error: ") + error.what());
